@@ -1,3 +1,20 @@
 //! canada-kaktus: keeps a CiliumLoadBalancerIPPool equal to the public IPv4s
 //! of the Hetzner Cloud servers that match a label selector.
+//!
+//! One module per concern; the decisions (`pool`, `guard`, `selector`) are
+//! pure functions, the rest does I/O around them.
 #![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod cli;
+pub mod config;
+pub mod controller;
+pub mod guard;
+pub mod health;
+pub mod hetzner;
+pub mod http;
+pub mod pool;
+pub mod reconcile;
+pub mod secret;
+pub mod selector;
+pub mod telemetry;

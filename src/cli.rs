@@ -1,0 +1,214 @@
+//! Command line: run the controller, run one reconcile, or print the pool.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, ValueEnum};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::apply::{candidate_versions, PoolClient};
+use crate::config::{self, Settings};
+use crate::controller::{self, Controller, LoopTimings};
+use crate::health::Health;
+use crate::reconcile::{self, Reconciler};
+use crate::{http, telemetry};
+
+/// Exit status for invalid configuration, apart from runtime failures (1).
+pub const EXIT_CONFIG: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "canada-kaktus",
+    version,
+    about = "Keeps a CiliumLoadBalancerIPPool equal to the public IPv4s of the Hetzner Cloud servers that match a label selector."
+)]
+pub struct Cli {
+    /// Path of config.json (default: CANADA_KAKTUS_CONFIG, else ./config.json if present).
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Run one reconcile and exit: 0 on success, 1 on failure.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub once: bool,
+    /// List Hetzner, render the pool and print it; touches no cluster.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Output format of --dry-run.
+    #[arg(long, value_enum, default_value_t = Output::Yaml, requires = "dry_run")]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Yaml,
+    Json,
+}
+
+/// Installs the one TLS crypto provider compiled in (ring) for both the kube
+/// and the Hetzner client; rustls cannot pick one on its own otherwise.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+pub async fn run(cli: Cli) -> ExitCode {
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let settings = match config::load(cli.config.as_deref(), &env) {
+        Ok(settings) => settings,
+        Err(errors) => {
+            eprintln!("canada-kaktus: invalid configuration:\n{errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let log = telemetry::init(settings.log_level, settings.log_format);
+    for warning in &settings.warnings {
+        warn!(%warning, "config");
+    }
+    install_crypto_provider();
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        label_selector = %settings.label_selector,
+        pool = %settings.pool_name,
+        interval_seconds = settings.interval.as_secs(),
+        config_file = %settings.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "none".into()),
+        "starting canada-kaktus"
+    );
+
+    if cli.dry_run {
+        return dry_run(&settings, cli.output).await;
+    }
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(e) => {
+            error!(error = %e, "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)");
+            return ExitCode::FAILURE;
+        }
+    };
+    let hetzner = match controller::hetzner_client(&settings) {
+        Ok(hetzner) => hetzner,
+        Err(e) => {
+            error!(error = %e, "cannot build the Hetzner client");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut reconciler = Reconciler::new(
+        hetzner,
+        PoolClient::new(client, settings.cilium_api_version),
+    );
+
+    if cli.once {
+        return match reconciler.full(&settings).await {
+            Ok(report) => {
+                info!(
+                    addresses = report.addresses,
+                    written = report.written.is_some(),
+                    "reconcile finished"
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
+                ExitCode::FAILURE
+            }
+        };
+    }
+
+    let timings = LoopTimings::default();
+    let health = Arc::new(Health::new(timings.liveness_timeout()));
+    let listener = match http::bind(settings.listen_address).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            error!(error = %e, "cannot start the health server");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(http::serve(
+        listener,
+        http::router(health.clone()),
+        shutdown.clone().cancelled_owned(),
+    ));
+    let signal_token = shutdown.clone();
+    tokio::spawn(async move {
+        controller::shutdown_signal().await;
+        info!("termination signal received");
+        signal_token.cancel();
+    });
+
+    Controller {
+        settings: Arc::new(settings),
+        reconciler,
+        health,
+        log,
+        timings,
+        shutdown: shutdown.clone(),
+        cli_config: cli.config,
+        env,
+    }
+    .run()
+    .await;
+    shutdown.cancel();
+    match server.await {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            error!(error = %e, "health server failed");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            error!(error = %e, "health server task failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
+    let hetzner = match controller::hetzner_client(settings) {
+        Ok(hetzner) => hetzner,
+        Err(e) => {
+            error!(error = %e, "cannot build the Hetzner client");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (desired, summary) = match reconcile::desired_from_hetzner(&hetzner, settings).await {
+        Ok(result) => result,
+        Err(e) => {
+            error!(error = %e, cause = e.metric_label(), "dry run failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    info!(
+        servers_matched = summary.servers_matched,
+        servers_skipped = summary.servers_skipped,
+        hetzner_requests = summary.hetzner_requests,
+        addresses = desired.addresses.len(),
+        "dry run: rendered the pool; nothing was written"
+    );
+    // Without a cluster there is no discovery: show the preferred version.
+    let version = candidate_versions(settings.cilium_api_version)[0];
+    let manifest = desired.manifest(&format!("{}/{version}", crate::pool::POOL_GROUP));
+    let text = match output {
+        Output::Json => serde_json::to_string_pretty(&manifest)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string()),
+        Output::Yaml => serde_yaml_ng::to_string(&manifest).map_err(|e| e.to_string()),
+    };
+    match text {
+        Ok(text) => {
+            let mut stdout = std::io::stdout().lock();
+            if stdout
+                .write_all(text.as_bytes())
+                .and_then(|_| stdout.flush())
+                .is_err()
+            {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            error!(error = %e, "cannot print the pool");
+            ExitCode::FAILURE
+        }
+    }
+}

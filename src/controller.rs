@@ -1,0 +1,367 @@
+//! The control loop: a full reconcile at start and every interval, a quick
+//! repair when someone edits or deletes the pool, config reloads, and a
+//! heartbeat for `/livez`. Errors are reported and never end the loop.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::config::{self, Settings};
+use crate::health::Health;
+use crate::hetzner::{HetznerClient, HetznerOptions};
+use crate::reconcile::{event_needs_repair, CycleReport, ReconcileError, Reconciler};
+use crate::telemetry::LogControl;
+
+/// Timings of the loop itself; the defaults suit production, tests shorten them.
+#[derive(Debug, Clone)]
+pub struct LoopTimings {
+    /// How long to gather further pool events before repairing once.
+    pub debounce: Duration,
+    /// How often the loop proves it is alive while idle.
+    pub heartbeat: Duration,
+    /// The most one cycle may take; past it the cycle is abandoned and fails.
+    pub cycle_timeout: Duration,
+    /// How often the config file is checked for changes.
+    pub config_poll: Duration,
+    /// First wait after a failed cycle; it doubles up to the interval.
+    pub retry_base: Duration,
+    /// Replaces the configured interval (which cannot go below 10 s) so
+    /// in-process tests and benchmarks can run many cycles quickly.
+    pub interval_override: Option<Duration>,
+}
+
+impl Default for LoopTimings {
+    fn default() -> Self {
+        Self {
+            debounce: Duration::from_millis(200),
+            heartbeat: Duration::from_secs(5),
+            cycle_timeout: Duration::from_secs(240),
+            config_poll: Duration::from_secs(5),
+            retry_base: Duration::from_secs(5),
+            interval_override: None,
+        }
+    }
+}
+
+impl LoopTimings {
+    /// `/livez` fails after this long without a heartbeat: longer than any
+    /// cycle may run, so only a stuck loop trips it.
+    pub fn liveness_timeout(&self) -> Duration {
+        self.cycle_timeout + self.heartbeat * 6
+    }
+}
+
+/// When to try again after `failures` failed cycles in a row.
+pub fn retry_after(failures: u32, base: Duration, interval: Duration) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
+    base.saturating_mul(factor).min(interval)
+}
+
+/// Built with `HetznerOptions::new(endpoint)` defaults.
+pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzner::HetznerError> {
+    HetznerClient::new(HetznerOptions::new(settings.hcloud_endpoint.clone()))
+}
+
+/// A pool event from the watch: the object, or `None` when it is gone.
+type PoolEvent = Option<DynamicObject>;
+
+pub struct Controller {
+    pub settings: Arc<Settings>,
+    pub reconciler: Reconciler,
+    pub health: Arc<Health>,
+    pub log: LogControl,
+    pub timings: LoopTimings,
+    pub shutdown: CancellationToken,
+    /// Inputs for reloading configuration.
+    pub cli_config: Option<PathBuf>,
+    pub env: HashMap<String, String>,
+}
+
+struct PoolWatch {
+    key: (String, String),
+    task: JoinHandle<()>,
+}
+
+impl Drop for PoolWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Controller {
+    pub async fn run(mut self) {
+        let (events_tx, mut events) = mpsc::channel::<PoolEvent>(16);
+        let mut pool_watch: Option<PoolWatch> = None;
+        let mut next_full = Instant::now();
+        let mut pending_repair: Option<Instant> = None;
+        let mut failures = 0u32;
+        let mut known_conflict = false;
+        let mut heartbeat = tokio::time::interval(self.timings.heartbeat);
+        let mut config_poll = tokio::time::interval(self.timings.config_poll);
+        // The file `config::load` reads, watched even while it does not exist
+        // (a ConfigMap may be created later).
+        let watched_config = config::config_file_path(self.cli_config.as_deref(), &self.env);
+        let mut config_snapshot = std::fs::read(&watched_config).ok();
+
+        loop {
+            tokio::select! {
+                biased;
+                _ = self.shutdown.cancelled() => break,
+                _ = sleep_until(next_full) => {
+                    let outcome = self.cycle(false).await;
+                    let Some(result) = outcome else { break };
+                    failures = if result.is_ok() { 0 } else { failures + 1 };
+                    known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
+                    let interval = self.timings.interval_override.unwrap_or(self.settings.interval);
+                    next_full = Instant::now() + if failures == 0 {
+                        interval
+                    } else {
+                        retry_after(failures, self.timings.retry_base, interval)
+                    };
+                    self.ensure_pool_watch(&mut pool_watch, &events_tx);
+                }
+                _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() => {
+                    pending_repair = None;
+                    let Some(result) = self.cycle(true).await else { break };
+                    known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
+                }
+                Some(event) = events.recv() => {
+                    let Some(desired) = self.reconciler.last_desired() else { continue };
+                    if pending_repair.is_none() && event_needs_repair(event.as_ref(), desired, known_conflict) {
+                        debug!(deleted = event.is_none(), "pool changed by someone else; repairing");
+                        pending_repair = Some(Instant::now() + self.timings.debounce);
+                    }
+                }
+                _ = heartbeat.tick() => self.health.heartbeat(),
+                _ = config_poll.tick() => {
+                    let current = std::fs::read(&watched_config).ok();
+                    if current != config_snapshot {
+                        config_snapshot = current;
+                        if self.reload_config(&watched_config) {
+                            next_full = Instant::now();
+                        }
+                    }
+                }
+            }
+            self.health.heartbeat();
+        }
+        info!("shutting down");
+    }
+
+    /// Runs one full cycle or repair, bounded by the cycle timeout and
+    /// abandoned at once on shutdown (`None`).
+    async fn cycle(&mut self, repair: bool) -> Option<Result<(), ReconcileError>> {
+        let timeout = self.timings.cycle_timeout;
+        let settings = self.settings.clone();
+        let shutdown = self.shutdown.clone();
+        let work = async {
+            if repair {
+                match self.reconciler.repair().await {
+                    Ok(Some(report)) => Ok(report),
+                    Ok(None) => self.reconciler.full(&settings).await,
+                    Err(e) => Err(e),
+                }
+            } else {
+                self.reconciler.full(&settings).await
+            }
+        };
+        let result = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            result = tokio::time::timeout(timeout, work) => result,
+        };
+        let result = result.unwrap_or(Err(ReconcileError::TimedOut {
+            seconds: timeout.as_secs(),
+        }));
+        Some(match result {
+            Ok(report) => {
+                log_report(&report);
+                self.health.record_success(report.addresses, None);
+                Ok(())
+            }
+            Err(e) => {
+                error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
+                self.health.record_failure(e.to_string());
+                Err(e)
+            }
+        })
+    }
+
+    /// Starts (or restarts) the watch on the pool once its API version is
+    /// known, and whenever the version or the pool name changes.
+    fn ensure_pool_watch(&self, current: &mut Option<PoolWatch>, events: &mpsc::Sender<PoolEvent>) {
+        let Some(resource) = self.reconciler.resource() else {
+            return;
+        };
+        let key = (
+            resource.api_version.clone(),
+            self.settings.pool_name.clone(),
+        );
+        if current
+            .as_ref()
+            .is_some_and(|w| w.key == key && !w.task.is_finished())
+        {
+            return;
+        }
+        let client = self.reconciler.pools().client().clone();
+        let task = tokio::spawn(watch_pool(client, resource, key.1.clone(), events.clone()));
+        *current = Some(PoolWatch { key, task });
+    }
+
+    /// Loads the config again; a valid change takes effect at once, an
+    /// invalid one is logged and the last good config stays in force.
+    fn reload_config(&mut self, path: &std::path::Path) -> bool {
+        match config::load(self.cli_config.as_deref(), &self.env) {
+            Ok(new) => {
+                if new.listen_address != self.settings.listen_address {
+                    warn!(
+                        setting = "ListenAddress",
+                        "the listen address changes only after a restart"
+                    );
+                }
+                if new.hcloud_endpoint != self.settings.hcloud_endpoint {
+                    match hetzner_client(&new) {
+                        Ok(client) => self.reconciler.set_hetzner(client),
+                        Err(e) => {
+                            error!(error = %e, "config reload rejected; keeping the previous config");
+                            self.health.record_config_reload(Some(e.to_string()));
+                            return false;
+                        }
+                    }
+                }
+                for warning in &new.warnings {
+                    warn!(%warning, "config");
+                }
+                self.log.set_level(new.log_level);
+                self.health.record_config_reload(None);
+                info!(path = %path.display(), "configuration reloaded");
+                self.settings = Arc::new(new);
+                true
+            }
+            Err(errors) => {
+                error!(path = %path.display(), errors = %errors, "config reload rejected; keeping the previous config");
+                self.health.record_config_reload(Some(errors.to_string()));
+                false
+            }
+        }
+    }
+}
+
+fn log_report(report: &CycleReport) {
+    let listing = report.listing.as_ref();
+    let join = |ips: &[std::net::Ipv4Addr]| {
+        ips.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    info!(
+        kind = %report.kind,
+        servers_matched = listing.map(|l| l.servers_matched),
+        servers_skipped = listing.map(|l| l.servers_skipped),
+        hetzner_requests = listing.map(|l| l.hetzner_requests),
+        addresses = report.addresses,
+        added = report.diff.added.len(),
+        removed = report.diff.removed.len(),
+        added_addresses = %join(&report.diff.added),
+        removed_addresses = %join(&report.diff.removed),
+        outcome = if report.written.is_some() { "written" } else { "unchanged" },
+        reason = report.written.map(|r| r.as_str()),
+        api_version = %report.api_version,
+        "reconcile finished"
+    );
+}
+
+/// Watches the single pool object (a field selector on its name, which also
+/// sees deletes) and forwards every state of it to the loop.
+async fn watch_pool(
+    client: Client,
+    resource: ApiResource,
+    name: String,
+    events: mpsc::Sender<PoolEvent>,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    let mut seen_since_init = false;
+    while let Some(item) = stream.next().await {
+        let event = match item {
+            Ok(Event::Apply(object)) | Ok(Event::InitApply(object)) => {
+                seen_since_init = true;
+                Some(object)
+            }
+            Ok(Event::Delete(_)) => None,
+            Ok(Event::Init) => {
+                seen_since_init = false;
+                continue;
+            }
+            // A relist that finds nothing means the pool was deleted while
+            // the watch was down.
+            Ok(Event::InitDone) if !seen_since_init => None,
+            Ok(Event::InitDone) => continue,
+            Err(error) => {
+                warn!(%error, pool = %name, "watching the pool failed; retrying with backoff");
+                continue;
+            }
+        };
+        if events.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_up_to_the_interval() {
+        let base = Duration::from_secs(5);
+        let interval = Duration::from_secs(900);
+        assert_eq!(retry_after(1, base, interval), Duration::from_secs(5));
+        assert_eq!(retry_after(2, base, interval), Duration::from_secs(10));
+        assert_eq!(retry_after(5, base, interval), Duration::from_secs(80));
+        assert_eq!(retry_after(9, base, interval), interval);
+        assert_eq!(retry_after(u32::MAX, base, interval), interval);
+    }
+
+    #[test]
+    fn liveness_allows_a_full_cycle() {
+        let timings = LoopTimings::default();
+        assert!(timings.liveness_timeout() > timings.cycle_timeout);
+    }
+}

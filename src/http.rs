@@ -1,0 +1,75 @@
+//! The HTTP endpoints: `/health`, `/readyz`, `/livez`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::net::TcpListener;
+
+use crate::health::Health;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot listen on {address} (CANADA_KAKTUS_LISTEN_ADDRESS / ListenAddress): {source}")]
+    Bind {
+        address: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the HTTP server stopped: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+pub fn router(health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/health", get(readiness))
+        .route("/readyz", get(readiness))
+        .route("/livez", get(liveness))
+        .with_state(health)
+}
+
+/// 200 when the last reconcile succeeded, 503 before the first success and
+/// after a failure: the Go version's contract, which readiness probes rely on.
+async fn readiness(State(health): State<Arc<Health>>) -> Response {
+    let report = health.report();
+    let status = if report.is_healthy() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(report)).into_response()
+}
+
+/// 200 while the loop turns, whatever Hetzner does; a liveness probe on this
+/// restarts a stuck process but not one that is waiting out an outage.
+async fn liveness(State(health): State<Arc<Health>>) -> Response {
+    let report = health.liveness();
+    let status = if report.alive {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(report)).into_response()
+}
+
+pub async fn bind(address: SocketAddr) -> Result<TcpListener, HttpError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| HttpError::Bind { address, source })
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HttpError> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(HttpError::Serve)
+}

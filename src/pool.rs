@@ -1,0 +1,627 @@
+//! The pool we want, and how it compares with the pool the API server has.
+//!
+//! Everything here is pure: the reconcile loop feeds it data and acts on the
+//! answers, so each decision is tested without a cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
+use kube::api::DynamicObject;
+use serde_json::{json, Map, Value};
+
+/// The field manager name used for server-side apply. Kubernetes keys field
+/// ownership by it, so it must never change between releases.
+pub const FIELD_MANAGER: &str = "canada-kaktus";
+
+/// Set on every pool we write, as the Go version did, so people can tell who owns it.
+pub const MANAGED_BY_KEY: &str = "managed-by";
+pub const MANAGED_BY_VALUE: &str = "canada-kaktus";
+
+pub const POOL_KIND: &str = "CiliumLoadBalancerIPPool";
+pub const POOL_GROUP: &str = "cilium.io";
+
+/// What the configuration says the pool looks like, apart from its addresses.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PoolTemplate {
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub service_selector: Option<KubeLabelSelector>,
+}
+
+/// The complete pool we want the API server to hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredPool {
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    /// Distinct and in numeric order, so the same servers always give the same bytes.
+    pub addresses: Vec<Ipv4Addr>,
+    pub service_selector: Option<KubeLabelSelector>,
+}
+
+/// Builds the desired pool. Duplicates collapse to one block, because a
+/// repeated address makes Cilium disable the whole pool.
+pub fn render(
+    template: &PoolTemplate,
+    addresses: impl IntoIterator<Item = Ipv4Addr>,
+) -> DesiredPool {
+    let addresses: BTreeSet<Ipv4Addr> = addresses.into_iter().collect();
+    let mut annotations = template.annotations.clone();
+    annotations.insert(MANAGED_BY_KEY.to_owned(), MANAGED_BY_VALUE.to_owned());
+    DesiredPool {
+        name: template.name.clone(),
+        annotations,
+        labels: template.labels.clone(),
+        addresses: addresses.into_iter().collect(),
+        service_selector: template.service_selector.clone(),
+    }
+}
+
+impl DesiredPool {
+    /// `spec.blocks` as written: one `/32` per address.
+    pub fn blocks(&self) -> Vec<Value> {
+        self.addresses
+            .iter()
+            .map(|ip| json!({ "cidr": format!("{ip}/32") }))
+            .collect()
+    }
+
+    /// The spec fields we own, and nothing else.
+    pub fn spec(&self) -> Value {
+        let mut spec = Map::new();
+        spec.insert("blocks".into(), Value::Array(self.blocks()));
+        spec.insert("disabled".into(), Value::Bool(false));
+        if let Some(selector) = &self.service_selector {
+            spec.insert(
+                "serviceSelector".into(),
+                serde_json::to_value(selector).unwrap_or(Value::Null),
+            );
+        }
+        Value::Object(spec)
+    }
+
+    /// The server-side apply body: apiVersion, kind, name and only the fields we own.
+    pub fn manifest(&self, api_version: &str) -> Value {
+        let mut metadata = Map::new();
+        metadata.insert("name".into(), Value::String(self.name.clone()));
+        metadata.insert("annotations".into(), json!(self.annotations));
+        if !self.labels.is_empty() {
+            metadata.insert("labels".into(), json!(self.labels));
+        }
+        json!({
+            "apiVersion": api_version,
+            "kind": POOL_KIND,
+            "metadata": Value::Object(metadata),
+            "spec": self.spec(),
+        })
+    }
+}
+
+/// Addresses that a write would add and remove.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PoolDiff {
+    pub added: Vec<Ipv4Addr>,
+    pub removed: Vec<Ipv4Addr>,
+    /// Blocks the live pool has that are not single addresses (ranges, wider
+    /// CIDRs, unparsable entries); applying our list replaces them.
+    pub foreign_blocks_removed: usize,
+}
+
+impl PoolDiff {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.foreign_blocks_removed == 0
+    }
+}
+
+/// The single addresses a live pool holds, and how many other blocks it has.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LiveAddresses {
+    pub addresses: BTreeSet<Ipv4Addr>,
+    pub foreign_blocks: usize,
+}
+
+/// Reads `spec.blocks` of a live pool. `/32` CIDRs and `start`-only (or
+/// `start == stop`) blocks are single addresses; anything else is foreign.
+pub fn live_addresses(live: &DynamicObject) -> LiveAddresses {
+    let mut result = LiveAddresses::default();
+    let Some(blocks) = live.data.pointer("/spec/blocks").and_then(Value::as_array) else {
+        return result;
+    };
+    for block in blocks {
+        match single_address(block) {
+            Some(ip) => {
+                result.addresses.insert(ip);
+            }
+            None => result.foreign_blocks += 1,
+        }
+    }
+    result
+}
+
+fn single_address(block: &Value) -> Option<Ipv4Addr> {
+    if let Some(cidr) = block.get("cidr").and_then(Value::as_str) {
+        let (ip, prefix) = cidr.split_once('/')?;
+        return (prefix == "32").then(|| ip.parse().ok()).flatten();
+    }
+    let start: Ipv4Addr = block.get("start")?.as_str()?.parse().ok()?;
+    match block.get("stop").and_then(Value::as_str) {
+        None => Some(start),
+        Some(stop) if stop.parse::<Ipv4Addr>().ok() == Some(start) => Some(start),
+        Some(_) => None,
+    }
+}
+
+/// What changes between the live pool (if any) and the desired one.
+pub fn diff(live: Option<&LiveAddresses>, desired: &DesiredPool) -> PoolDiff {
+    let empty = LiveAddresses::default();
+    let live = live.unwrap_or(&empty);
+    let wanted: BTreeSet<Ipv4Addr> = desired.addresses.iter().copied().collect();
+    PoolDiff {
+        added: wanted.difference(&live.addresses).copied().collect(),
+        removed: live.addresses.difference(&wanted).copied().collect(),
+        foreign_blocks_removed: live.foreign_blocks,
+    }
+}
+
+/// Why a write is needed; `None` from [`write_reason`] means the live pool
+/// already matches and nothing is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteReason {
+    Missing,
+    BlocksDiffer,
+    Disabled,
+    ServiceSelectorDiffers,
+    MetadataDiffers,
+    /// The pool matches but we have never applied it (for example it was
+    /// written by the Go version): one apply takes ownership so later
+    /// removals of our fields work.
+    NotOwned,
+    /// We once applied a field the configuration no longer asks for.
+    StaleOwnedField,
+}
+
+impl WriteReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteReason::Missing => "pool missing",
+            WriteReason::BlocksDiffer => "blocks differ",
+            WriteReason::Disabled => "pool disabled",
+            WriteReason::ServiceSelectorDiffers => "service selector differs",
+            WriteReason::MetadataDiffers => "annotations or labels differ",
+            WriteReason::NotOwned => "pool not yet owned by canada-kaktus",
+            WriteReason::StaleOwnedField => "a field canada-kaktus set earlier is no longer wanted",
+        }
+    }
+}
+
+/// Decides whether the live pool must be written to become `desired`.
+///
+/// Fields written by others (ArgoCD annotations, Cilium's status) are
+/// ignored; fields we applied earlier but no longer want count as a change,
+/// because only a new apply removes them.
+pub fn write_reason(live: Option<&DynamicObject>, desired: &DesiredPool) -> Option<WriteReason> {
+    let Some(live) = live else {
+        return Some(WriteReason::Missing);
+    };
+    let spec = live.data.get("spec");
+    let live_blocks = spec
+        .and_then(|s| s.get("blocks"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    if live_blocks != Value::Array(desired.blocks()) {
+        return Some(WriteReason::BlocksDiffer);
+    }
+    if spec
+        .and_then(|s| s.get("disabled"))
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        return Some(WriteReason::Disabled);
+    }
+    let live_selector = spec.and_then(|s| s.get("serviceSelector"));
+    if let Some(selector) = &desired.service_selector {
+        let wanted = serde_json::to_value(selector).unwrap_or(Value::Null);
+        if live_selector != Some(&wanted) {
+            return Some(WriteReason::ServiceSelectorDiffers);
+        }
+    }
+    if !contains_all(live.metadata.annotations.as_ref(), &desired.annotations)
+        || !contains_all(live.metadata.labels.as_ref(), &desired.labels)
+    {
+        return Some(WriteReason::MetadataDiffers);
+    }
+    let Some(owned) = owned_fields(live) else {
+        return Some(WriteReason::NotOwned);
+    };
+    let owns_stale_selector =
+        desired.service_selector.is_none() && owned.pointer("/f:spec/f:serviceSelector").is_some();
+    if owns_stale_selector
+        || !owned_keys(&owned, "f:annotations").is_subset(&key_set(&desired.annotations))
+        || !owned_keys(&owned, "f:labels").is_subset(&key_set(&desired.labels))
+    {
+        return Some(WriteReason::StaleOwnedField);
+    }
+    None
+}
+
+fn contains_all(
+    live: Option<&BTreeMap<String, String>>,
+    wanted: &BTreeMap<String, String>,
+) -> bool {
+    wanted
+        .iter()
+        .all(|(key, value)| live.and_then(|m| m.get(key)) == Some(value))
+}
+
+fn key_set(map: &BTreeMap<String, String>) -> BTreeSet<&str> {
+    map.keys().map(String::as_str).collect()
+}
+
+/// The `fieldsV1` set our apply owns, if we have applied this object before.
+fn owned_fields(live: &DynamicObject) -> Option<Value> {
+    live.metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .find(|entry| {
+            entry.manager.as_deref() == Some(FIELD_MANAGER)
+                && entry.operation.as_deref() == Some("Apply")
+        })
+        .and_then(|entry| entry.fields_v1.as_ref())
+        .map(|fields| fields.0.clone())
+}
+
+fn owned_keys<'a>(owned: &'a Value, section: &str) -> BTreeSet<&'a str> {
+    owned
+        .get("f:metadata")
+        .and_then(|m| m.get(section))
+        .and_then(Value::as_object)
+        .map(|keys| keys.keys().filter_map(|k| k.strip_prefix("f:")).collect())
+        .unwrap_or_default()
+}
+
+/// Cilium's verdict on the pool, from `status.conditions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConflict {
+    pub reason: String,
+    pub message: String,
+}
+
+/// Returns the `cilium.io/PoolConflict` condition when it is `True`: Cilium
+/// then disables every block of the pool.
+pub fn pool_conflict(live: &DynamicObject) -> Option<PoolConflict> {
+    live.data
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| {
+            c.get("type").and_then(Value::as_str) == Some("cilium.io/PoolConflict")
+                && c.get("status").and_then(Value::as_str) == Some("True")
+        })
+        .map(|c| PoolConflict {
+            reason: c
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            message: c
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        FieldsV1, ManagedFieldsEntry, ObjectMeta,
+    };
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn template() -> PoolTemplate {
+        PoolTemplate {
+            name: "covidnetes-pool".into(),
+            ..Default::default()
+        }
+    }
+
+    /// A live object as the API server would return it after our apply.
+    fn applied(desired: &DesiredPool) -> DynamicObject {
+        let manifest = desired.manifest("cilium.io/v2");
+        let mut owned = json!({"f:metadata": {"f:annotations": {}}, "f:spec": {"f:blocks": {}, "f:disabled": {}}});
+        for key in desired.annotations.keys() {
+            owned["f:metadata"]["f:annotations"][format!("f:{key}")] = json!({});
+        }
+        if !desired.labels.is_empty() {
+            owned["f:metadata"]["f:labels"] = json!({});
+            for key in desired.labels.keys() {
+                owned["f:metadata"]["f:labels"][format!("f:{key}")] = json!({});
+            }
+        }
+        if desired.service_selector.is_some() {
+            owned["f:spec"]["f:serviceSelector"] = json!({});
+        }
+        DynamicObject {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some(desired.name.clone()),
+                annotations: Some(desired.annotations.clone()),
+                labels: (!desired.labels.is_empty()).then(|| desired.labels.clone()),
+                resource_version: Some("7".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some(FIELD_MANAGER.into()),
+                    operation: Some("Apply".into()),
+                    fields_v1: Some(FieldsV1(owned)),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            data: json!({ "spec": manifest["spec"].clone() }),
+        }
+    }
+
+    #[test]
+    fn render_deduplicates_and_sorts_numerically() {
+        let pool = render(
+            &template(),
+            [
+                ip("10.0.0.10"),
+                ip("10.0.0.9"),
+                ip("10.0.0.10"),
+                ip("9.255.255.255"),
+            ],
+        );
+        assert_eq!(
+            pool.addresses,
+            vec![ip("9.255.255.255"), ip("10.0.0.9"), ip("10.0.0.10")]
+        );
+        assert_eq!(
+            pool.blocks(),
+            vec![
+                json!({"cidr": "9.255.255.255/32"}),
+                json!({"cidr": "10.0.0.9/32"}),
+                json!({"cidr": "10.0.0.10/32"}),
+            ]
+        );
+    }
+
+    #[test]
+    fn render_gives_the_same_bytes_for_the_same_servers_in_any_order() {
+        let a = render(&template(), [ip("1.2.3.4"), ip("5.6.7.8")]).manifest("cilium.io/v2");
+        let b = render(&template(), [ip("5.6.7.8"), ip("1.2.3.4")]).manifest("cilium.io/v2");
+        assert_eq!(
+            serde_json::to_vec(&a).unwrap(),
+            serde_json::to_vec(&b).unwrap()
+        );
+    }
+
+    #[test]
+    fn manifest_holds_only_owned_fields_with_managed_by_and_configured_metadata() {
+        let mut t = template();
+        t.annotations
+            .insert("argocd.argoproj.io/tracking-id".into(), "x".into());
+        t.labels.insert("team".into(), "net".into());
+        let manifest = render(&t, [ip("192.168.1.100")]).manifest("cilium.io/v2alpha1");
+        assert_eq!(
+            manifest,
+            json!({
+                "apiVersion": "cilium.io/v2alpha1",
+                "kind": "CiliumLoadBalancerIPPool",
+                "metadata": {
+                    "name": "covidnetes-pool",
+                    "annotations": {"argocd.argoproj.io/tracking-id": "x", "managed-by": "canada-kaktus"},
+                    "labels": {"team": "net"},
+                },
+                "spec": {"blocks": [{"cidr": "192.168.1.100/32"}], "disabled": false},
+            })
+        );
+    }
+
+    #[test]
+    fn managed_by_cannot_be_overridden_by_configuration() {
+        let mut t = template();
+        t.annotations
+            .insert(MANAGED_BY_KEY.into(), "someone-else".into());
+        let pool = render(&t, [ip("1.1.1.1")]);
+        assert_eq!(pool.annotations[MANAGED_BY_KEY], MANAGED_BY_VALUE);
+    }
+
+    #[test]
+    fn manifest_carries_the_service_selector() {
+        let mut t = template();
+        t.service_selector = Some(KubeLabelSelector {
+            match_labels: Some(BTreeMap::from([("color".to_owned(), "blue".to_owned())])),
+            match_expressions: None,
+        });
+        let manifest = render(&t, [ip("1.1.1.1")]).manifest("cilium.io/v2");
+        assert_eq!(
+            manifest["spec"]["serviceSelector"],
+            json!({"matchLabels": {"color": "blue"}})
+        );
+    }
+
+    #[test]
+    fn diff_names_added_removed_and_foreign_blocks() {
+        let live = DynamicObject {
+            types: None,
+            metadata: ObjectMeta::default(),
+            data: json!({"spec": {"blocks": [
+                {"cidr": "1.1.1.1/32"},
+                {"cidr": "2.2.2.2/32"},
+                {"start": "3.3.3.3"},
+                {"start": "4.4.4.4", "stop": "4.4.4.4"},
+                {"cidr": "10.0.0.0/24"},
+                {"start": "5.5.5.1", "stop": "5.5.5.9"},
+            ]}}),
+        };
+        let live = live_addresses(&live);
+        assert_eq!(live.foreign_blocks, 2);
+        let desired = render(&template(), [ip("2.2.2.2"), ip("3.3.3.3"), ip("6.6.6.6")]);
+        let d = diff(Some(&live), &desired);
+        assert_eq!(d.added, vec![ip("6.6.6.6")]);
+        assert_eq!(d.removed, vec![ip("1.1.1.1"), ip("4.4.4.4")]);
+        assert_eq!(d.foreign_blocks_removed, 2);
+        assert!(!d.is_empty());
+    }
+
+    #[test]
+    fn diff_against_a_missing_pool_adds_everything() {
+        let desired = render(&template(), [ip("2.2.2.2")]);
+        let d = diff(None, &desired);
+        assert_eq!(d.added, vec![ip("2.2.2.2")]);
+        assert!(d.removed.is_empty());
+    }
+
+    #[test]
+    fn no_write_when_the_live_pool_matches() {
+        let desired = render(&template(), [ip("1.1.1.1"), ip("2.2.2.2")]);
+        assert_eq!(write_reason(Some(&applied(&desired)), &desired), None);
+    }
+
+    #[test]
+    fn missing_pool_is_written() {
+        let desired = render(&template(), [ip("1.1.1.1")]);
+        assert_eq!(write_reason(None, &desired), Some(WriteReason::Missing));
+    }
+
+    #[test]
+    fn edited_or_reordered_blocks_are_written() {
+        let desired = render(&template(), [ip("1.1.1.1"), ip("2.2.2.2")]);
+        let mut live = applied(&desired);
+        live.data["spec"]["blocks"] = json!([{"cidr": "2.2.2.2/32"}, {"cidr": "1.1.1.1/32"}]);
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::BlocksDiffer)
+        );
+        live.data["spec"]["blocks"] = json!([{"cidr": "1.1.1.1/32"}]);
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::BlocksDiffer)
+        );
+    }
+
+    #[test]
+    fn a_disabled_pool_is_written() {
+        let desired = render(&template(), [ip("1.1.1.1")]);
+        let mut live = applied(&desired);
+        live.data["spec"]["disabled"] = json!(true);
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::Disabled)
+        );
+    }
+
+    #[test]
+    fn foreign_metadata_and_status_do_not_cause_a_write() {
+        let desired = render(&template(), [ip("1.1.1.1")]);
+        let mut live = applied(&desired);
+        live.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("argocd.argoproj.io/tracking-id".into(), "app:x".into());
+        live.metadata.labels = Some(BTreeMap::from([("owner".into(), "argocd".into())]));
+        live.data["status"] =
+            json!({"conditions": [{"type": "cilium.io/IPsTotal", "status": "Unknown"}]});
+        assert_eq!(write_reason(Some(&live), &desired), None);
+    }
+
+    #[test]
+    fn a_changed_annotation_value_is_written() {
+        let mut t = template();
+        t.annotations.insert("team".into(), "a".into());
+        let desired = render(&t, [ip("1.1.1.1")]);
+        let mut live = applied(&desired);
+        live.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "b".into());
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::MetadataDiffers)
+        );
+    }
+
+    #[test]
+    fn a_pool_never_applied_by_us_is_adopted_once() {
+        let desired = render(&template(), [ip("1.1.1.1")]);
+        let mut live = applied(&desired);
+        live.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("canada-kaktus-go".into()),
+            operation: Some("Update".into()),
+            ..Default::default()
+        }]);
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::NotOwned)
+        );
+    }
+
+    #[test]
+    fn an_annotation_we_applied_but_no_longer_want_is_removed_by_a_write() {
+        let mut before = template();
+        before.annotations.insert("old".into(), "x".into());
+        let live = applied(&render(&before, [ip("1.1.1.1")]));
+        let desired = render(&template(), [ip("1.1.1.1")]);
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::StaleOwnedField)
+        );
+    }
+
+    #[test]
+    fn a_service_selector_we_applied_but_no_longer_want_is_removed_by_a_write() {
+        let mut before = template();
+        before.service_selector = Some(KubeLabelSelector::default());
+        let live = applied(&render(&before, [ip("1.1.1.1")]));
+        let desired = render(&template(), [ip("1.1.1.1")]);
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::StaleOwnedField)
+        );
+    }
+
+    #[test]
+    fn a_changed_service_selector_is_written() {
+        let mut t = template();
+        t.service_selector = Some(KubeLabelSelector {
+            match_labels: Some(BTreeMap::from([("a".into(), "b".into())])),
+            match_expressions: None,
+        });
+        let desired = render(&t, [ip("1.1.1.1")]);
+        let mut live = applied(&desired);
+        live.data["spec"]["serviceSelector"] = json!({"matchLabels": {"a": "c"}});
+        assert_eq!(
+            write_reason(Some(&live), &desired),
+            Some(WriteReason::ServiceSelectorDiffers)
+        );
+    }
+
+    #[test]
+    fn pool_conflict_is_read_only_when_true() {
+        let mut live = applied(&render(&template(), [ip("1.1.1.1")]));
+        live.data["status"] = json!({"conditions": [
+            {"type": "cilium.io/PoolConflict", "status": "False", "reason": "", "message": ""},
+        ]});
+        assert_eq!(pool_conflict(&live), None);
+        live.data["status"]["conditions"][0] = json!({
+            "type": "cilium.io/PoolConflict", "status": "True",
+            "reason": "cidr_overlap", "message": "Pool overlaps with CIDR of other-pool"
+        });
+        assert_eq!(
+            pool_conflict(&live),
+            Some(PoolConflict {
+                reason: "cidr_overlap".into(),
+                message: "Pool overlaps with CIDR of other-pool".into()
+            })
+        );
+    }
+}

@@ -1,0 +1,326 @@
+//! One reconcile: Hetzner listing → desired pool → guards → apply if changed.
+
+use std::fmt;
+
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+
+use crate::apply::{PoolApiError, PoolClient};
+use crate::config::{Settings, TokenError};
+use crate::guard::{self, Refusal};
+use crate::hetzner::{HetznerClient, HetznerError, ServerListing};
+use crate::pool::{self, DesiredPool, PoolConflict, PoolDiff, PoolTemplate, WriteReason};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("cannot read the Hetzner API token: {0}")]
+    Token(#[from] TokenError),
+    #[error("listing Hetzner servers failed, pool left unchanged: {0}")]
+    Hetzner(#[from] HetznerError),
+    #[error("{0}")]
+    Refused(#[from] Refusal),
+    #[error("{0}")]
+    Kube(#[from] PoolApiError),
+    #[error(
+        "Cilium disabled pool {name} because of a conflict ({reason}): {message}; another \
+         CiliumLoadBalancerIPPool overlaps these addresses, remove the overlap"
+    )]
+    PoolConflict {
+        name: String,
+        reason: String,
+        message: String,
+    },
+    #[error("the cycle took longer than {seconds}s and was abandoned; pool left unchanged")]
+    TimedOut { seconds: u64 },
+}
+
+impl ReconcileError {
+    /// A short, stable label for metrics and the summary log line.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ReconcileError::Token(_) => "token",
+            ReconcileError::Hetzner(e) => e.metric_label(),
+            ReconcileError::Refused(r) => r.metric_label(),
+            ReconcileError::Kube(e) => e.metric_label(),
+            ReconcileError::PoolConflict { .. } => "pool_conflict",
+            ReconcileError::TimedOut { .. } => "cycle_timeout",
+        }
+    }
+}
+
+/// What a full cycle or a repair did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CycleReport {
+    pub kind: CycleKind,
+    /// `None` for a repair, which reuses the last listing.
+    pub listing: Option<ListingSummary>,
+    pub addresses: usize,
+    pub diff: PoolDiff,
+    pub written: Option<WriteReason>,
+    pub api_version: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CycleKind {
+    /// Listed Hetzner, then converged the pool.
+    Full,
+    /// Re-applied the last good listing after someone changed the pool.
+    Repair,
+}
+
+impl fmt::Display for CycleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CycleKind::Full => "full",
+            CycleKind::Repair => "repair",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListingSummary {
+    pub servers_matched: usize,
+    pub servers_skipped: usize,
+    pub hetzner_requests: u32,
+}
+
+impl ListingSummary {
+    fn of(listing: &ServerListing) -> Self {
+        Self {
+            servers_matched: listing.servers.len() + listing.skipped.len(),
+            servers_skipped: listing.skipped.len(),
+            hetzner_requests: listing.requests,
+        }
+    }
+}
+
+pub fn template_from(settings: &Settings) -> PoolTemplate {
+    PoolTemplate {
+        name: settings.pool_name.clone(),
+        annotations: settings.pool_annotations.clone(),
+        labels: settings.pool_labels.clone(),
+        service_selector: settings
+            .pool_service_selector
+            .as_ref()
+            .map(|s| s.to_kubernetes()),
+    }
+}
+
+/// Lists Hetzner and renders the desired pool, or fails without touching anything.
+pub async fn desired_from_hetzner(
+    hetzner: &HetznerClient,
+    settings: &Settings,
+) -> Result<(DesiredPool, ListingSummary), ReconcileError> {
+    let token = settings.token.read()?;
+    let listing = hetzner
+        .list_servers(&token, &settings.label_selector.to_string())
+        .await?;
+    let summary = ListingSummary::of(&listing);
+    let desired = pool::render(
+        &template_from(settings),
+        listing.servers.iter().map(|s| s.ipv4),
+    );
+    guard::check(&desired, summary.servers_matched, summary.servers_skipped)?;
+    Ok((desired, summary))
+}
+
+/// Owns the clients and the last desired pool; driven by the controller loop
+/// one call at a time.
+pub struct Reconciler {
+    hetzner: HetznerClient,
+    pools: PoolClient,
+    /// The pool rendered from the last complete listing, used to repair the
+    /// pool at once after someone edits it without spending Hetzner requests.
+    last_desired: Option<DesiredPool>,
+}
+
+impl Reconciler {
+    pub fn new(hetzner: HetznerClient, pools: PoolClient) -> Self {
+        Self {
+            hetzner,
+            pools,
+            last_desired: None,
+        }
+    }
+
+    pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
+        self.hetzner = hetzner;
+    }
+
+    pub fn pools(&self) -> &PoolClient {
+        &self.pools
+    }
+
+    pub fn last_desired(&self) -> Option<&DesiredPool> {
+        self.last_desired.as_ref()
+    }
+
+    /// The API version found by the last discovery.
+    pub fn resource(&self) -> Option<ApiResource> {
+        self.pools.cached_resource()
+    }
+
+    pub async fn full(&mut self, settings: &Settings) -> Result<CycleReport, ReconcileError> {
+        let (desired, summary) = desired_from_hetzner(&self.hetzner, settings).await?;
+        let resource = self
+            .pools
+            .refresh_resource(settings.cilium_api_version)
+            .await?;
+        // Remember the listing before writing: a failed write must not make a
+        // later repair fall back to an older listing.
+        self.last_desired = Some(desired.clone());
+        let mut report = self.converge(&resource, &desired, CycleKind::Full).await?;
+        report.listing = Some(summary);
+        Ok(report)
+    }
+
+    /// Re-applies the last desired pool; `None` when no listing succeeded yet
+    /// (the caller then runs a full cycle).
+    pub async fn repair(&mut self) -> Result<Option<CycleReport>, ReconcileError> {
+        let Some(desired) = self.last_desired.clone() else {
+            return Ok(None);
+        };
+        let resource = self.pools.resource().await?;
+        self.converge(&resource, &desired, CycleKind::Repair)
+            .await
+            .map(Some)
+    }
+
+    async fn converge(
+        &self,
+        resource: &ApiResource,
+        desired: &DesiredPool,
+        kind: CycleKind,
+    ) -> Result<CycleReport, ReconcileError> {
+        let live = self.pools.get(resource, &desired.name).await?;
+        let reason = pool::write_reason(live.as_ref(), desired);
+        let diff = pool::diff(live.as_ref().map(pool::live_addresses).as_ref(), desired);
+        match reason {
+            Some(reason) => {
+                self.pools.apply(resource, desired).await?;
+                Ok(CycleReport {
+                    kind,
+                    listing: None,
+                    addresses: desired.addresses.len(),
+                    diff,
+                    written: Some(reason),
+                    api_version: resource.api_version.clone(),
+                })
+            }
+            None => {
+                // Cilium's status describes the spec we would have written, so a
+                // conflict it reports is current and the operator must hear of it.
+                if let Some(conflict) = live.as_ref().and_then(pool::pool_conflict) {
+                    return Err(conflict_error(&desired.name, conflict));
+                }
+                Ok(CycleReport {
+                    kind,
+                    listing: None,
+                    addresses: desired.addresses.len(),
+                    diff,
+                    written: None,
+                    api_version: resource.api_version.clone(),
+                })
+            }
+        }
+    }
+}
+
+fn conflict_error(name: &str, conflict: PoolConflict) -> ReconcileError {
+    ReconcileError::PoolConflict {
+        name: name.to_owned(),
+        reason: conflict.reason,
+        message: conflict.message,
+    }
+}
+
+/// Whether a watch event on the pool calls for a repair: someone changed a
+/// field we own, deleted the pool, or Cilium's conflict verdict changed.
+pub fn event_needs_repair(
+    live: Option<&DynamicObject>,
+    desired: &DesiredPool,
+    known_conflict: bool,
+) -> bool {
+    if pool::write_reason(live, desired).is_some() {
+        return true;
+    }
+    let conflict_now = live.and_then(pool::pool_conflict).is_some();
+    conflict_now != known_conflict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{render, FIELD_MANAGER};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        FieldsV1, ManagedFieldsEntry, ObjectMeta,
+    };
+    use serde_json::json;
+
+    fn desired() -> DesiredPool {
+        render(
+            &PoolTemplate {
+                name: "p".into(),
+                ..Default::default()
+            },
+            ["1.1.1.1".parse().unwrap()],
+        )
+    }
+
+    fn live_matching(desired: &DesiredPool) -> DynamicObject {
+        DynamicObject {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                annotations: Some(desired.annotations.clone()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some(FIELD_MANAGER.into()),
+                    operation: Some("Apply".into()),
+                    fields_v1: Some(FieldsV1(json!({
+                        "f:metadata": {"f:annotations": {"f:managed-by": {}}},
+                        "f:spec": {"f:blocks": {}, "f:disabled": {}}
+                    }))),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            data: json!({"spec": desired.spec()}),
+        }
+    }
+
+    #[test]
+    fn our_own_write_seen_by_the_watch_needs_no_repair() {
+        let d = desired();
+        assert!(!event_needs_repair(Some(&live_matching(&d)), &d, false));
+    }
+
+    #[test]
+    fn a_status_only_change_by_cilium_needs_no_repair() {
+        let d = desired();
+        let mut live = live_matching(&d);
+        live.data["status"] =
+            json!({"conditions": [{"type": "cilium.io/IPsUsed", "status": "True"}]});
+        assert!(!event_needs_repair(Some(&live), &d, false));
+    }
+
+    #[test]
+    fn an_edit_or_a_delete_needs_a_repair() {
+        let d = desired();
+        let mut live = live_matching(&d);
+        live.data["spec"]["blocks"] = json!([]);
+        assert!(event_needs_repair(Some(&live), &d, false));
+        assert!(event_needs_repair(None, &d, false));
+    }
+
+    #[test]
+    fn a_new_or_cleared_conflict_is_reported() {
+        let d = desired();
+        let mut live = live_matching(&d);
+        live.data["status"] = json!({"conditions": [
+            {"type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap", "message": "m"}
+        ]});
+        assert!(event_needs_repair(Some(&live), &d, false));
+        assert!(!event_needs_repair(Some(&live), &d, true));
+        assert!(event_needs_repair(Some(&live_matching(&d)), &d, true));
+    }
+}

@@ -1,0 +1,1046 @@
+//! Label selectors in the syntax Hetzner Cloud and Kubernetes share.
+//!
+//! The selector decides which servers' addresses end up in the pool, so it is
+//! validated here, before any request, with errors that point at the exact
+//! character; Hetzner's own 422 answer would only say "invalid input".
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+
+/// Maximum lengths from the Kubernetes label rules, which Hetzner follows.
+const MAX_PREFIX: usize = 253;
+const MAX_NAME: usize = 63;
+const MAX_VALUE: usize = 63;
+
+/// Error messages echo user input; a pasted megabyte must not become a
+/// megabyte log line.
+const MAX_ECHO: usize = 64;
+
+/// One condition of a selector; all conditions must hold (comma = AND).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Requirement {
+    /// `key=value` or `key==value`.
+    Equals { key: String, value: String },
+    /// `key!=value`; like Kubernetes, also true when the key is absent.
+    NotEquals { key: String, value: String },
+    /// `key`.
+    Exists { key: String },
+    /// `!key`.
+    NotExists { key: String },
+    /// `key in (a,b)`.
+    In { key: String, values: Vec<String> },
+    /// `key notin (a,b)`; also true when the key is absent.
+    NotIn { key: String, values: Vec<String> },
+}
+
+impl Requirement {
+    pub fn key(&self) -> &str {
+        match self {
+            Requirement::Equals { key, .. }
+            | Requirement::NotEquals { key, .. }
+            | Requirement::Exists { key }
+            | Requirement::NotExists { key }
+            | Requirement::In { key, .. }
+            | Requirement::NotIn { key, .. } => key,
+        }
+    }
+
+    /// Evaluates the requirement against a label set, with Kubernetes semantics.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Requirement::Equals { key, value } => labels.get(key) == Some(value),
+            Requirement::NotEquals { key, value } => labels.get(key) != Some(value),
+            Requirement::Exists { key } => labels.contains_key(key),
+            Requirement::NotExists { key } => !labels.contains_key(key),
+            Requirement::In { key, values } => labels.get(key).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn { key, values } => {
+                labels.get(key).is_none_or(|v| !values.contains(v))
+            }
+        }
+    }
+
+    fn validate(&self) -> Result<(), SelectorError> {
+        let key = self.key();
+        check_label_key(key).map_err(|problem| SelectorError::InvalidKey {
+            key: key.to_owned(),
+            position: None,
+            problem,
+        })?;
+        let values: &[String] = match self {
+            Requirement::Equals { value, .. } | Requirement::NotEquals { value, .. } => {
+                std::slice::from_ref(value)
+            }
+            Requirement::In { values, .. } | Requirement::NotIn { values, .. } => {
+                if values.is_empty() {
+                    return Err(SelectorError::EmptyList {
+                        key: key.to_owned(),
+                        position: None,
+                    });
+                }
+                values
+            }
+            Requirement::Exists { .. } | Requirement::NotExists { .. } => &[],
+        };
+        for value in values {
+            check_label_value(value).map_err(|problem| SelectorError::InvalidValue {
+                value: value.clone(),
+                position: None,
+                problem,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Requirement::Equals { key, value } => write!(f, "{key}={value}"),
+            Requirement::NotEquals { key, value } => write!(f, "{key}!={value}"),
+            Requirement::Exists { key } => f.write_str(key),
+            Requirement::NotExists { key } => write!(f, "!{key}"),
+            Requirement::In { key, values } => write!(f, "{key} in ({})", values.join(",")),
+            Requirement::NotIn { key, values } => write!(f, "{key} notin ({})", values.join(",")),
+        }
+    }
+}
+
+/// A parsed, validated, non-empty label selector.
+///
+/// `Display` gives the canonical form that is sent to Hetzner; parsing the
+/// canonical form gives the same selector back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LabelSelector {
+    requirements: Vec<Requirement>,
+}
+
+impl LabelSelector {
+    /// Builds a selector from requirements, applying the same checks as parsing.
+    pub fn new(requirements: Vec<Requirement>) -> Result<Self, SelectorError> {
+        if requirements.is_empty() {
+            return Err(SelectorError::Empty);
+        }
+        for requirement in &requirements {
+            requirement.validate()?;
+        }
+        Ok(Self { requirements })
+    }
+
+    pub fn requirements(&self) -> &[Requirement] {
+        &self.requirements
+    }
+
+    /// True when every requirement holds for `labels`.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+
+    /// The same selection as a Kubernetes `LabelSelector` (for the pool's
+    /// `spec.serviceSelector`).
+    pub fn to_kubernetes(&self) -> meta::LabelSelector {
+        let mut match_labels = BTreeMap::new();
+        let mut match_expressions = Vec::new();
+        let expression = |key: &str, operator: &str, values: Option<Vec<String>>| {
+            meta::LabelSelectorRequirement {
+                key: key.to_owned(),
+                operator: operator.to_owned(),
+                values,
+            }
+        };
+        for requirement in &self.requirements {
+            match requirement {
+                Requirement::Equals { key, value } => match match_labels.get(key) {
+                    None => {
+                        match_labels.insert(key.clone(), value.clone());
+                    }
+                    Some(existing) if existing == value => {}
+                    // matchLabels holds one value per key; a second, contradictory
+                    // equality must still be kept so the selector matches nothing,
+                    // exactly like the original.
+                    Some(_) => {
+                        match_expressions.push(expression(key, "In", Some(vec![value.clone()])))
+                    }
+                },
+                Requirement::NotEquals { key, value } => {
+                    match_expressions.push(expression(key, "NotIn", Some(vec![value.clone()])))
+                }
+                Requirement::Exists { key } => {
+                    match_expressions.push(expression(key, "Exists", None))
+                }
+                Requirement::NotExists { key } => {
+                    match_expressions.push(expression(key, "DoesNotExist", None))
+                }
+                Requirement::In { key, values } => {
+                    match_expressions.push(expression(key, "In", Some(values.clone())))
+                }
+                Requirement::NotIn { key, values } => {
+                    match_expressions.push(expression(key, "NotIn", Some(values.clone())))
+                }
+            }
+        }
+        meta::LabelSelector {
+            match_labels: (!match_labels.is_empty()).then_some(match_labels),
+            match_expressions: (!match_expressions.is_empty()).then_some(match_expressions),
+        }
+    }
+}
+
+impl fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, requirement) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{requirement}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for LabelSelector {
+    type Err = SelectorError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Parser::new(s).parse()
+    }
+}
+
+impl serde::Serialize for LabelSelector {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LabelSelector {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why a selector was rejected. Positions count characters from 1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error(
+        "the label selector is empty; an empty selector would match every server in the Hetzner \
+         project, so one is required (for example kops.k8s.io/instance-role=Node)"
+    )]
+    Empty,
+    #[error("unexpected {found} at position {position}; expected {expected}")]
+    Unexpected {
+        /// The offending character or word, already quoted.
+        found: String,
+        position: usize,
+        expected: &'static str,
+    },
+    #[error("the selector ends too early after position {position}; expected {expected}")]
+    UnexpectedEnd {
+        position: usize,
+        expected: &'static str,
+    },
+    #[error("\"(\" at position {position} is never closed; add \")\" after the last value")]
+    UnclosedParenthesis { position: usize },
+    #[error("label key {}{} {problem}", quote(.key), at(.position))]
+    InvalidKey {
+        key: String,
+        position: Option<usize>,
+        problem: LabelProblem,
+    },
+    #[error("value {}{} {problem}", quote(.value), at(.position))]
+    InvalidValue {
+        value: String,
+        position: Option<usize>,
+        problem: LabelProblem,
+    },
+    #[error(
+        "the value list for {}{} is empty; give at least one value, e.g. {} in (a,b)",
+        quote(.key), at(.position), .key
+    )]
+    EmptyList {
+        key: String,
+        position: Option<usize>,
+    },
+    #[error("empty value at position {position} in a value list; remove the extra \",\"")]
+    EmptyListValue { position: usize },
+}
+
+fn at(position: &Option<usize>) -> String {
+    position
+        .map(|p| format!(" at position {p}"))
+        .unwrap_or_default()
+}
+
+/// Quotes (and escapes) user input for an error message, shortened if long.
+pub(crate) fn quote(s: &str) -> String {
+    if s.chars().count() > MAX_ECHO {
+        let head: String = s.chars().take(MAX_ECHO - 4).collect();
+        format!("{head:?}… ({} characters)", s.chars().count())
+    } else {
+        format!("{s:?}")
+    }
+}
+
+/// Which part of a label a [`LabelProblem`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LabelPart {
+    Prefix,
+    Name,
+    Value,
+    DnsName,
+}
+
+impl LabelPart {
+    fn noun(self) -> &'static str {
+        match self {
+            LabelPart::Prefix => "the prefix",
+            LabelPart::Name => "the name",
+            LabelPart::Value => "a label value",
+            LabelPart::DnsName => "a DNS name",
+        }
+    }
+
+    fn allowed(self) -> &'static str {
+        match self {
+            LabelPart::Prefix | LabelPart::DnsName => {
+                "lowercase letters a-z, digits 0-9, \"-\" and \".\""
+            }
+            LabelPart::Name | LabelPart::Value => {
+                "letters A-Z and a-z, digits 0-9, \"-\", \"_\" and \".\""
+            }
+        }
+    }
+}
+
+/// What is wrong with a label key, label value or DNS name. Displays as a
+/// phrase that follows the quoted text ("label key \"x/\" has an empty name …").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelProblem {
+    #[error("is empty")]
+    Empty,
+    #[error("has an empty prefix before \"/\"; remove the \"/\" or put a DNS name before it")]
+    EmptyPrefix,
+    #[error("has an empty name after the prefix")]
+    EmptyName,
+    #[error(
+        "contains more than one \"/\"; a key is an optional DNS-name prefix, \"/\" and a name"
+    )]
+    TooManySlashes,
+    #[error("is too long: {} has {len} characters, at most {max} are allowed", .part.noun())]
+    TooLong {
+        part: LabelPart,
+        len: usize,
+        max: usize,
+    },
+    #[error(
+        "contains {} (character {index}), which {} may not contain; use {}",
+        quote(&.ch.to_string()), .part.noun(), .part.allowed()
+    )]
+    BadCharacter {
+        part: LabelPart,
+        ch: char,
+        index: usize,
+    },
+    #[error("{}", edge_rule(*.part))]
+    BadEdge { part: LabelPart },
+    #[error("has an empty part between dots")]
+    EmptyDnsPart,
+}
+
+fn edge_rule(part: LabelPart) -> &'static str {
+    match part {
+        LabelPart::Prefix => {
+            "must start and end each dot-separated part of its prefix with a letter or digit"
+        }
+        LabelPart::DnsName => "must start and end each dot-separated part with a letter or digit",
+        LabelPart::Name => "must start and end its name with a letter or digit",
+        LabelPart::Value => "must start and end with a letter or digit",
+    }
+}
+
+/// Checks a label (or annotation) key: `[prefix/]name` as Kubernetes defines it.
+pub fn check_label_key(key: &str) -> Result<(), LabelProblem> {
+    if key.is_empty() {
+        return Err(LabelProblem::Empty);
+    }
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        if name.contains('/') {
+            return Err(LabelProblem::TooManySlashes);
+        }
+        if prefix.is_empty() {
+            return Err(LabelProblem::EmptyPrefix);
+        }
+        check_dns(prefix, LabelPart::Prefix, MAX_PREFIX)?;
+    }
+    if name.is_empty() {
+        return Err(LabelProblem::EmptyName);
+    }
+    check_word(name, LabelPart::Name, MAX_NAME)
+}
+
+/// Checks a label value; the empty value is valid.
+pub fn check_label_value(value: &str) -> Result<(), LabelProblem> {
+    if value.is_empty() {
+        return Ok(());
+    }
+    check_word(value, LabelPart::Value, MAX_VALUE)
+}
+
+/// Checks a DNS-1123 subdomain, the rule for most Kubernetes object names.
+pub fn check_dns_subdomain(name: &str) -> Result<(), LabelProblem> {
+    if name.is_empty() {
+        return Err(LabelProblem::Empty);
+    }
+    check_dns(name, LabelPart::DnsName, MAX_PREFIX)
+}
+
+fn check_word(text: &str, part: LabelPart, max: usize) -> Result<(), LabelProblem> {
+    for (i, ch) in text.chars().enumerate() {
+        if !(ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_' | '.')) {
+            return Err(LabelProblem::BadCharacter {
+                part,
+                ch,
+                index: i + 1,
+            });
+        }
+    }
+    // All ASCII from here on, so byte length equals character count.
+    if text.len() > max {
+        return Err(LabelProblem::TooLong {
+            part,
+            len: text.len(),
+            max,
+        });
+    }
+    let alnum_edges = text
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphanumeric())
+        && text
+            .bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    if !alnum_edges {
+        return Err(LabelProblem::BadEdge { part });
+    }
+    Ok(())
+}
+
+fn check_dns(text: &str, part: LabelPart, max: usize) -> Result<(), LabelProblem> {
+    for (i, ch) in text.chars().enumerate() {
+        if !(ch.is_ascii_lowercase() || ch.is_ascii_digit() || matches!(ch, '-' | '.')) {
+            return Err(LabelProblem::BadCharacter {
+                part,
+                ch,
+                index: i + 1,
+            });
+        }
+    }
+    if text.len() > max {
+        return Err(LabelProblem::TooLong {
+            part,
+            len: text.len(),
+            max,
+        });
+    }
+    for piece in text.split('.') {
+        if piece.is_empty() {
+            return Err(LabelProblem::EmptyDnsPart);
+        }
+        if piece.starts_with('-') || piece.ends_with('-') {
+            return Err(LabelProblem::BadEdge { part });
+        }
+    }
+    Ok(())
+}
+
+const EXPECT_KEY: &str = "a label key or \"!\"";
+const EXPECT_KEY_AFTER_BANG: &str = "a label key after \"!\"";
+const EXPECT_OPERATOR: &str = "\",\", \"=\", \"==\", \"!=\", \"in\" or \"notin\"";
+const EXPECT_NEXT: &str = "\",\" or the end of the selector";
+const EXPECT_OPEN: &str = "\"(\" to start the value list";
+const EXPECT_REQUIREMENT: &str = "another requirement after \",\"";
+
+/// Characters that end a key or a keyword.
+fn is_delimiter(ch: char) -> bool {
+    ch.is_whitespace() || matches!(ch, '=' | '!' | ',' | '(' | ')')
+}
+
+/// A hand-written scanner over characters: no recursion and no indexing that
+/// can go out of bounds, so no input can make it panic.
+struct Parser {
+    chars: Vec<char>,
+    /// Index of the next character (0-based); reported positions are `pos + 1`.
+    pos: usize,
+}
+
+impl Parser {
+    fn new(input: &str) -> Self {
+        Self {
+            chars: input.chars().collect(),
+            pos: 0,
+        }
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.pos).copied()
+    }
+
+    fn peek_second(&self) -> Option<char> {
+        self.chars.get(self.pos + 1).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while self.peek().is_some_and(char::is_whitespace) {
+            self.pos += 1;
+        }
+    }
+
+    /// Reads a key or keyword; returns it with its 1-based position.
+    fn word(&mut self) -> (String, usize) {
+        let start = self.pos;
+        while self.peek().is_some_and(|c| !is_delimiter(c)) {
+            self.pos += 1;
+        }
+        (self.slice(start, self.pos), start + 1)
+    }
+
+    /// Reads raw text up to (not including) one of `stops` or the end, trimmed.
+    /// Values are taken whole so that `a b` or `a(b` is reported as one bad
+    /// value rather than as a confusing token error.
+    fn raw_until(&mut self, stops: &[char]) -> (String, usize) {
+        let start = self.pos;
+        while self.peek().is_some_and(|c| !stops.contains(&c)) {
+            self.pos += 1;
+        }
+        let mut first = start;
+        while first < self.pos && self.chars.get(first).is_some_and(|c| c.is_whitespace()) {
+            first += 1;
+        }
+        let mut end = self.pos;
+        while end > first && self.chars.get(end - 1).is_some_and(|c| c.is_whitespace()) {
+            end -= 1;
+        }
+        (self.slice(first, end), first + 1)
+    }
+
+    fn slice(&self, from: usize, to: usize) -> String {
+        self.chars
+            .get(from..to)
+            .map(|c| c.iter().collect())
+            .unwrap_or_default()
+    }
+
+    /// Reports what stands at the current position: a whole word if it is
+    /// one, else the single character, else the end.
+    fn unexpected(&self, expected: &'static str) -> SelectorError {
+        match self.peek() {
+            Some(ch) => SelectorError::Unexpected {
+                found: if is_delimiter(ch) {
+                    quote(&ch.to_string())
+                } else {
+                    let end = (self.pos..self.chars.len())
+                        .find(|&i| self.chars.get(i).is_none_or(|&c| is_delimiter(c)))
+                        .unwrap_or(self.chars.len());
+                    quote(&self.slice(self.pos, end))
+                },
+                position: self.pos + 1,
+                expected,
+            },
+            None => SelectorError::UnexpectedEnd {
+                position: self.pos,
+                expected,
+            },
+        }
+    }
+
+    fn parse(mut self) -> Result<LabelSelector, SelectorError> {
+        self.skip_whitespace();
+        if self.peek().is_none() {
+            return Err(SelectorError::Empty);
+        }
+        let mut requirements = Vec::new();
+        loop {
+            requirements.push(self.requirement()?);
+            self.skip_whitespace();
+            match self.peek() {
+                None => break,
+                Some(',') => {
+                    self.pos += 1;
+                    self.skip_whitespace();
+                    if self.peek().is_none() || self.peek() == Some(',') {
+                        return Err(self.unexpected(EXPECT_REQUIREMENT));
+                    }
+                }
+                Some(_) => return Err(self.unexpected(EXPECT_NEXT)),
+            }
+        }
+        Ok(LabelSelector { requirements })
+    }
+
+    fn key(&mut self, expected: &'static str) -> Result<String, SelectorError> {
+        let (key, position) = self.word();
+        if key.is_empty() {
+            return Err(self.unexpected(expected));
+        }
+        check_label_key(&key).map_err(|problem| SelectorError::InvalidKey {
+            key: key.clone(),
+            position: Some(position),
+            problem,
+        })?;
+        Ok(key)
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, SelectorError> {
+        self.skip_whitespace();
+        if self.peek() == Some('!') {
+            self.pos += 1;
+            self.skip_whitespace();
+            let key = self.key(EXPECT_KEY_AFTER_BANG)?;
+            return Ok(Requirement::NotExists { key });
+        }
+        let key = self.key(EXPECT_KEY)?;
+        self.skip_whitespace();
+        match self.peek() {
+            None | Some(',') => Ok(Requirement::Exists { key }),
+            Some('=') => {
+                self.pos += 1;
+                if self.peek() == Some('=') {
+                    self.pos += 1;
+                }
+                let value = self.single_value()?;
+                Ok(Requirement::Equals { key, value })
+            }
+            Some('!') if self.peek_second() == Some('=') => {
+                self.pos += 2;
+                let value = self.single_value()?;
+                Ok(Requirement::NotEquals { key, value })
+            }
+            Some(ch) if !is_delimiter(ch) => {
+                let before = self.pos;
+                let (word, _) = self.word();
+                let negated = match word.as_str() {
+                    "in" => false,
+                    "notin" => true,
+                    _ => {
+                        self.pos = before;
+                        return Err(self.unexpected(EXPECT_OPERATOR));
+                    }
+                };
+                let values = self.value_list(&key)?;
+                Ok(if negated {
+                    Requirement::NotIn { key, values }
+                } else {
+                    Requirement::In { key, values }
+                })
+            }
+            Some(_) => Err(self.unexpected(EXPECT_OPERATOR)),
+        }
+    }
+
+    fn single_value(&mut self) -> Result<String, SelectorError> {
+        let (value, position) = self.raw_until(&[',']);
+        check_label_value(&value).map_err(|problem| SelectorError::InvalidValue {
+            value: value.clone(),
+            position: Some(position),
+            problem,
+        })?;
+        Ok(value)
+    }
+
+    fn value_list(&mut self, key: &str) -> Result<Vec<String>, SelectorError> {
+        self.skip_whitespace();
+        if self.peek() != Some('(') {
+            return Err(self.unexpected(EXPECT_OPEN));
+        }
+        let open = self.pos + 1;
+        self.pos += 1;
+        let mut values: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let (value, position) = self.raw_until(&[',', ')']);
+            let closing = match self.peek() {
+                None => return Err(SelectorError::UnclosedParenthesis { position: open }),
+                Some(ch) => ch == ')',
+            };
+            if value.is_empty() {
+                // Nothing before ")" in the first slot: `key in ()`.
+                if closing && values.is_empty() {
+                    return Err(SelectorError::EmptyList {
+                        key: key.to_owned(),
+                        position: Some(open),
+                    });
+                }
+                return Err(SelectorError::EmptyListValue {
+                    position: self.pos + 1,
+                });
+            }
+            check_label_value(&value).map_err(|problem| SelectorError::InvalidValue {
+                value: value.clone(),
+                position: Some(position),
+                problem,
+            })?;
+            if seen.insert(value.clone()) {
+                values.push(value);
+            }
+            self.pos += 1;
+            if closing {
+                return Ok(values);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> LabelSelector {
+        match s.parse() {
+            Ok(selector) => selector,
+            Err(e) => panic!("{s:?} should parse: {e}"),
+        }
+    }
+
+    fn error(s: &str) -> String {
+        match s.parse::<LabelSelector>() {
+            Ok(selector) => panic!("{s:?} should fail, parsed as {selector}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn key(k: &str) -> String {
+        k.to_owned()
+    }
+
+    #[test]
+    fn every_operator_parses() {
+        let selector = parse("a=1,b==2,c!=3,d,!e,f in (x,y),g notin (z)");
+        assert_eq!(
+            selector.requirements(),
+            &[
+                Requirement::Equals {
+                    key: key("a"),
+                    value: key("1")
+                },
+                Requirement::Equals {
+                    key: key("b"),
+                    value: key("2")
+                },
+                Requirement::NotEquals {
+                    key: key("c"),
+                    value: key("3")
+                },
+                Requirement::Exists { key: key("d") },
+                Requirement::NotExists { key: key("e") },
+                Requirement::In {
+                    key: key("f"),
+                    values: vec![key("x"), key("y")]
+                },
+                Requirement::NotIn {
+                    key: key("g"),
+                    values: vec![key("z")]
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn display_is_canonical_and_round_trips() {
+        let selector = parse("  a == 1 , c != 3,d , ! e ,f in( x , y ),g notin (z)  ");
+        let canonical = selector.to_string();
+        assert_eq!(canonical, "a=1,c!=3,d,!e,f in (x,y),g notin (z)");
+        assert_eq!(parse(&canonical), selector);
+    }
+
+    #[test]
+    fn default_selector_and_prefixed_keys() {
+        let selector = parse("kops.k8s.io/instance-role=Node");
+        assert_eq!(selector.to_string(), "kops.k8s.io/instance-role=Node");
+        parse("hetzner.cloud/x=y");
+        parse("a.b-c.d/N_a.m-e=V_a.l-u.e");
+    }
+
+    #[test]
+    fn empty_value_is_allowed_after_equals() {
+        assert_eq!(parse("a=").to_string(), "a=");
+        assert_eq!(parse("a=,b").to_string(), "a=,b");
+    }
+
+    #[test]
+    fn empty_selector_is_refused_and_says_why() {
+        for input in ["", "   ", "\n\t"] {
+            let message = error(input);
+            assert!(message.contains("every server"), "{message}");
+        }
+    }
+
+    #[test]
+    fn empty_name_after_prefix() {
+        assert_eq!(
+            error("kops.k8s.io/=Node"),
+            "label key \"kops.k8s.io/\" at position 1 has an empty name after the prefix"
+        );
+    }
+
+    #[test]
+    fn unexpected_parenthesis_names_position_and_choices() {
+        assert_eq!(
+            error("role (a,b)"),
+            "unexpected \"(\" at position 6; expected \",\", \"=\", \"==\", \"!=\", \"in\" or \"notin\""
+        );
+        assert_eq!(
+            error("a=1,role (a)"),
+            "unexpected \"(\" at position 10; expected \",\", \"=\", \"==\", \"!=\", \"in\" or \"notin\""
+        );
+    }
+
+    #[test]
+    fn value_with_space_is_one_bad_value() {
+        let message = error("a=a b");
+        assert!(
+            message.starts_with("value \"a b\" at position 3 contains \" \" (character 2)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn unknown_operator_word() {
+        assert_eq!(
+            error("a is (b)"),
+            "unexpected \"is\" at position 3; expected \",\", \"=\", \"==\", \"!=\", \"in\" or \"notin\""
+        );
+    }
+
+    #[test]
+    fn structural_errors() {
+        assert!(error("a in (b,c").contains("\"(\" at position 6 is never closed"));
+        assert!(error("a in b").contains("expected \"(\""));
+        assert!(error("a in").contains("ends too early"));
+        assert!(error("a in ()").contains("value list for \"a\" at position 6 is empty"));
+        assert!(error("a in ( )").contains("is empty"));
+        assert!(error("a in (b,,c)").contains("empty value at position 9"));
+        assert!(error("a in (b,)").contains("empty value"));
+        assert!(error("a,").contains("expected another requirement"));
+        assert!(error("a,,b").contains("unexpected \",\" at position 3"));
+        assert!(error(",a").contains("unexpected \",\" at position 1; expected a label key"));
+        assert!(error("=a").contains("unexpected \"=\" at position 1"));
+        assert!(error("!").contains("expected a label key after \"!\""));
+        assert!(error("!a=b").contains("unexpected \"=\" at position 3; expected \",\" or the end"));
+        assert!(error("a in (b) cd").contains("unexpected \"cd\" at position 10"));
+        assert!(error("a!b").contains("unexpected \"!\" at position 2"));
+        assert!(error("a)").contains("unexpected \")\" at position 2"));
+        assert!(error("a=b)").contains("value \"b)\""));
+        assert!(error("a in (b(c))").contains("value \"b(c\""));
+    }
+
+    #[test]
+    fn key_rules() {
+        assert!(error("/a").contains("empty prefix"));
+        assert!(error("a/b/c").contains("more than one \"/\""));
+        assert!(
+            error("Kops.io/a").contains("\"K\" (character 1), which the prefix may not contain")
+        );
+        assert!(error("a..b/c").contains("empty part between dots"));
+        assert!(
+            error("-a.b/c").contains("must start and end each dot-separated part of its prefix")
+        );
+        assert!(error("_a").contains("must start and end its name with a letter or digit"));
+        assert!(error(&"k".repeat(64)).contains("64 characters, at most 63"));
+        parse(&"k".repeat(63));
+        let a63 = "a".repeat(63);
+        let ok_prefix = format!("{a63}.{a63}.{a63}.{}/a", "a".repeat(61));
+        assert_eq!(ok_prefix.len(), 253 + 2);
+        parse(&ok_prefix);
+        let long_prefix = format!("{a63}.{a63}.{a63}.{}/a", "a".repeat(62));
+        assert!(error(&long_prefix).contains("254 characters, at most 253"));
+    }
+
+    #[test]
+    fn value_rules() {
+        assert!(error("a=-b").ends_with("at position 3 must start and end with a letter or digit"));
+        assert!(error(&format!("a={}", "v".repeat(64))).contains("at most 63"));
+        parse(&format!("a={}", "v".repeat(63)));
+        assert!(error("a=ü").contains("\"ü\" (character 1)"));
+    }
+
+    #[test]
+    fn odd_input_never_panics_and_errors_stay_short() {
+        let long = "x".repeat(100_000);
+        let inputs = [
+            "(((((".to_owned(),
+            ")))))".to_owned(),
+            "a in ((((".to_owned(),
+            "a in (b))".to_owned(),
+            "🦀=🦀".to_owned(),
+            "ключ=значение".to_owned(),
+            "a=\u{0}".to_owned(),
+            "a\u{200b}=b".to_owned(),
+            "\u{feff}a=b".to_owned(),
+            "!!a".to_owned(),
+            "a!==b".to_owned(),
+            "a===b".to_owned(),
+            "a in (b) notin (c)".to_owned(),
+            "notin".to_owned(),
+            "in in (in)".to_owned(),
+            long.clone(),
+            format!("a={long}"),
+            format!("a in ({long}"),
+            "a,".repeat(50_000),
+            "é".repeat(1000),
+        ];
+        for input in &inputs {
+            if let Err(e) = input.parse::<LabelSelector>() {
+                assert!(e.to_string().len() < 400, "{e}");
+            }
+        }
+        // Every prefix of a tricky string, cut at each character boundary.
+        let tricky = "a.b/c-d in ( x , y ),!e,f!=g,h==i,ü(),";
+        for (i, _) in tricky.char_indices() {
+            let _ = tricky[..i].parse::<LabelSelector>();
+        }
+    }
+
+    #[test]
+    fn random_input_never_panics_and_accepted_input_round_trips() {
+        const ALPHABET: &[char] = &[
+            'a', 'b', 'Z', '0', '9', '-', '_', '.', '/', '=', '!', ',', '(', ')', ' ', '\t', 'i',
+            'n', 'o', 't', 'é', '🦀', '\u{0}',
+        ];
+        // A fixed xorshift so failures reproduce; no dependency needed.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let len = (next() % 24) as usize;
+            let input: String = (0..len)
+                .map(|_| ALPHABET[(next() % ALPHABET.len() as u64) as usize])
+                .collect();
+            if let Ok(selector) = input.parse::<LabelSelector>() {
+                accepted += 1;
+                let canonical = selector.to_string();
+                assert_eq!(
+                    canonical.parse::<LabelSelector>().as_ref(),
+                    Ok(&selector),
+                    "{input:?}"
+                );
+                let _ = selector.to_kubernetes();
+            }
+        }
+        assert!(
+            accepted > 100,
+            "the generator should hit valid selectors too ({accepted})"
+        );
+    }
+
+    #[test]
+    fn keywords_are_keys_where_a_key_is_expected() {
+        assert_eq!(parse("in in (in)").to_string(), "in in (in)");
+        assert_eq!(parse("notin").to_string(), "notin");
+    }
+
+    #[test]
+    fn duplicate_list_values_are_dropped() {
+        assert_eq!(parse("a in (x,y,x)").to_string(), "a in (x,y)");
+    }
+
+    #[test]
+    fn kubernetes_form() {
+        let k = parse("a=1,b!=2,c,!d,e in (x,y),f notin (z)").to_kubernetes();
+        let labels = k.match_labels.expect("matchLabels");
+        assert_eq!(labels.len(), 1);
+        assert_eq!(labels.get("a").map(String::as_str), Some("1"));
+        let expressions: Vec<(String, String, Option<Vec<String>>)> = k
+            .match_expressions
+            .expect("matchExpressions")
+            .into_iter()
+            .map(|e| (e.key, e.operator, e.values))
+            .collect();
+        assert_eq!(
+            expressions,
+            vec![
+                (key("b"), key("NotIn"), Some(vec![key("2")])),
+                (key("c"), key("Exists"), None),
+                (key("d"), key("DoesNotExist"), None),
+                (key("e"), key("In"), Some(vec![key("x"), key("y")])),
+                (key("f"), key("NotIn"), Some(vec![key("z")])),
+            ]
+        );
+    }
+
+    #[test]
+    fn kubernetes_form_of_equalities_only_has_no_expressions() {
+        let k = parse("a=1,a=1").to_kubernetes();
+        assert!(k.match_expressions.is_none());
+        let k = parse("a=1,a=2").to_kubernetes();
+        assert_eq!(k.match_expressions.map(|e| e.len()), Some(1));
+        let k = parse("a").to_kubernetes();
+        assert!(k.match_labels.is_none());
+    }
+
+    #[test]
+    fn matches_with_kubernetes_semantics() {
+        let labels: BTreeMap<String, String> = [("role", "worker"), ("env", "prod")]
+            .into_iter()
+            .map(|(k, v)| (key(k), key(v)))
+            .collect();
+        assert!(parse("role=worker,env in (prod,dev),!draining").matches(&labels));
+        assert!(parse("zone!=a,zone notin (b)").matches(&labels));
+        assert!(!parse("role=worker,draining").matches(&labels));
+        assert!(!parse("env notin (prod)").matches(&labels));
+    }
+
+    #[test]
+    fn new_validates_like_parse() {
+        assert_eq!(LabelSelector::new(vec![]), Err(SelectorError::Empty));
+        assert!(LabelSelector::new(vec![Requirement::Exists { key: key("a b") }]).is_err());
+        assert!(LabelSelector::new(vec![Requirement::In {
+            key: key("a"),
+            values: vec![]
+        }])
+        .is_err());
+        assert!(LabelSelector::new(vec![Requirement::Equals {
+            key: key("a"),
+            value: key("b c")
+        }])
+        .is_err());
+        let ok = LabelSelector::new(vec![Requirement::Equals {
+            key: key("a"),
+            value: key("b"),
+        }]);
+        assert_eq!(ok.map(|s| s.to_string()).ok(), Some(key("a=b")));
+    }
+
+    #[test]
+    fn serde_uses_the_canonical_string() {
+        let selector = parse("a in (x, y)");
+        assert_eq!(
+            serde_json::to_string(&selector).ok(),
+            Some("\"a in (x,y)\"".to_owned())
+        );
+        let back: Result<LabelSelector, _> = serde_json::from_str("\"a in (x,y)\"");
+        assert_eq!(back.ok(), Some(selector));
+        assert!(serde_json::from_str::<LabelSelector>("\"\"").is_err());
+    }
+
+    #[test]
+    fn dns_subdomain() {
+        assert!(check_dns_subdomain("covidnetes-pool").is_ok());
+        assert!(check_dns_subdomain("a.b").is_ok());
+        assert!(check_dns_subdomain("").is_err());
+        assert!(check_dns_subdomain("Pool").is_err());
+        assert!(check_dns_subdomain("pool-").is_err());
+        assert!(check_dns_subdomain(&"a".repeat(254)).is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! The binary as a user runs it: flags, exit codes, what it prints.
+
+mod support;
+
+use std::process::{Command, Output};
+
+use support::fake_hetzner::{FakeHetzner, FakeServer};
+
+const BIN: &str = env!("CARGO_BIN_EXE_canada-kaktus");
+const TOKEN: &str = "cli-test-token-0042";
+
+/// Runs the binary in an empty directory with only the given environment.
+async fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(BIN);
+    command.args(args).current_dir(dir.path()).env_clear();
+    command.env("HOME", dir.path());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn version_and_help() {
+    let out = run(&["--version"], &[]).await;
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("canada-kaktus {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    let out = run(&["--help"], &[]).await;
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for flag in ["--config", "--once", "--dry-run", "--output"] {
+        assert!(help.contains(flag), "--help lacks {flag}: {help}");
+    }
+}
+
+#[tokio::test]
+async fn invalid_configuration_names_every_problem_and_exits_2() {
+    let out = run(
+        &[],
+        &[
+            ("CANADA_KAKTUS_LABELSELECTOR", "role in (a"),
+            ("CANADA_KAKTUS_INTERVAL", "often"),
+            ("CANADA_KAKTUS_LOGLEVEL", "Loud"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    for setting in [
+        "CANADA_KAKTUS_LABELSELECTOR",
+        "CANADA_KAKTUS_INTERVAL",
+        "CANADA_KAKTUS_LOGLEVEL",
+        "CANADA_KAKTUS_HCLOUD_TOKEN",
+    ] {
+        assert!(stderr.contains(setting), "{setting} not named in: {stderr}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_explicit_config_file_is_an_error() {
+    let out = run(
+        &["--config", "/nonexistent/config.json"],
+        &[("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("/nonexistent/config.json"));
+}
+
+#[tokio::test]
+async fn dry_run_prints_the_pool_as_yaml_or_json_without_a_cluster() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "203.0.113.20"),
+        FakeServer::new(2, "203.0.113.3"),
+        FakeServer::without_ipv4(3),
+    ]);
+    let endpoint = hetzner.endpoint();
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        // No cluster: a kubeconfig that does not exist proves none is read.
+        ("KUBECONFIG", "/nonexistent/kubeconfig"),
+    ];
+
+    let out = run(&["--dry-run"], &env).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let yaml = text(&out.stdout);
+    assert!(yaml.contains("apiVersion: cilium.io/v2\n"), "{yaml}");
+    assert!(yaml.contains("kind: CiliumLoadBalancerIPPool"), "{yaml}");
+    let first = yaml.find("203.0.113.3/32").expect("first block");
+    let second = yaml.find("203.0.113.20/32").expect("second block");
+    assert!(first < second, "blocks are in numeric order: {yaml}");
+
+    let out = run(&["--dry-run", "--output", "json"], &env).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        json["spec"]["blocks"],
+        serde_json::json!([{"cidr": "203.0.113.3/32"}, {"cidr": "203.0.113.20/32"}])
+    );
+    assert_eq!(
+        json["metadata"]["annotations"]["managed-by"],
+        "canada-kaktus"
+    );
+
+    let logs = text(&out.stderr);
+    assert!(
+        !logs.contains(TOKEN),
+        "the token leaked into the logs: {logs}"
+    );
+    assert!(
+        logs.contains("\"level\":\"INFO\""),
+        "logs are JSON lines by default: {logs}"
+    );
+}
+
+#[tokio::test]
+async fn dry_run_fails_with_a_clear_message_when_hetzner_refuses_the_token() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token("another-token");
+    let endpoint = hetzner.endpoint();
+    let out = run(
+        &["--dry-run"],
+        &[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+            ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+            ("CANADA_KAKTUS_LOG_FORMAT", "text"),
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let logs = text(&out.stderr);
+    assert!(logs.contains("invalid or revoked"), "{logs}");
+    assert!(!logs.contains(TOKEN), "the token leaked: {logs}");
+}
+
+#[tokio::test]
+async fn output_requires_dry_run() {
+    let out = run(&["--output", "json"], &[]).await;
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--dry-run"));
+}

@@ -1,0 +1,857 @@
+//! Loading settings from defaults, config.json and the environment.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+use std::time::Duration;
+
+use canada_kaktus::config::{
+    self, load, settings_table_markdown, CiliumApiVersion, ConfigErrors, LogFormat, LogLevel,
+    Settings, TokenSource, SETTINGS,
+};
+
+/// The implicit ./config.json depends on the working directory, which is
+/// shared by all tests in this binary: move once into an empty folder so no
+/// stray config.json (in the crate root, say) can change a result. Every file
+/// a test writes lives under an absolute temporary path.
+fn isolate_working_directory() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        std::env::set_current_dir(dir).expect("chdir");
+    });
+}
+
+fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    isolate_working_directory();
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn with_token(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    let mut env = vars(pairs);
+    env.entry("CANADA_KAKTUS_HCLOUD_TOKEN".into())
+        .or_insert_with(|| "test-token".into());
+    env
+}
+
+struct Files(tempfile::TempDir);
+
+impl Files {
+    fn new() -> Self {
+        Files(tempfile::tempdir().expect("tempdir"))
+    }
+
+    fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.0.path().join(name);
+        std::fs::write(&path, content).expect("write");
+        path
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.path().join(name)
+    }
+}
+
+fn ok(cli: Option<&Path>, env: &HashMap<String, String>) -> Settings {
+    match load(cli, env) {
+        Ok(settings) => settings,
+        Err(e) => panic!("expected valid settings, got:\n{e}"),
+    }
+}
+
+fn fails(cli: Option<&Path>, env: &HashMap<String, String>) -> ConfigErrors {
+    match load(cli, env) {
+        Ok(settings) => panic!("expected errors, got {settings:?}"),
+        Err(e) => e,
+    }
+}
+
+fn token_of(settings: &Settings) -> String {
+    settings.token.read().expect("token").expose().to_owned()
+}
+
+#[test]
+fn defaults() {
+    let s = ok(None, &with_token(&[]));
+    assert_eq!(s.log_level, LogLevel::Info);
+    assert_eq!(s.log_format, LogFormat::Json);
+    assert_eq!(
+        s.label_selector.to_string(),
+        "kops.k8s.io/instance-role=Node"
+    );
+    assert_eq!(token_of(&s), "test-token");
+    assert_eq!(s.hcloud_endpoint, "https://api.hetzner.cloud/v1");
+    assert_eq!(s.pool_name, "covidnetes-pool");
+    assert!(s.pool_annotations.is_empty());
+    assert!(s.pool_labels.is_empty());
+    assert_eq!(s.pool_service_selector, None);
+    assert_eq!(s.interval, Duration::from_secs(15 * 60));
+    assert_eq!(
+        s.listen_address,
+        "0.0.0.0:8080".parse::<SocketAddr>().expect("addr")
+    );
+    assert_eq!(s.cilium_api_version, CiliumApiVersion::Auto);
+    assert_eq!(s.config_file, None);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+}
+
+#[test]
+fn every_setting_via_environment() {
+    let files = Files::new();
+    let token_file = files.write("token", "file-token\n");
+    let mut env = vars(&[
+        ("CANADA_KAKTUS_LOGLEVEL", "debug"),
+        ("CANADA_KAKTUS_LOG_FORMAT", "Text"),
+        (
+            "CANADA_KAKTUS_LABELSELECTOR",
+            "role=worker,env in (prod, dev),!draining",
+        ),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", "https://example.test/v1/"),
+        ("CANADA_KAKTUS_POOL_NAME", "my.pool-1"),
+        (
+            "CANADA_KAKTUS_POOL_ANNOTATIONS",
+            r#"{"example.com/team": "platform", "n": 1}"#,
+        ),
+        (
+            "CANADA_KAKTUS_POOL_LABELS",
+            r#"{"team": "platform", "tier": true}"#,
+        ),
+        (
+            "CANADA_KAKTUS_POOL_SERVICE_SELECTOR",
+            "color=blue,env in (prod)",
+        ),
+        ("CANADA_KAKTUS_INTERVAL", "1h30m"),
+        ("CANADA_KAKTUS_LISTEN_ADDRESS", "[::]:9090"),
+        ("CANADA_KAKTUS_CILIUM_API_VERSION", "V2ALPHA1"),
+    ]);
+    env.insert(
+        "CANADA_KAKTUS_HCLOUD_TOKEN_FILE".into(),
+        token_file.display().to_string(),
+    );
+    let s = ok(None, &env);
+    assert_eq!(s.log_level, LogLevel::Debug);
+    assert_eq!(s.log_format, LogFormat::Text);
+    assert_eq!(
+        s.label_selector.to_string(),
+        "role=worker,env in (prod,dev),!draining"
+    );
+    assert_eq!(s.token, TokenSource::File(token_file));
+    assert_eq!(token_of(&s), "file-token");
+    assert_eq!(s.hcloud_endpoint, "https://example.test/v1");
+    assert_eq!(s.pool_name, "my.pool-1");
+    assert_eq!(
+        s.pool_annotations
+            .get("example.com/team")
+            .map(String::as_str),
+        Some("platform")
+    );
+    assert_eq!(s.pool_annotations.get("n").map(String::as_str), Some("1"));
+    assert_eq!(s.pool_labels.get("tier").map(String::as_str), Some("true"));
+    assert_eq!(
+        s.pool_service_selector.map(|x| x.to_string()).as_deref(),
+        Some("color=blue,env in (prod)")
+    );
+    assert_eq!(s.interval, Duration::from_secs(90 * 60));
+    assert_eq!(
+        s.listen_address,
+        "[::]:9090".parse::<SocketAddr>().expect("addr")
+    );
+    assert_eq!(s.cilium_api_version, CiliumApiVersion::V2Alpha1);
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+}
+
+#[test]
+fn every_setting_via_config_json() {
+    let files = Files::new();
+    let token_file = files.write("token", "  file-token  \n");
+    let config = files.write(
+        "config.json",
+        &format!(
+            r#"{{
+                "LogLevel": "Error",
+                "LogFormat": "text",
+                "LabelSelector": "role notin (db)",
+                "HcloudTokenFile": {token_file:?},
+                "HcloudEndpoint": "http://127.0.0.1:1234",
+                "PoolName": "p",
+                "PoolAnnotations": {{"a.example/b": "c"}},
+                "PoolLabels": {{"l": "v"}},
+                "PoolServiceSelector": {{"color": "blue", "zone": 1}},
+                "Interval": "90s",
+                "ListenAddress": ":8081",
+                "CiliumApiVersion": "v2"
+            }}"#
+        ),
+    );
+    let s = ok(Some(&config), &vars(&[]));
+    assert_eq!(s.log_level, LogLevel::Error);
+    assert_eq!(s.log_format, LogFormat::Text);
+    assert_eq!(s.label_selector.to_string(), "role notin (db)");
+    assert_eq!(token_of(&s), "file-token");
+    assert_eq!(s.hcloud_endpoint, "http://127.0.0.1:1234");
+    assert_eq!(s.pool_name, "p");
+    assert_eq!(
+        s.pool_annotations.get("a.example/b").map(String::as_str),
+        Some("c")
+    );
+    assert_eq!(s.pool_labels.get("l").map(String::as_str), Some("v"));
+    let service = s.pool_service_selector.expect("service selector");
+    assert_eq!(service.to_string(), "color=blue,zone=1");
+    let k8s = service.to_kubernetes();
+    assert_eq!(k8s.match_labels.map(|m| m.len()), Some(2));
+    assert_eq!(s.interval, Duration::from_secs(90));
+    assert_eq!(
+        s.listen_address,
+        "0.0.0.0:8081".parse::<SocketAddr>().expect("addr")
+    );
+    assert_eq!(s.cilium_api_version, CiliumApiVersion::V2);
+    assert_eq!(s.config_file.as_deref(), Some(config.as_path()));
+    assert!(
+        s.warnings.iter().any(|w| w.contains("plain http")),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
+fn environment_overrides_config_json() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"LogLevel": "Error", "PoolName": "from-file", "HcloudToken": "file-token", "PoolLabels": {"a": "1"}}"#,
+    );
+    let env = vars(&[
+        ("CANADA_KAKTUS_LOGLEVEL", "warn"),
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", "env-token"),
+        ("CANADA_KAKTUS_POOL_LABELS", r#"{"b": "2"}"#),
+    ]);
+    let s = ok(Some(&config), &env);
+    assert_eq!(s.log_level, LogLevel::Warn);
+    assert_eq!(s.pool_name, "from-file");
+    assert_eq!(token_of(&s), "env-token");
+    // The environment replaces the whole object; it is not merged key by key.
+    assert_eq!(s.pool_labels.keys().collect::<Vec<_>>(), ["b"]);
+}
+
+#[test]
+fn the_go_versions_config_json_and_env_names_still_work() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"LogLevel":"Debug","LabelSelector":"role=worker","HcloudToken":"abc"}"#,
+    );
+    let s = ok(Some(&config), &vars(&[]));
+    assert_eq!(s.log_level, LogLevel::Debug);
+    assert_eq!(s.label_selector.to_string(), "role=worker");
+    assert_eq!(token_of(&s), "abc");
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+
+    let s = ok(
+        None,
+        &vars(&[
+            ("CANADA_KAKTUS_LOGLEVEL", "Debug"),
+            ("CANADA_KAKTUS_LABELSELECTOR", "role=worker"),
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", "abc"),
+        ]),
+    );
+    assert_eq!(s.log_level, LogLevel::Debug);
+    assert_eq!(s.label_selector.to_string(), "role=worker");
+    assert_eq!(token_of(&s), "abc");
+}
+
+#[test]
+fn config_json_keys_match_in_any_case_and_with_underscores() {
+    let files = Files::new();
+    for (i, (a, b, c)) in [
+        ("labelSelector", "loglevel", "hcloudtoken"),
+        ("LABELSELECTOR", "LOGLEVEL", "HCLOUDTOKEN"),
+        ("label_selector", "Log_Level", "HCLOUD_TOKEN"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let config = files.write(
+            &format!("c{i}.json"),
+            &format!(r#"{{"{a}": "x=y", "{b}": "warning", "{c}": "tok"}}"#),
+        );
+        let s = ok(Some(&config), &vars(&[]));
+        assert_eq!(s.label_selector.to_string(), "x=y", "{a}");
+        assert_eq!(s.log_level, LogLevel::Warn, "{b}");
+        assert_eq!(token_of(&s), "tok", "{c}");
+    }
+}
+
+#[test]
+fn a_key_given_twice_in_different_case_keeps_the_last_and_warns() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"loglevel": "Error", "HcloudToken": "t", "LogLevel": "Debug"}"#,
+    );
+    let s = ok(Some(&config), &vars(&[]));
+    assert_eq!(s.log_level, LogLevel::Debug);
+    assert!(
+        s.warnings.iter().any(|w| w.contains("twice")),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
+fn numeric_token_from_the_environment_keeps_its_leading_zeros() {
+    let s = ok(None, &vars(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "000123")]));
+    assert_eq!(token_of(&s), "000123");
+    let s = ok(None, &vars(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "true")]));
+    assert_eq!(token_of(&s), "true");
+    let s = ok(None, &vars(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "1e3")]));
+    assert_eq!(token_of(&s), "1e3");
+}
+
+#[test]
+fn numbers_and_booleans_in_config_json_are_read_as_text() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"HcloudToken": 12345, "LabelSelector": "on", "PoolLabels": {"enabled": true, "n": 7},
+            "PoolName": "pool", "PoolAnnotations": {"x": false}}"#,
+    );
+    let s = ok(Some(&config), &vars(&[]));
+    assert_eq!(token_of(&s), "12345");
+    assert_eq!(s.label_selector.to_string(), "on");
+    assert_eq!(
+        s.pool_labels.get("enabled").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(s.pool_labels.get("n").map(String::as_str), Some("7"));
+    assert_eq!(
+        s.pool_annotations.get("x").map(String::as_str),
+        Some("false")
+    );
+}
+
+#[test]
+fn null_and_empty_values_count_as_unset() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"LogLevel": null, "PoolName": "", "HcloudToken": "t"}"#,
+    );
+    let env = vars(&[("CANADA_KAKTUS_LABELSELECTOR", "")]);
+    let s = ok(Some(&config), &env);
+    assert_eq!(s.log_level, LogLevel::Info);
+    assert_eq!(s.pool_name, "covidnetes-pool");
+    assert_eq!(
+        s.label_selector.to_string(),
+        "kops.k8s.io/instance-role=Node"
+    );
+}
+
+#[test]
+fn arrays_where_text_is_expected_are_errors() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"LogLevel": ["Debug"], "HcloudToken": "t"}"#,
+    );
+    let e = fails(Some(&config), &vars(&[]));
+    assert!(e.concerns(&config::LOG_LEVEL), "{e}");
+    assert!(e.to_string().contains("JSON array"), "{e}");
+}
+
+#[test]
+fn token_file_is_read_trimmed_and_reread() {
+    let files = Files::new();
+    let path = files.write("token", "\n  first-token \r\n");
+    let env = vars(&[(
+        "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+        path.to_str().expect("utf-8 path"),
+    )]);
+    let s = ok(None, &env);
+    assert_eq!(token_of(&s), "first-token");
+    std::fs::write(&path, "rotated-token\n").expect("rotate");
+    assert_eq!(token_of(&s), "rotated-token");
+}
+
+#[test]
+fn token_file_problems_name_the_path() {
+    let files = Files::new();
+    let missing = files.path("nope");
+    let e = fails(
+        None,
+        &vars(&[(
+            "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+            missing.to_str().expect("path"),
+        )]),
+    );
+    assert!(e.concerns(&config::HCLOUD_TOKEN_FILE), "{e}");
+    assert!(
+        e.to_string().contains(&missing.display().to_string()),
+        "{e}"
+    );
+
+    let empty = files.write("empty", " \n");
+    let e = fails(
+        None,
+        &vars(&[(
+            "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+            empty.to_str().expect("path"),
+        )]),
+    );
+    assert!(e.to_string().contains("is empty"), "{e}");
+    assert!(e.to_string().contains(&empty.display().to_string()), "{e}");
+
+    let dir = files.0.path();
+    let e = fails(
+        None,
+        &vars(&[(
+            "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+            dir.to_str().expect("path"),
+        )]),
+    );
+    assert!(e.to_string().contains("cannot read"), "{e}");
+}
+
+#[test]
+fn the_token_is_required_and_exactly_once() {
+    let e = fails(None, &vars(&[]));
+    assert!(e.concerns(&config::HCLOUD_TOKEN), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("CANADA_KAKTUS_HCLOUD_TOKEN")
+            && text.contains("CANADA_KAKTUS_HCLOUD_TOKEN_FILE"),
+        "{text}"
+    );
+
+    let e = fails(None, &vars(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "  ")]));
+    assert!(e.to_string().contains("set but empty"), "{e}");
+
+    let files = Files::new();
+    let path = files.write("token", "t");
+    let e = fails(
+        None,
+        &vars(&[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", "secret-value"),
+            (
+                "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+                path.to_str().expect("path"),
+            ),
+        ]),
+    );
+    let text = e.to_string();
+    assert!(text.contains("both"), "{text}");
+    assert!(
+        text.contains("HcloudToken") && text.contains("HcloudTokenFile"),
+        "{text}"
+    );
+    assert!(!text.contains("secret-value"), "{text}");
+}
+
+#[test]
+fn an_explicitly_named_config_file_must_exist() {
+    let files = Files::new();
+    let missing = files.path("missing.json");
+    let e = fails(Some(&missing), &with_token(&[]));
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(e.to_string().contains("--config"), "{e}");
+
+    let env = with_token(&[("CANADA_KAKTUS_CONFIG", missing.to_str().expect("path"))]);
+    let e = fails(None, &env);
+    assert!(e.to_string().contains("CANADA_KAKTUS_CONFIG"), "{e}");
+    assert!(
+        e.to_string().contains(&missing.display().to_string()),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_config_file_can_be_named_by_the_environment() {
+    let files = Files::new();
+    let config = files.write("settings.json", r#"{"PoolName": "named-by-env"}"#);
+    let s = ok(
+        None,
+        &with_token(&[("CANADA_KAKTUS_CONFIG", config.to_str().expect("path"))]),
+    );
+    assert_eq!(s.pool_name, "named-by-env");
+    assert_eq!(s.config_file.as_deref(), Some(config.as_path()));
+    // --config wins over the variable.
+    let other = files.write("other.json", r#"{"PoolName": "named-by-flag"}"#);
+    let s = ok(
+        Some(&other),
+        &with_token(&[("CANADA_KAKTUS_CONFIG", config.to_str().expect("path"))]),
+    );
+    assert_eq!(s.pool_name, "named-by-flag");
+}
+
+#[test]
+fn config_file_path_agrees_with_load() {
+    let named = vars(&[("CANADA_KAKTUS_CONFIG", "/etc/k/config.json")]);
+    assert_eq!(
+        config::config_file_path(None, &named),
+        PathBuf::from("/etc/k/config.json")
+    );
+    assert_eq!(
+        config::config_file_path(Some(Path::new("/x.json")), &named),
+        PathBuf::from("/x.json")
+    );
+    let blank = vars(&[("CANADA_KAKTUS_CONFIG", " ")]);
+    assert_eq!(
+        config::config_file_path(None, &blank),
+        PathBuf::from("config.json")
+    );
+}
+
+#[test]
+fn malformed_json_names_the_file_line_and_column() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        "{\n  \"LogLevel\": \"Debug\",\n  \"HcloudToken\": \"hunter2\"\n  \"PoolName\": \"x\"\n}\n",
+    );
+    let e = fails(Some(&config), &with_token(&[]));
+    let text = e.to_string();
+    assert!(text.contains(&config.display().to_string()), "{text}");
+    assert!(text.contains("line 4 column 3"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[test]
+fn config_json_must_be_an_object() {
+    let files = Files::new();
+    let config = files.write("config.json", r#""hunter2""#);
+    let e = fails(Some(&config), &with_token(&[]));
+    assert!(e.to_string().contains("holds a JSON string"), "{e}");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+}
+
+#[test]
+fn byte_order_mark_and_empty_file_are_tolerated() {
+    let files = Files::new();
+    let config = files.write("bom.json", "\u{feff}{\"PoolName\": \"bom\"}");
+    assert_eq!(ok(Some(&config), &with_token(&[])).pool_name, "bom");
+    let config = files.write("empty.json", "  \n");
+    let s = ok(Some(&config), &with_token(&[]));
+    assert!(
+        s.warnings.iter().any(|w| w.contains("is empty")),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"PoolName": "Not_Valid", "Interval": "5s"}"#,
+    );
+    let env = vars(&[
+        ("CANADA_KAKTUS_LOGLEVEL", "loud"),
+        ("CANADA_KAKTUS_LOG_FORMAT", "xml"),
+        ("CANADA_KAKTUS_LABELSELECTOR", "role in (a"),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", "api.hetzner.cloud"),
+        ("CANADA_KAKTUS_POOL_ANNOTATIONS", "[1]"),
+        ("CANADA_KAKTUS_POOL_LABELS", r#"{"a b": "c"}"#),
+        ("CANADA_KAKTUS_POOL_SERVICE_SELECTOR", "=x"),
+        ("CANADA_KAKTUS_LISTEN_ADDRESS", "localhost"),
+        ("CANADA_KAKTUS_CILIUM_API_VERSION", "v3"),
+    ]);
+    let e = fails(Some(&config), &env);
+    for setting in SETTINGS.iter().filter(|s| s.key != "HcloudTokenFile") {
+        assert!(e.concerns(setting), "{} not reported in:\n{e}", setting.key);
+    }
+    let text = e.to_string();
+    assert_eq!(text.lines().count(), e.problems().len(), "{text}");
+    assert!(
+        text.contains("CANADA_KAKTUS_INTERVAL / Interval: \"5s\" (from config file"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CANADA_KAKTUS_LOGLEVEL / LogLevel: \"loud\" (from environment variable CANADA_KAKTUS_LOGLEVEL)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_token_never_appears_in_errors_or_debug_output() {
+    const TOKEN: &str = "hunter2-SECRET-0042";
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        &format!(r#"{{"HcloudToken": "{TOKEN}", "Interval": "1s", "Hcloudtokn": "{TOKEN}"}}"#),
+    );
+    let env = vars(&[
+        ("CANADA_KAKTUS_LOGLEVEL", "nope"),
+        ("CANADA_KAKTUS_HCLOUD_TOKN", TOKEN),
+    ]);
+    let e = fails(Some(&config), &env);
+    assert!(!e.to_string().contains(TOKEN), "{e}");
+    assert!(!format!("{e:?}").contains(TOKEN));
+
+    // Both set, malformed, in a file: still never shown.
+    let token_file = files.write("token", &format!("{TOKEN}\nsecond line"));
+    for env in [
+        vars(&[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+            (
+                "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+                token_file.to_str().expect("path"),
+            ),
+        ]),
+        vars(&[("CANADA_KAKTUS_HCLOUD_TOKEN", &format!("{TOKEN} x"))]),
+        vars(&[(
+            "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+            token_file.to_str().expect("path"),
+        )]),
+    ] {
+        let e = fails(None, &env);
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    let s = ok(
+        Some(&files.write(
+            "ok.json",
+            &format!(r#"{{"HcloudToken": "{TOKEN}", "Hcloudtokn": "{TOKEN}"}}"#),
+        )),
+        &vars(&[]),
+    );
+    assert!(!format!("{s:?}").contains("hunter2"));
+    assert!(
+        !s.warnings.join("\n").contains("hunter2"),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
+fn unknown_keys_and_variables_are_warnings_with_suggestions() {
+    let files = Files::new();
+    let config = files.write("config.json", r#"{"LogLevl": "Debug", "Colour": "red"}"#);
+    let env = with_token(&[("CANADA_KAKTUS_LOG_LEVEL", "debug"), ("OTHER_VAR", "x")]);
+    let s = ok(Some(&config), &env);
+    let warnings = s.warnings.join("\n");
+    assert!(
+        warnings.contains("\"LogLevl\" is ignored; did you mean LogLevel?"),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("\"Colour\" is ignored; known keys: LogLevel,"),
+        "{warnings}"
+    );
+    assert!(
+        warnings
+            .contains("CANADA_KAKTUS_LOG_LEVEL\" is ignored; did you mean CANADA_KAKTUS_LOGLEVEL?"),
+        "{warnings}"
+    );
+    assert!(!warnings.contains("OTHER_VAR"), "{warnings}");
+    assert_eq!(s.log_level, LogLevel::Info);
+}
+
+#[test]
+fn label_selector_validation() {
+    let e = fails(None, &with_token(&[("CANADA_KAKTUS_LABELSELECTOR", " , ")]));
+    assert!(e.concerns(&config::LABEL_SELECTOR), "{e}");
+    let e = fails(
+        None,
+        &with_token(&[("CANADA_KAKTUS_LABELSELECTOR", "kops.k8s.io/=Node")]),
+    );
+    assert!(
+        e.to_string().contains("has an empty name after the prefix"),
+        "{e}"
+    );
+    // An empty string is not a selector: parsing it directly is refused, and
+    // the message says why.
+    let empty = ""
+        .parse::<canada_kaktus::selector::LabelSelector>()
+        .expect_err("empty");
+    assert!(empty.to_string().contains("every server"), "{empty}");
+}
+
+#[test]
+fn interval_parsing_and_bounds() {
+    for (text, seconds) in [
+        ("90s", 90),
+        ("15m", 900),
+        ("1h", 3600),
+        ("1h30m", 5400),
+        ("10s", 10),
+        ("24h", 86400),
+    ] {
+        let s = ok(None, &with_token(&[("CANADA_KAKTUS_INTERVAL", text)]));
+        assert_eq!(s.interval, Duration::from_secs(seconds), "{text}");
+    }
+    for (text, expect) in [
+        ("9s", "minimum of 10s"),
+        ("0", "minimum of 10s"),
+        ("25h", "maximum of 24h"),
+        ("900", "with a unit"),
+        ("fast", "not a duration"),
+        ("-5m", "not a duration"),
+    ] {
+        let e = fails(None, &with_token(&[("CANADA_KAKTUS_INTERVAL", text)]));
+        assert!(e.concerns(&config::INTERVAL), "{text}: {e}");
+        assert!(e.to_string().contains(expect), "{text}: {e}");
+    }
+}
+
+#[test]
+fn listen_address() {
+    let s = ok(
+        None,
+        &with_token(&[("CANADA_KAKTUS_LISTEN_ADDRESS", "127.0.0.1:3000")]),
+    );
+    assert_eq!(
+        s.listen_address,
+        "127.0.0.1:3000".parse::<SocketAddr>().expect("addr")
+    );
+    let s = ok(
+        None,
+        &with_token(&[("CANADA_KAKTUS_LISTEN_ADDRESS", ":8080")]),
+    );
+    assert_eq!(
+        s.listen_address,
+        "0.0.0.0:8080".parse::<SocketAddr>().expect("addr")
+    );
+    for bad in ["8080", "localhost:8080", "0.0.0.0", "0.0.0.0:70000"] {
+        let e = fails(None, &with_token(&[("CANADA_KAKTUS_LISTEN_ADDRESS", bad)]));
+        assert!(e.concerns(&config::LISTEN_ADDRESS), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn cilium_api_version() {
+    for (text, version) in [
+        ("auto", CiliumApiVersion::Auto),
+        ("AUTO", CiliumApiVersion::Auto),
+        ("v2", CiliumApiVersion::V2),
+        ("V2", CiliumApiVersion::V2),
+        ("v2alpha1", CiliumApiVersion::V2Alpha1),
+        ("cilium.io/v2alpha1", CiliumApiVersion::V2Alpha1),
+    ] {
+        let s = ok(
+            None,
+            &with_token(&[("CANADA_KAKTUS_CILIUM_API_VERSION", text)]),
+        );
+        assert_eq!(s.cilium_api_version, version, "{text}");
+    }
+    let e = fails(
+        None,
+        &with_token(&[("CANADA_KAKTUS_CILIUM_API_VERSION", "v1")]),
+    );
+    assert!(e.to_string().contains("auto, v2 or v2alpha1"), "{e}");
+}
+
+#[test]
+fn log_level_and_format_words() {
+    for (text, level) in [
+        ("info", LogLevel::Info),
+        ("INFO", LogLevel::Info),
+        ("Warning", LogLevel::Warn),
+        ("warn", LogLevel::Warn),
+        ("ERROR", LogLevel::Error),
+        ("Debug", LogLevel::Debug),
+    ] {
+        let s = ok(None, &with_token(&[("CANADA_KAKTUS_LOGLEVEL", text)]));
+        assert_eq!(s.log_level, level, "{text}");
+    }
+    let e = fails(None, &with_token(&[("CANADA_KAKTUS_LOG_FORMAT", "yaml")]));
+    assert!(e.to_string().contains("json or text"), "{e}");
+}
+
+#[test]
+fn pool_name_must_be_a_dns_subdomain() {
+    for bad in ["Covidnetes", "pool_1", "-pool", "pool.", &"p".repeat(254)] {
+        let e = fails(None, &with_token(&[("CANADA_KAKTUS_POOL_NAME", bad)]));
+        assert!(e.concerns(&config::POOL_NAME), "{bad}: {e}");
+        assert!(
+            e.to_string().contains("not a valid Kubernetes object name"),
+            "{e}"
+        );
+    }
+    let s = ok(
+        None,
+        &with_token(&[("CANADA_KAKTUS_POOL_NAME", &"p".repeat(253))]),
+    );
+    assert_eq!(s.pool_name.len(), 253);
+}
+
+#[test]
+fn pool_labels_annotations_and_service_selector_are_validated() {
+    let e = fails(
+        None,
+        &with_token(&[
+            (
+                "CANADA_KAKTUS_POOL_ANNOTATIONS",
+                r#"{"bad key": "x", "ok": {"nested": 1}}"#,
+            ),
+            ("CANADA_KAKTUS_POOL_LABELS", r#"{"team": "a b"}"#),
+            (
+                "CANADA_KAKTUS_POOL_SERVICE_SELECTOR",
+                r#"{"color": "-blue"}"#,
+            ),
+        ]),
+    );
+    let text = e.to_string();
+    assert!(text.contains("key \"bad key\""), "{text}");
+    assert!(
+        text.contains("the value of \"ok\" is a JSON object"),
+        "{text}"
+    );
+    assert!(text.contains("value \"a b\" of \"team\""), "{text}");
+    assert!(e.concerns(&config::POOL_SERVICE_SELECTOR), "{text}");
+    // Annotation values are free text.
+    let s = ok(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOL_ANNOTATIONS",
+            r#"{"note": "any text, even (this)"}"#,
+        )]),
+    );
+    assert_eq!(
+        s.pool_annotations.get("note").map(String::as_str),
+        Some("any text, even (this)")
+    );
+    // The service selector also takes a JSON object string from the environment.
+    let s = ok(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOL_SERVICE_SELECTOR",
+            r#"{"color": "blue"}"#,
+        )]),
+    );
+    assert_eq!(
+        s.pool_service_selector.map(|x| x.to_string()).as_deref(),
+        Some("color=blue")
+    );
+}
+
+#[test]
+fn endpoint_is_validated_and_trimmed() {
+    let s = ok(
+        None,
+        &with_token(&[("CANADA_KAKTUS_HCLOUD_ENDPOINT", "https://api.example/v1///")]),
+    );
+    assert_eq!(s.hcloud_endpoint, "https://api.example/v1");
+    let e = fails(
+        None,
+        &with_token(&[("CANADA_KAKTUS_HCLOUD_ENDPOINT", "ftp://api.example")]),
+    );
+    assert!(e.to_string().contains("http or https URL"), "{e}");
+}
+
+#[test]
+fn settings_table_lists_every_setting() {
+    let table = settings_table_markdown();
+    for s in SETTINGS {
+        assert!(table.contains(&format!("`{}`", s.env)), "{}", s.env);
+        assert!(table.contains(&format!("`{}`", s.key)), "{}", s.key);
+    }
+    assert!(table.contains("CANADA_KAKTUS_CONFIG"));
+    assert_eq!(table.lines().count(), SETTINGS.len() + 3);
+    assert!(table
+        .lines()
+        .all(|l| l.starts_with('|') && l.ends_with('|')));
+}

@@ -1,0 +1,276 @@
+//! The control loop with its HTTP endpoints, against a fake Hetzner API and an
+//! in-memory Kubernetes API: health transitions, config reloads, shutdown.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use canada_kaktus::apply::PoolClient;
+use canada_kaktus::config::{self, CiliumApiVersion};
+use canada_kaktus::controller::{Controller, LoopTimings};
+use canada_kaktus::health::Health;
+use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
+use canada_kaktus::http;
+use canada_kaktus::reconcile::Reconciler;
+use canada_kaktus::telemetry::LogControl;
+use serde_json::Value;
+use support::fake_hetzner::{numbered_servers, FakeHetzner, Fault};
+use support::fake_kube::FakeKube;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "loop-test-token-77";
+
+struct Running {
+    base_url: String,
+    shutdown: CancellationToken,
+    controller: JoinHandle<()>,
+    http: reqwest::Client,
+}
+
+impl Running {
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base_url))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        assert!(
+            !text.contains(TOKEN),
+            "the token leaked into {path}: {text}"
+        );
+        (status, serde_json::from_str(&text).unwrap())
+    }
+
+    /// Polls `/health` until its body satisfies `check`, for at most 10 s.
+    async fn wait_body(&self, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, body) = self.get("/health").await;
+            if check(&body) {
+                return body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "/health never matched: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Polls `/health` until it answers `status`, for at most 10 s.
+    async fn wait_health(&self, status: u16) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (now, body) = self.get("/health").await;
+            if now == status {
+                return body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "/health stayed {now} (wanted {status}): {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn start(hetzner: &FakeHetzner, kube: &FakeKube, cli_config: Option<PathBuf>) -> Running {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
+    let env: HashMap<String, String> = HashMap::from([
+        ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
+    ]);
+    let settings = config::load(cli_config.as_deref(), &env).unwrap();
+    let hetzner_client = HetznerClient::new(HetznerOptions {
+        request_timeout: Duration::from_secs(2),
+        retry: RetryPolicy {
+            max_retries: 1,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            max_rate_limit_wait: Duration::from_millis(10),
+        },
+        ..HetznerOptions::new(hetzner.endpoint())
+    })
+    .unwrap();
+    let timings = LoopTimings {
+        debounce: Duration::from_millis(10),
+        heartbeat: Duration::from_millis(50),
+        cycle_timeout: Duration::from_secs(5),
+        config_poll: Duration::from_millis(50),
+        retry_base: Duration::from_millis(20),
+        // Far below the configurable minimum, so the test sees many cycles.
+        interval_override: Some(Duration::from_millis(100)),
+    };
+    let health = Arc::new(Health::new(timings.liveness_timeout()));
+    let shutdown = CancellationToken::new();
+    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(http::serve(
+        listener,
+        http::router(health.clone()),
+        shutdown.clone().cancelled_owned(),
+    ));
+    let controller = Controller {
+        settings: Arc::new(settings),
+        reconciler: Reconciler::new(
+            hetzner_client,
+            PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+        ),
+        health,
+        log: LogControl::detached(),
+        timings,
+        shutdown: shutdown.clone(),
+        cli_config,
+        env,
+    };
+    Running {
+        base_url,
+        shutdown,
+        controller: tokio::spawn(controller.run()),
+        http: reqwest::Client::new(),
+    }
+}
+
+#[tokio::test]
+async fn health_follows_cycles_503_200_503_200_while_livez_stays_200() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(numbered_servers(3));
+    hetzner.set_fault(Some(Fault::status(500)));
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, None).await;
+
+    let body = running.wait_health(503).await;
+    assert!(body["last_success"].is_null(), "{body}");
+    let body = running.wait_body(|b| b["state"] == "failing").await;
+    assert!(
+        body["last_error"].as_str().unwrap().contains("500"),
+        "{body}"
+    );
+    assert!(body["last_success"].is_null(), "{body}");
+    assert!(kube.pool("covidnetes-pool").is_none());
+
+    hetzner.set_fault(None);
+    let body = running.wait_health(200).await;
+    assert_eq!(body["state"], "healthy");
+    assert_eq!(body["pool_addresses"], 3);
+    assert!(body["last_success"].is_string());
+    let (ready, _) = running.get("/readyz").await;
+    assert_eq!(ready, 200);
+
+    hetzner.set_fault(Some(Fault::status(401)));
+    let body = running.wait_health(503).await;
+    assert_eq!(body["state"], "failing");
+    assert!(
+        body["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid or revoked"),
+        "{body}"
+    );
+    assert_eq!(body["pool_addresses"], 3);
+    let (live, _) = running.get("/livez").await;
+    assert_eq!(live, 200, "a Hetzner outage must not fail liveness");
+    assert_eq!(
+        kube.pool("covidnetes-pool").unwrap()["spec"]["blocks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
+        "a failing Hetzner leaves the pool as it was"
+    );
+
+    hetzner.set_fault(None);
+    running.wait_health(200).await;
+    running.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn shutdown_ends_the_loop_within_a_second_even_mid_request() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(numbered_servers(1));
+    hetzner.set_fault(Some(Fault::Delay(Duration::from_secs(30))));
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, None).await;
+    // Wait until the first (stalled) request is in flight.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while hetzner.requests() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no Hetzner request was made"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    running.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), running.controller)
+        .await
+        .expect("the loop did not stop within a second")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_changed_config_file_takes_effect_and_a_broken_one_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, r#"{"LabelSelector": "role=a"}"#).unwrap();
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(
+        numbered_servers(2)
+            .into_iter()
+            .map(|s| s.with_label("role", "a").with_label("tier", "b"))
+            .collect(),
+    );
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, Some(path.clone())).await;
+    running.wait_health(200).await;
+    assert_eq!(hetzner.last_label_selector().as_deref(), Some("role=a"));
+
+    // A ConfigMap volume updates by swapping a symlink; replace the file the same way.
+    let staged = dir.path().join("config.json.new");
+    std::fs::write(&staged, r#"{"LabelSelector": "tier=b"}"#).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    wait_for(|| hetzner.last_label_selector().as_deref() == Some("tier=b")).await;
+
+    std::fs::write(&path, r#"{"LabelSelector": "#).unwrap();
+    let body = running.wait_body(|b| b["config_error"].is_string()).await;
+    assert!(
+        body["config_error"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON"),
+        "{body}"
+    );
+    let seen = hetzner.requests();
+    wait_for(|| hetzner.requests() > seen + 2).await;
+    assert_eq!(
+        hetzner.last_label_selector().as_deref(),
+        Some("tier=b"),
+        "the last good config stays"
+    );
+    let (status, _) = running.get("/health").await;
+    assert_eq!(status, 200, "a rejected reload does not fail health");
+
+    std::fs::write(&path, r#"{"LabelSelector": "role=a"}"#).unwrap();
+    wait_for(|| hetzner.last_label_selector().as_deref() == Some("role=a")).await;
+    let body = running.wait_body(|b| b["config_error"].is_null()).await;
+    assert_eq!(body["state"], "healthy");
+    running.shutdown.cancel();
+}
+
+async fn wait_for(mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not reached within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

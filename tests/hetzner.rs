@@ -1,0 +1,832 @@
+//! The Hetzner client against the fake Hetzner API (and plain wiremock where
+//! a hand-written answer is simpler).
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use canada_kaktus::hetzner::{
+    HetznerClient, HetznerError, HetznerOptions, RetryPolicy, ServerListing, SkipReason,
+    TransportKind,
+};
+use canada_kaktus::secret::SecretString;
+use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const TOKEN: &str = "hz-TEST-token-7f3a9c0d1e2b";
+const SELECTOR: &str = "kops.k8s.io/instance-role=Node";
+const MAX_RETRIES: u32 = 3;
+
+fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Short timeouts and a tiny backoff: retries happen, nothing waits long.
+fn options(endpoint: String) -> HetznerOptions {
+    HetznerOptions {
+        endpoint,
+        connect_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(5),
+        retry: RetryPolicy {
+            max_retries: MAX_RETRIES,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            max_rate_limit_wait: Duration::from_secs(60),
+        },
+    }
+}
+
+async fn fake_with(servers: Vec<FakeServer>) -> FakeHetzner {
+    install_crypto();
+    let fake = FakeHetzner::start().await;
+    fake.expect_token(TOKEN);
+    fake.set_servers(servers);
+    fake
+}
+
+async fn list(fake: &FakeHetzner) -> Result<ServerListing, HetznerError> {
+    list_with(options(fake.endpoint()), SELECTOR).await
+}
+
+async fn list_with(options: HetznerOptions, selector: &str) -> Result<ServerListing, HetznerError> {
+    HetznerClient::new(options)
+        .expect("client options are valid")
+        .list_servers(&SecretString::new(TOKEN), selector)
+        .await
+}
+
+fn assert_no_token(error: &HetznerError) {
+    let display = error.to_string();
+    let debug = format!("{error:?}");
+    assert!(!display.contains(TOKEN), "token in Display: {display}");
+    assert!(!debug.contains(TOKEN), "token in Debug: {debug}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        assert!(
+            !cause.to_string().contains(TOKEN),
+            "token in a cause: {cause}"
+        );
+        source = cause.source();
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+}
+
+#[tokio::test]
+async fn pages_through_every_page_at_fifty_per_page() {
+    let fake = fake_with(numbered_servers(120)).await;
+
+    let listing = list(&fake).await.expect("listing succeeds");
+
+    assert_eq!(listing.servers.len(), 120);
+    assert!(listing.skipped.is_empty());
+    assert_eq!(listing.pages, 3);
+    assert_eq!(listing.requests, 3);
+    assert_eq!(fake.requests(), 3);
+    let ids: Vec<i64> = listing.servers.iter().map(|s| s.id).collect();
+    assert_eq!(ids, (1..=120).collect::<Vec<_>>());
+    let log = fake.request_log();
+    let pages: Vec<_> = log.iter().map(|r| r.page.as_deref()).collect();
+    assert_eq!(pages, vec![Some("1"), Some("2"), Some("3")]);
+    assert!(log.iter().all(|r| r.per_page.as_deref() == Some("50")));
+    let rate_limit = listing.rate_limit.expect("rate limit headers are read");
+    assert_eq!(rate_limit.limit, Some(3600));
+    assert_eq!(rate_limit.remaining, Some(3597));
+    assert!(rate_limit.reset.is_some());
+}
+
+#[tokio::test]
+async fn an_exact_multiple_of_the_page_size_needs_no_extra_request() {
+    let fake = fake_with(numbered_servers(100)).await;
+    let listing = list(&fake).await.expect("listing succeeds");
+    assert_eq!(listing.servers.len(), 100);
+    assert_eq!(fake.requests(), 2);
+}
+
+#[tokio::test]
+async fn no_matching_servers_is_an_empty_listing() {
+    let fake = fake_with(vec![
+        FakeServer::new(1, "192.0.2.1").without_label("kops.k8s.io/instance-role")
+    ])
+    .await;
+    let listing = list(&fake).await.expect("listing succeeds");
+    assert!(listing.servers.is_empty());
+    assert!(listing.skipped.is_empty());
+    assert_eq!(listing.pages, 1);
+}
+
+#[tokio::test]
+async fn label_selector_is_url_encoded_and_filters() {
+    let fake = fake_with(vec![
+        FakeServer::new(1, "192.0.2.1")
+            .with_label("env", "prod")
+            .with_label("role", "worker"),
+        FakeServer::new(2, "192.0.2.2")
+            .with_label("env", "prod")
+            .with_label("role", "ingress"),
+        FakeServer::new(3, "192.0.2.3")
+            .with_label("env", "prod")
+            .with_label("role", "db"),
+        FakeServer::new(4, "192.0.2.4")
+            .with_label("env", "dev")
+            .with_label("role", "worker"),
+        FakeServer::new(5, "192.0.2.5")
+            .with_label("env", "prod")
+            .with_label("role", "worker")
+            .with_label("draining", "true"),
+    ])
+    .await;
+
+    let listing = list(&fake).await.expect("listing succeeds");
+    assert_eq!(listing.servers.len(), 5);
+    let raw = fake.request_log()[0]
+        .raw_query
+        .clone()
+        .expect("query string");
+    assert!(
+        raw.contains("label_selector=kops.k8s.io%2Finstance-role%3DNode"),
+        "{raw}"
+    );
+    assert_eq!(fake.last_label_selector().as_deref(), Some(SELECTOR));
+
+    let selector = "env=prod,role in (worker,ingress),!draining";
+    let listing = list_with(options(fake.endpoint()), selector)
+        .await
+        .expect("listing succeeds");
+    let ids: Vec<i64> = listing.servers.iter().map(|s| s.id).collect();
+    assert_eq!(ids, vec![1, 2]);
+    assert_eq!(fake.last_label_selector().as_deref(), Some(selector));
+    let raw = fake.request_log()[1]
+        .raw_query
+        .clone()
+        .expect("query string");
+    assert!(
+        !raw.contains(' ') && !raw.contains('(') && !raw.contains('!'),
+        "{raw}"
+    );
+}
+
+#[tokio::test]
+async fn sends_bearer_token_user_agent_and_accept() {
+    let fake = fake_with(numbered_servers(1)).await;
+    list(&fake).await.expect("listing succeeds");
+    let request = &fake.request_log()[0];
+    assert_eq!(
+        request.authorization.as_deref(),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
+    assert_eq!(
+        request.user_agent.as_deref(),
+        Some(concat!("canada-kaktus/", env!("CARGO_PKG_VERSION")))
+    );
+    assert_eq!(request.accept.as_deref(), Some("application/json"));
+}
+
+#[tokio::test]
+async fn a_token_with_a_trailing_newline_is_accepted() {
+    let fake = fake_with(numbered_servers(1)).await;
+    let listing = HetznerClient::new(options(fake.endpoint()))
+        .expect("client")
+        .list_servers(&SecretString::new(format!("{TOKEN}\n")), SELECTOR)
+        .await
+        .expect("listing succeeds");
+    assert_eq!(listing.servers.len(), 1);
+}
+
+#[tokio::test]
+async fn servers_without_a_usable_ipv4_are_skipped_with_a_reason() {
+    let fake = fake_with(vec![
+        FakeServer::new(1, "192.0.2.1"),
+        FakeServer::without_ipv4(2),
+        FakeServer::new(3, "0.0.0.0"),
+        FakeServer::new(4, "not-an-ip"),
+        FakeServer::new(5, "192.0.2.5").blocked().named("abused"),
+    ])
+    .await;
+
+    let listing = list(&fake).await.expect("listing succeeds");
+
+    let kept: Vec<_> = listing
+        .servers
+        .iter()
+        .map(|s| (s.id, s.name.as_str(), s.ipv4.to_string(), s.blocked))
+        .collect();
+    assert_eq!(
+        kept,
+        vec![
+            (1, "node-1", "192.0.2.1".to_owned(), false),
+            (5, "abused", "192.0.2.5".to_owned(), true),
+        ]
+    );
+    let skipped: Vec<_> = listing
+        .skipped
+        .iter()
+        .map(|s| (s.id, s.name.as_str(), s.reason.clone()))
+        .collect();
+    assert_eq!(
+        skipped,
+        vec![
+            (2, "node-2", SkipReason::NoPublicIpv4),
+            (3, "node-3", SkipReason::UnspecifiedIpv4),
+            (4, "node-4", SkipReason::InvalidIpv4("not-an-ip".to_owned())),
+        ]
+    );
+    let labels: Vec<_> = listing.skipped.iter().map(|s| s.reason.as_str()).collect();
+    assert_eq!(
+        labels,
+        vec!["no_public_ipv4", "unspecified_ipv4", "invalid_ipv4"]
+    );
+}
+
+#[tokio::test]
+async fn unknown_and_unexpected_fields_are_ignored() {
+    install_crypto();
+    let server = MockServer::start().await;
+    let body = r#"{
+        "servers": [{
+            "id": 7, "name": "odd", "status": "some_new_status", "brand_new_field": {"nested": [1, {"x": null}]},
+            "labels": {"a": "b"}, "private_net": [], "datacenter": null,
+            "public_net": {"ipv4": {"id": 1, "ip": "198.51.100.7", "blocked": false, "dns_ptr": "x", "new": true},
+                           "ipv6": null, "floating_ips": [1, 2], "extra": "yes"}
+        }],
+        "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null, "next_page": null,
+                                "last_page": null, "total_entries": null}, "other_meta": {}},
+        "top_level_extra": [1, 2, 3]
+    }"#;
+    Mock::given(method("GET"))
+        .and(path("/v1/servers"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "application/json"))
+        .mount(&server)
+        .await;
+
+    let listing = list_with(options(format!("{}/v1", server.uri())), SELECTOR)
+        .await
+        .expect("listing succeeds");
+
+    assert_eq!(listing.servers.len(), 1);
+    assert_eq!(listing.servers[0].ipv4.to_string(), "198.51.100.7");
+    assert_eq!(listing.rate_limit, None);
+}
+
+#[tokio::test]
+async fn unauthorized_token_is_reported_and_not_retried() {
+    let fake = fake_with(numbered_servers(3)).await;
+    fake.expect_token("some-other-token");
+
+    let error = list(&fake).await.expect_err("401 fails");
+
+    assert!(
+        matches!(error, HetznerError::Unauthorized { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(text.contains("invalid or revoked"), "{text}");
+    assert!(text.contains("401 unauthorized"), "{text}");
+    assert!(text.contains("unable to authenticate"), "{text}");
+    assert_eq!(error.metric_label(), "unauthorized");
+    assert!(!error.is_retryable());
+    assert_eq!(fake.requests(), 1);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn forbidden_names_the_code_and_is_not_retried() {
+    let fake = fake_with(numbered_servers(3)).await;
+    for (code, expected) in [
+        ("forbidden", "may not list servers"),
+        ("maintenance", "in maintenance"),
+        ("resource_limit_exceeded", "resource limit"),
+    ] {
+        let before = fake.requests();
+        fake.set_fault(Some(Fault::Status {
+            status: 403,
+            code: Some(code.to_owned()),
+            rate_limit_reset: None,
+        }));
+        let error = list(&fake).await.expect_err("403 fails");
+        assert!(matches!(error, HetznerError::Forbidden { .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains(&format!("403 {code}")), "{text}");
+        assert!(text.contains(expected), "{text}");
+        assert_eq!(fake.requests() - before, 1, "{code} must not be retried");
+        assert_no_token(&error);
+    }
+}
+
+#[tokio::test]
+async fn wrong_endpoint_gives_not_found_naming_the_endpoint() {
+    let fake = fake_with(numbered_servers(3)).await;
+    let endpoint = fake.endpoint().replace("/v1", "/v2");
+
+    let error = list_with(options(endpoint.clone()), SELECTOR)
+        .await
+        .expect_err("404 fails");
+
+    assert!(matches!(error, HetznerError::NotFound { .. }), "{error:?}");
+    assert!(error.to_string().contains(&endpoint), "{error}");
+    assert_eq!(error.metric_label(), "not_found");
+    assert_eq!(fake.requests(), 0);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn rejected_label_selector_is_reported_with_the_message() {
+    let fake = fake_with(numbered_servers(3)).await;
+    let selector = "role in (worker";
+
+    let error = list_with(options(fake.endpoint()), selector)
+        .await
+        .expect_err("422 fails");
+
+    match &error {
+        HetznerError::InvalidLabelSelector {
+            selector: rejected,
+            message,
+        } => {
+            assert_eq!(rejected, selector);
+            assert!(message.contains("label_selector"), "{message}");
+            assert!(message.contains("unbalanced"), "{message}");
+        }
+        other => panic!("expected InvalidLabelSelector, got {other:?}"),
+    }
+    assert!(error.to_string().contains("422 invalid_input"), "{error}");
+    assert_eq!(fake.requests(), 1);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn rate_limit_with_reset_now_is_waited_out() {
+    let fake = fake_with(numbered_servers(3)).await;
+    fake.set_fault(Some(Fault::times(1, Fault::rate_limited(unix_now()))));
+
+    let listing = list(&fake).await.expect("succeeds after the rate limit");
+
+    assert_eq!(listing.servers.len(), 3);
+    assert_eq!(listing.requests, 2);
+    assert_eq!(listing.pages, 1);
+    assert_eq!(fake.requests(), 2);
+}
+
+#[tokio::test]
+async fn rate_limit_with_reset_far_away_fails_fast() {
+    let fake = fake_with(numbered_servers(3)).await;
+    let reset = unix_now() + 3600;
+    fake.set_fault(Some(Fault::rate_limited(reset)));
+
+    let error = list(&fake).await.expect_err("rate limited");
+
+    assert!(
+        matches!(error, HetznerError::RateLimited { .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.rate_limit_reset(), Some(reset));
+    assert_eq!(error.metric_label(), "rate_limited");
+    let text = error.to_string();
+    assert!(text.contains("429 rate_limit_exceeded"), "{text}");
+    assert!(text.contains("resets at"), "{text}");
+    assert_eq!(fake.requests(), 1, "must not wait for an hour or retry");
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn rate_limit_without_reset_header_backs_off_and_gives_up() {
+    let fake = fake_with(numbered_servers(3)).await;
+    fake.set_fault(Some(Fault::status(429)));
+
+    let error = list(&fake).await.expect_err("rate limited");
+
+    assert!(
+        matches!(error, HetznerError::RateLimited { reset: None, .. }),
+        "{error:?}"
+    );
+    assert_eq!(fake.requests(), 1 + MAX_RETRIES as usize);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_then_reported() {
+    let fake = fake_with(numbered_servers(3)).await;
+    fake.set_fault(Some(Fault::status(500)));
+
+    let error = list(&fake).await.expect_err("500 fails");
+
+    match &error {
+        HetznerError::ServerError { status, code, .. } => {
+            assert_eq!(*status, 500);
+            assert_eq!(code.as_deref(), Some("server_error"));
+        }
+        other => panic!("expected ServerError, got {other:?}"),
+    }
+    assert!(
+        error.to_string().contains("HTTP 500 server_error"),
+        "{error}"
+    );
+    assert!(error.is_retryable());
+    assert_eq!(fake.requests(), 1 + MAX_RETRIES as usize);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn transient_failures_within_the_retry_budget_succeed() {
+    let fake = fake_with(numbered_servers(60)).await;
+    fake.set_fault(Some(Fault::times(MAX_RETRIES, Fault::status(503))));
+
+    let listing = list(&fake).await.expect("succeeds on the last retry");
+
+    assert_eq!(listing.servers.len(), 60);
+    assert_eq!(listing.requests, MAX_RETRIES + 2);
+    assert_eq!(listing.pages, 2);
+}
+
+#[tokio::test]
+async fn conflict_is_retried() {
+    let fake = fake_with(numbered_servers(2)).await;
+    fake.set_fault(Some(Fault::times(1, Fault::status(409))));
+    let listing = list(&fake).await.expect("succeeds after the conflict");
+    assert_eq!(listing.requests, 2);
+}
+
+#[tokio::test]
+async fn bad_gateway_without_a_body_gives_a_clear_error() {
+    let fake = fake_with(numbered_servers(3)).await;
+    fake.set_fault(Some(Fault::Status {
+        status: 502,
+        code: None,
+        rate_limit_reset: None,
+    }));
+
+    let error = list(&fake).await.expect_err("502 fails");
+
+    assert!(
+        matches!(
+            error,
+            HetznerError::ServerError {
+                status: 502,
+                code: None,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(text.contains("HTTP 502"), "{text}");
+    assert!(text.contains("not a Hetzner error document"), "{text}");
+    assert_eq!(fake.requests(), 1 + MAX_RETRIES as usize);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn html_error_page_from_a_proxy_gives_a_clear_error() {
+    install_crypto();
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(504).set_body_raw(
+            "<html><body>504 Gateway Time-out</body></html>",
+            "text/html",
+        ))
+        .mount(&server)
+        .await;
+
+    let error = list_with(options(format!("{}/v1", server.uri())), SELECTOR)
+        .await
+        .expect_err("504 fails");
+
+    assert!(
+        matches!(error, HetznerError::ServerError { status: 504, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("HTTP 504"), "{error}");
+}
+
+#[tokio::test]
+async fn slow_responses_time_out_and_are_retried() {
+    let fake = fake_with(numbered_servers(3)).await;
+    fake.set_fault(Some(Fault::Delay(Duration::from_secs(10))));
+    let mut options = options(fake.endpoint());
+    options.request_timeout = Duration::from_millis(200);
+    options.retry.max_retries = 1;
+
+    let error = list_with(options, SELECTOR).await.expect_err("times out");
+
+    assert!(
+        matches!(
+            error,
+            HetznerError::Transport {
+                kind: TransportKind::Timeout,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.metric_label(), "timeout");
+    assert!(error.is_retryable());
+    let text = error.to_string();
+    assert!(text.contains("127.0.0.1"), "{text}");
+    assert!(text.contains("timed out"), "{text}");
+    assert_eq!(fake.requests(), 2);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_decode_error_naming_the_page() {
+    let fake = fake_with(numbered_servers(3)).await;
+    fake.set_fault(Some(Fault::MalformedJson));
+
+    let error = list(&fake).await.expect_err("decode fails");
+
+    assert!(
+        matches!(error, HetznerError::Decode { page: 1, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("page 1"), "{error}");
+    assert!(!error.is_retryable());
+    assert_eq!(fake.requests(), 1);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn truncated_body_is_a_decode_error() {
+    let fake = fake_with(numbered_servers(70)).await;
+    fake.set_fault(Some(Fault::TruncatedBody));
+
+    let error = list(&fake).await.expect_err("decode fails");
+
+    assert!(
+        matches!(error, HetznerError::Decode { page: 1, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("page 1"), "{error}");
+    assert_eq!(fake.requests(), 1);
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn a_failing_middle_page_fails_the_whole_listing() {
+    let fake = fake_with(numbered_servers(120)).await;
+    fake.set_fault(Some(Fault::FailPage(2, 500)));
+
+    let error = list(&fake).await.expect_err("page 2 fails");
+
+    assert!(
+        matches!(error, HetznerError::ServerError { status: 500, .. }),
+        "{error:?}"
+    );
+    // Page 1 once, page 2 with all retries, page 3 never.
+    assert_eq!(fake.requests(), 1 + 1 + MAX_RETRIES as usize);
+    let pages: Vec<_> = fake
+        .request_log()
+        .iter()
+        .map(|r| r.page.clone().unwrap_or_default())
+        .collect();
+    assert!(!pages.contains(&"3".to_owned()), "{pages:?}");
+}
+
+#[tokio::test]
+async fn a_forbidden_middle_page_fails_at_once() {
+    let fake = fake_with(numbered_servers(120)).await;
+    fake.set_fault(Some(Fault::FailPage(2, 403)));
+    let error = list(&fake).await.expect_err("page 2 fails");
+    assert!(matches!(error, HetznerError::Forbidden { .. }), "{error:?}");
+    assert_eq!(fake.requests(), 2);
+}
+
+#[tokio::test]
+async fn next_page_past_the_end_is_an_error_not_a_hang() {
+    let fake = fake_with(numbered_servers(120)).await;
+    fake.set_fault(Some(Fault::NextPagePastEnd));
+
+    let error = list(&fake).await.expect_err("paging is inconsistent");
+
+    assert!(
+        matches!(error, HetznerError::Pagination { page: 3, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("last_page"), "{error}");
+    assert_eq!(fake.requests(), 3);
+}
+
+async fn paging_server(next_page: Option<u32>, last_page: Option<u32>) -> MockServer {
+    let server = MockServer::start().await;
+    let body = serde_json::json!({
+        "servers": [{"id": 1, "name": "a", "public_net": {"ipv4": {"ip": "192.0.2.1", "blocked": false}}}],
+        "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
+                                "next_page": next_page, "last_page": last_page, "total_entries": null}}
+    });
+    Mock::given(method("GET"))
+        .and(path("/v1/servers"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(body))
+        .mount(&server)
+        .await;
+    server
+}
+
+#[tokio::test]
+async fn a_looping_next_page_is_an_error_not_a_hang() {
+    install_crypto();
+    for (next, last) in [(Some(1), None), (Some(1), Some(5)), (Some(4), None)] {
+        let server = paging_server(next, last).await;
+        let error = list_with(options(format!("{}/v1", server.uri())), SELECTOR)
+            .await
+            .expect_err("paging is inconsistent");
+        assert!(
+            matches!(error, HetznerError::Pagination { .. }),
+            "{error:?}"
+        );
+        assert!(!error.is_retryable());
+    }
+}
+
+#[tokio::test]
+async fn connection_refused_is_a_transport_error_naming_the_host() {
+    install_crypto();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = listener.local_addr().expect("address");
+    drop(listener);
+
+    let error = list_with(options(format!("http://{address}/v1")), SELECTOR)
+        .await
+        .expect_err("nothing listens");
+
+    assert!(
+        matches!(
+            error,
+            HetznerError::Transport {
+                kind: TransportKind::Connect,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains(&address.to_string()), "{error}");
+    assert!(error.is_retryable());
+    assert_eq!(error.metric_label(), "connect");
+    assert_no_token(&error);
+}
+
+#[tokio::test]
+async fn invalid_endpoints_are_rejected_up_front() {
+    install_crypto();
+    for endpoint in [
+        "",
+        "not a url",
+        "ftp://example.com/v1",
+        "https://example.com/v1?x=y",
+    ] {
+        let error = HetznerClient::new(options(endpoint.to_owned())).expect_err(endpoint);
+        assert_eq!(error.metric_label(), "invalid_endpoint", "{endpoint}");
+    }
+}
+
+#[tokio::test]
+async fn no_error_kind_contains_the_token() {
+    let fake = fake_with(numbered_servers(60)).await;
+    let faults = [
+        Fault::status(401),
+        Fault::status(403),
+        Fault::status(404),
+        Fault::status(409),
+        Fault::status(410),
+        Fault::status(422),
+        Fault::status(423),
+        Fault::rate_limited(unix_now() + 3600),
+        Fault::status(500),
+        Fault::Status {
+            status: 502,
+            code: None,
+            rate_limit_reset: None,
+        },
+        Fault::MalformedJson,
+        Fault::TruncatedBody,
+        Fault::FailPage(2, 503),
+        Fault::NextPagePastEnd,
+    ];
+    let mut labels = Vec::new();
+    for fault in faults {
+        fake.set_fault(Some(fault.clone()));
+        let error = list(&fake).await.expect_err(&format!("{fault:?} fails"));
+        assert_no_token(&error);
+        labels.push(error.metric_label());
+    }
+    fake.set_fault(None);
+    fake.expect_token("another");
+    let error = list(&fake).await.expect_err("wrong token");
+    assert_no_token(&error);
+    assert_eq!(
+        labels,
+        vec![
+            "unauthorized",
+            "forbidden",
+            "not_found",
+            "unexpected_status",
+            "unexpected_status",
+            "invalid_label_selector",
+            "unexpected_status",
+            "rate_limited",
+            "server_error",
+            "server_error",
+            "decode",
+            "decode",
+            "server_error",
+            "pagination",
+        ]
+    );
+}
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A process-wide subscriber: a thread-local one (`set_default`) races with
+/// the callsite-interest caching of tests running on other threads and can
+/// miss events. Every test's logs land here, which only widens the check.
+fn captured_logs() -> &'static Captured {
+    static CAPTURED: OnceLock<Captured> = OnceLock::new();
+    CAPTURED.get_or_init(|| {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other global subscriber");
+        captured
+    })
+}
+
+#[tokio::test]
+async fn logs_never_contain_the_token() {
+    let captured = captured_logs();
+
+    let fake = fake_with(vec![
+        FakeServer::new(1, "192.0.2.1"),
+        FakeServer::without_ipv4(2),
+    ])
+    .await;
+    fake.set_fault(Some(Fault::times(1, Fault::status(503))));
+    list(&fake).await.expect("succeeds after a retry");
+    fake.expect_token("another");
+    list(&fake).await.expect_err("wrong token");
+
+    let logs = String::from_utf8(captured.0.lock().expect("log buffer").clone()).expect("utf-8");
+    assert!(logs.contains("retrying"), "{logs}");
+    assert!(logs.contains("skipping Hetzner server"), "{logs}");
+    assert!(logs.contains("status=200"), "{logs}");
+    assert!(!logs.contains(TOKEN), "{logs}");
+}
+
+#[tokio::test]
+async fn fake_pages_like_hetzner_and_renders_realistic_servers() {
+    install_crypto();
+    let fake = FakeHetzner::start().await;
+    fake.set_servers(numbered_servers(60));
+    let http = reqwest::Client::new();
+
+    let default_page: serde_json::Value = http
+        .get(format!("{}/servers", fake.endpoint()))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(default_page["servers"].as_array().map(Vec::len), Some(25));
+    assert_eq!(default_page["meta"]["pagination"]["last_page"], 3);
+    assert_eq!(default_page["meta"]["pagination"]["next_page"], 2);
+
+    let response = http
+        .get(format!("{}/servers?per_page=500&page=2", fake.endpoint()))
+        .send()
+        .await
+        .expect("request");
+    assert!(response.headers().contains_key("ratelimit-reset"));
+    let bytes = response.bytes().await.expect("body");
+    let page: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+    let servers = page["servers"].as_array().expect("servers");
+    assert_eq!(servers.len(), 10);
+    assert_eq!(page["meta"]["pagination"]["per_page"], 50);
+    assert_eq!(page["meta"]["pagination"]["previous_page"], 1);
+    assert!(page["meta"]["pagination"]["next_page"].is_null());
+    let per_server = bytes.len() / servers.len();
+    assert!(
+        (1500..=3000).contains(&per_server),
+        "{per_server} bytes per server"
+    );
+    assert_eq!(servers[0]["labels"]["kops.k8s.io/instance-role"], "Node");
+}

@@ -1,0 +1,351 @@
+//! One reconcile against a fake Hetzner API and an in-memory Kubernetes API:
+//! what is written, exactly how, and when nothing is.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use canada_kaktus::apply::PoolClient;
+use canada_kaktus::config::{self, CiliumApiVersion, Settings};
+use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
+use canada_kaktus::pool::WriteReason;
+use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
+use serde_json::json;
+use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
+use support::fake_kube::FakeKube;
+
+const TOKEN: &str = "test-token-4f1c9a";
+const PATH_V2: &str = "/apis/cilium.io/v2/ciliumloadbalancerippools/covidnetes-pool";
+
+fn settings(hetzner: &FakeHetzner, extra: &[(&str, &str)]) -> Settings {
+    let mut env: HashMap<String, String> = HashMap::from([
+        ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
+    ]);
+    for (k, v) in extra {
+        env.insert((*k).into(), (*v).into());
+    }
+    config::load(None, &env).expect("valid test settings")
+}
+
+fn fast_hetzner(endpoint: String) -> HetznerClient {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    HetznerClient::new(HetznerOptions {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+        retry: RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            max_rate_limit_wait: Duration::from_millis(50),
+        },
+        ..HetznerOptions::new(endpoint)
+    })
+    .unwrap()
+}
+
+async fn setup(versions: &[&str]) -> (FakeHetzner, FakeKube, Reconciler) {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    let kube = FakeKube::new(versions);
+    let reconciler = Reconciler::new(
+        fast_hetzner(hetzner.endpoint()),
+        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+    );
+    (hetzner, kube, reconciler)
+}
+
+#[tokio::test]
+async fn a_missing_pool_is_created_with_one_exact_server_side_apply() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2", "v2alpha1"]).await;
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "192.168.1.101"),
+        FakeServer::new(2, "192.168.1.100"),
+        FakeServer::new(3, "192.168.1.100").named("same-address"),
+        FakeServer::without_ipv4(4),
+    ]);
+    let report = reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+
+    assert_eq!(report.kind, CycleKind::Full);
+    assert_eq!(report.written, Some(WriteReason::Missing));
+    assert_eq!(report.addresses, 2);
+    let listing = report.listing.unwrap();
+    assert_eq!((listing.servers_matched, listing.servers_skipped), (4, 1));
+
+    let writes = kube.writes();
+    assert_eq!(writes.len(), 1, "exactly one write: {writes:?}");
+    let patch = &writes[0];
+    assert_eq!(patch.method, "PATCH");
+    assert_eq!(patch.path, PATH_V2);
+    let query: Vec<&str> = patch.query.split('&').collect();
+    assert!(query.contains(&"fieldManager=canada-kaktus"), "{query:?}");
+    assert!(query.contains(&"force=true"), "{query:?}");
+    assert_eq!(
+        patch.content_type.as_deref(),
+        Some("application/apply-patch+yaml")
+    );
+    assert_eq!(
+        patch.body,
+        Some(json!({
+            "apiVersion": "cilium.io/v2",
+            "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {"name": "covidnetes-pool", "annotations": {"managed-by": "canada-kaktus"}},
+            "spec": {"blocks": [{"cidr": "192.168.1.100/32"}, {"cidr": "192.168.1.101/32"}], "disabled": false}
+        }))
+    );
+    assert_eq!(
+        hetzner.last_label_selector().as_deref(),
+        Some("kops.k8s.io/instance-role=Node")
+    );
+}
+
+#[tokio::test]
+async fn nothing_is_written_when_the_pool_already_matches() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2", "v2alpha1"]).await;
+    hetzner.set_servers(numbered_servers(3));
+    let settings = settings(&hetzner, &[]);
+    reconciler.full(&settings).await.unwrap();
+    let before = kube.pool("covidnetes-pool").unwrap();
+
+    for _ in 0..3 {
+        let report = reconciler.full(&settings).await.unwrap();
+        assert_eq!(report.written, None);
+        assert!(report.diff.is_empty());
+    }
+    assert_eq!(kube.writes().len(), 1, "only the first cycle writes");
+    assert_eq!(kube.pool("covidnetes-pool").unwrap(), before);
+}
+
+#[tokio::test]
+async fn servers_joining_and_leaving_are_added_and_removed() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    let settings = settings(&hetzner, &[]);
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "1.0.0.1"),
+        FakeServer::new(2, "1.0.0.2"),
+    ]);
+    reconciler.full(&settings).await.unwrap();
+
+    hetzner.set_servers(vec![
+        FakeServer::new(2, "1.0.0.2"),
+        FakeServer::new(3, "1.0.0.3"),
+    ]);
+    let report = reconciler.full(&settings).await.unwrap();
+    assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
+    assert_eq!(
+        report.diff.added,
+        vec!["1.0.0.3".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    assert_eq!(
+        report.diff.removed,
+        vec!["1.0.0.1".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    assert_eq!(
+        kube.pool("covidnetes-pool").unwrap()["spec"]["blocks"],
+        json!([{"cidr": "1.0.0.2/32"}, {"cidr": "1.0.0.3/32"}])
+    );
+}
+
+#[tokio::test]
+async fn no_servers_leaves_the_pool_untouched() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    let settings = settings(&hetzner, &[]);
+    hetzner.set_servers(numbered_servers(2));
+    reconciler.full(&settings).await.unwrap();
+    let before = kube.pool("covidnetes-pool").unwrap();
+
+    hetzner.set_servers(vec![]);
+    let error = reconciler.full(&settings).await.unwrap_err();
+    assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("refusing to write an empty pool"),
+        "{error}"
+    );
+
+    hetzner.set_servers(vec![
+        FakeServer::without_ipv4(1),
+        FakeServer::without_ipv4(2),
+    ]);
+    let error = reconciler.full(&settings).await.unwrap_err();
+    assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
+
+    assert_eq!(kube.writes().len(), 1);
+    assert_eq!(kube.pool("covidnetes-pool").unwrap(), before);
+}
+
+#[tokio::test]
+async fn a_failed_second_page_leaves_the_pool_untouched() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    let settings = settings(&hetzner, &[]);
+    hetzner.set_servers(numbered_servers(120));
+    reconciler.full(&settings).await.unwrap();
+    let before = kube.pool("covidnetes-pool").unwrap();
+    assert_eq!(before["spec"]["blocks"].as_array().unwrap().len(), 120);
+
+    // 40 servers are gone, but page 2 fails: nothing may be removed.
+    hetzner.set_servers(numbered_servers(80));
+    hetzner.set_fault(Some(Fault::FailPage(2, 500)));
+    let error = reconciler.full(&settings).await.unwrap_err();
+    assert!(matches!(error, ReconcileError::Hetzner(_)), "{error}");
+    assert!(error.to_string().contains("pool left unchanged"), "{error}");
+    assert_eq!(kube.writes().len(), 1);
+    assert_eq!(kube.pool("covidnetes-pool").unwrap(), before);
+}
+
+#[tokio::test]
+async fn a_bad_token_fails_without_a_write_or_a_leak() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(2));
+    hetzner.expect_token("some-other-token");
+    let error = reconciler.full(&settings(&hetzner, &[])).await.unwrap_err();
+    let text = format!("{error} {error:?}");
+    assert!(text.contains("invalid or revoked"), "{text}");
+    assert!(!text.contains(TOKEN), "the token leaked: {text}");
+    assert!(kube.writes().is_empty());
+}
+
+#[tokio::test]
+async fn the_v2alpha1_api_is_used_when_v2_is_not_served() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2alpha1"]).await;
+    hetzner.set_servers(numbered_servers(1));
+    let report = reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    assert_eq!(report.api_version, "cilium.io/v2alpha1");
+    let writes = kube.writes();
+    assert_eq!(
+        writes[0].path,
+        "/apis/cilium.io/v2alpha1/ciliumloadbalancerippools/covidnetes-pool"
+    );
+    assert_eq!(
+        writes[0].body.as_ref().unwrap()["apiVersion"],
+        "cilium.io/v2alpha1"
+    );
+}
+
+#[tokio::test]
+async fn a_configured_api_version_is_used_as_is() {
+    let (hetzner, kube, _) = setup(&["v2", "v2alpha1"]).await;
+    hetzner.set_servers(numbered_servers(1));
+    let settings = settings(
+        &hetzner,
+        &[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2alpha1")],
+    );
+    let mut reconciler = Reconciler::new(
+        fast_hetzner(hetzner.endpoint()),
+        PoolClient::new(kube.client(), settings.cilium_api_version),
+    );
+    reconciler.full(&settings).await.unwrap();
+    assert!(kube.writes()[0]
+        .path
+        .starts_with("/apis/cilium.io/v2alpha1/"));
+}
+
+#[tokio::test]
+async fn a_cluster_without_the_crd_says_cilium_lb_ipam_is_missing() {
+    let (hetzner, kube, mut reconciler) = setup(&[]).await;
+    hetzner.set_servers(numbered_servers(1));
+    let error = reconciler.full(&settings(&hetzner, &[])).await.unwrap_err();
+    assert_eq!(error.metric_label(), "crd_missing");
+    assert!(
+        error
+            .to_string()
+            .contains("Cilium LB IPAM is not installed"),
+        "{error}"
+    );
+    assert!(kube.writes().is_empty());
+}
+
+#[tokio::test]
+async fn a_forbidden_patch_names_the_rbac_fix() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(1));
+    kube.fail_patches(Some(403));
+    let error = reconciler.full(&settings(&hetzner, &[])).await.unwrap_err();
+    assert_eq!(error.metric_label(), "kube_forbidden");
+    assert!(error.to_string().contains("deploy/rbac.yaml"), "{error}");
+}
+
+#[tokio::test]
+async fn configured_metadata_and_selector_are_applied_and_foreign_metadata_kept() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(1));
+    kube.insert_pool(
+        "covidnetes-pool",
+        json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {"name": "covidnetes-pool", "annotations": {"argocd.argoproj.io/tracking-id": "app:x"}},
+            "spec": {"blocks": [{"cidr": "9.9.9.9/32"}]}
+        }),
+    );
+    let settings = settings(
+        &hetzner,
+        &[
+            ("CANADA_KAKTUS_POOL_ANNOTATIONS", r#"{"team":"net"}"#),
+            ("CANADA_KAKTUS_POOL_LABELS", r#"{"tier":"edge"}"#),
+            ("CANADA_KAKTUS_POOL_SERVICE_SELECTOR", "color=blue"),
+        ],
+    );
+    reconciler.full(&settings).await.unwrap();
+    let pool = kube.pool("covidnetes-pool").unwrap();
+    assert_eq!(pool["metadata"]["annotations"]["team"], "net");
+    assert_eq!(
+        pool["metadata"]["annotations"]["managed-by"],
+        "canada-kaktus"
+    );
+    assert_eq!(
+        pool["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"],
+        "app:x"
+    );
+    assert_eq!(pool["metadata"]["labels"]["tier"], "edge");
+    assert_eq!(
+        pool["spec"]["serviceSelector"],
+        json!({"matchLabels": {"color": "blue"}})
+    );
+    assert_eq!(pool["spec"]["blocks"], json!([{"cidr": "10.0.0.1/32"}]));
+}
+
+#[tokio::test]
+async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(2));
+    assert!(
+        reconciler.repair().await.unwrap().is_none(),
+        "nothing to repair before a listing"
+    );
+    reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    let good = kube.pool("covidnetes-pool").unwrap();
+    let hetzner_requests = hetzner.requests();
+
+    let mut edited = good.clone();
+    edited["spec"]["blocks"] = json!([{"cidr": "6.6.6.6/32"}]);
+    kube.insert_pool("covidnetes-pool", edited);
+    let report = reconciler.repair().await.unwrap().unwrap();
+    assert_eq!(report.kind, CycleKind::Repair);
+    assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
+    assert_eq!(kube.pool("covidnetes-pool").unwrap()["spec"], good["spec"]);
+    assert_eq!(
+        hetzner.requests(),
+        hetzner_requests,
+        "a repair spends no Hetzner request"
+    );
+}
+
+#[tokio::test]
+async fn a_pool_conflict_reported_by_cilium_fails_the_cycle() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(1));
+    let settings = settings(&hetzner, &[]);
+    reconciler.full(&settings).await.unwrap();
+    let mut pool = kube.pool("covidnetes-pool").unwrap();
+    pool["status"] = json!({"conditions": [{
+        "type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap",
+        "message": "Pool overlaps with CIDR of other-pool"
+    }]});
+    kube.insert_pool("covidnetes-pool", pool);
+    let error = reconciler.full(&settings).await.unwrap_err();
+    assert_eq!(error.metric_label(), "pool_conflict");
+    assert!(error.to_string().contains("other-pool"), "{error}");
+    assert_eq!(kube.writes().len(), 1);
+}

@@ -1,0 +1,921 @@
+//! A fake Hetzner Cloud API for the test suites and benchmarks.
+//!
+//! A wiremock server on 127.0.0.1 serves `GET /v1/servers` from shared state
+//! that tests change while it runs: the server list, faults, the expected
+//! token. It pages like Hetzner (`per_page` default 25, max 50), filters by
+//! `label_selector`, sends `RateLimit-*` headers and Hetzner-shaped error
+//! documents, and renders server objects of realistic size (~2.5 KB) so that
+//! parsing costs measured against it mean something.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use wiremock::matchers::{any, method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// What Hetzner's documentation names as the rate limit of a project.
+pub const RATE_LIMIT_PER_HOUR: u64 = 3600;
+
+/// Requests kept in [`FakeHetzner::request_log`]; older ones are dropped so
+/// that long benchmarks do not grow without bound.
+const REQUEST_LOG_CAPACITY: usize = 1000;
+
+const DEFAULT_PER_PAGE: usize = 25;
+const MAX_PER_PAGE: usize = 50;
+
+pub struct FakeHetzner {
+    server: MockServer,
+    state: Arc<Mutex<FakeState>>,
+}
+
+/// One server as the fake stores it; rendered into a full Hetzner object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeServer {
+    pub id: i64,
+    pub name: String,
+    /// `None` renders `"ipv4": null`; any string (also invalid ones) is sent as is.
+    pub ipv4: Option<String>,
+    pub blocked: bool,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl FakeServer {
+    /// A running node: name `node-<id>`, label `kops.k8s.io/instance-role=Node`.
+    pub fn new(id: i64, ipv4: &str) -> Self {
+        let mut labels = BTreeMap::new();
+        labels.insert("kops.k8s.io/instance-role".to_owned(), "Node".to_owned());
+        Self {
+            id,
+            name: format!("node-{id}"),
+            ipv4: Some(ipv4.to_owned()),
+            blocked: false,
+            labels,
+        }
+    }
+
+    /// Like [`FakeServer::new`], created without a primary IPv4.
+    pub fn without_ipv4(id: i64) -> Self {
+        Self {
+            ipv4: None,
+            ..Self::new(id, "0.0.0.0")
+        }
+    }
+
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    pub fn blocked(mut self) -> Self {
+        self.blocked = true;
+        self
+    }
+
+    pub fn with_label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    pub fn without_label(mut self, key: &str) -> Self {
+        self.labels.remove(key);
+        self
+    }
+}
+
+/// `count` nodes with ids `1..=count` and distinct addresses in 10.x.y.z
+/// (valid public-looking IPv4s for the client; nothing here is routed).
+pub fn numbered_servers(count: usize) -> Vec<FakeServer> {
+    (1..=count)
+        .map(|n| {
+            let id = i64::try_from(n).unwrap_or(i64::MAX);
+            let [_, b, c, d] = u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes();
+            FakeServer::new(id, &format!("10.{b}.{c}.{d}"))
+        })
+        .collect()
+}
+
+/// A misbehaviour applied to subsequent `/servers` requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this status. With a `code`, the body is Hetzner's error
+    /// document; without one it is empty (like a bare 502/504 from a proxy).
+    /// `rate_limit_reset` sets `RateLimit-Reset` (and `Remaining: 0`); a 429
+    /// without it sends no reset header at all.
+    Status {
+        status: u16,
+        code: Option<String>,
+        rate_limit_reset: Option<u64>,
+    },
+    /// 200 with a body that is not valid JSON.
+    MalformedJson,
+    /// 200 with the real page cut in the middle of the document (the
+    /// Content-Length matches what is sent, as when a proxy ends the stream).
+    TruncatedBody,
+    /// The normal answer, sent after this delay.
+    Delay(Duration),
+    /// This page number fails with this status (Hetzner's error document for
+    /// the status); other pages are served normally.
+    FailPage(u32, u16),
+    /// `next_page` always points one page further, also past `last_page`.
+    NextPagePastEnd,
+    /// The inner fault for the next N requests, then healthy again.
+    Times(u32, Box<Fault>),
+}
+
+impl Fault {
+    /// Shorthand for a status fault with Hetzner's usual code for `status`.
+    pub fn status(status: u16) -> Self {
+        Fault::Status {
+            status,
+            code: default_code(status).map(str::to_owned),
+            rate_limit_reset: None,
+        }
+    }
+
+    /// A 429 `rate_limit_exceeded` with `RateLimit-Reset: reset`.
+    pub fn rate_limited(reset: u64) -> Self {
+        Fault::Status {
+            status: 429,
+            code: Some("rate_limit_exceeded".to_owned()),
+            rate_limit_reset: Some(reset),
+        }
+    }
+
+    pub fn times(count: u32, fault: Fault) -> Self {
+        Fault::Times(count, Box::new(fault))
+    }
+}
+
+/// What the fake saw of one `/servers` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeRequest {
+    pub raw_query: Option<String>,
+    pub label_selector: Option<String>,
+    pub page: Option<String>,
+    pub per_page: Option<String>,
+    pub authorization: Option<String>,
+    pub user_agent: Option<String>,
+    pub accept: Option<String>,
+}
+
+impl FakeHetzner {
+    pub async fn start() -> Self {
+        let state = Arc::new(Mutex::new(FakeState::default()));
+        // Recording is off: the state keeps a bounded log of its own, and a
+        // benchmark serving thousands of pages should not accumulate them.
+        let server = MockServer::builder()
+            .disable_request_recording()
+            .start()
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/v1/servers"))
+            .respond_with(Responder {
+                state: Arc::clone(&state),
+            })
+            .mount(&server)
+            .await;
+        // Everything else gets Hetzner's 404 document, like a wrong endpoint.
+        Mock::given(any())
+            .respond_with(error_response(404, Some("not_found"), "not found", None))
+            .with_priority(10)
+            .mount(&server)
+            .await;
+        Self { server, state }
+    }
+
+    /// Base URL including the version, e.g. `http://127.0.0.1:PORT/v1`.
+    pub fn endpoint(&self) -> String {
+        format!("{}/v1", self.server.uri())
+    }
+
+    /// Replaces the server list (rendered once here, not per request).
+    pub fn set_servers(&self, servers: Vec<FakeServer>) {
+        let rendered = servers.iter().map(render_server).collect();
+        let mut state = self.lock();
+        state.servers = servers;
+        state.rendered = rendered;
+        state.selection = None;
+    }
+
+    pub fn set_fault(&self, fault: Option<Fault>) {
+        self.lock().fault = fault;
+    }
+
+    /// `/servers` requests served so far, faulty ones included.
+    pub fn requests(&self) -> usize {
+        self.lock().requests
+    }
+
+    /// The decoded `label_selector` of the last `/servers` request.
+    pub fn last_label_selector(&self) -> Option<String> {
+        self.lock().last_label_selector.clone()
+    }
+
+    /// From now on, a request whose bearer token differs gets 401.
+    pub fn expect_token(&self, token: &str) {
+        self.lock().expected_token = Some(token.to_owned());
+    }
+
+    /// The most recent `/servers` requests (up to 1000), oldest first.
+    pub fn request_log(&self) -> Vec<FakeRequest> {
+        self.lock().log.iter().cloned().collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FakeState> {
+        lock(&self.state)
+    }
+}
+
+fn lock(state: &Mutex<FakeState>) -> MutexGuard<'_, FakeState> {
+    // A panicking test thread must not take every later request down with it.
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[derive(Default)]
+struct FakeState {
+    servers: Vec<FakeServer>,
+    /// JSON of each server, same order as `servers`.
+    rendered: Vec<String>,
+    /// Indexes matching the last selector, so paging through 10,000 servers
+    /// does not re-evaluate the selector on every page.
+    selection: Option<(String, Arc<Vec<usize>>)>,
+    fault: Option<Fault>,
+    requests: usize,
+    last_label_selector: Option<String>,
+    expected_token: Option<String>,
+    log: VecDeque<FakeRequest>,
+}
+
+impl FakeState {
+    /// The fault for this request; counts down and clears `Times`.
+    fn take_fault(&mut self) -> Option<Fault> {
+        match &mut self.fault {
+            None => None,
+            Some(Fault::Times(remaining, inner)) => {
+                if *remaining == 0 {
+                    self.fault = None;
+                    return None;
+                }
+                *remaining -= 1;
+                let fault = unwrap_times(inner);
+                if *remaining == 0 {
+                    self.fault = None;
+                }
+                Some(fault)
+            }
+            Some(fault) => Some(fault.clone()),
+        }
+    }
+
+    fn matching(&mut self, selector: &str) -> Result<Arc<Vec<usize>>, String> {
+        if let Some((cached, indexes)) = &self.selection {
+            if cached == selector {
+                return Ok(Arc::clone(indexes));
+            }
+        }
+        let requirements = parse_selector(selector)?;
+        let indexes: Vec<usize> = self
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(_, server)| requirements.iter().all(|r| r.matches(&server.labels)))
+            .map(|(index, _)| index)
+            .collect();
+        let indexes = Arc::new(indexes);
+        self.selection = Some((selector.to_owned(), Arc::clone(&indexes)));
+        Ok(indexes)
+    }
+}
+
+fn unwrap_times(fault: &Fault) -> Fault {
+    match fault {
+        Fault::Times(_, inner) => unwrap_times(inner),
+        other => other.clone(),
+    }
+}
+
+struct Responder {
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl Respond for Responder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        state.requests += 1;
+        let query = Query::from_request(request);
+        state.last_label_selector = query.label_selector.clone();
+        let header = |name: &str| {
+            request
+                .headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned)
+        };
+        let record = FakeRequest {
+            raw_query: request.url.query().map(str::to_owned),
+            label_selector: query.label_selector.clone(),
+            page: query.page.clone(),
+            per_page: query.per_page.clone(),
+            authorization: header("authorization"),
+            user_agent: header("user-agent"),
+            accept: header("accept"),
+        };
+        if state.log.len() == REQUEST_LOG_CAPACITY {
+            state.log.pop_front();
+        }
+        state.log.push_back(record);
+        let requests = state.requests;
+        let rate = RateHeaders::for_request(requests);
+
+        match state.take_fault() {
+            Some(Fault::Status {
+                status,
+                code,
+                rate_limit_reset,
+            }) => {
+                let rate = match (status, rate_limit_reset) {
+                    (_, Some(reset)) => RateHeaders {
+                        remaining: 0,
+                        reset: Some(reset),
+                    },
+                    (429, None) => RateHeaders {
+                        remaining: 0,
+                        reset: None,
+                    },
+                    _ => rate,
+                };
+                let message = code.as_deref().map_or("", message_for);
+                error_response(status, code.as_deref(), message, None).apply(&rate)
+            }
+            Some(Fault::MalformedJson) => ResponseTemplate::new(200)
+                .set_body_raw(
+                    r#"{"servers": [{"id": 1, "name": "node-1",, "public_net": }"#,
+                    "application/json",
+                )
+                .apply(&rate),
+            Some(Fault::TruncatedBody) => {
+                let (status, body) = serve(&mut state, &query, request, false);
+                match body {
+                    Body::Json(text) if status == 200 => {
+                        let mut cut = text.len() / 2;
+                        while !text.is_char_boundary(cut) {
+                            cut -= 1;
+                        }
+                        ResponseTemplate::new(200)
+                            .set_body_raw(text[..cut].to_owned(), "application/json")
+                            .apply(&rate)
+                    }
+                    other => other.into_response(status).apply(&rate),
+                }
+            }
+            Some(Fault::Delay(delay)) => {
+                let (status, body) = serve(&mut state, &query, request, false);
+                body.into_response(status).set_delay(delay).apply(&rate)
+            }
+            Some(Fault::FailPage(page, status)) if query.page_number() == Some(page) => {
+                let code = default_code(status);
+                error_response(status, code, code.map_or("", message_for), None).apply(&rate)
+            }
+            Some(Fault::NextPagePastEnd) => {
+                let (status, body) = serve(&mut state, &query, request, true);
+                body.into_response(status).apply(&rate)
+            }
+            // Times is resolved by take_fault; FailPage for another page is healthy.
+            Some(Fault::FailPage(..)) | Some(Fault::Times(..)) | None => {
+                let (status, body) = serve(&mut state, &query, request, false);
+                body.into_response(status).apply(&rate)
+            }
+        }
+    }
+}
+
+struct Query {
+    label_selector: Option<String>,
+    page: Option<String>,
+    per_page: Option<String>,
+}
+
+impl Query {
+    fn from_request(request: &Request) -> Self {
+        let mut query = Query {
+            label_selector: None,
+            page: None,
+            per_page: None,
+        };
+        for (key, value) in request.url.query_pairs() {
+            match key.as_ref() {
+                "label_selector" => query.label_selector = Some(value.into_owned()),
+                "page" => query.page = Some(value.into_owned()),
+                "per_page" => query.per_page = Some(value.into_owned()),
+                _ => {}
+            }
+        }
+        query
+    }
+
+    fn page_number(&self) -> Option<u32> {
+        match &self.page {
+            None => Some(1),
+            Some(page) => page.parse().ok(),
+        }
+    }
+}
+
+enum Body {
+    Json(String),
+    Error {
+        code: &'static str,
+        message: String,
+        details: Option<serde_json::Value>,
+    },
+}
+
+impl Body {
+    fn into_response(self, status: u16) -> ResponseTemplate {
+        match self {
+            Body::Json(text) => {
+                ResponseTemplate::new(status).set_body_raw(text, "application/json")
+            }
+            Body::Error {
+                code,
+                message,
+                details,
+            } => error_response(status, Some(code), &message, details),
+        }
+    }
+}
+
+/// The healthy answer: authentication, validation, filtering and paging.
+fn serve(state: &mut FakeState, query: &Query, request: &Request, past_end: bool) -> (u16, Body) {
+    if let Some(expected) = &state.expected_token {
+        let sent = request
+            .headers
+            .get("authorization")
+            .and_then(|value| value.to_str().ok());
+        if sent != Some(format!("Bearer {expected}").as_str()) {
+            return (
+                401,
+                Body::Error {
+                    code: "unauthorized",
+                    message: "unable to authenticate".to_owned(),
+                    details: None,
+                },
+            );
+        }
+    }
+    let invalid = |field: &str, problem: String| {
+        (
+            422,
+            Body::Error {
+                code: "invalid_input",
+                message: format!("invalid input in field '{field}'"),
+                details: Some(json!({"fields": [{"name": field, "messages": [problem]}]})),
+            },
+        )
+    };
+    let Some(page) = query.page_number().filter(|page| *page >= 1) else {
+        return invalid("page", "must be a positive integer".to_owned());
+    };
+    let per_page = match &query.per_page {
+        None => DEFAULT_PER_PAGE,
+        Some(text) => match text.parse::<usize>() {
+            Ok(value) if value >= 1 => value.min(MAX_PER_PAGE),
+            _ => return invalid("per_page", "must be a positive integer".to_owned()),
+        },
+    };
+    let selector = query.label_selector.as_deref().unwrap_or("");
+    let matching = match state.matching(selector) {
+        Ok(matching) => matching,
+        Err(problem) => return invalid("label_selector", problem),
+    };
+
+    let total = matching.len();
+    let last_page = total.div_ceil(per_page).max(1);
+    let page_index = usize::try_from(page).unwrap_or(usize::MAX);
+    let start = page_index
+        .saturating_sub(1)
+        .saturating_mul(per_page)
+        .min(total);
+    let end = start.saturating_add(per_page).min(total);
+    let next_page = if past_end || page_index < last_page {
+        Some(page_index + 1)
+    } else {
+        None
+    };
+    let previous_page = (page_index > 1).then(|| page_index - 1);
+
+    let mut body = String::with_capacity(96 + (end - start) * 2600 + 200);
+    body.push_str(r#"{"servers":["#);
+    for (n, index) in matching[start..end].iter().enumerate() {
+        if n > 0 {
+            body.push(',');
+        }
+        body.push_str(&state.rendered[*index]);
+    }
+    body.push_str("],");
+    let meta = json!({
+        "pagination": {
+            "page": page_index,
+            "per_page": per_page,
+            "previous_page": previous_page,
+            "next_page": next_page,
+            "last_page": last_page,
+            "total_entries": total,
+        }
+    });
+    body.push_str(r#""meta":"#);
+    body.push_str(&meta.to_string());
+    body.push('}');
+    (200, Body::Json(body))
+}
+
+struct RateHeaders {
+    remaining: u64,
+    reset: Option<u64>,
+}
+
+impl RateHeaders {
+    /// The budget refills one request per second, so after `used` requests
+    /// it is full again `used` seconds from now.
+    fn for_request(used: usize) -> Self {
+        let used = u64::try_from(used).unwrap_or(u64::MAX);
+        let remaining = RATE_LIMIT_PER_HOUR.saturating_sub(used);
+        Self {
+            remaining,
+            reset: Some(unix_now() + (RATE_LIMIT_PER_HOUR - remaining)),
+        }
+    }
+}
+
+trait ApplyRate {
+    fn apply(self, rate: &RateHeaders) -> Self;
+}
+
+impl ApplyRate for ResponseTemplate {
+    fn apply(self, rate: &RateHeaders) -> Self {
+        let template = self
+            .insert_header("RateLimit-Limit", RATE_LIMIT_PER_HOUR.to_string().as_str())
+            .insert_header("RateLimit-Remaining", rate.remaining.to_string().as_str());
+        match rate.reset {
+            Some(reset) => template.insert_header("RateLimit-Reset", reset.to_string().as_str()),
+            None => template,
+        }
+    }
+}
+
+/// Hetzner's error document, or an empty body when there is no code.
+fn error_response(
+    status: u16,
+    code: Option<&str>,
+    message: &str,
+    details: Option<serde_json::Value>,
+) -> ResponseTemplate {
+    match code {
+        Some(code) => ResponseTemplate::new(status).set_body_raw(
+            json!({"error": {"code": code, "message": message, "details": details}}).to_string(),
+            "application/json",
+        ),
+        None => ResponseTemplate::new(status),
+    }
+}
+
+/// The code Hetzner usually sends with a status; `None` where it often sends
+/// no JSON at all.
+pub fn default_code(status: u16) -> Option<&'static str> {
+    match status {
+        400 => Some("json_error"),
+        401 => Some("unauthorized"),
+        403 => Some("forbidden"),
+        404 => Some("not_found"),
+        409 => Some("conflict"),
+        410 => Some("deprecated_api_endpoint"),
+        422 => Some("invalid_input"),
+        423 => Some("locked"),
+        429 => Some("rate_limit_exceeded"),
+        500 => Some("server_error"),
+        503 => Some("unavailable"),
+        _ => None,
+    }
+}
+
+fn message_for(code: &str) -> &'static str {
+    match code {
+        "unauthorized" => "unable to authenticate",
+        "forbidden" => "insufficient permissions for this request",
+        "maintenance" => "cannot perform operation due to maintenance",
+        "resource_limit_exceeded" => "project limit exceeded",
+        "not_found" => "not found",
+        "conflict" => "resource is locked by another operation, try again",
+        "invalid_input" => "invalid input in field 'label_selector'",
+        "rate_limit_exceeded" => "limit of 3600 requests per hour reached",
+        "server_error" => "internal server error",
+        "unavailable" => "service temporarily unavailable",
+        "timeout" => "gateway timeout",
+        _ => "error",
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Label selectors: `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`,
+// `k notin (a,b)`, joined by commas meaning AND.
+
+enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    Exists(String),
+    NotExists(String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Requirement::Equals(key, value) => labels.get(key) == Some(value),
+            // Like Kubernetes: a missing key satisfies `!=` and `notin`.
+            Requirement::NotEquals(key, value) => labels.get(key) != Some(value),
+            Requirement::Exists(key) => labels.contains_key(key),
+            Requirement::NotExists(key) => !labels.contains_key(key),
+            Requirement::In(key, values) => labels.get(key).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(key, values) => !labels.get(key).is_some_and(|v| values.contains(v)),
+        }
+    }
+}
+
+/// Parses a selector; an empty one matches everything.
+fn parse_selector(selector: &str) -> Result<Vec<Requirement>, String> {
+    if selector.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    split_top_level(selector)?
+        .into_iter()
+        .map(parse_requirement)
+        .collect()
+}
+
+/// Splits at commas that are not inside `( … )`.
+fn split_top_level(selector: &str) -> Result<Vec<&str>, String> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (index, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or_else(|| "unbalanced ')'".to_owned())?;
+            }
+            ',' if depth == 0 => {
+                parts.push(&selector[start..index]);
+                start = index + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("unbalanced '('".to_owned());
+    }
+    parts.push(&selector[start..]);
+    Ok(parts)
+}
+
+fn parse_requirement(part: &str) -> Result<Requirement, String> {
+    let part = part.trim();
+    if part.is_empty() {
+        return Err("empty requirement".to_owned());
+    }
+    if let Some(key) = part.strip_prefix('!') {
+        return Ok(Requirement::NotExists(key_of(key)?));
+    }
+    if let Some((key, values)) = part.split_once(" notin ") {
+        return Ok(Requirement::NotIn(key_of(key)?, value_set(values)?));
+    }
+    if let Some((key, values)) = part.split_once(" in ") {
+        return Ok(Requirement::In(key_of(key)?, value_set(values)?));
+    }
+    if let Some((key, value)) = part.split_once("!=") {
+        return Ok(Requirement::NotEquals(key_of(key)?, value_of(value)?));
+    }
+    if let Some((key, value)) = part.split_once("==") {
+        return Ok(Requirement::Equals(key_of(key)?, value_of(value)?));
+    }
+    if let Some((key, value)) = part.split_once('=') {
+        return Ok(Requirement::Equals(key_of(key)?, value_of(value)?));
+    }
+    Ok(Requirement::Exists(key_of(part)?))
+}
+
+fn key_of(key: &str) -> Result<String, String> {
+    let key = key.trim();
+    let valid = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+    if valid {
+        Ok(key.to_owned())
+    } else {
+        Err(format!("invalid label key {key:?}"))
+    }
+}
+
+fn value_of(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    let valid = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if valid {
+        Ok(value.to_owned())
+    } else {
+        Err(format!("invalid label value {value:?}"))
+    }
+}
+
+fn value_set(values: &str) -> Result<Vec<String>, String> {
+    let inner = values
+        .trim()
+        .strip_prefix('(')
+        .and_then(|rest| rest.strip_suffix(')'))
+        .ok_or_else(|| format!("expected a parenthesised value list, got {values:?}"))?;
+    inner.split(',').map(value_of).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Rendering: a server object shaped and sized like Hetzner's.
+
+struct Location {
+    id: i64,
+    name: &'static str,
+    description: &'static str,
+    country: &'static str,
+    city: &'static str,
+    latitude: f64,
+    longitude: f64,
+    network_zone: &'static str,
+}
+
+const LOCATIONS: [Location; 3] = [
+    Location {
+        id: 1,
+        name: "fsn1",
+        description: "Falkenstein DC Park 1",
+        country: "DE",
+        city: "Falkenstein",
+        latitude: 50.47612,
+        longitude: 12.370071,
+        network_zone: "eu-central",
+    },
+    Location {
+        id: 2,
+        name: "nbg1",
+        description: "Nuremberg DC Park 1",
+        country: "DE",
+        city: "Nuremberg",
+        latitude: 49.452102,
+        longitude: 11.076665,
+        network_zone: "eu-central",
+    },
+    Location {
+        id: 3,
+        name: "hel1",
+        description: "Helsinki DC Park 1",
+        country: "FI",
+        city: "Helsinki",
+        latitude: 60.169855,
+        longitude: 24.938379,
+        network_zone: "eu-central",
+    },
+];
+
+fn render_server(server: &FakeServer) -> String {
+    let id = server.id;
+    let n = id.unsigned_abs();
+    let Location {
+        id: location_id,
+        name: location,
+        description,
+        country,
+        city,
+        latitude,
+        longitude,
+        network_zone: zone,
+    } = LOCATIONS[usize::try_from(n % 3).unwrap_or(0)];
+    let location_object = json!({
+        "id": location_id,
+        "name": location,
+        "description": description,
+        "country": country,
+        "city": city,
+        "latitude": latitude,
+        "longitude": longitude,
+        "network_zone": zone,
+    });
+    let ipv4 = server.ipv4.as_ref().map(|ip| {
+        json!({
+            "id": 40_000_000 + id,
+            "ip": ip,
+            "blocked": server.blocked,
+            "dns_ptr": format!("static.{ip}.clients.your-server.de"),
+        })
+    });
+    let ipv6_prefix = format!("2a01:4f8:c0c:{:x}::", n & 0xffff);
+    json!({
+        "id": id,
+        "name": server.name,
+        "status": "running",
+        "created": "2024-03-18T09:21:44+00:00",
+        "public_net": {
+            "ipv4": ipv4,
+            "ipv6": {
+                "id": 50_000_000 + id,
+                "ip": format!("{ipv6_prefix}/64"),
+                "blocked": false,
+                "dns_ptr": [{"ip": format!("{ipv6_prefix}1"), "dns_ptr": format!("{}.example.com", server.name)}],
+            },
+            "floating_ips": [],
+            "firewalls": [{"id": 1_200_042, "status": "applied"}],
+        },
+        "private_net": [{
+            "network": 4_711_042,
+            "ip": format!("10.0.{}.{}", (n >> 8) & 0xff, n & 0xff),
+            "alias_ips": [],
+            "mac_address": format!("86:00:00:{:02x}:{:02x}:{:02x}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
+        }],
+        "server_type": {
+            "id": 22,
+            "name": "cpx31",
+            "description": "CPX 31",
+            "cores": 4,
+            "memory": 8.0,
+            "disk": 160,
+            "deprecated": false,
+            "prices": [{
+                "location": location,
+                "price_hourly": {"net": "0.0238000000", "gross": "0.0283220000000000"},
+                "price_monthly": {"net": "14.8600000000", "gross": "17.6834000000000000"},
+                "included_traffic": 21_990_232_555_520_u64,
+                "price_per_tb_traffic": {"net": "1.0000000000", "gross": "1.1900000000000000"},
+            }],
+            "storage_type": "local",
+            "cpu_type": "shared",
+            "architecture": "x86",
+            "deprecation": null,
+        },
+        "datacenter": {
+            "id": location_id + 10,
+            "name": format!("{location}-dc{}", 10 + location_id),
+            "description": format!("{city} virtual DC {}", 10 + location_id),
+            "location": location_object.clone(),
+            "server_types": {
+                "supported": [1, 3, 5, 7, 9, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96, 97, 98],
+                "available": [1, 3, 5, 7, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96],
+                "available_for_migration": [1, 3, 5, 7, 9, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96, 97, 98],
+            },
+        },
+        "location": location_object,
+        "image": {
+            "id": 161_547_269,
+            "type": "system",
+            "status": "available",
+            "name": "ubuntu-24.04",
+            "description": "Ubuntu 24.04",
+            "image_size": null,
+            "disk_size": 5,
+            "created": "2024-04-25T09:39:35+00:00",
+            "created_from": null,
+            "bound_to": null,
+            "os_flavor": "ubuntu",
+            "os_version": "24.04",
+            "rapid_deploy": true,
+            "protection": {"delete": false},
+            "deprecated": null,
+            "deleted": null,
+            "labels": {},
+            "architecture": "x86",
+        },
+        "iso": null,
+        "rescue_enabled": false,
+        "locked": false,
+        "backup_window": null,
+        "outgoing_traffic": 123_456_789 + n,
+        "ingoing_traffic": 987_654_321 + n,
+        "included_traffic": 21_990_232_555_520_u64,
+        "protection": {"delete": false, "rebuild": false},
+        "labels": server.labels,
+        "volumes": [],
+        "load_balancers": [],
+        "primary_disk_size": 160,
+        "placement_group": null,
+    })
+    .to_string()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
