@@ -31,7 +31,7 @@ pub const CONFIG_FILE_ENV: &str = "CANADA_KAKTUS_CONFIG";
 pub const DEFAULT_CONFIG_FILE: &str = "config.json";
 /// Shorter intervals would burn the Hetzner project's shared request budget
 /// (3600/h for every tool using the project).
-pub const MIN_INTERVAL: Duration = Duration::from_secs(10);
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
 /// A token is ~64 bytes; anything this large is the wrong file (or /dev/zero).
 const MAX_TOKEN_FILE_BYTES: u64 = 64 * 1024;
@@ -131,7 +131,7 @@ pub const INTERVAL: Setting = Setting {
     env: "CANADA_KAKTUS_INTERVAL",
     key: "Interval",
     default: SettingDefault::Value("15m"),
-    description: "Time between two Hetzner listings, e.g. 90s, 15m, 1h30m; between 10s and 24h",
+    description: "Time between two Hetzner listings, e.g. 90s, 15m, 1h30m; between 1s and 24h (each listing spends ceil(servers/50) requests of the 3600/h budget the project shares)",
 };
 pub const LISTEN_ADDRESS: Setting = Setting {
     env: "CANADA_KAKTUS_LISTEN_ADDRESS",
@@ -1159,12 +1159,12 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     })?;
     if interval < MIN_INTERVAL {
         return Err(
-            "is shorter than the minimum of 10s (the Hetzner request budget is shared); use 10s to 24h, e.g. 15m"
+            "is shorter than the minimum of 1s (the Hetzner request budget is shared); use 1s to 24h, e.g. 15m"
                 .to_owned(),
         );
     }
     if interval > MAX_INTERVAL {
-        return Err("is longer than the maximum of 24h; use 10s to 24h, e.g. 15m".to_owned());
+        return Err("is longer than the maximum of 24h; use 1s to 24h, e.g. 15m".to_owned());
     }
     Ok(interval)
 }

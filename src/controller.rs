@@ -38,7 +38,7 @@ pub struct LoopTimings {
     pub config_poll: Duration,
     /// First wait after a failed cycle; it doubles up to the interval.
     pub retry_base: Duration,
-    /// Replaces the configured interval (which cannot go below 10 s) so
+    /// Replaces the configured interval (which cannot go below 1 s) so
     /// in-process tests and benchmarks can run many cycles quickly.
     pub interval_override: Option<Duration>,
 }

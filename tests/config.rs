@@ -546,7 +546,7 @@ fn every_problem_is_reported_at_once() {
     let files = Files::new();
     let config = files.write(
         "config.json",
-        r#"{"PoolName": "Not_Valid", "Interval": "5s"}"#,
+        r#"{"PoolName": "Not_Valid", "Interval": "500ms"}"#,
     );
     let env = vars(&[
         ("CANADA_KAKTUS_LOGLEVEL", "loud"),
@@ -566,7 +566,7 @@ fn every_problem_is_reported_at_once() {
     let text = e.to_string();
     assert_eq!(text.lines().count(), e.problems().len(), "{text}");
     assert!(
-        text.contains("CANADA_KAKTUS_INTERVAL / Interval: \"5s\" (from config file"),
+        text.contains("CANADA_KAKTUS_INTERVAL / Interval: \"500ms\" (from config file"),
         "{text}"
     );
     assert!(
@@ -677,6 +677,7 @@ fn interval_parsing_and_bounds() {
         ("15m", 900),
         ("1h", 3600),
         ("1h30m", 5400),
+        ("1s", 1),
         ("10s", 10),
         ("24h", 86400),
     ] {
@@ -684,8 +685,8 @@ fn interval_parsing_and_bounds() {
         assert_eq!(s.interval, Duration::from_secs(seconds), "{text}");
     }
     for (text, expect) in [
-        ("9s", "minimum of 10s"),
-        ("0", "minimum of 10s"),
+        ("999ms", "minimum of 1s"),
+        ("0", "minimum of 1s"),
         ("25h", "maximum of 24h"),
         ("900", "with a unit"),
         ("fast", "not a duration"),
