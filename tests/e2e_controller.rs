@@ -1,0 +1,512 @@
+//! The controller binary against a real kube-apiserver + etcd (RBAC on),
+//! running as the ServiceAccount that `deploy/` ships, with a fake Hetzner
+//! API on loopback. Every assertion reads the API server, never our logs.
+//!
+//! Skipped (with a message) unless CANADA_KAKTUS_K8S_BIN_DIR is set; the
+//! README's test command sets it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use canada_kaktus::apply::pool_resource;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::ApiResource;
+use serde_json::{json, Value};
+use support::cluster::{CrdFixture, TestCluster};
+use support::fake_hetzner::{FakeHetzner, FakeServer};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_canada-kaktus");
+const POOL: &str = "covidnetes-pool";
+const NAMESPACE: &str = "canada-kaktus";
+const TOKEN: &str = "e2e-token-5e1f";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh cluster with `deploy/` applied (namespace, ServiceAccount,
+/// ClusterRole and binding, Deployment) and, optionally, a pool CRD.
+async fn cluster(crd: Option<CrdFixture>) -> Option<TestCluster> {
+    let cluster = TestCluster::start().await?;
+    if let Some(fixture) = crd {
+        cluster.install_crd(fixture).await;
+    }
+    let deploy = repo().join("deploy");
+    let out = cluster.kubectl(&["apply", "-k", deploy.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply -k deploy/ failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(cluster)
+}
+
+/// The controller as a separate process, authenticated as the shipped
+/// ServiceAccount. Killed when dropped.
+struct Controller {
+    child: Child,
+    health_url: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Controller {
+    async fn start(cluster: &TestCluster, hetzner: &FakeHetzner, interval: &str) -> Controller {
+        let kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, NAMESPACE).await;
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log = dir.path().join("controller.log");
+        let child = Command::new(BIN)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
+            .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
+            .env("CANADA_KAKTUS_INTERVAL", interval)
+            .env("CANADA_KAKTUS_LISTEN_ADDRESS", format!("127.0.0.1:{port}"))
+            .env("CANADA_KAKTUS_LOGLEVEL", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting the controller");
+        Controller {
+            child,
+            health_url: format!("http://127.0.0.1:{port}/health"),
+            log,
+            _dir: dir,
+        }
+    }
+
+    async fn health(&self) -> Option<(u16, Value)> {
+        let response = reqwest::get(&self.health_url).await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.json().await.ok()?))
+    }
+
+    fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("the controller exited ({status}); log:\n{}", self.log_text());
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `/health` answers `status` and its body passes `check`.
+    async fn wait_health(&mut self, status: u16, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = None;
+        loop {
+            self.assert_running();
+            if let Some((now, body)) = self.health().await {
+                if now == status && check(&body) {
+                    return body;
+                }
+                last = Some((now, body));
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "/health never answered {status} as expected; last: {last:?}\nlog:\n{}",
+                    self.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- controller log ---\n{}", self.log_text());
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn pools(cluster: &TestCluster, version: &str) -> Api<DynamicObject> {
+    let resource: ApiResource = pool_resource(version);
+    Api::all_with(cluster.admin_client(), &resource)
+}
+
+fn blocks_of(pool: &DynamicObject) -> Value {
+    pool.data["spec"]["blocks"].clone()
+}
+
+fn blocks(ips: &[&str]) -> Value {
+    Value::Array(ips.iter().map(|ip| json!({ "cidr": format!("{ip}/32") })).collect())
+}
+
+/// Polls the API server until `check` passes on the pool (or its absence).
+async fn wait_pool(
+    api: &Api<DynamicObject>,
+    within: Duration,
+    what: &str,
+    check: impl Fn(Option<&DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    let deadline = Instant::now() + within;
+    loop {
+        let pool = api.get_opt(POOL).await.expect("reading the pool as admin");
+        if check(pool.as_ref()) {
+            return pool;
+        }
+        if Instant::now() > deadline {
+            panic!("{what}: not seen within {within:?}; pool is {pool:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn hetzner_with(ips: &[&str]) -> FakeHetzner {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    set_ips(&hetzner, ips);
+    hetzner
+}
+
+fn set_ips(hetzner: &FakeHetzner, ips: &[&str]) {
+    hetzner.set_servers(
+        ips.iter()
+            .enumerate()
+            .map(|(i, ip)| FakeServer::new(i as i64 + 1, ip))
+            .collect(),
+    );
+}
+
+/// Waits until Hetzner has been asked `n` more times: `n` more cycles.
+async fn wait_cycles(hetzner: &FakeHetzner, n: usize) {
+    let target = hetzner.requests() + n;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while hetzner.requests() < target {
+        assert!(Instant::now() < deadline, "the controller stopped polling Hetzner");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn scenario_1_no_pool_yet_the_pool_is_created() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["203.0.113.20", "203.0.113.3", "203.0.113.3"]).await;
+    let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
+
+    let api = pools(&cluster, "v2");
+    let pool = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
+        .await
+        .unwrap();
+    assert_eq!(blocks_of(&pool), blocks(&["203.0.113.3", "203.0.113.20"]));
+    assert_eq!(pool.data["spec"]["disabled"], json!(false));
+    let annotations = pool.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get("managed-by").map(String::as_str), Some("canada-kaktus"));
+    let managers: Vec<_> = pool
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| (m.manager.unwrap_or_default(), m.operation.unwrap_or_default()))
+        .collect();
+    assert_eq!(managers, vec![("canada-kaktus".to_owned(), "Apply".to_owned())]);
+    controller.wait_health(200, |b| b["pool_addresses"] == 2).await;
+}
+
+#[tokio::test]
+async fn scenario_2_servers_added_and_removed_are_followed() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["198.51.100.1", "198.51.100.2"]).await;
+    let _controller = Controller::start(&cluster, &hetzner, "1s").await;
+    let api = pools(&cluster, "v2");
+    wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some()).await;
+
+    set_ips(&hetzner, &["198.51.100.2", "198.51.100.3", "198.51.100.4"]);
+    let want = blocks(&["198.51.100.2", "198.51.100.3", "198.51.100.4"]);
+    wait_pool(&api, Duration::from_secs(10), "servers added and removed", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+
+    set_ips(&hetzner, &["198.51.100.3"]);
+    let want = blocks(&["198.51.100.3"]);
+    wait_pool(&api, Duration::from_secs(10), "servers removed", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn scenario_3_nothing_changed_means_no_write() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["198.51.100.7", "198.51.100.8"]).await;
+    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
+    let api = pools(&cluster, "v2");
+    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
+        .await
+        .unwrap();
+    controller.wait_health(200, |_| true).await;
+
+    wait_cycles(&hetzner, 4).await;
+    let after = api.get(POOL).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, created.metadata.resource_version,
+        "cycles with nothing to change must not write"
+    );
+    controller.assert_running();
+}
+
+#[tokio::test]
+async fn scenario_4_edits_and_deletes_are_repaired_within_2s() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["192.0.2.10", "192.0.2.11"]).await;
+    // An hour between polls: only the watch can make the repairs in time.
+    let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
+    let api = pools(&cluster, "v2");
+    wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some()).await;
+    controller.wait_health(200, |_| true).await;
+    let want = blocks(&["192.0.2.10", "192.0.2.11"]);
+    let polls = hetzner.requests();
+
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..Default::default()
+    };
+    api.patch(POOL, &edit, &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})))
+        .await
+        .unwrap();
+    wait_pool(&api, Duration::from_secs(2), "edited blocks restored", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+
+    api.patch(POOL, &edit, &Patch::Merge(json!({"spec": {"disabled": true}})))
+        .await
+        .unwrap();
+    wait_pool(&api, Duration::from_secs(2), "disabled pool re-enabled", |p| {
+        p.is_some_and(|p| p.data["spec"]["disabled"] == json!(false))
+    })
+    .await;
+
+    api.delete(POOL, &DeleteParams::default()).await.unwrap();
+    wait_pool(&api, Duration::from_secs(2), "deleted pool recreated", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+    assert_eq!(hetzner.requests(), polls, "repairs reuse the last listing");
+    controller.assert_running();
+}
+
+#[tokio::test]
+async fn scenario_5_metadata_and_status_of_other_managers_survive() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["192.0.2.20"]).await;
+    let _controller = Controller::start(&cluster, &hetzner, "1s").await;
+    let api = pools(&cluster, "v2");
+    wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some()).await;
+
+    let argocd = PatchParams::apply("argocd-controller").force();
+    api.patch(
+        POOL,
+        &argocd,
+        &Patch::Apply(json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {
+                "name": POOL,
+                "annotations": {"argocd.argoproj.io/tracking-id": "cilium-lb:cilium.io/CiliumLoadBalancerIPPool:kube-system/covidnetes-pool"},
+                "labels": {"app.kubernetes.io/instance": "cilium-lb"}
+            }
+        })),
+    )
+    .await
+    .unwrap();
+    let operator = PatchParams::apply("cilium-operator-lb-ipam").force();
+    api.patch_status(
+        POOL,
+        &operator,
+        &Patch::Apply(json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {"name": POOL},
+            "status": {"conditions": [{
+                "type": "cilium.io/IPsTotal", "status": "Unknown", "reason": "noreason",
+                "message": "1", "lastTransitionTime": "2026-11-21T00:00:00Z"
+            }]}
+        })),
+    )
+    .await
+    .unwrap();
+
+    // Make the controller write again.
+    set_ips(&hetzner, &["192.0.2.20", "192.0.2.21"]);
+    let want = blocks(&["192.0.2.20", "192.0.2.21"]);
+    let pool = wait_pool(&api, Duration::from_secs(10), "new server written", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await
+    .unwrap();
+    let annotations = pool.metadata.annotations.clone().unwrap_or_default();
+    assert!(annotations.contains_key("argocd.argoproj.io/tracking-id"), "{annotations:?}");
+    assert_eq!(annotations.get("managed-by").map(String::as_str), Some("canada-kaktus"));
+    let labels = pool.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("app.kubernetes.io/instance").map(String::as_str), Some("cilium-lb"));
+    assert_eq!(pool.data["status"]["conditions"][0]["type"], "cilium.io/IPsTotal");
+}
+
+#[tokio::test]
+async fn scenario_6_a_v2alpha1_only_cluster_works_with_auto() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2Alpha1Only)).await else { return };
+    let hetzner = hetzner_with(&["192.0.2.30"]).await;
+    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
+    let api = pools(&cluster, "v2alpha1");
+    let pool = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
+        .await
+        .unwrap();
+    assert_eq!(blocks_of(&pool), blocks(&["192.0.2.30"]));
+    let managed = pool.metadata.managed_fields.unwrap_or_default();
+    assert_eq!(managed[0].api_version.as_deref(), Some("cilium.io/v2alpha1"));
+    controller.wait_health(200, |_| true).await;
+}
+
+#[tokio::test]
+async fn scenario_7_no_crd_reports_503_and_recovers_once_installed() {
+    let Some(cluster) = cluster(None).await else { return };
+    let hetzner = hetzner_with(&["192.0.2.40"]).await;
+    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
+    let body = controller
+        .wait_health(503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("Cilium LB IPAM is not installed"))
+        })
+        .await;
+    assert_eq!(body["state"], "failing");
+
+    cluster.install_crd(CrdFixture::V2).await;
+    let api = pools(&cluster, "v2");
+    wait_pool(&api, Duration::from_secs(30), "pool created after the CRD appeared", |p| {
+        p.is_some()
+    })
+    .await;
+    controller.wait_health(200, |_| true).await;
+}
+
+#[tokio::test]
+async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["192.0.2.50"]).await;
+    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
+    let api = pools(&cluster, "v2");
+    wait_pool(&api, Duration::from_secs(30), "pool created with the shipped role", |p| {
+        p.is_some()
+    })
+    .await;
+    controller.wait_health(200, |_| true).await;
+
+    // Take `patch` away, then give the controller something to write.
+    let out = cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        "canada-kaktus",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "watch"]}]"#,
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    set_ips(&hetzner, &["192.0.2.50", "192.0.2.51"]);
+    let body = controller
+        .wait_health(503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("permission denied to patch"))
+        })
+        .await;
+    assert!(body["last_error"].as_str().unwrap().contains("deploy/rbac.yaml"));
+    controller.assert_running();
+    let pool = api.get(POOL).await.unwrap();
+    assert_eq!(blocks_of(&pool), blocks(&["192.0.2.50"]));
+
+    // Restoring the shipped role heals it without a restart.
+    let out = cluster.kubectl(&["apply", "-k", repo().join("deploy").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let want = blocks(&["192.0.2.50", "192.0.2.51"]);
+    wait_pool(&api, Duration::from_secs(30), "write after the role was restored", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+    controller.wait_health(200, |_| true).await;
+}
+
+#[tokio::test]
+async fn scenario_9_hetzner_failure_or_zero_servers_leave_the_pool_unchanged() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["192.0.2.60", "192.0.2.61"]).await;
+    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
+    let api = pools(&cluster, "v2");
+    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
+        .await
+        .unwrap();
+    controller.wait_health(200, |_| true).await;
+
+    hetzner.set_fault(Some(support::fake_hetzner::Fault::status(503)));
+    controller.wait_health(503, |b| b["state"] == "failing").await;
+    set_ips(&hetzner, &[]);
+    hetzner.set_fault(None);
+    controller
+        .wait_health(503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("refusing to write an empty pool"))
+        })
+        .await;
+    let now = api.get(POOL).await.unwrap();
+    assert_eq!(now.metadata.resource_version, created.metadata.resource_version);
+    assert_eq!(blocks_of(&now), blocks(&["192.0.2.60", "192.0.2.61"]));
+
+    set_ips(&hetzner, &["192.0.2.60", "192.0.2.61"]);
+    controller.wait_health(200, |_| true).await;
+}
+
+#[tokio::test]
+async fn once_runs_a_single_reconcile_as_the_service_account() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let hetzner = hetzner_with(&["192.0.2.70"]).await;
+    let kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, NAMESPACE).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("--once")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("KUBECONFIG", &kubeconfig)
+        .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
+        .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pool = pools(&cluster, "v2").get(POOL).await.unwrap();
+    assert_eq!(blocks_of(&pool), blocks(&["192.0.2.70"]));
+
+    hetzner.set_servers(vec![]);
+    let out = Command::new(BIN)
+        .arg("--once")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("KUBECONFIG", &kubeconfig)
+        .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
+        .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let pool = pools(&cluster, "v2").get(POOL).await.unwrap();
+    assert_eq!(blocks_of(&pool), blocks(&["192.0.2.70"]));
+}

@@ -1,0 +1,722 @@
+//! A real Kubernetes control plane (etcd + kube-apiserver, RBAC on) for
+//! end-to-end tests.
+//!
+//! The binaries come from `scripts/k8s-bins.sh`; tests find them through
+//! `CANADA_KAKTUS_K8S_BIN_DIR` and skip (returning early) when it is unset,
+//! so a plain `cargo test` stays fast. `scripts/e2e.sh` sets it.
+//!
+//! Every [`TestCluster`] has its own etcd, kube-apiserver and temporary
+//! directory; dropping it kills both processes. The processes also die with
+//! the test process (`PR_SET_PDEATHSIG`), even when it is killed.
+
+use std::{
+    fs, io,
+    net::TcpListener,
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    sync::{mpsc, OnceLock},
+    time::{Duration, Instant},
+};
+
+use base64::Engine as _;
+use k8s_openapi::{
+    api::{
+        authentication::v1::{TokenRequest, TokenRequestSpec},
+        core::v1::{Namespace, ServiceAccount},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    Api, Client, Config,
+};
+use serde_json::json;
+
+/// The environment variable naming the directory with `etcd`,
+/// `kube-apiserver` and `kubectl`.
+pub const BIN_DIR_ENV: &str = "CANADA_KAKTUS_K8S_BIN_DIR";
+
+/// The name of the CiliumLoadBalancerIPPool CRD.
+pub const POOL_CRD_NAME: &str = "ciliumloadbalancerippools.cilium.io";
+
+/// The field manager the harness uses for the objects it creates itself.
+const HARNESS_MANAGER: &str = "test-harness";
+
+/// How long kube-apiserver may take to become ready.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the API server may take to act on a CRD change.
+const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Attempts to start when a port picked as free was taken meanwhile.
+const START_ATTEMPTS: usize = 3;
+
+/// Which CiliumLoadBalancerIPPool CRD to install (`tests/fixtures/crds/`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrdFixture {
+    /// Cilium 1.18+: `v2` served and stored, `v2alpha1` served and deprecated.
+    V2,
+    /// Cilium 1.15–1.17: only `v2alpha1`.
+    V2Alpha1Only,
+}
+
+impl CrdFixture {
+    /// The fixture file.
+    pub fn path(self) -> PathBuf {
+        let file = match self {
+            CrdFixture::V2 => "cilium-v2.yaml",
+            CrdFixture::V2Alpha1Only => "cilium-v2alpha1.yaml",
+        };
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/crds")
+            .join(file)
+    }
+
+    /// The versions of `cilium.io` discovery lists once this CRD is installed
+    /// (the preferred version first).
+    pub fn served_versions(self) -> &'static [&'static str] {
+        match self {
+            CrdFixture::V2 => &["v2", "v2alpha1"],
+            CrdFixture::V2Alpha1Only => &["v2alpha1"],
+        }
+    }
+
+    /// The version discovery prefers.
+    pub fn preferred_version(self) -> &'static str {
+        self.served_versions()[0]
+    }
+
+    /// The parsed CustomResourceDefinition.
+    pub fn crd(self) -> CustomResourceDefinition {
+        let path = self.path();
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+    }
+}
+
+/// Installs rustls' ring provider once; harmless when already installed.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A kube client for a kubeconfig file (one the harness wrote, for example).
+pub async fn client_from_kubeconfig(path: &Path) -> Client {
+    install_crypto_provider();
+    let kubeconfig = Kubeconfig::read_from(path)
+        .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", path.display()));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("loading kubeconfig {}: {e}", path.display()));
+    Client::try_from(config).expect("building a kube client")
+}
+
+/// A running etcd + kube-apiserver pair. Dropping it stops both.
+pub struct TestCluster {
+    apiserver: Child,
+    etcd: Child,
+    bin_dir: PathBuf,
+    server_url: String,
+    admin_token: String,
+    admin_kubeconfig: PathBuf,
+    admin_client: Client,
+    startup: Duration,
+    // Last: removed after the processes were killed in `drop`.
+    dir: tempfile::TempDir,
+}
+
+impl TestCluster {
+    /// Starts a fresh cluster and waits until `/readyz` answers `ok`.
+    ///
+    /// Returns `None` (after printing `skipped: ...` to stderr) when
+    /// `CANADA_KAKTUS_K8S_BIN_DIR` is unset. Panics, with the processes'
+    /// log tails, when the cluster does not come up.
+    pub async fn start() -> Option<TestCluster> {
+        let Some(bin_dir) = std::env::var_os(BIN_DIR_ENV).filter(|v| !v.is_empty()) else {
+            eprintln!("skipped: {BIN_DIR_ENV} is not set (run scripts/e2e.sh)");
+            return None;
+        };
+        let bin_dir = PathBuf::from(bin_dir);
+        for bin in ["etcd", "kube-apiserver", "kubectl"] {
+            assert!(
+                bin_dir.join(bin).is_file(),
+                "{BIN_DIR_ENV}={} has no {bin}; run scripts/k8s-bins.sh",
+                bin_dir.display()
+            );
+        }
+        install_crypto_provider();
+
+        let mut last_error = String::new();
+        for attempt in 1..=START_ATTEMPTS {
+            match Self::try_start(&bin_dir).await {
+                Ok(cluster) => return Some(cluster),
+                Err(StartError::PortTaken(msg)) => {
+                    eprintln!("test cluster: attempt {attempt} lost a port race, retrying");
+                    last_error = msg;
+                }
+                Err(StartError::Fatal(msg)) => panic!("{msg}"),
+            }
+        }
+        panic!("{last_error}");
+    }
+
+    async fn try_start(bin_dir: &Path) -> Result<TestCluster, StartError> {
+        let started = Instant::now();
+        let dir = tempfile::Builder::new()
+            .prefix("canada-kaktus-k8s-")
+            .tempdir()
+            .expect("creating a temporary directory");
+        let root = dir.path();
+
+        // etcd.
+        let etcd_client_port = free_port();
+        let etcd_peer_port = free_port();
+        let etcd_url = format!("http://127.0.0.1:{etcd_client_port}");
+        let etcd_peer_url = format!("http://127.0.0.1:{etcd_peer_port}");
+        let mut etcd_cmd = Command::new(bin_dir.join("etcd"));
+        etcd_cmd
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", root.join("etcd").display()))
+            .arg(format!("--listen-client-urls={etcd_url}"))
+            .arg(format!("--advertise-client-urls={etcd_url}"))
+            .arg(format!("--listen-peer-urls={etcd_peer_url}"))
+            .arg(format!("--initial-advertise-peer-urls={etcd_peer_url}"))
+            .arg(format!("--initial-cluster=test={etcd_peer_url}"))
+            .arg("--initial-cluster-state=new")
+            // Throwaway data: skip fsync, keep the log short.
+            .arg("--unsafe-no-fsync")
+            .arg("--log-level=warn");
+        let etcd = spawn_logged(etcd_cmd, &root.join("etcd.log"));
+
+        // Credentials: a static admin token and a service-account signing key.
+        let admin_token = random_token();
+        fs::write(
+            root.join("tokens.csv"),
+            format!("{admin_token},test-admin,test-admin-uid,\"system:masters\"\n"),
+        )
+        .expect("writing the token file");
+        let (sa_private_pem, sa_public_pem) = service_account_key_pems();
+        let sa_key = root.join("service-account.key");
+        let sa_pub = root.join("service-account.pub");
+        fs::write(&sa_key, sa_private_pem).expect("writing the service-account key");
+        fs::write(&sa_pub, sa_public_pem).expect("writing the service-account public key");
+
+        // kube-apiserver.
+        let port = free_port();
+        let server_url = format!("https://127.0.0.1:{port}");
+        let cert_dir = root.join("apiserver-certs");
+        let mut apiserver_cmd = Command::new(bin_dir.join("kube-apiserver"));
+        apiserver_cmd
+            .arg(format!("--etcd-servers={etcd_url}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg("--advertise-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            // No serving cert given: the server self-signs one (and a CA) here.
+            .arg(format!("--cert-dir={}", cert_dir.display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                root.join("tokens.csv").display()
+            ))
+            .arg("--authorization-mode=Node,RBAC")
+            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .arg(format!("--service-account-key-file={}", sa_pub.display()))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                sa_key.display()
+            ))
+            .arg("--service-cluster-ip-range=10.96.0.0/24")
+            // Not needed here, and each costs start-up time or background work.
+            .arg("--enable-priority-and-fairness=false")
+            .arg("--endpoint-reconciler-type=none")
+            .arg("--profiling=false");
+        let mut apiserver = spawn_logged(apiserver_cmd, &root.join("kube-apiserver.log"));
+
+        let mut etcd = etcd;
+        let fail = |apiserver: &mut Child, etcd: &mut Child, why: String| {
+            let _ = apiserver.kill();
+            let _ = etcd.kill();
+            let _ = apiserver.wait();
+            let _ = etcd.wait();
+            let apiserver_log = log_tail(&root.join("kube-apiserver.log"), 60);
+            let etcd_log = log_tail(&root.join("etcd.log"), 30);
+            let msg = format!(
+                "test cluster did not start: {why}\n\
+                 --- kube-apiserver log (tail) ---\n{apiserver_log}\n\
+                 --- etcd log (tail) ---\n{etcd_log}"
+            );
+            if apiserver_log.contains("address already in use")
+                || etcd_log.contains("address already in use")
+            {
+                StartError::PortTaken(msg)
+            } else {
+                StartError::Fatal(msg)
+            }
+        };
+
+        // Poll: first for the self-signed certificate, then for /readyz.
+        let deadline = started + START_TIMEOUT;
+        let ca_file = cert_dir.join("apiserver.crt");
+        let admin_kubeconfig = root.join("admin.kubeconfig");
+        let mut client: Option<Client> = None;
+        let mut last = String::from("no answer yet");
+        loop {
+            if let Some(status) = apiserver.try_wait().expect("polling kube-apiserver") {
+                return Err(fail(
+                    &mut apiserver,
+                    &mut etcd,
+                    format!("kube-apiserver exited ({status})"),
+                ));
+            }
+            if let Some(status) = etcd.try_wait().expect("polling etcd") {
+                return Err(fail(
+                    &mut apiserver,
+                    &mut etcd,
+                    format!("etcd exited ({status})"),
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(fail(
+                    &mut apiserver,
+                    &mut etcd,
+                    format!("/readyz not ok after {START_TIMEOUT:?}; last answer: {last}"),
+                ));
+            }
+            if client.is_none() {
+                // The file may still be half written: retry until it parses.
+                if let Ok(ca_pem) = fs::read(&ca_file) {
+                    if ca_pem.ends_with(b"-----END CERTIFICATE-----\n") {
+                        write_kubeconfig(
+                            &admin_kubeconfig,
+                            &server_url,
+                            &ca_pem,
+                            "test-admin",
+                            &admin_token,
+                        );
+                        client = try_client_from_kubeconfig(&admin_kubeconfig).await.ok();
+                    }
+                }
+            }
+            if let Some(c) = &client {
+                let req = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .expect("request");
+                match c.request_text(req).await {
+                    Ok(body) if body.trim() == "ok" => break,
+                    Ok(body) => last = body,
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+
+        let startup = started.elapsed();
+        eprintln!("test cluster: kube-apiserver at {server_url} ready after {startup:.2?}");
+        Ok(TestCluster {
+            apiserver,
+            etcd,
+            bin_dir: bin_dir.to_path_buf(),
+            server_url,
+            admin_token,
+            admin_kubeconfig,
+            admin_client: client.expect("client exists once ready"),
+            startup,
+            dir,
+        })
+    }
+
+    /// A client authenticated as a member of `system:masters`.
+    pub fn admin_client(&self) -> Client {
+        self.admin_client.clone()
+    }
+
+    /// A kubeconfig file for the admin, usable by kubectl and kube-rs.
+    pub fn admin_kubeconfig(&self) -> &Path {
+        &self.admin_kubeconfig
+    }
+
+    /// The admin's static bearer token.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn server_url(&self) -> &str {
+        &self.server_url
+    }
+
+    /// The PEM file whose certificates verify the API server.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("apiserver-certs/apiserver.crt")
+    }
+
+    /// The directory with etcd, kube-apiserver and kubectl.
+    pub fn bin_dir(&self) -> &Path {
+        &self.bin_dir
+    }
+
+    /// This cluster's temporary directory (logs, kubeconfigs, data).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// How long `start` took until `/readyz` was ok.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// The last `lines` lines of kube-apiserver's log.
+    pub fn apiserver_log_tail(&self, lines: usize) -> String {
+        log_tail(&self.dir.path().join("kube-apiserver.log"), lines)
+    }
+
+    /// Installs (server-side applies) a CiliumLoadBalancerIPPool CRD and
+    /// waits until it is Established and discovery serves exactly the
+    /// fixture's versions with the right preferred version.
+    ///
+    /// Going from `V2Alpha1Only` to `V2` is an upgrade and works in place;
+    /// the other way round the API server refuses to drop the stored `v2`,
+    /// so call [`TestCluster::delete_crd`] first.
+    pub async fn install_crd(&self, fixture: CrdFixture) {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin_client());
+        let mut crd = fixture.crd();
+        crd.metadata.managed_fields = None;
+        crd.metadata.resource_version = None;
+        crds.patch(
+            POOL_CRD_NAME,
+            &PatchParams::apply(HARNESS_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying the {fixture:?} CRD: {e}"));
+
+        let deadline = Instant::now() + CRD_TIMEOUT;
+        loop {
+            let Err(last) = self.crd_state(fixture).await else {
+                return;
+            };
+            if Instant::now() > deadline {
+                panic!(
+                    "the {fixture:?} CRD was not established and served within {CRD_TIMEOUT:?}: {last}\n\
+                     --- kube-apiserver log (tail) ---\n{}",
+                    self.apiserver_log_tail(40)
+                );
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    async fn crd_state(&self, fixture: CrdFixture) -> Result<(), String> {
+        let client = self.admin_client();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let crd = crds.get(POOL_CRD_NAME).await.map_err(|e| e.to_string())?;
+        let established = crd
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if !established {
+            return Err("not Established yet".into());
+        }
+        let groups = client.list_api_groups().await.map_err(|e| e.to_string())?;
+        let group = groups
+            .groups
+            .iter()
+            .find(|g| g.name == "cilium.io")
+            .ok_or("cilium.io not in discovery yet")?;
+        let served: Vec<&str> = group.versions.iter().map(|v| v.version.as_str()).collect();
+        let preferred = group.preferred_version.as_ref().map(|v| v.version.as_str());
+        if served != fixture.served_versions() || preferred != Some(fixture.preferred_version()) {
+            return Err(format!(
+                "discovery serves {served:?} preferring {preferred:?}, want {:?} preferring {}",
+                fixture.served_versions(),
+                fixture.preferred_version()
+            ));
+        }
+        for version in fixture.served_versions() {
+            let resources = client
+                .list_api_group_resources(&format!("cilium.io/{version}"))
+                .await
+                .map_err(|e| format!("cilium.io/{version}: {e}"))?;
+            if !resources
+                .resources
+                .iter()
+                .any(|r| r.name == "ciliumloadbalancerippools")
+            {
+                return Err(format!(
+                    "cilium.io/{version} lists no ciliumloadbalancerippools"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the CiliumLoadBalancerIPPool CRD (and so every pool) and waits
+    /// until it and the `cilium.io` group are gone from discovery.
+    pub async fn delete_crd(&self) {
+        let client = self.admin_client();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        match crds.delete(POOL_CRD_NAME, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) => panic!("deleting the CRD: {e}"),
+        }
+        let deadline = Instant::now() + CRD_TIMEOUT;
+        loop {
+            let crd_gone = matches!(crds.get_opt(POOL_CRD_NAME).await, Ok(None));
+            let group_gone = client
+                .list_api_groups()
+                .await
+                .is_ok_and(|g| g.groups.iter().all(|g| g.name != "cilium.io"));
+            if crd_gone && group_gone {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "the CRD was still there {CRD_TIMEOUT:?} after deleting it \
+                     (CRD gone: {crd_gone}, group gone from discovery: {group_gone})\n\
+                     --- kube-apiserver log (tail) ---\n{}",
+                    self.apiserver_log_tail(40)
+                );
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// Runs the built kubectl with the admin kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(self.bin_dir.join("kubectl"))
+            .arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("running kubectl")
+    }
+
+    /// Creates the namespace and ServiceAccount when missing, issues a token
+    /// for it through the TokenRequest API and writes a kubeconfig with that
+    /// token. The ServiceAccount has no permissions until a test binds some.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let client = self.admin_client();
+        let pp = PatchParams::apply(HARNESS_MANAGER).force();
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces
+            .patch(
+                namespace,
+                &pp,
+                &Patch::Apply(json!({
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": { "name": namespace },
+                })),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("applying namespace {namespace}: {e}"));
+        let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+        accounts
+            .patch(
+                name,
+                &pp,
+                &Patch::Apply(json!({
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": { "name": name, "namespace": namespace },
+                })),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("applying service account {namespace}/{name}: {e}"));
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: Vec::new(), // the API server's own audience
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let issued = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("requesting a token for {namespace}/{name}: {e}"));
+        let token = issued.status.expect("TokenRequest has a status").token;
+
+        let path = self
+            .dir
+            .path()
+            .join(format!("sa-{namespace}-{name}.kubeconfig"));
+        let ca_pem = fs::read(self.ca_file()).expect("reading the API server's certificate");
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        write_kubeconfig(&path, &self.server_url, &ca_pem, &user, &token);
+        path
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- kube-apiserver log of the failed test (tail, full log was in {}) ---\n{}",
+                self.dir.path().display(),
+                self.apiserver_log_tail(30)
+            );
+        }
+        let _ = self.apiserver.kill();
+        let _ = self.apiserver.wait();
+        let _ = self.etcd.kill();
+        let _ = self.etcd.wait();
+    }
+}
+
+enum StartError {
+    /// A port we picked was taken by someone else before the server bound it.
+    PortTaken(String),
+    Fatal(String),
+}
+
+async fn try_client_from_kubeconfig(path: &Path) -> Result<Client, String> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Client::try_from(config).map_err(|e| e.to_string())
+}
+
+fn write_kubeconfig(path: &Path, server: &str, ca_pem: &[u8], user: &str, token: &str) {
+    let ca_data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{
+            "name": "test",
+            "cluster": { "server": server, "certificate-authority-data": ca_data },
+        }],
+        "users": [{ "name": user, "user": { "token": token } }],
+        "contexts": [{
+            "name": "test",
+            "context": { "cluster": "test", "user": user, "namespace": "default" },
+        }],
+        "current-context": "test",
+    });
+    let text = serde_yaml_ng::to_string(&kubeconfig).expect("serialising a kubeconfig");
+    fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+}
+
+/// A port that was free a moment ago (the OS picks it).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("binding 127.0.0.1:0")
+        .port()
+}
+
+fn random_token() -> String {
+    use rand::Rng as _;
+    let bytes: [u8; 24] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh ECDSA P-256 key pair as PEM: the private key (PKCS#8), with which
+/// kube-apiserver signs service-account tokens (ES256), and the public key
+/// (SubjectPublicKeyInfo), with which it verifies them. kube-apiserver does
+/// not read a public key out of a PKCS#8 file, hence two files.
+fn service_account_key_pems() -> (String, String) {
+    use ring::{
+        rand::SystemRandom,
+        signature::{EcdsaKeyPair, KeyPair as _, ECDSA_P256_SHA256_FIXED_SIGNING},
+    };
+    // DER of SEQUENCE { SEQUENCE { id-ecPublicKey, prime256v1 }, BIT STRING
+    // (65 bytes follow) }: the fixed start of every P-256 SubjectPublicKeyInfo.
+    const P256_SPKI_PREFIX: [u8; 26] = [
+        0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08,
+        0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+    ];
+    let rng = SystemRandom::new();
+    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
+        .expect("generating an ECDSA key");
+    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+        .expect("reading back the ECDSA key");
+    let point = pair.public_key().as_ref();
+    assert_eq!(point.len(), 65, "an uncompressed P-256 point");
+    let spki = [&P256_SPKI_PREFIX[..], point].concat();
+    (pem("PRIVATE KEY", pkcs8.as_ref()), pem("PUBLIC KEY", &spki))
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut pem = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        pem.push('\n');
+    }
+    pem.push_str(&format!("-----END {label}-----\n"));
+    pem
+}
+
+fn log_tail(path: &Path, lines: usize) -> String {
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// Starts `cmd` with stdout and stderr appended to `log`, so that it is
+/// killed when the test process dies.
+fn spawn_logged(mut cmd: Command, log: &Path) -> Child {
+    let file = fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
+    let err = file.try_clone().expect("cloning a file handle");
+    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {program}: {e}"))
+}
+
+/// Spawns `cmd` so that it gets SIGKILL when the test process dies.
+///
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits,
+/// not the process, and libtest runs each test on its own short-lived
+/// thread. So every child is forked by one helper thread that lives as long
+/// as the process.
+fn spawn_owned(mut cmd: Command) -> io::Result<Child> {
+    type Request = (Command, mpsc::Sender<io::Result<Child>>);
+    static SPAWNER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("test-cluster-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("starting the spawner thread");
+        tx
+    });
+
+    let parent = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes async-signal-safe system calls (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before prctl took effect.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let (reply_tx, reply_rx) = mpsc::channel();
+    spawner
+        .send((cmd, reply_tx))
+        .map_err(|_| io::Error::other("the spawner thread is gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| io::Error::other("the spawner thread is gone"))?
+}

@@ -1,0 +1,6 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+pub mod cluster;
+pub mod fake_hetzner;
+pub mod fake_kube;
