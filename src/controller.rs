@@ -165,6 +165,7 @@ impl Controller {
     /// abandoned at once on shutdown (`None`).
     async fn cycle(&mut self, repair: bool) -> Option<Result<(), ReconcileError>> {
         let timeout = self.timings.cycle_timeout;
+        let started = Instant::now();
         let settings = self.settings.clone();
         let shutdown = self.shutdown.clone();
         let work = async {
@@ -187,12 +188,17 @@ impl Controller {
         }));
         Some(match result {
             Ok(report) => {
-                log_report(&report);
+                log_report(&report, started.elapsed());
                 self.health.record_success(report.addresses, None);
                 Ok(())
             }
             Err(e) => {
-                error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
+                error!(
+                    error = %e,
+                    cause = e.metric_label(),
+                    duration_ms = started.elapsed().as_millis() as u64,
+                    "reconcile failed; pool left unchanged"
+                );
                 self.health.record_failure(e.to_string());
                 Err(e)
             }
@@ -259,7 +265,7 @@ impl Controller {
     }
 }
 
-fn log_report(report: &CycleReport) {
+fn log_report(report: &CycleReport, duration: Duration) {
     let listing = report.listing.as_ref();
     let join = |ips: &[std::net::Ipv4Addr]| {
         ips.iter()
@@ -280,6 +286,7 @@ fn log_report(report: &CycleReport) {
         outcome = if report.written.is_some() { "written" } else { "unchanged" },
         reason = report.written.map(|r| r.as_str()),
         api_version = %report.api_version,
+        duration_ms = duration.as_millis() as u64,
         "reconcile finished"
     );
 }

@@ -56,7 +56,9 @@ struct Controller {
 
 impl Controller {
     async fn start(cluster: &TestCluster, hetzner: &FakeHetzner, interval: &str) -> Controller {
-        let kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, NAMESPACE).await;
+        let kubeconfig = cluster
+            .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+            .await;
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let log = dir.path().join("controller.log");
@@ -91,7 +93,10 @@ impl Controller {
 
     fn assert_running(&mut self) {
         if let Some(status) = self.child.try_wait().unwrap() {
-            panic!("the controller exited ({status}); log:\n{}", self.log_text());
+            panic!(
+                "the controller exited ({status}); log:\n{}",
+                self.log_text()
+            );
         }
     }
 
@@ -150,7 +155,11 @@ fn blocks_of(pool: &DynamicObject) -> Value {
 }
 
 fn blocks(ips: &[&str]) -> Value {
-    Value::Array(ips.iter().map(|ip| json!({ "cidr": format!("{ip}/32") })).collect())
+    Value::Array(
+        ips.iter()
+            .map(|ip| json!({ "cidr": format!("{ip}/32") }))
+            .collect(),
+    )
 }
 
 /// Polls the API server until `check` passes on the pool (or its absence).
@@ -194,49 +203,77 @@ async fn wait_cycles(hetzner: &FakeHetzner, n: usize) {
     let target = hetzner.requests() + n;
     let deadline = Instant::now() + Duration::from_secs(30);
     while hetzner.requests() < target {
-        assert!(Instant::now() < deadline, "the controller stopped polling Hetzner");
+        assert!(
+            Instant::now() < deadline,
+            "the controller stopped polling Hetzner"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 #[tokio::test]
 async fn scenario_1_no_pool_yet_the_pool_is_created() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["203.0.113.20", "203.0.113.3", "203.0.113.3"]).await;
     let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
 
     let api = pools(&cluster, "v2");
-    let pool = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
-        .await
-        .unwrap();
+    let pool = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await
+    .unwrap();
     assert_eq!(blocks_of(&pool), blocks(&["203.0.113.3", "203.0.113.20"]));
     assert_eq!(pool.data["spec"]["disabled"], json!(false));
     let annotations = pool.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(annotations.get("managed-by").map(String::as_str), Some("canada-kaktus"));
+    assert_eq!(
+        annotations.get("managed-by").map(String::as_str),
+        Some("canada-kaktus")
+    );
     let managers: Vec<_> = pool
         .metadata
         .managed_fields
         .unwrap_or_default()
         .into_iter()
-        .map(|m| (m.manager.unwrap_or_default(), m.operation.unwrap_or_default()))
+        .map(|m| {
+            (
+                m.manager.unwrap_or_default(),
+                m.operation.unwrap_or_default(),
+            )
+        })
         .collect();
-    assert_eq!(managers, vec![("canada-kaktus".to_owned(), "Apply".to_owned())]);
-    controller.wait_health(200, |b| b["pool_addresses"] == 2).await;
+    assert_eq!(
+        managers,
+        vec![("canada-kaktus".to_owned(), "Apply".to_owned())]
+    );
+    controller
+        .wait_health(200, |b| b["pool_addresses"] == 2)
+        .await;
 }
 
 #[tokio::test]
 async fn scenario_2_servers_added_and_removed_are_followed() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["198.51.100.1", "198.51.100.2"]).await;
     let _controller = Controller::start(&cluster, &hetzner, "1s").await;
     let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some()).await;
+    wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await;
 
     set_ips(&hetzner, &["198.51.100.2", "198.51.100.3", "198.51.100.4"]);
     let want = blocks(&["198.51.100.2", "198.51.100.3", "198.51.100.4"]);
-    wait_pool(&api, Duration::from_secs(10), "servers added and removed", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    wait_pool(
+        &api,
+        Duration::from_secs(10),
+        "servers added and removed",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
     .await;
 
     set_ips(&hetzner, &["198.51.100.3"]);
@@ -249,13 +286,17 @@ async fn scenario_2_servers_added_and_removed_are_followed() {
 
 #[tokio::test]
 async fn scenario_3_nothing_changed_means_no_write() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["198.51.100.7", "198.51.100.8"]).await;
     let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
     let api = pools(&cluster, "v2");
-    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
-        .await
-        .unwrap();
+    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await
+    .unwrap();
     controller.wait_health(200, |_| true).await;
 
     wait_cycles(&hetzner, 4).await;
@@ -269,12 +310,17 @@ async fn scenario_3_nothing_changed_means_no_write() {
 
 #[tokio::test]
 async fn scenario_4_edits_and_deletes_are_repaired_within_2s() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["192.0.2.10", "192.0.2.11"]).await;
     // An hour between polls: only the watch can make the repairs in time.
     let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
     let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some()).await;
+    wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await;
     controller.wait_health(200, |_| true).await;
     let want = blocks(&["192.0.2.10", "192.0.2.11"]);
     let polls = hetzner.requests();
@@ -283,26 +329,43 @@ async fn scenario_4_edits_and_deletes_are_repaired_within_2s() {
         field_manager: Some("kubectl-edit".into()),
         ..Default::default()
     };
-    api.patch(POOL, &edit, &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})))
-        .await
-        .unwrap();
-    wait_pool(&api, Duration::from_secs(2), "edited blocks restored", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    api.patch(
+        POOL,
+        &edit,
+        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})),
+    )
+    .await
+    .unwrap();
+    wait_pool(
+        &api,
+        Duration::from_secs(2),
+        "edited blocks restored",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
     .await;
 
-    api.patch(POOL, &edit, &Patch::Merge(json!({"spec": {"disabled": true}})))
-        .await
-        .unwrap();
-    wait_pool(&api, Duration::from_secs(2), "disabled pool re-enabled", |p| {
-        p.is_some_and(|p| p.data["spec"]["disabled"] == json!(false))
-    })
+    api.patch(
+        POOL,
+        &edit,
+        &Patch::Merge(json!({"spec": {"disabled": true}})),
+    )
+    .await
+    .unwrap();
+    wait_pool(
+        &api,
+        Duration::from_secs(2),
+        "disabled pool re-enabled",
+        |p| p.is_some_and(|p| p.data["spec"]["disabled"] == json!(false)),
+    )
     .await;
 
     api.delete(POOL, &DeleteParams::default()).await.unwrap();
-    wait_pool(&api, Duration::from_secs(2), "deleted pool recreated", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    wait_pool(
+        &api,
+        Duration::from_secs(2),
+        "deleted pool recreated",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
     .await;
     assert_eq!(hetzner.requests(), polls, "repairs reuse the last listing");
     controller.assert_running();
@@ -310,11 +373,16 @@ async fn scenario_4_edits_and_deletes_are_repaired_within_2s() {
 
 #[tokio::test]
 async fn scenario_5_metadata_and_status_of_other_managers_survive() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["192.0.2.20"]).await;
     let _controller = Controller::start(&cluster, &hetzner, "1s").await;
     let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some()).await;
+    wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await;
 
     let argocd = PatchParams::apply("argocd-controller").force();
     api.patch(
@@ -356,31 +424,52 @@ async fn scenario_5_metadata_and_status_of_other_managers_survive() {
     .await
     .unwrap();
     let annotations = pool.metadata.annotations.clone().unwrap_or_default();
-    assert!(annotations.contains_key("argocd.argoproj.io/tracking-id"), "{annotations:?}");
-    assert_eq!(annotations.get("managed-by").map(String::as_str), Some("canada-kaktus"));
+    assert!(
+        annotations.contains_key("argocd.argoproj.io/tracking-id"),
+        "{annotations:?}"
+    );
+    assert_eq!(
+        annotations.get("managed-by").map(String::as_str),
+        Some("canada-kaktus")
+    );
     let labels = pool.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("app.kubernetes.io/instance").map(String::as_str), Some("cilium-lb"));
-    assert_eq!(pool.data["status"]["conditions"][0]["type"], "cilium.io/IPsTotal");
+    assert_eq!(
+        labels.get("app.kubernetes.io/instance").map(String::as_str),
+        Some("cilium-lb")
+    );
+    assert_eq!(
+        pool.data["status"]["conditions"][0]["type"],
+        "cilium.io/IPsTotal"
+    );
 }
 
 #[tokio::test]
 async fn scenario_6_a_v2alpha1_only_cluster_works_with_auto() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2Alpha1Only)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2Alpha1Only)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["192.0.2.30"]).await;
     let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
     let api = pools(&cluster, "v2alpha1");
-    let pool = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
-        .await
-        .unwrap();
+    let pool = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await
+    .unwrap();
     assert_eq!(blocks_of(&pool), blocks(&["192.0.2.30"]));
     let managed = pool.metadata.managed_fields.unwrap_or_default();
-    assert_eq!(managed[0].api_version.as_deref(), Some("cilium.io/v2alpha1"));
+    assert_eq!(
+        managed[0].api_version.as_deref(),
+        Some("cilium.io/v2alpha1")
+    );
     controller.wait_health(200, |_| true).await;
 }
 
 #[tokio::test]
 async fn scenario_7_no_crd_reports_503_and_recovers_once_installed() {
-    let Some(cluster) = cluster(None).await else { return };
+    let Some(cluster) = cluster(None).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["192.0.2.40"]).await;
     let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
     let body = controller
@@ -394,22 +483,30 @@ async fn scenario_7_no_crd_reports_503_and_recovers_once_installed() {
 
     cluster.install_crd(CrdFixture::V2).await;
     let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created after the CRD appeared", |p| {
-        p.is_some()
-    })
+    wait_pool(
+        &api,
+        Duration::from_secs(30),
+        "pool created after the CRD appeared",
+        |p| p.is_some(),
+    )
     .await;
     controller.wait_health(200, |_| true).await;
 }
 
 #[tokio::test]
 async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["192.0.2.50"]).await;
     let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
     let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created with the shipped role", |p| {
-        p.is_some()
-    })
+    wait_pool(
+        &api,
+        Duration::from_secs(30),
+        "pool created with the shipped role",
+        |p| p.is_some(),
+    )
     .await;
     controller.wait_health(200, |_| true).await;
 
@@ -422,7 +519,11 @@ async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
         "-p",
         r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "watch"]}]"#,
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     set_ips(&hetzner, &["192.0.2.50", "192.0.2.51"]);
     let body = controller
         .wait_health(503, |b| {
@@ -431,35 +532,51 @@ async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
                 .is_some_and(|e| e.contains("permission denied to patch"))
         })
         .await;
-    assert!(body["last_error"].as_str().unwrap().contains("deploy/rbac.yaml"));
+    assert!(body["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("deploy/rbac.yaml"));
     controller.assert_running();
     let pool = api.get(POOL).await.unwrap();
     assert_eq!(blocks_of(&pool), blocks(&["192.0.2.50"]));
 
     // Restoring the shipped role heals it without a restart.
     let out = cluster.kubectl(&["apply", "-k", repo().join("deploy").to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let want = blocks(&["192.0.2.50", "192.0.2.51"]);
-    wait_pool(&api, Duration::from_secs(30), "write after the role was restored", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    wait_pool(
+        &api,
+        Duration::from_secs(30),
+        "write after the role was restored",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
     .await;
     controller.wait_health(200, |_| true).await;
 }
 
 #[tokio::test]
 async fn scenario_9_hetzner_failure_or_zero_servers_leave_the_pool_unchanged() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["192.0.2.60", "192.0.2.61"]).await;
     let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
     let api = pools(&cluster, "v2");
-    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| p.is_some())
-        .await
-        .unwrap();
+    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await
+    .unwrap();
     controller.wait_health(200, |_| true).await;
 
     hetzner.set_fault(Some(support::fake_hetzner::Fault::status(503)));
-    controller.wait_health(503, |b| b["state"] == "failing").await;
+    controller
+        .wait_health(503, |b| b["state"] == "failing")
+        .await;
     set_ips(&hetzner, &[]);
     hetzner.set_fault(None);
     controller
@@ -470,7 +587,10 @@ async fn scenario_9_hetzner_failure_or_zero_servers_leave_the_pool_unchanged() {
         })
         .await;
     let now = api.get(POOL).await.unwrap();
-    assert_eq!(now.metadata.resource_version, created.metadata.resource_version);
+    assert_eq!(
+        now.metadata.resource_version,
+        created.metadata.resource_version
+    );
     assert_eq!(blocks_of(&now), blocks(&["192.0.2.60", "192.0.2.61"]));
 
     set_ips(&hetzner, &["192.0.2.60", "192.0.2.61"]);
@@ -479,9 +599,13 @@ async fn scenario_9_hetzner_failure_or_zero_servers_leave_the_pool_unchanged() {
 
 #[tokio::test]
 async fn once_runs_a_single_reconcile_as_the_service_account() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else { return };
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
     let hetzner = hetzner_with(&["192.0.2.70"]).await;
-    let kubeconfig = cluster.service_account_kubeconfig(NAMESPACE, NAMESPACE).await;
+    let kubeconfig = cluster
+        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+        .await;
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
         .arg("--once")
@@ -492,7 +616,11 @@ async fn once_runs_a_single_reconcile_as_the_service_account() {
         .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pool = pools(&cluster, "v2").get(POOL).await.unwrap();
     assert_eq!(blocks_of(&pool), blocks(&["192.0.2.70"]));
 
