@@ -14,6 +14,7 @@ use crate::apply::{candidate_versions, PoolClient};
 use crate::config::{self, Settings};
 use crate::controller::{self, Controller, LoopTimings};
 use crate::health::Health;
+use crate::metrics::Metrics;
 use crate::reconcile::{self, Reconciler};
 use crate::{http, telemetry};
 
@@ -117,6 +118,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 
     let timings = LoopTimings::default();
     let health = Arc::new(Health::new(timings.liveness_timeout()));
+    let metrics = Arc::new(Metrics::new());
     let listener = match http::bind(settings.listen_address).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -127,7 +129,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(http::serve(
         listener,
-        http::router(health.clone()),
+        http::router(health.clone(), metrics.clone()),
         shutdown.clone().cancelled_owned(),
     ));
     let signal_token = shutdown.clone();
@@ -146,6 +148,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         shutdown: shutdown.clone(),
         cli_config: cli.config,
         env,
+        metrics,
     }
     .run()
     .await;

@@ -146,6 +146,93 @@ pub const CILIUM_API_VERSION: Setting = Setting {
     description: "API version of the pool: auto (ask the API server, prefer v2), v2 or v2alpha1",
 };
 
+pub const MAX_REMOVAL_RATIO: Setting = Setting {
+    env: "CANADA_KAKTUS_MAX_REMOVAL_RATIO",
+    key: "MaxRemovalRatio",
+    default: SettingDefault::Value("0.5"),
+    description: "Shrink guard: a cycle that would remove more than this share of the pool's \
+                  addresses is held until the next listing confirms it (0 holds every removal, \
+                  1 turns the guard off); additions are never held",
+};
+pub const BLOCKED_ADDRESSES: Setting = Setting {
+    env: "CANADA_KAKTUS_BLOCKED_ADDRESSES",
+    key: "BlockedAddresses",
+    default: SettingDefault::Value("keep"),
+    description: "What to do with an IPv4 that Hetzner's abuse team has blocked: keep (stay in \
+                  the pool, reported) or drop (left out of the pool)",
+};
+pub const HCLOUD_REQUEST_BUDGET: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET",
+    key: "HcloudRequestBudget",
+    default: SettingDefault::Value("1200"),
+    description: "Most Hetzner API requests per hour this controller sends (the project's 3600/h \
+                  limit is shared with the cloud controller manager, CSI driver, autoscaler …); \
+                  10 to 100000",
+};
+
+pub const LEADER_ELECTION: Setting = Setting {
+    env: "CANADA_KAKTUS_LEADER_ELECTION",
+    key: "LeaderElection",
+    default: SettingDefault::Value("auto"),
+    description:
+        "Leader election on a coordination.k8s.io Lease, so that of several replicas only \
+                  one lists Hetzner and writes: auto (on when running in a pod, i.e. \
+                  KUBERNETES_SERVICE_HOST is set), true or false (a single replica or a run \
+                  outside the cluster)",
+};
+pub const LEASE_NAME: Setting = Setting {
+    env: "CANADA_KAKTUS_LEASE_NAME",
+    key: "LeaseName",
+    default: SettingDefault::Value("canada-kaktus"),
+    description: "Name of the leader-election Lease (must match resourceNames in deploy/rbac.yaml)",
+};
+pub const LEASE_NAMESPACE: Setting = Setting {
+    env: "CANADA_KAKTUS_LEASE_NAMESPACE",
+    key: "LeaseNamespace",
+    default: SettingDefault::Unset(
+        "POD_NAMESPACE (set by deploy/ from the downward API), else the namespace of the \
+         Kubernetes config (in a pod: its own)",
+    ),
+    description: "Namespace of the leader-election Lease",
+};
+pub const LEASE_DURATION: Setting = Setting {
+    env: "CANADA_KAKTUS_LEASE_DURATION",
+    key: "LeaseDuration",
+    default: SettingDefault::Value("15s"),
+    description: "How long the Lease is valid after each renewal, in whole seconds from 3s to \
+                  5m: a leader that dies is replaced within about this long (one that shuts \
+                  down releases the Lease at once); the leader renews after two thirds of it",
+};
+pub const WATCH_NODES: Setting = Setting {
+    env: "CANADA_KAKTUS_WATCH_NODES",
+    key: "WatchNodes",
+    default: SettingDefault::Value("true"),
+    description:
+        "Watch Kubernetes Nodes and list Hetzner at once when a node is added, removed or \
+                  changes its addresses (true or false); the interval poll stays as the safety net",
+};
+pub const NODE_DEBOUNCE: Setting = Setting {
+    env: "CANADA_KAKTUS_NODE_DEBOUNCE",
+    key: "NodeDebounce",
+    default: SettingDefault::Value("2s"),
+    description: "How long to gather further Node changes before one node-triggered listing, \
+                  0s to 5m",
+};
+pub const NODE_MIN_GAP: Setting = Setting {
+    env: "CANADA_KAKTUS_NODE_MIN_GAP",
+    key: "NodeMinGap",
+    default: SettingDefault::Value("30s"),
+    description: "Least time between two node-triggered listings, 1s to 1h, so a node storm \
+                  costs at most one listing per gap (120/h at 30s)",
+};
+pub const EVENTS: Setting = Setting {
+    env: "CANADA_KAKTUS_EVENTS",
+    key: "Events",
+    default: SettingDefault::Value("true"),
+    description: "Publish Kubernetes Events on the pool (kubectl describe shows them): true or \
+                  false",
+};
+
 /// Every setting, in the order the README lists them.
 pub const SETTINGS: &[Setting] = &[
     LOG_LEVEL,
@@ -161,6 +248,17 @@ pub const SETTINGS: &[Setting] = &[
     INTERVAL,
     LISTEN_ADDRESS,
     CILIUM_API_VERSION,
+    MAX_REMOVAL_RATIO,
+    BLOCKED_ADDRESSES,
+    HCLOUD_REQUEST_BUDGET,
+    LEADER_ELECTION,
+    LEASE_NAME,
+    LEASE_NAMESPACE,
+    LEASE_DURATION,
+    WATCH_NODES,
+    NODE_DEBOUNCE,
+    NODE_MIN_GAP,
+    EVENTS,
 ];
 
 /// The settings table as Markdown, for the README.
@@ -427,6 +525,105 @@ fn check_token(raw: &str, path: Option<&Path>) -> Result<SecretString, TokenErro
     Ok(SecretString::new(token))
 }
 
+/// What a blocked (abuse-locked) Hetzner IPv4 does to the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlockedAddresses {
+    /// Stays in the pool; reported in logs and metrics. Removing it would take
+    /// the address away from a Service that may still hold it.
+    #[default]
+    Keep,
+    /// Left out of the pool, like a server without an IPv4.
+    Drop,
+}
+
+impl BlockedAddresses {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockedAddresses::Keep => "keep",
+            BlockedAddresses::Drop => "drop",
+        }
+    }
+}
+
+/// Settings of the safety guards (see `crate::guard`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GuardSettings {
+    pub max_removal_ratio: f64,
+    pub blocked_addresses: BlockedAddresses,
+    pub hcloud_request_budget: u32,
+}
+
+impl Default for GuardSettings {
+    fn default() -> Self {
+        Self {
+            max_removal_ratio: 0.5,
+            blocked_addresses: BlockedAddresses::Keep,
+            hcloud_request_budget: 1200,
+        }
+    }
+}
+
+/// Whether to take part in leader election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LeaderElection {
+    /// On when running in a pod (`KUBERNETES_SERVICE_HOST` is set).
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl LeaderElection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaderElection::Auto => "auto",
+            LeaderElection::On => "true",
+            LeaderElection::Off => "false",
+        }
+    }
+
+    /// Resolves `auto` against the process environment.
+    pub fn enabled(self, env: &HashMap<String, String>) -> bool {
+        match self {
+            LeaderElection::On => true,
+            LeaderElection::Off => false,
+            LeaderElection::Auto => env
+                .get("KUBERNETES_SERVICE_HOST")
+                .is_some_and(|v| !v.trim().is_empty()),
+        }
+    }
+}
+
+/// Settings for running in production: leader election, the Node watch and
+/// Kubernetes Events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperateSettings {
+    pub leader_election: LeaderElection,
+    pub lease_name: String,
+    /// `None`: POD_NAMESPACE, else the kube config's namespace.
+    pub lease_namespace: Option<String>,
+    pub lease_duration: Duration,
+    pub watch_nodes: bool,
+    pub node_debounce: Duration,
+    pub node_min_gap: Duration,
+    pub events: bool,
+}
+
+impl Default for OperateSettings {
+    fn default() -> Self {
+        Self {
+            leader_election: LeaderElection::Auto,
+            lease_name: "canada-kaktus".to_owned(),
+            lease_namespace: None,
+            lease_duration: Duration::from_secs(15),
+            watch_nodes: true,
+            node_debounce: Duration::from_secs(2),
+            node_min_gap: Duration::from_secs(30),
+            events: true,
+        }
+    }
+}
+
 /// The effective configuration. `Debug` never shows the token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -442,6 +639,8 @@ pub struct Settings {
     pub interval: Duration,
     pub listen_address: SocketAddr,
     pub cilium_api_version: CiliumApiVersion,
+    pub guards: GuardSettings,
+    pub operate: OperateSettings,
     /// The config file actually read, if any.
     pub config_file: Option<PathBuf>,
     /// Things worth logging that do not stop the start (unknown keys, plain
@@ -932,6 +1131,21 @@ impl Loader {
         let cilium_api_version = self.parse(&CILIUM_API_VERSION, |s| {
             s.parse::<CiliumApiVersion>().map_err(|e| e.reason())
         });
+        // A failed parse is already a recorded problem, so the fallback
+        // values below never reach a returned Settings.
+        let defaults = GuardSettings::default();
+        let guards = GuardSettings {
+            max_removal_ratio: self
+                .parse(&MAX_REMOVAL_RATIO, parse_ratio)
+                .unwrap_or(defaults.max_removal_ratio),
+            blocked_addresses: self
+                .parse(&BLOCKED_ADDRESSES, parse_blocked_addresses)
+                .unwrap_or(defaults.blocked_addresses),
+            hcloud_request_budget: self
+                .parse(&HCLOUD_REQUEST_BUDGET, parse_request_budget)
+                .unwrap_or(defaults.hcloud_request_budget),
+        };
+        let operate = self.operate_settings();
 
         if let Some(endpoint) = &hcloud_endpoint {
             if endpoint.to_ascii_lowercase().starts_with("http://") {
@@ -976,6 +1190,8 @@ impl Loader {
                 interval,
                 listen_address,
                 cilium_api_version,
+                guards,
+                operate,
                 config_file: self.config_file,
                 warnings: self.warnings,
             }),
@@ -992,6 +1208,123 @@ impl Loader {
             }
         }
     }
+}
+
+impl Loader {
+    /// Like the guard settings: a failed parse is a recorded problem, so the
+    /// fallback defaults never reach a returned Settings.
+    fn operate_settings(&mut self) -> OperateSettings {
+        let d = OperateSettings::default();
+        OperateSettings {
+            leader_election: self
+                .parse(&LEADER_ELECTION, parse_leader_election)
+                .unwrap_or(d.leader_election),
+            lease_name: self
+                .parse(&LEASE_NAME, |s| parse_object_name(s, "e.g. canada-kaktus"))
+                .unwrap_or(d.lease_name),
+            lease_namespace: self
+                .parse(&LEASE_NAMESPACE, parse_namespace)
+                .or(d.lease_namespace),
+            lease_duration: self
+                .parse(&LEASE_DURATION, parse_lease_duration)
+                .unwrap_or(d.lease_duration),
+            watch_nodes: self
+                .parse(&WATCH_NODES, parse_bool)
+                .unwrap_or(d.watch_nodes),
+            node_debounce: self
+                .parse(&NODE_DEBOUNCE, |s| {
+                    parse_bounded_duration(
+                        s,
+                        Duration::ZERO,
+                        Duration::from_secs(300),
+                        "0s to 5m, e.g. 2s",
+                    )
+                })
+                .unwrap_or(d.node_debounce),
+            node_min_gap: self
+                .parse(&NODE_MIN_GAP, |s| {
+                    parse_bounded_duration(
+                        s,
+                        Duration::from_secs(1),
+                        Duration::from_secs(3600),
+                        "1s to 1h, e.g. 30s",
+                    )
+                })
+                .unwrap_or(d.node_min_gap),
+            events: self.parse(&EVENTS, parse_bool).unwrap_or(d.events),
+        }
+    }
+}
+
+fn parse_bool(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        _ => Err("is not a boolean; use true or false".to_owned()),
+    }
+}
+
+fn parse_leader_election(text: &str) -> Result<LeaderElection, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(LeaderElection::Auto),
+        other => match parse_bool(other) {
+            Ok(true) => Ok(LeaderElection::On),
+            Ok(false) => Ok(LeaderElection::Off),
+            Err(_) => Err("is not a leader-election mode; use auto, true or false".to_owned()),
+        },
+    }
+}
+
+fn parse_object_name(text: &str, example: &str) -> Result<String, String> {
+    let name = text.trim();
+    check_dns_subdomain(name).map_err(|problem| {
+        format!("is not a valid Kubernetes object name ({example}): it {problem}")
+    })?;
+    Ok(name.to_owned())
+}
+
+fn parse_namespace(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    let label_like = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if label_like {
+        Ok(name.to_owned())
+    } else {
+        Err("is not a valid namespace name (lower-case letters, digits and -, at most 63 characters, e.g. canada-kaktus)".to_owned())
+    }
+}
+
+fn parse_bounded_duration(
+    text: &str,
+    min: Duration,
+    max: Duration,
+    accepted: &str,
+) -> Result<Duration, String> {
+    let value = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("is not a duration ({e}); use {accepted}"))?;
+    if value < min || value > max {
+        return Err(format!("is out of range; use {accepted}"));
+    }
+    Ok(value)
+}
+
+fn parse_lease_duration(text: &str) -> Result<Duration, String> {
+    const ACCEPTED: &str = "whole seconds from 3s to 5m, e.g. 15s";
+    let value = parse_bounded_duration(
+        text,
+        Duration::from_secs(3),
+        Duration::from_secs(300),
+        ACCEPTED,
+    )?;
+    if value.subsec_nanos() != 0 {
+        return Err(format!("is not a whole number of seconds; use {ACCEPTED}"));
+    }
+    Ok(value)
 }
 
 fn is_token_setting(setting: &Setting) -> bool {
@@ -1167,6 +1500,28 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
         return Err("is longer than the maximum of 24h; use 1s to 24h, e.g. 15m".to_owned());
     }
     Ok(interval)
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err("is not a share between 0 and 1; use e.g. 0.5 (hold removals of more than half the pool), 0 (hold every removal) or 1 (guard off)".to_owned()),
+    }
+}
+
+fn parse_blocked_addresses(text: &str) -> Result<BlockedAddresses, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "keep" => Ok(BlockedAddresses::Keep),
+        "drop" => Ok(BlockedAddresses::Drop),
+        _ => Err("is not a blocked-address policy; use keep or drop".to_owned()),
+    }
+}
+
+fn parse_request_budget(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(budget) if (10..=100_000).contains(&budget) => Ok(budget),
+        _ => Err("is not a whole number of requests per hour from 10 to 100000; use e.g. 1200 (a third of Hetzner's default 3600/h project limit)".to_owned()),
+    }
 }
 
 fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
@@ -1433,5 +1788,76 @@ mod tests {
             TokenSource::File(path).read(),
             Err(TokenError::TooLarge { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod operate_settings_tests {
+    use super::*;
+
+    fn load_env(pairs: &[(&str, &str)]) -> Result<Settings, ConfigErrors> {
+        let mut env: HashMap<String, String> =
+            HashMap::from([("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".to_owned())]);
+        env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        load_with_default_file(None, &env, Path::new("/nonexistent/config.json"))
+    }
+
+    #[test]
+    fn defaults_suit_a_deployment() {
+        let operate = load_env(&[]).expect("defaults").operate;
+        assert_eq!(operate, OperateSettings::default());
+        assert_eq!(operate.leader_election, LeaderElection::Auto);
+        assert_eq!(operate.lease_duration, Duration::from_secs(15));
+        assert!(operate.watch_nodes && operate.events);
+        let in_pod = HashMap::from([("KUBERNETES_SERVICE_HOST".to_owned(), "10.0.0.1".to_owned())]);
+        assert!(LeaderElection::Auto.enabled(&in_pod));
+        assert!(!LeaderElection::Auto.enabled(&HashMap::new()));
+        assert!(!LeaderElection::Off.enabled(&in_pod));
+    }
+
+    #[test]
+    fn values_are_parsed_and_bad_ones_reported_by_name() {
+        let operate = load_env(&[
+            ("CANADA_KAKTUS_LEADER_ELECTION", "TRUE"),
+            ("CANADA_KAKTUS_LEASE_NAME", "my-lease"),
+            ("CANADA_KAKTUS_LEASE_NAMESPACE", "ops"),
+            ("CANADA_KAKTUS_LEASE_DURATION", "1m"),
+            ("CANADA_KAKTUS_WATCH_NODES", "false"),
+            ("CANADA_KAKTUS_NODE_DEBOUNCE", "0s"),
+            ("CANADA_KAKTUS_NODE_MIN_GAP", "2m"),
+            ("CANADA_KAKTUS_EVENTS", "off"),
+        ])
+        .expect("valid")
+        .operate;
+        assert_eq!(operate.leader_election, LeaderElection::On);
+        assert_eq!(operate.lease_name, "my-lease");
+        assert_eq!(operate.lease_namespace.as_deref(), Some("ops"));
+        assert_eq!(operate.lease_duration, Duration::from_secs(60));
+        assert!(!operate.watch_nodes && !operate.events);
+        assert_eq!(operate.node_debounce, Duration::ZERO);
+        assert_eq!(operate.node_min_gap, Duration::from_secs(120));
+
+        let errors = load_env(&[
+            ("CANADA_KAKTUS_LEADER_ELECTION", "maybe"),
+            ("CANADA_KAKTUS_LEASE_DURATION", "2s"),
+            ("CANADA_KAKTUS_LEASE_NAMESPACE", "Not_Valid"),
+            ("CANADA_KAKTUS_WATCH_NODES", "sometimes"),
+            ("CANADA_KAKTUS_NODE_MIN_GAP", "0s"),
+        ])
+        .expect_err("invalid");
+        for setting in [
+            &LEADER_ELECTION,
+            &LEASE_DURATION,
+            &LEASE_NAMESPACE,
+            &WATCH_NODES,
+            &NODE_MIN_GAP,
+        ] {
+            assert!(
+                errors.concerns(setting),
+                "{} not reported: {errors}",
+                setting.key
+            );
+        }
+        assert!(load_env(&[("CANADA_KAKTUS_LEASE_DURATION", "4500ms")]).is_err());
     }
 }

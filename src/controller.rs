@@ -1,6 +1,11 @@
 //! The control loop: a full reconcile at start and every interval, a quick
 //! repair when someone edits or deletes the pool, config reloads, and a
 //! heartbeat for `/livez`. Errors are reported and never end the loop.
+//!
+//! With leader election on, only the leader runs cycles; a Node change
+//! brings the next full cycle forward (debounced, with a minimum gap).
+//! Every cycle is recorded in the metrics and, when it changed something or
+//! failed, as a Kubernetes Event on the pool.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -20,9 +25,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Settings};
+use crate::events::{self, Target};
 use crate::health::Health;
 use crate::hetzner::{HetznerClient, HetznerOptions};
-use crate::reconcile::{event_needs_repair, CycleReport, ReconcileError, Reconciler};
+use crate::metrics::{Metrics, Trigger};
+use crate::operate::{next_node_change, while_leading, Operations};
+use crate::reconcile::{event_needs_repair, join, CycleReport, ReconcileError, Reconciler};
 use crate::telemetry::LogControl;
 
 /// Timings of the loop itself; the defaults suit production, tests shorten them.
@@ -38,6 +46,8 @@ pub struct LoopTimings {
     pub config_poll: Duration,
     /// First wait after a failed cycle; it doubles up to the interval.
     pub retry_base: Duration,
+    /// When the next listing comes after the shrink guard held a removal.
+    pub confirm_delay: Duration,
     /// Replaces the configured interval (which cannot go below 1 s) so
     /// in-process tests and benchmarks can run many cycles quickly.
     pub interval_override: Option<Duration>,
@@ -51,6 +61,7 @@ impl Default for LoopTimings {
             cycle_timeout: Duration::from_secs(240),
             config_poll: Duration::from_secs(5),
             retry_base: Duration::from_secs(5),
+            confirm_delay: Duration::from_secs(60),
             interval_override: None,
         }
     }
@@ -88,6 +99,8 @@ pub struct Controller {
     /// Inputs for reloading configuration.
     pub cli_config: Option<PathBuf>,
     pub env: HashMap<String, String>,
+    /// Shared with `/metrics` and the Hetzner client's request observer.
+    pub metrics: Arc<Metrics>,
 }
 
 struct PoolWatch {
@@ -115,30 +128,110 @@ impl Controller {
         // (a ConfigMap may be created later).
         let watched_config = config::config_file_path(self.cli_config.as_deref(), &self.env);
         let mut config_snapshot = std::fs::read(&watched_config).ok();
+        let observed = self
+            .reconciler
+            .hetzner()
+            .clone()
+            .with_observer(self.metrics.clone());
+        self.reconciler.set_hetzner(observed);
+        self.metrics.set_interval(self.interval());
+        let mut ops = Operations::start(
+            self.reconciler.pools().client(),
+            &self.settings,
+            &self.env,
+            self.metrics.clone(),
+        );
+        let mut leading = *ops.leader.borrow_and_update();
+        self.metrics.set_leader(leading);
+        if !leading {
+            self.health.record_standby();
+        }
+        let mut trigger = Trigger::Interval;
 
         loop {
             tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => break,
-                _ = sleep_until(next_full) => {
-                    let outcome = self.cycle(false).await;
+                Ok(()) = ops.leader.changed() => {
+                    let now = *ops.leader.borrow_and_update();
+                    if now == leading {
+                        continue;
+                    }
+                    leading = now;
+                    self.metrics.set_leader(now);
+                    if now {
+                        next_full = Instant::now();
+                        trigger = Trigger::Leadership;
+                        failures = 0;
+                        ops.announce_leadership = true;
+                    } else {
+                        pending_repair = None;
+                        self.health.record_standby();
+                    }
+                }
+                Ok(()) = ops.election_problem.changed() => {
+                    let problem = ops.election_problem.borrow_and_update().clone();
+                    if !leading {
+                        // A standby that cannot take part could not take
+                        // over either: not ready, with the reason.
+                        match problem {
+                            Some(problem) => self.health.record_failure(problem),
+                            None => self.health.record_standby(),
+                        }
+                    }
+                }
+                _ = sleep_until(next_full), if leading => {
+                    if trigger == Trigger::Node {
+                        ops.last_node_listing = Some(Instant::now());
+                    }
+                    self.metrics.full_cycle_started(trigger);
+                    trigger = Trigger::Interval;
+                    let started = Instant::now();
+                    // Lost leadership mid-cycle: the leader arm takes over.
+                    let Some(outcome) = while_leading(&ops.leader, self.cycle(false)).await else { continue };
                     let Some(result) = outcome else { break };
+                    self.observe(&mut ops, false, &result, started.elapsed());
                     failures = if result.is_ok() { 0 } else { failures + 1 };
                     known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
+                    let holding = matches!(&result, Ok(report) if report.held.is_some());
                     let interval = self.timings.interval_override.unwrap_or(self.settings.interval);
-                    next_full = Instant::now() + if failures == 0 {
+                    next_full = Instant::now() + if holding {
+                        // Confirm (or drop) a held removal soon rather than
+                        // leave stale addresses for a whole interval.
+                        self.timings.confirm_delay.min(interval)
+                    } else if failures == 0 {
                         interval
                     } else {
                         retry_after(failures, self.timings.retry_base, interval)
                     };
                     self.ensure_pool_watch(&mut pool_watch, &events_tx);
                 }
-                _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() => {
+                _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() && leading => {
                     pending_repair = None;
-                    let Some(result) = self.cycle(true).await else { break };
+                    let started = Instant::now();
+                    let Some(outcome) = while_leading(&ops.leader, self.cycle(true)).await else { continue };
+                    let Some(result) = outcome else { break };
+                    self.observe(&mut ops, true, &result, started.elapsed());
                     known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
                 }
+                Some(change) = next_node_change(&mut ops.nodes) => {
+                    if !leading {
+                        continue;
+                    }
+                    let operate = &self.settings.operate;
+                    let at = ops.node_listing_at(Instant::now(), operate.node_debounce, operate.node_min_gap);
+                    if at < next_full {
+                        info!(node = %change.node, change = change.what, in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64, "node changed; listing Hetzner early");
+                        next_full = at;
+                        trigger = Trigger::Node;
+                    } else {
+                        debug!(node = %change.node, change = change.what, "node changed; a listing is already due");
+                    }
+                }
                 Some(event) = events.recv() => {
+                    if !leading {
+                        continue;
+                    }
                     let Some(desired) = self.reconciler.last_desired() else { continue };
                     if pending_repair.is_none() && event_needs_repair(event.as_ref(), desired, known_conflict) {
                         debug!(deleted = event.is_none(), "pool changed by someone else; repairing");
@@ -150,8 +243,12 @@ impl Controller {
                     let current = std::fs::read(&watched_config).ok();
                     if current != config_snapshot {
                         config_snapshot = current;
-                        if self.reload_config(&watched_config) {
+                        let reloaded = self.reload_config(&watched_config);
+                        self.metrics.config_reloaded(reloaded);
+                        if reloaded {
+                            self.metrics.set_interval(self.interval());
                             next_full = Instant::now();
+                            trigger = Trigger::Config;
                         }
                     }
                 }
@@ -159,11 +256,42 @@ impl Controller {
             self.health.heartbeat();
         }
         info!("shutting down");
+        // The loop no longer writes: now the Lease may go to a standby.
+        ops.stop().await;
+    }
+
+    fn interval(&self) -> Duration {
+        self.timings
+            .interval_override
+            .unwrap_or(self.settings.interval)
+    }
+
+    fn event_target(&self) -> Target {
+        Target {
+            name: self.settings.pool_name.clone(),
+            resource: self.reconciler.resource(),
+        }
+    }
+
+    /// Metrics and Kubernetes Events for a finished cycle.
+    fn observe(
+        &self,
+        ops: &mut Operations,
+        repair: bool,
+        result: &Result<CycleReport, ReconcileError>,
+        duration: Duration,
+    ) {
+        self.metrics.record_cycle(repair, result, duration);
+        let mut planned = ops.planner.plan(result);
+        if std::mem::take(&mut ops.announce_leadership) {
+            planned.insert(0, events::leader_elected(&ops.identity));
+        }
+        ops.events.publish(self.event_target(), planned);
     }
 
     /// Runs one full cycle or repair, bounded by the cycle timeout and
     /// abandoned at once on shutdown (`None`).
-    async fn cycle(&mut self, repair: bool) -> Option<Result<(), ReconcileError>> {
+    async fn cycle(&mut self, repair: bool) -> Option<Result<CycleReport, ReconcileError>> {
         let timeout = self.timings.cycle_timeout;
         let started = Instant::now();
         let settings = self.settings.clone();
@@ -189,8 +317,9 @@ impl Controller {
         Some(match result {
             Ok(report) => {
                 log_report(&report, started.elapsed());
-                self.health.record_success(report.addresses, None);
-                Ok(())
+                let notice = report.held.as_ref().map(|held| held.describe());
+                self.health.record_success(report.addresses, notice);
+                Ok(report)
             }
             Err(e) => {
                 error!(
@@ -231,15 +360,44 @@ impl Controller {
     fn reload_config(&mut self, path: &std::path::Path) -> bool {
         match config::load(self.cli_config.as_deref(), &self.env) {
             Ok(new) => {
+                if new.log_format != self.settings.log_format {
+                    warn!(
+                        setting = "LogFormat",
+                        "the log format changes only after a restart"
+                    );
+                }
                 if new.listen_address != self.settings.listen_address {
                     warn!(
                         setting = "ListenAddress",
                         "the listen address changes only after a restart"
                     );
                 }
+                let operate = (&new.operate, &self.settings.operate);
+                if (
+                    operate.0.leader_election,
+                    &operate.0.lease_name,
+                    &operate.0.lease_namespace,
+                    operate.0.lease_duration,
+                    operate.0.watch_nodes,
+                    operate.0.events,
+                ) != (
+                    operate.1.leader_election,
+                    &operate.1.lease_name,
+                    &operate.1.lease_namespace,
+                    operate.1.lease_duration,
+                    operate.1.watch_nodes,
+                    operate.1.events,
+                ) {
+                    warn!(
+                        settings = "LeaderElection, LeaseName, LeaseNamespace, LeaseDuration, WatchNodes, Events",
+                        "these settings change only after a restart (NodeDebounce and NodeMinGap apply at once)"
+                    );
+                }
                 if new.hcloud_endpoint != self.settings.hcloud_endpoint {
                     match hetzner_client(&new) {
-                        Ok(client) => self.reconciler.set_hetzner(client),
+                        Ok(client) => self
+                            .reconciler
+                            .set_hetzner(client.with_observer(self.metrics.clone())),
                         Err(e) => {
                             error!(error = %e, "config reload rejected; keeping the previous config");
                             self.health.record_config_reload(Some(e.to_string()));
@@ -267,11 +425,11 @@ impl Controller {
 
 fn log_report(report: &CycleReport, duration: Duration) {
     let listing = report.listing.as_ref();
-    let join = |ips: &[std::net::Ipv4Addr]| {
-        ips.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
+    let held = |removal: &Option<crate::guard::HeldRemoval>| {
+        removal
+            .as_ref()
+            .map(|r| r.addresses.iter().copied().collect::<Vec<_>>())
+            .unwrap_or_default()
     };
     info!(
         kind = %report.kind,
@@ -283,6 +441,9 @@ fn log_report(report: &CycleReport, duration: Duration) {
         removed = report.diff.removed.len(),
         added_addresses = %join(&report.diff.added),
         removed_addresses = %join(&report.diff.removed),
+        held_removals = %join(&held(&report.held)),
+        confirmed_removals = %join(&held(&report.confirmed)),
+        blocked_addresses = %listing.map(|l| join(&l.blocked)).unwrap_or_default(),
         outcome = if report.written.is_some() { "written" } else { "unchanged" },
         reason = report.written.map(|r| r.as_str()),
         api_version = %report.api_version,

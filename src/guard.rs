@@ -1,7 +1,12 @@
 //! Safety guards: pure decisions that stand between a Hetzner listing and a
 //! write. Removing an address from the pool takes a LoadBalancer IP away from
-//! a running Service, so when in doubt these refuse to write.
+//! a running Service, so when in doubt these refuse to write or hold back.
 
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+use crate::config::BlockedAddresses;
+use crate::hetzner::ServerAddress;
 use crate::pool::DesiredPool;
 
 /// Why a write was refused. The live pool is left exactly as it was.
@@ -9,7 +14,7 @@ use crate::pool::DesiredPool;
 pub enum Refusal {
     #[error(
         "no usable server: Hetzner returned {matched} server(s) for the label selector \
-         ({skipped} without a public IPv4); refusing to write an empty pool, which would \
+         ({skipped} without a usable public IPv4); refusing to write an empty pool, which would \
          take every LoadBalancer IP away"
     )]
     EmptyPool { matched: usize, skipped: usize },
@@ -33,10 +38,107 @@ pub fn check(desired: &DesiredPool, matched: usize, skipped: usize) -> Result<()
     Ok(())
 }
 
+/// The addresses a listing contributes to the pool, and the blocked ones it
+/// reports, under the configured policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UsableAddresses {
+    pub addresses: Vec<Ipv4Addr>,
+    /// Addresses Hetzner reports as blocked by its abuse team, kept or not.
+    pub blocked: Vec<Ipv4Addr>,
+}
+
+pub fn usable_addresses(servers: &[ServerAddress], policy: BlockedAddresses) -> UsableAddresses {
+    let mut usable = UsableAddresses::default();
+    for server in servers {
+        if server.blocked {
+            usable.blocked.push(server.ipv4);
+            if policy == BlockedAddresses::Drop {
+                continue;
+            }
+        }
+        usable.addresses.push(server.ipv4);
+    }
+    usable
+}
+
+/// A removal the shrink guard is holding back until a later listing agrees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRemoval {
+    pub addresses: BTreeSet<Ipv4Addr>,
+    /// Addresses in the pool when the removal was first seen.
+    pub pool_size: usize,
+}
+
+impl HeldRemoval {
+    pub fn describe(&self) -> String {
+        let list: Vec<String> = self.addresses.iter().map(ToString::to_string).collect();
+        format!(
+            "shrink guard: holding the removal of {} of {} addresses ({}) until the next Hetzner \
+             listing confirms it (CANADA_KAKTUS_MAX_REMOVAL_RATIO)",
+            self.addresses.len(),
+            self.pool_size,
+            list.join(", ")
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShrinkVerdict {
+    /// Write the listing as it is.
+    Proceed,
+    /// The removal was held by the previous cycle and this listing shows the
+    /// same: write it now.
+    Confirmed(HeldRemoval),
+    /// Too much would go at once: keep these addresses in the pool for now
+    /// (additions still go through).
+    Hold(HeldRemoval),
+}
+
+/// The shrink guard. `live` is what the pool holds now, `listed` what the
+/// complete listing wants, `held` the removal a previous cycle held (if any).
+///
+/// A removal larger than `max_ratio` of the live pool is held once; when the
+/// next listing asks for exactly the same removal it is confirmed. A listing
+/// that changes its mind (more or fewer removals) starts a new hold, so a
+/// flapping or partial API answer never shrinks the pool.
+pub fn shrink_guard(
+    live: &BTreeSet<Ipv4Addr>,
+    listed: &[Ipv4Addr],
+    max_ratio: f64,
+    held: Option<&HeldRemoval>,
+) -> ShrinkVerdict {
+    let wanted: BTreeSet<Ipv4Addr> = listed.iter().copied().collect();
+    let removing: BTreeSet<Ipv4Addr> = live.difference(&wanted).copied().collect();
+    if live.is_empty() || removing.is_empty() {
+        return ShrinkVerdict::Proceed;
+    }
+    let share = removing.len() as f64 / live.len() as f64;
+    if share <= max_ratio {
+        return ShrinkVerdict::Proceed;
+    }
+    match held {
+        Some(previous) if previous.addresses == removing => {
+            ShrinkVerdict::Confirmed(previous.clone())
+        }
+        _ => ShrinkVerdict::Hold(HeldRemoval {
+            addresses: removing,
+            pool_size: live.len(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::pool::{render, PoolTemplate};
+
+    fn ips(range: std::ops::RangeInclusive<u8>) -> Vec<Ipv4Addr> {
+        range.map(|n| Ipv4Addr::new(198, 51, 100, n)).collect()
+    }
+
+    fn set(v: &[Ipv4Addr]) -> BTreeSet<Ipv4Addr> {
+        v.iter().copied().collect()
+    }
 
     #[test]
     fn an_empty_pool_is_refused_and_says_why() {
@@ -58,5 +160,88 @@ mod tests {
     fn a_pool_with_addresses_passes() {
         let desired = render(&PoolTemplate::default(), ["1.2.3.4".parse().unwrap()]);
         assert_eq!(check(&desired, 1, 0), Ok(()));
+    }
+
+    #[test]
+    fn small_removals_and_additions_proceed() {
+        let live = set(&ips(1..=10));
+        assert_eq!(
+            shrink_guard(&live, &ips(1..=5), 0.5, None),
+            ShrinkVerdict::Proceed
+        );
+        assert_eq!(
+            shrink_guard(&live, &ips(1..=20), 0.5, None),
+            ShrinkVerdict::Proceed
+        );
+        assert_eq!(
+            shrink_guard(&BTreeSet::new(), &ips(1..=3), 0.0, None),
+            ShrinkVerdict::Proceed
+        );
+    }
+
+    #[test]
+    fn a_large_drop_is_held_then_confirmed_by_the_next_listing() {
+        let live = set(&ips(1..=40));
+        let listed = ips(1..=3);
+        let ShrinkVerdict::Hold(held) = shrink_guard(&live, &listed, 0.5, None) else {
+            panic!("a drop from 40 to 3 must be held");
+        };
+        assert_eq!(held.addresses, set(&ips(4..=40)));
+        assert_eq!(held.pool_size, 40);
+        assert!(held.describe().contains("37 of 40"));
+        assert_eq!(
+            shrink_guard(&live, &listed, 0.5, Some(&held)),
+            ShrinkVerdict::Confirmed(held.clone())
+        );
+    }
+
+    #[test]
+    fn a_listing_that_changes_its_mind_starts_a_new_hold() {
+        let live = set(&ips(1..=40));
+        let ShrinkVerdict::Hold(first) = shrink_guard(&live, &ips(1..=3), 0.5, None) else {
+            panic!("held");
+        };
+        let ShrinkVerdict::Hold(second) = shrink_guard(&live, &ips(1..=5), 0.5, Some(&first))
+        else {
+            panic!("a different removal is held again, not confirmed");
+        };
+        assert_eq!(second.addresses, set(&ips(6..=40)));
+    }
+
+    #[test]
+    fn the_ratio_bounds_turn_the_guard_fully_on_or_off() {
+        let live = set(&ips(1..=10));
+        assert!(matches!(
+            shrink_guard(&live, &ips(1..=9), 0.0, None),
+            ShrinkVerdict::Hold(_)
+        ));
+        assert_eq!(
+            shrink_guard(&live, &ips(1..=1), 1.0, None),
+            ShrinkVerdict::Proceed
+        );
+    }
+
+    #[test]
+    fn blocked_addresses_are_reported_and_kept_or_dropped_by_policy() {
+        let servers = vec![
+            ServerAddress {
+                id: 1,
+                name: "a".into(),
+                ipv4: "1.1.1.1".parse().unwrap(),
+                blocked: false,
+            },
+            ServerAddress {
+                id: 2,
+                name: "b".into(),
+                ipv4: "2.2.2.2".parse().unwrap(),
+                blocked: true,
+            },
+        ];
+        let keep = usable_addresses(&servers, BlockedAddresses::Keep);
+        assert_eq!(keep.addresses.len(), 2);
+        assert_eq!(keep.blocked, vec!["2.2.2.2".parse::<Ipv4Addr>().unwrap()]);
+        let drop = usable_addresses(&servers, BlockedAddresses::Drop);
+        assert_eq!(drop.addresses, vec!["1.1.1.1".parse::<Ipv4Addr>().unwrap()]);
+        assert_eq!(drop.blocked, keep.blocked);
     }
 }

@@ -20,6 +20,9 @@ pub enum Phase {
     Healthy,
     /// The last reconcile failed.
     Failing,
+    /// Another replica holds the leader Lease; this one only waits to take
+    /// over. Ready (200): it can take over at once.
+    Standby,
 }
 
 /// The body of `/health` and `/readyz`.
@@ -42,7 +45,7 @@ pub struct HealthReport {
 
 impl HealthReport {
     pub fn is_healthy(&self) -> bool {
-        self.state == Phase::Healthy
+        matches!(self.state, Phase::Healthy | Phase::Standby)
     }
 }
 
@@ -112,6 +115,16 @@ impl Health {
         let mut inner = self.write();
         inner.report.state = Phase::Failing;
         inner.report.last_error = Some(error);
+        inner.heartbeat = Instant::now();
+    }
+
+    /// This replica is not (or no longer) the leader: it stands by. The last
+    /// error is cleared; `last_success` and the pool size stay as they were.
+    pub fn record_standby(&self) {
+        let mut inner = self.write();
+        inner.report.state = Phase::Standby;
+        inner.report.last_error = None;
+        inner.report.notice = None;
         inner.heartbeat = Instant::now();
     }
 

@@ -9,12 +9,14 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
+use crate::budget::{rate_limit_wait, RequestBudget};
 use crate::secret::SecretString;
 
 /// Hetzner's public API endpoint.
@@ -48,6 +50,9 @@ pub struct HetznerOptions {
     /// Covers a whole request: connecting, sending and reading the body.
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
+    /// Most requests per hour this client sends (`None`: no limit of our own;
+    /// Hetzner's `RateLimit-*` headers are honoured either way).
+    pub request_budget_per_hour: Option<u32>,
 }
 
 impl HetznerOptions {
@@ -57,6 +62,7 @@ impl HetznerOptions {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            request_budget_per_hour: None,
         }
     }
 }
@@ -104,6 +110,8 @@ pub struct ServerListing {
     pub pages: u32,
     /// From the last response's `RateLimit-*` headers.
     pub rate_limit: Option<RateLimit>,
+    /// Time spent waiting for the request budget or Hetzner's rate limit.
+    pub throttled: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -184,6 +192,24 @@ impl RateLimit {
             Some(rate_limit)
         }
     }
+}
+
+/// How one HTTP request to Hetzner ended, as told to a [`RequestObserver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// An answer came, with this status and these rate-limit headers.
+    Status {
+        status: u16,
+        rate_limit: Option<RateLimit>,
+    },
+    /// No (complete) answer; `kind` is the transport error's metric label.
+    Failed { kind: &'static str },
+}
+
+/// Told about every HTTP request the client sends (retries included), for
+/// metrics. Sees only the outcome and the duration, never the token or URL.
+pub trait RequestObserver: Send + Sync + fmt::Debug {
+    fn request_finished(&self, outcome: &RequestOutcome, duration: Duration);
 }
 
 /// What kind of transport failure happened; decides whether to retry.
@@ -276,6 +302,13 @@ pub enum HetznerError {
         message: Option<String>,
     },
 
+    #[error(
+        "the hourly Hetzner request budget of this controller ({per_hour}/h, \
+         CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET) is used up; the next request is possible in \
+         {retry_in_secs}s"
+    )]
+    BudgetExhausted { per_hour: u32, retry_in_secs: u64 },
+
     #[error("could not decode the Hetzner server list, page {page}: {reason}")]
     Decode { page: u32, reason: String },
 
@@ -322,6 +355,7 @@ impl HetznerError {
             HetznerError::RateLimited { .. } => "rate_limited",
             HetznerError::ServerError { .. } => "server_error",
             HetznerError::UnexpectedStatus { .. } => "unexpected_status",
+            HetznerError::BudgetExhausted { .. } => "budget_exhausted",
             HetznerError::Decode { .. } => "decode",
             HetznerError::BodyTooLarge { .. } => "body_too_large",
             HetznerError::Pagination { .. } => "pagination",
@@ -444,6 +478,12 @@ pub struct HetznerClient {
     /// `host[:port]` of the endpoint, for transport errors.
     host: String,
     retry: RetryPolicy,
+    /// Shared by clones, so every listing draws on the same hourly budget.
+    budget: Option<Arc<Mutex<RequestBudget>>>,
+    /// The `RateLimit-*` headers of the last response.
+    last_rate_limit: Arc<Mutex<Option<RateLimit>>>,
+    /// Told about every request (metrics); see [`HetznerClient::with_observer`].
+    observer: Option<Arc<dyn RequestObserver>>,
 }
 
 impl HetznerClient {
@@ -483,7 +523,27 @@ impl HetznerClient {
             servers_url,
             host,
             retry: options.retry,
+            budget: options.request_budget_per_hour.map(|per_hour| {
+                Arc::new(Mutex::new(RequestBudget::new(
+                    per_hour,
+                    tokio::time::Instant::now(),
+                )))
+            }),
+            last_rate_limit: Arc::new(Mutex::new(None)),
+            observer: None,
         })
+    }
+
+    /// Reports every request's outcome and duration to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn RequestObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn observe(&self, outcome: RequestOutcome, started: Instant) {
+        if let Some(observer) = &self.observer {
+            observer.request_finished(&outcome, started.elapsed());
+        }
     }
 
     /// The configured endpoint (without a trailing slash).
@@ -505,7 +565,7 @@ impl HetznerClient {
         let mut page: u32 = 1;
         loop {
             let response = self
-                .fetch_page(&authorization, label_selector, page, &mut listing.requests)
+                .fetch_page(&authorization, label_selector, page, &mut listing)
                 .await?;
             listing.pages += 1;
             if response.rate_limit.is_some() {
@@ -536,12 +596,27 @@ impl HetznerClient {
         authorization: &HeaderValue,
         label_selector: &str,
         page: u32,
-        requests: &mut u32,
+        listing: &mut ServerListing,
     ) -> Result<PageResponse, HetznerError> {
         let mut retries: u32 = 0;
         loop {
-            *requests = requests.saturating_add(1);
-            let error = match self.send_once(authorization, label_selector, page).await {
+            listing.throttled += self.throttle(page).await?;
+            listing.requests = listing.requests.saturating_add(1);
+            let result = self.send_once(authorization, label_selector, page).await;
+            let rate_limit = match &result {
+                Ok(response) => response.rate_limit,
+                // A 429 means nothing remains until its reset.
+                Err(HetznerError::RateLimited { reset, .. }) => Some(RateLimit {
+                    limit: None,
+                    remaining: Some(0),
+                    reset: *reset,
+                }),
+                Err(_) => None,
+            };
+            if rate_limit.is_some() {
+                *lock(&self.last_rate_limit) = rate_limit;
+            }
+            let error = match result {
                 Ok(response) => return Ok(response),
                 Err(error) => error,
             };
@@ -573,6 +648,52 @@ impl HetznerClient {
         }
     }
 
+    /// Waits until both our own budget and Hetzner's headers allow one more
+    /// request, and takes it; fails at once when the wait would be longer than
+    /// `max_rate_limit_wait`, so a cycle never hangs on it.
+    async fn throttle(&self, page: u32) -> Result<Duration, HetznerError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let header_wait = rate_limit_wait(lock(&self.last_rate_limit).as_ref(), unix_now());
+            let budget_wait = match &self.budget {
+                Some(budget) if header_wait.is_none() => {
+                    let mut budget = lock(budget);
+                    match budget.try_take(tokio::time::Instant::now()) {
+                        Ok(()) => None,
+                        Err(wait) => Some((wait, budget.per_hour())),
+                    }
+                }
+                _ => None,
+            };
+            let (wait, what) = match (header_wait, budget_wait) {
+                (None, None) => return Ok(waited),
+                (Some(wait), _) => (wait, "Hetzner's rate limit (RateLimit-Remaining is 0)"),
+                (None, Some((wait, _))) => (wait, "this controller's hourly request budget"),
+            };
+            if wait > self.retry.max_rate_limit_wait {
+                return Err(match (header_wait, budget_wait) {
+                    (None, Some((wait, per_hour))) => HetznerError::BudgetExhausted {
+                        per_hour,
+                        retry_in_secs: wait.as_secs().max(1),
+                    },
+                    _ => HetznerError::RateLimited {
+                        code: "rate_limit_exceeded".to_owned(),
+                        message: "RateLimit-Remaining is 0".to_owned(),
+                        reset: lock(&self.last_rate_limit).and_then(|r| r.reset),
+                    },
+                });
+            }
+            tracing::info!(page, wait_ms = duration_millis(wait), "waiting for {what}");
+            tokio::time::sleep(wait).await;
+            waited += wait;
+            // Our own budget was not charged when the headers made us wait;
+            // charge it on the next pass.
+            if header_wait.is_some() {
+                lock(&self.last_rate_limit).take();
+            }
+        }
+    }
+
     async fn send_once(
         &self,
         authorization: &HeaderValue,
@@ -600,6 +721,12 @@ impl HetznerClient {
             Ok(response) => response,
             Err(error) => {
                 let error = self.transport_error(page, error);
+                self.observe(
+                    RequestOutcome::Failed {
+                        kind: error.metric_label(),
+                    },
+                    started,
+                );
                 tracing::debug!(page, duration_ms = duration_millis(started.elapsed()), error = %error, "Hetzner API request failed");
                 return Err(error);
             }
@@ -621,6 +748,18 @@ impl HetznerClient {
             duration_ms = duration_millis(started.elapsed()),
             bytes = body.as_ref().map_or(0, Vec::len),
             "Hetzner API request"
+        );
+        self.observe(
+            match &body {
+                Err(error @ HetznerError::Transport { .. }) => RequestOutcome::Failed {
+                    kind: error.metric_label(),
+                },
+                _ => RequestOutcome::Status {
+                    status: status.as_u16(),
+                    rate_limit,
+                },
+            },
+            started,
         );
         let body = body?;
         if status.is_success() {
@@ -862,6 +1001,21 @@ fn decode_page(page: u32, body: &[u8]) -> Result<ServersPage<'_>, HetznerError> 
     })
 }
 
+/// Decodes one `/servers` page exactly as [`HetznerClient::list_servers`]
+/// does (servers sorted into usable and skipped, paging checked) and returns
+/// them with the next page to read. Public for the property tests, which
+/// feed it arbitrary and mutated bodies.
+pub fn parse_servers_page(
+    page: u32,
+    body: &[u8],
+) -> Result<(ServerListing, Option<u32>), HetznerError> {
+    let decoded = decode_page(page, body)?;
+    let mut listing = ServerListing::default();
+    absorb_servers(decoded.servers, &mut listing, &mut HashSet::new());
+    let next = next_page(page, &decoded.meta.pagination, 1)?;
+    Ok((listing, next))
+}
+
 fn absorb_servers(
     servers: Vec<RawServer<'_>>,
     listing: &mut ServerListing,
@@ -1084,6 +1238,14 @@ fn unix_now() -> u64 {
 
 fn duration_millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Locks a mutex, recovering from a panicked holder: the guarded values are
+/// plain numbers that stay valid.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

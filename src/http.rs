@@ -1,17 +1,18 @@
-//! The HTTP endpoints: `/health`, `/readyz`, `/livez`.
+//! The HTTP endpoints: `/health`, `/readyz`, `/livez` and `/metrics`.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tokio::net::TcpListener;
 
 use crate::health::Health;
+use crate::metrics::{self, Metrics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -25,12 +26,22 @@ pub enum HttpError {
     Serve(#[source] std::io::Error),
 }
 
-pub fn router(health: Arc<Health>) -> Router {
+pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/health", get(readiness))
         .route("/readyz", get(readiness))
         .route("/livez", get(liveness))
         .with_state(health)
+        .route("/metrics", get(scrape).with_state(metrics))
+}
+
+/// Prometheus/OpenMetrics text.
+async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        metrics.render(),
+    )
+        .into_response()
 }
 
 /// 200 when the last reconcile succeeded, 503 before the first success and

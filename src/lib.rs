@@ -6,13 +6,19 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod controller;
+pub mod events;
 pub mod guard;
 pub mod health;
 pub mod hetzner;
 pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod nodes;
+pub mod operate;
 pub mod pool;
 pub mod reconcile;
 pub mod secret;

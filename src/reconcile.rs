@@ -7,7 +7,7 @@ use kube::core::ApiResource;
 
 use crate::apply::{PoolApiError, PoolClient};
 use crate::config::{Settings, TokenError};
-use crate::guard::{self, Refusal};
+use crate::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
 use crate::hetzner::{HetznerClient, HetznerError, ServerListing};
 use crate::pool::{self, DesiredPool, PoolConflict, PoolDiff, PoolTemplate, WriteReason};
 
@@ -58,6 +58,10 @@ pub struct CycleReport {
     pub diff: PoolDiff,
     pub written: Option<WriteReason>,
     pub api_version: String,
+    /// A removal the shrink guard held back in this cycle.
+    pub held: Option<HeldRemoval>,
+    /// A removal held earlier that this cycle's listing confirmed and wrote.
+    pub confirmed: Option<HeldRemoval>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,14 +86,20 @@ pub struct ListingSummary {
     pub servers_matched: usize,
     pub servers_skipped: usize,
     pub hetzner_requests: u32,
+    /// Addresses Hetzner reports as blocked by its abuse team.
+    pub blocked: Vec<std::net::Ipv4Addr>,
+    /// Why each skipped server was skipped (`SkipReason::as_str`), for metrics.
+    pub skip_reasons: Vec<&'static str>,
 }
 
 impl ListingSummary {
-    fn of(listing: &ServerListing) -> Self {
+    fn of(listing: &ServerListing, blocked: Vec<std::net::Ipv4Addr>) -> Self {
         Self {
             servers_matched: listing.servers.len() + listing.skipped.len(),
             servers_skipped: listing.skipped.len(),
             hetzner_requests: listing.requests,
+            blocked,
+            skip_reasons: listing.skipped.iter().map(|s| s.reason.as_str()).collect(),
         }
     }
 }
@@ -115,12 +125,20 @@ pub async fn desired_from_hetzner(
     let listing = hetzner
         .list_servers(&token, &settings.label_selector.to_string())
         .await?;
-    let summary = ListingSummary::of(&listing);
-    let desired = pool::render(
-        &template_from(settings),
-        listing.servers.iter().map(|s| s.ipv4),
-    );
-    guard::check(&desired, summary.servers_matched, summary.servers_skipped)?;
+    let usable = guard::usable_addresses(&listing.servers, settings.guards.blocked_addresses);
+    if !usable.blocked.is_empty() {
+        tracing::warn!(
+            blocked_addresses = %join(&usable.blocked),
+            policy = settings.guards.blocked_addresses.as_str(),
+            "Hetzner reports addresses blocked by its abuse team (CANADA_KAKTUS_BLOCKED_ADDRESSES)"
+        );
+    }
+    let summary = ListingSummary::of(&listing, usable.blocked);
+    let desired = pool::render(&template_from(settings), usable.addresses);
+    let unusable = summary
+        .servers_matched
+        .saturating_sub(desired.addresses.len());
+    guard::check(&desired, summary.servers_matched, unusable)?;
     Ok((desired, summary))
 }
 
@@ -132,6 +150,8 @@ pub struct Reconciler {
     /// The pool rendered from the last complete listing, used to repair the
     /// pool at once after someone edits it without spending Hetzner requests.
     last_desired: Option<DesiredPool>,
+    /// The removal the shrink guard is holding, awaiting confirmation.
+    held: Option<HeldRemoval>,
 }
 
 impl Reconciler {
@@ -140,11 +160,16 @@ impl Reconciler {
             hetzner,
             pools,
             last_desired: None,
+            held: None,
         }
     }
 
     pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
         self.hetzner = hetzner;
+    }
+
+    pub fn hetzner(&self) -> &HetznerClient {
+        &self.hetzner
     }
 
     pub fn pools(&self) -> &PoolClient {
@@ -161,16 +186,46 @@ impl Reconciler {
     }
 
     pub async fn full(&mut self, settings: &Settings) -> Result<CycleReport, ReconcileError> {
-        let (desired, summary) = desired_from_hetzner(&self.hetzner, settings).await?;
+        let (listed, summary) = desired_from_hetzner(&self.hetzner, settings).await?;
         let resource = self
             .pools
             .refresh_resource(settings.cilium_api_version)
             .await?;
-        // Remember the listing before writing: a failed write must not make a
+        let live = self.pools.get(&resource, &listed.name).await?;
+        let live_addresses = live.as_ref().map(pool::live_addresses).unwrap_or_default();
+        let verdict = guard::shrink_guard(
+            &live_addresses.addresses,
+            &listed.addresses,
+            settings.guards.max_removal_ratio,
+            self.held.as_ref(),
+        );
+        let (desired, held, confirmed) = match verdict {
+            ShrinkVerdict::Proceed => (listed, None, None),
+            ShrinkVerdict::Confirmed(removal) => (listed, None, Some(removal)),
+            ShrinkVerdict::Hold(removal) => {
+                tracing::warn!(held = %removal.describe(), "shrink guard held a removal");
+                let kept = listed
+                    .addresses
+                    .iter()
+                    .chain(removal.addresses.iter())
+                    .copied();
+                (
+                    pool::render(&template_from(settings), kept),
+                    Some(removal),
+                    None,
+                )
+            }
+        };
+        self.held = held.clone();
+        // Remember the pool before writing: a failed write must not make a
         // later repair fall back to an older listing.
         self.last_desired = Some(desired.clone());
-        let mut report = self.converge(&resource, &desired, CycleKind::Full).await?;
+        let mut report = self
+            .converge(&resource, &desired, live, CycleKind::Full)
+            .await?;
         report.listing = Some(summary);
+        report.held = held;
+        report.confirmed = confirmed;
         Ok(report)
     }
 
@@ -181,18 +236,21 @@ impl Reconciler {
             return Ok(None);
         };
         let resource = self.pools.resource().await?;
-        self.converge(&resource, &desired, CycleKind::Repair)
-            .await
-            .map(Some)
+        let live = self.pools.get(&resource, &desired.name).await?;
+        let mut report = self
+            .converge(&resource, &desired, live, CycleKind::Repair)
+            .await?;
+        report.held = self.held.clone();
+        Ok(Some(report))
     }
 
     async fn converge(
         &self,
         resource: &ApiResource,
         desired: &DesiredPool,
+        live: Option<DynamicObject>,
         kind: CycleKind,
     ) -> Result<CycleReport, ReconcileError> {
-        let live = self.pools.get(resource, &desired.name).await?;
         let reason = pool::write_reason(live.as_ref(), desired);
         let diff = pool::diff(live.as_ref().map(pool::live_addresses).as_ref(), desired);
         match reason {
@@ -205,6 +263,8 @@ impl Reconciler {
                     diff,
                     written: Some(reason),
                     api_version: resource.api_version.clone(),
+                    held: None,
+                    confirmed: None,
                 })
             }
             None => {
@@ -220,10 +280,21 @@ impl Reconciler {
                     diff,
                     written: None,
                     api_version: resource.api_version.clone(),
+                    held: None,
+                    confirmed: None,
                 })
             }
         }
     }
+}
+
+/// Addresses as a comma-separated list, for logs.
+pub fn join(addresses: &[std::net::Ipv4Addr]) -> String {
+    addresses
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn conflict_error(name: &str, conflict: PoolConflict) -> ReconcileError {

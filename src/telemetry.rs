@@ -1,6 +1,8 @@
 //! Logging: JSON lines by default, plain text for people; the level can be
 //! changed while running when config.json is reloaded.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
@@ -60,6 +62,8 @@ pub fn init(level: LogLevel, format: LogFormat) -> LogControl {
             .boxed(),
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_target(true)
+            // Colour only for a person at a terminal, not for `kubectl logs`.
+            .with_ansi(std::io::stderr().is_terminal())
             .with_writer(std::io::stderr)
             .boxed(),
     };

@@ -558,6 +558,17 @@ fn every_problem_is_reported_at_once() {
         ("CANADA_KAKTUS_POOL_SERVICE_SELECTOR", "=x"),
         ("CANADA_KAKTUS_LISTEN_ADDRESS", "localhost"),
         ("CANADA_KAKTUS_CILIUM_API_VERSION", "v3"),
+        ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1.5"),
+        ("CANADA_KAKTUS_BLOCKED_ADDRESSES", "maybe"),
+        ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "5"),
+        ("CANADA_KAKTUS_LEADER_ELECTION", "maybe"),
+        ("CANADA_KAKTUS_LEASE_NAME", "Bad_Name"),
+        ("CANADA_KAKTUS_LEASE_NAMESPACE", "Bad_Namespace"),
+        ("CANADA_KAKTUS_LEASE_DURATION", "1s"),
+        ("CANADA_KAKTUS_WATCH_NODES", "sometimes"),
+        ("CANADA_KAKTUS_NODE_DEBOUNCE", "10m"),
+        ("CANADA_KAKTUS_NODE_MIN_GAP", "0s"),
+        ("CANADA_KAKTUS_EVENTS", "perhaps"),
     ]);
     let e = fails(Some(&config), &env);
     for setting in SETTINGS.iter().filter(|s| s.key != "HcloudTokenFile") {
@@ -855,4 +866,53 @@ fn settings_table_lists_every_setting() {
     assert!(table
         .lines()
         .all(|l| l.starts_with('|') && l.ends_with('|')));
+}
+
+#[test]
+fn guard_settings_defaults_and_values() {
+    let s = ok(None, &with_token(&[]));
+    assert_eq!(s.guards.max_removal_ratio, 0.5);
+    assert_eq!(
+        s.guards.blocked_addresses,
+        canada_kaktus::config::BlockedAddresses::Keep
+    );
+    assert_eq!(s.guards.hcloud_request_budget, 1200);
+
+    let s = ok(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "0.25"),
+            ("CANADA_KAKTUS_BLOCKED_ADDRESSES", "DROP"),
+            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "600"),
+        ]),
+    );
+    assert_eq!(s.guards.max_removal_ratio, 0.25);
+    assert_eq!(
+        s.guards.blocked_addresses,
+        canada_kaktus::config::BlockedAddresses::Drop
+    );
+    assert_eq!(s.guards.hcloud_request_budget, 600);
+
+    let files = Files::new();
+    let config = files.write(
+        "config.json",
+        r#"{"MaxRemovalRatio": 1, "BlockedAddresses": "keep", "HcloudRequestBudget": 3600}"#,
+    );
+    let s = ok(Some(&config), &with_token(&[]));
+    assert_eq!(s.guards.max_removal_ratio, 1.0);
+    assert_eq!(s.guards.hcloud_request_budget, 3600);
+
+    for (key, value, expect) in [
+        ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "-0.1", "between 0 and 1"),
+        ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "half", "between 0 and 1"),
+        ("CANADA_KAKTUS_BLOCKED_ADDRESSES", "remove", "keep or drop"),
+        (
+            "CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET",
+            "100001",
+            "from 10 to 100000",
+        ),
+    ] {
+        let e = fails(None, &with_token(&[(key, value)]));
+        assert!(e.to_string().contains(expect), "{key}={value}: {e}");
+    }
 }

@@ -14,6 +14,7 @@ use canada_kaktus::controller::{Controller, LoopTimings};
 use canada_kaktus::health::Health;
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::http;
+use canada_kaktus::metrics::Metrics;
 use canada_kaktus::reconcile::Reconciler;
 use canada_kaktus::telemetry::LogControl;
 use serde_json::Value;
@@ -82,12 +83,27 @@ impl Running {
 }
 
 async fn start(hetzner: &FakeHetzner, kube: &FakeKube, cli_config: Option<PathBuf>) -> Running {
+    start_with(hetzner, kube, cli_config, &[]).await
+}
+
+/// Like `start`, with extra environment variables (settings).
+async fn start_with(
+    hetzner: &FakeHetzner,
+    kube: &FakeKube,
+    cli_config: Option<PathBuf>,
+    extra_env: &[(&str, &str)],
+) -> Running {
     let _ = rustls::crypto::ring::default_provider().install_default();
     canada_kaktus::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
-    let env: HashMap<String, String> = HashMap::from([
+    let mut env: HashMap<String, String> = HashMap::from([
         ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
         ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
     ]);
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     let settings = config::load(cli_config.as_deref(), &env).unwrap();
     let hetzner_client = HetznerClient::new(HetznerOptions {
         request_timeout: Duration::from_secs(2),
@@ -108,14 +124,16 @@ async fn start(hetzner: &FakeHetzner, kube: &FakeKube, cli_config: Option<PathBu
         retry_base: Duration::from_millis(20),
         // Far below the configurable minimum, so the test sees many cycles.
         interval_override: Some(Duration::from_millis(100)),
+        confirm_delay: Duration::from_millis(100),
     };
     let health = Arc::new(Health::new(timings.liveness_timeout()));
+    let metrics = Arc::new(Metrics::new());
     let shutdown = CancellationToken::new();
     let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let base_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(http::serve(
         listener,
-        http::router(health.clone()),
+        http::router(health.clone(), metrics.clone()),
         shutdown.clone().cancelled_owned(),
     ));
     let controller = Controller {
@@ -130,6 +148,7 @@ async fn start(hetzner: &FakeHetzner, kube: &FakeKube, cli_config: Option<PathBu
         shutdown: shutdown.clone(),
         cli_config,
         env,
+        metrics,
     };
     Running {
         base_url,
@@ -273,4 +292,246 @@ async fn wait_for(mut condition: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+impl Running {
+    /// `GET /metrics` as text, after checking the content type.
+    async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(format!("{}/metrics", self.base_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let content_type = response.headers()[reqwest::header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+        let text = response.text().await.unwrap();
+        assert!(!text.contains(TOKEN), "the token leaked into /metrics");
+        text
+    }
+
+    /// Polls `/metrics` until `series` (name with labels, as printed) has a
+    /// value that passes `check`, for at most 10 s; returns the value.
+    async fn wait_metric(&self, series: &str, check: impl Fn(f64) -> bool) -> f64 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = self.metrics().await;
+            let value = metric(&text, series);
+            if let Some(value) = value.filter(|v| check(*v)) {
+                return value;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{series} never matched (last {value:?}):\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The value of one series in an OpenMetrics text, e.g.
+/// `canada_kaktus_reconcile_total{kind="full",result="success"}`.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_follow_cycles_writes_failures_guards_and_hetzner_requests() {
+    let hetzner = FakeHetzner::start().await;
+    let mut servers = numbered_servers(3);
+    servers.push(support::fake_hetzner::FakeServer::without_ipv4(99));
+    hetzner.set_servers(servers);
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, None).await;
+    running.wait_health(200).await;
+
+    let ok = r#"canada_kaktus_reconcile_total{kind="full",result="success"}"#;
+    running.wait_metric(ok, |v| v >= 1.0).await;
+    let text = running.metrics().await;
+    for (series, want) in [
+        ("canada_kaktus_pool_addresses", 3.0),
+        ("canada_kaktus_servers_matched", 4.0),
+        (
+            r#"canada_kaktus_servers_skipped{reason="no_public_ipv4"}"#,
+            1.0,
+        ),
+        (
+            r#"canada_kaktus_servers_skipped{reason="invalid_ipv4"}"#,
+            0.0,
+        ),
+        (r#"canada_kaktus_pool_writes_total{reason="missing"}"#, 1.0),
+        (r#"canada_kaktus_pool_changes_total{change="added"}"#, 3.0),
+        (r#"canada_kaktus_pool_changes_total{change="removed"}"#, 0.0),
+        ("canada_kaktus_leader", 1.0),
+        ("canada_kaktus_interval_seconds", 0.1),
+        ("canada_kaktus_blocked_addresses", 0.0),
+    ] {
+        assert_eq!(metric(&text, series), Some(want), "{series} in:\n{text}");
+    }
+    assert!(metric(&text, r#"canada_kaktus_hcloud_requests_total{code="200"}"#).unwrap() >= 1.0);
+    let remaining = metric(&text, "canada_kaktus_hcloud_ratelimit_remaining").unwrap();
+    assert!((3000.0..3600.0).contains(&remaining), "{remaining}");
+    assert_eq!(
+        metric(&text, "canada_kaktus_hcloud_ratelimit_limit"),
+        Some(3600.0)
+    );
+    assert!(metric(&text, "canada_kaktus_hcloud_request_duration_seconds_count").unwrap() >= 1.0);
+    let last_success = metric(&text, "canada_kaktus_last_success_timestamp_seconds").unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!((now - last_success).abs() < 60.0, "{last_success} vs {now}");
+    assert!(
+        metric(
+            &text,
+            r#"canada_kaktus_reconcile_duration_seconds_count{kind="full"}"#
+        )
+        .unwrap()
+            >= 1.0
+    );
+    assert!(
+        text.contains(&format!(
+            "canada_kaktus_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            r#"canada_kaktus_full_cycles_total{trigger="interval"}"#
+        )
+        .unwrap()
+            >= 1.0
+    );
+
+    // One more server and one fewer: counted as one write, one added, one removed.
+    let mut servers = numbered_servers(4);
+    servers.remove(0);
+    hetzner.set_servers(servers);
+    running
+        .wait_metric(
+            r#"canada_kaktus_pool_changes_total{change="removed"}"#,
+            |v| v == 1.0,
+        )
+        .await;
+    let text = running.metrics().await;
+    assert_eq!(
+        metric(&text, r#"canada_kaktus_pool_changes_total{change="added"}"#),
+        Some(4.0)
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"canada_kaktus_pool_writes_total{reason="blocks_differ"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(metric(&text, "canada_kaktus_servers_matched"), Some(3.0));
+
+    // Hetzner fails: failures by cause, and the 500s by code.
+    hetzner.set_fault(Some(Fault::status(500)));
+    running
+        .wait_metric(
+            r#"canada_kaktus_reconcile_errors_total{cause="server_error"}"#,
+            |v| v >= 2.0,
+        )
+        .await;
+    let text = running.metrics().await;
+    assert!(
+        metric(
+            &text,
+            r#"canada_kaktus_reconcile_total{kind="full",result="failure"}"#
+        )
+        .unwrap()
+            >= 2.0
+    );
+    assert!(metric(&text, r#"canada_kaktus_hcloud_requests_total{code="500"}"#).unwrap() >= 2.0);
+
+    // Zero servers: the empty-pool guard refuses, and says so in the metrics.
+    hetzner.set_fault(None);
+    hetzner.set_servers(vec![]);
+    running
+        .wait_metric(
+            r#"canada_kaktus_guard_held_total{guard="empty_pool"}"#,
+            |v| v >= 1.0,
+        )
+        .await;
+    running.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn events_name_the_addresses_and_a_repeating_failure_gives_one_warning() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(numbered_servers(2));
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, None).await;
+    running.wait_health(200).await;
+    wait_for(|| !kube.events().is_empty()).await;
+    let created = kube.events()[0].clone();
+    assert_eq!(created["reason"], "PoolCreated", "{created}");
+    assert_eq!(created["type"], "Normal");
+    assert_eq!(created["reportingController"], "canada-kaktus");
+    assert_eq!(created["regarding"]["kind"], "CiliumLoadBalancerIPPool");
+    assert_eq!(created["regarding"]["name"], "covidnetes-pool");
+    let note = created["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("Created the pool with 2 addresses: "),
+        "{note}"
+    );
+
+    // Many cycles that change nothing publish nothing.
+    let seen = hetzner.requests();
+    wait_for(|| hetzner.requests() > seen + 3).await;
+    assert_eq!(kube.events().len(), 1, "{:?}", kube.events());
+
+    // A failure repeated over many retries: one Warning.
+    hetzner.set_fault(Some(Fault::status(503)));
+    let seen = hetzner.requests();
+    wait_for(|| hetzner.requests() > seen + 6).await;
+    let warnings: Vec<_> = kube
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "Warning")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["reason"], "ReconcileFailed");
+    assert!(
+        warnings[0]["note"].as_str().unwrap().contains("503"),
+        "{}",
+        warnings[0]
+    );
+
+    // Recovery with a new server: the addition, by address.
+    let mut servers = numbered_servers(3);
+    let added = servers[2].ipv4.clone().unwrap();
+    servers.truncate(3);
+    hetzner.set_servers(servers);
+    hetzner.set_fault(None);
+    wait_for(|| {
+        kube.events()
+            .iter()
+            .any(|e| e["reason"] == "AddressesAdded")
+    })
+    .await;
+    let event = kube
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "AddressesAdded")
+        .unwrap();
+    assert_eq!(
+        event["note"],
+        format!("Added 1 address: {added}; the pool now has 3 addresses")
+    );
+    running.shutdown.cancel();
 }

@@ -36,6 +36,7 @@ fn options(endpoint: String) -> HetznerOptions {
             max_delay: Duration::from_millis(5),
             max_rate_limit_wait: Duration::from_secs(60),
         },
+        request_budget_per_hour: None,
     }
 }
 
@@ -829,4 +830,51 @@ async fn fake_pages_like_hetzner_and_renders_realistic_servers() {
         "{per_server} bytes per server"
     );
     assert_eq!(servers[0]["labels"]["kops.k8s.io/instance-role"], "Node");
+}
+
+#[tokio::test]
+async fn the_hourly_budget_allows_a_burst_then_fails_fast_without_sending() {
+    let fake = fake_with(numbered_servers(120)).await;
+    let client = HetznerClient::new(HetznerOptions {
+        request_budget_per_hour: Some(10),
+        ..options(fake.endpoint())
+    })
+    .unwrap();
+    let token = SecretString::new(TOKEN);
+    for _ in 0..3 {
+        client.list_servers(&token, SELECTOR).await.unwrap();
+    }
+    assert_eq!(fake.requests(), 9);
+    // One request is left; the second page of the next listing has to wait
+    // six minutes, longer than the client may wait: it fails at once.
+    let error = client.list_servers(&token, SELECTOR).await.unwrap_err();
+    assert_eq!(error.metric_label(), "budget_exhausted");
+    assert!(
+        error
+            .to_string()
+            .contains("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET"),
+        "{error}"
+    );
+    assert_eq!(fake.requests(), 10, "nothing is sent beyond the budget");
+}
+
+#[tokio::test]
+async fn an_exhausted_rate_limit_is_respected_before_sending() {
+    let fake = fake_with(numbered_servers(3)).await;
+    let client = HetznerClient::new(options(fake.endpoint())).unwrap();
+    let token = SecretString::new(TOKEN);
+    let far = unix_now() + 3600;
+    fake.set_fault(Some(Fault::rate_limited(far)));
+    let error = client.list_servers(&token, SELECTOR).await.unwrap_err();
+    assert_eq!(error.metric_label(), "rate_limited");
+    let sent = fake.requests();
+
+    fake.set_fault(None);
+    let error = client.list_servers(&token, SELECTOR).await.unwrap_err();
+    assert_eq!(error.metric_label(), "rate_limited");
+    assert_eq!(
+        fake.requests(),
+        sent,
+        "no request while Hetzner says none remain"
+    );
 }

@@ -285,6 +285,8 @@ async fn configured_metadata_and_selector_are_applied_and_foreign_metadata_kept(
             ("CANADA_KAKTUS_POOL_ANNOTATIONS", r#"{"team":"net"}"#),
             ("CANADA_KAKTUS_POOL_LABELS", r#"{"tier":"edge"}"#),
             ("CANADA_KAKTUS_POOL_SERVICE_SELECTOR", "color=blue"),
+            // The foreign 9.9.9.9 is replaced at once, not held by the shrink guard.
+            ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
         ],
     );
     reconciler.full(&settings).await.unwrap();
@@ -348,4 +350,67 @@ async fn a_pool_conflict_reported_by_cilium_fails_the_cycle() {
     assert_eq!(error.metric_label(), "pool_conflict");
     assert!(error.to_string().contains("other-pool"), "{error}");
     assert_eq!(kube.writes().len(), 1);
+}
+
+fn addresses(pool: &serde_json::Value) -> usize {
+    pool["spec"]["blocks"].as_array().unwrap().len()
+}
+
+#[tokio::test]
+async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    let settings = settings(&hetzner, &[]);
+    hetzner.set_servers(numbered_servers(40));
+    reconciler.full(&settings).await.unwrap();
+    assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 40);
+
+    // 40 → 3, plus one new server: the addition goes through, the removal waits.
+    let mut servers = numbered_servers(3);
+    servers.push(FakeServer::new(99, "203.0.113.99"));
+    hetzner.set_servers(servers);
+    let report = reconciler.full(&settings).await.unwrap();
+    let held = report.held.clone().expect("the removal is held");
+    assert_eq!(held.addresses.len(), 37);
+    assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
+    assert_eq!(
+        report.diff.added,
+        vec!["203.0.113.99".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    assert!(report.diff.removed.is_empty());
+    assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 41);
+
+    // A repair while holding keeps the held addresses too.
+    let mut edited = kube.pool("covidnetes-pool").unwrap();
+    edited["spec"]["blocks"] = json!([]);
+    kube.insert_pool("covidnetes-pool", edited);
+    reconciler.repair().await.unwrap().unwrap();
+    assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 41);
+
+    let report = reconciler.full(&settings).await.unwrap();
+    assert_eq!(report.held, None);
+    assert_eq!(report.confirmed.map(|c| c.addresses.len()), Some(37));
+    assert_eq!(report.diff.removed.len(), 37);
+    assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 4);
+}
+
+#[tokio::test]
+async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "203.0.113.1"),
+        FakeServer::new(2, "203.0.113.2").blocked(),
+    ]);
+    let report = reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    assert_eq!(
+        report.listing.unwrap().blocked,
+        vec!["203.0.113.2".parse::<std::net::Ipv4Addr>().unwrap()]
+    );
+    assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 2);
+
+    let drop = settings(&hetzner, &[("CANADA_KAKTUS_BLOCKED_ADDRESSES", "drop")]);
+    reconciler.full(&drop).await.unwrap();
+    assert_eq!(
+        kube.pool("covidnetes-pool").unwrap()["spec"]["blocks"],
+        json!([{"cidr": "203.0.113.1/32"}])
+    );
 }

@@ -115,6 +115,10 @@ pub async fn client_from_kubeconfig(path: &Path) -> Client {
 /// A running etcd + kube-apiserver pair. Dropping it stops both.
 pub struct TestCluster {
     apiserver: Child,
+    /// kube-apiserver's arguments, to start it again after [`TestCluster::stop_apiserver`].
+    apiserver_args: Vec<std::ffi::OsString>,
+    /// How often kube-apiserver was started (names its log files).
+    apiserver_starts: usize,
     etcd: Child,
     bin_dir: PathBuf,
     server_url: String,
@@ -230,6 +234,8 @@ impl TestCluster {
             .arg("--enable-priority-and-fairness=false")
             .arg("--endpoint-reconciler-type=none")
             .arg("--profiling=false");
+        let apiserver_args: Vec<std::ffi::OsString> =
+            apiserver_cmd.get_args().map(ToOwned::to_owned).collect();
         let mut apiserver = spawn_logged(apiserver_cmd, &root.join("kube-apiserver.log"));
 
         let mut etcd = etcd;
@@ -314,6 +320,8 @@ impl TestCluster {
         eprintln!("test cluster: kube-apiserver at {server_url} ready after {startup:.2?}");
         Ok(TestCluster {
             apiserver,
+            apiserver_args,
+            apiserver_starts: 1,
             etcd,
             bin_dir: bin_dir.to_path_buf(),
             server_url,
@@ -367,7 +375,58 @@ impl TestCluster {
 
     /// The last `lines` lines of kube-apiserver's log.
     pub fn apiserver_log_tail(&self, lines: usize) -> String {
-        log_tail(&self.dir.path().join("kube-apiserver.log"), lines)
+        log_tail(&self.apiserver_log(), lines)
+    }
+
+    fn apiserver_log(&self) -> PathBuf {
+        match self.apiserver_starts {
+            0 | 1 => self.dir.path().join("kube-apiserver.log"),
+            n => self.dir.path().join(format!("kube-apiserver.{n}.log")),
+        }
+    }
+
+    /// Kills kube-apiserver (SIGKILL, like a crashed or unreachable control
+    /// plane); etcd and its data stay. [`TestCluster::start_apiserver`] brings
+    /// it back on the same port with the same certificates and keys, so
+    /// kubeconfigs and issued service-account tokens stay valid.
+    pub fn stop_apiserver(&mut self) {
+        let _ = self.apiserver.kill();
+        let _ = self.apiserver.wait();
+    }
+
+    /// Starts kube-apiserver again after [`TestCluster::stop_apiserver`] and
+    /// waits until `/readyz` answers `ok`.
+    pub async fn start_apiserver(&mut self) {
+        self.stop_apiserver();
+        self.apiserver_starts += 1;
+        let mut cmd = Command::new(self.bin_dir.join("kube-apiserver"));
+        cmd.args(&self.apiserver_args);
+        self.apiserver = spawn_logged(cmd, &self.apiserver_log());
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut last = String::from("no answer yet");
+        loop {
+            if let Some(status) = self.apiserver.try_wait().expect("polling kube-apiserver") {
+                panic!(
+                    "kube-apiserver exited on restart ({status}):\n{}",
+                    self.apiserver_log_tail(60)
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready {START_TIMEOUT:?} after a restart; last answer: \
+                 {last}\n{}",
+                self.apiserver_log_tail(60)
+            );
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .expect("request");
+            match self.admin_client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => return,
+                Ok(body) => last = body,
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
     }
 
     /// Installs (server-side applies) a CiliumLoadBalancerIPPool CRD and

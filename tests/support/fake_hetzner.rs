@@ -148,6 +148,19 @@ impl Fault {
     }
 }
 
+/// What a [`FakeHetzner::set_script`] callback decides for one request.
+#[derive(Debug, Default)]
+pub struct Directive {
+    /// Replace the server list before answering (`None`: keep it).
+    pub servers: Option<Vec<FakeServer>>,
+    /// The fault for this request (`None`: a healthy answer).
+    pub fault: Option<Fault>,
+}
+
+/// Called with the requested page number before each `/servers` answer,
+/// under the fake's lock (it must not call back into the fake).
+pub type Script = Box<dyn FnMut(u32) -> Directive + Send>;
+
 /// What the fake saw of one `/servers` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeRequest {
@@ -169,20 +182,35 @@ impl FakeHetzner {
             .disable_request_recording()
             .start()
             .await;
+        let fake = Self { server, state };
+        fake.mount().await;
+        fake
+    }
+
+    async fn mount(&self) {
         Mock::given(method("GET"))
             .and(path("/v1/servers"))
             .respond_with(Responder {
-                state: Arc::clone(&state),
+                state: Arc::clone(&self.state),
             })
-            .mount(&server)
+            .mount(&self.server)
             .await;
         // Everything else gets Hetzner's 404 document, like a wrong endpoint.
         Mock::given(any())
             .respond_with(error_response(404, Some("not_found"), "not found", None))
             .with_priority(10)
-            .mount(&server)
+            .mount(&self.server)
             .await;
-        Self { server, state }
+    }
+
+    /// wiremock keeps a copy of every request a mock matched, even with
+    /// recording off (several KiB each); runs of many thousands of requests
+    /// (soak, benchmarks) call this now and then to drop them. The mocks are
+    /// mounted again at once; a request arriving in that instant gets
+    /// wiremock's bare 404.
+    pub async fn forget_requests(&self) {
+        self.server.reset().await;
+        self.mount().await;
     }
 
     /// Base URL including the version, e.g. `http://127.0.0.1:PORT/v1`.
@@ -201,6 +229,20 @@ impl FakeHetzner {
 
     pub fn set_fault(&self, fault: Option<Fault>) {
         self.lock().fault = fault;
+    }
+
+    /// Lets `script` decide the server list and the fault of every request
+    /// from now on (a seeded schedule that follows the requests exactly);
+    /// `None` goes back to `set_servers`/`set_fault`.
+    pub fn set_script(&self, script: Option<Script>) {
+        self.lock().script = script;
+    }
+
+    /// Makes the `RateLimit-*` headers start again from a full budget, for
+    /// runs that send more than an hour's worth of requests.
+    pub fn refill_rate_limit(&self) {
+        let mut state = self.lock();
+        state.rate_base = state.requests;
     }
 
     /// `/servers` requests served so far, faulty ones included.
@@ -248,6 +290,9 @@ struct FakeState {
     last_label_selector: Option<String>,
     expected_token: Option<String>,
     log: VecDeque<FakeRequest>,
+    script: Option<Script>,
+    /// `requests` when the rate-limit budget was last refilled.
+    rate_base: usize,
 }
 
 impl FakeState {
@@ -328,7 +373,16 @@ impl Respond for Responder {
             state.log.pop_front();
         }
         state.log.push_back(record);
-        let requests = state.requests;
+        let page = query.page_number().unwrap_or(0);
+        if let Some(directive) = state.script.as_mut().map(|script| script(page)) {
+            if let Some(servers) = directive.servers {
+                state.rendered = servers.iter().map(render_server).collect();
+                state.servers = servers;
+                state.selection = None;
+            }
+            state.fault = directive.fault;
+        }
+        let requests = state.requests - state.rate_base;
         let rate = RateHeaders::for_request(requests);
 
         match state.take_fault() {

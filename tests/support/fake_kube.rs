@@ -1,6 +1,8 @@
 //! An in-memory Kubernetes API that serves just what the controller uses:
 //! discovery of `cilium.io`, GET and server-side-apply PATCH of pools, and a
-//! watch that stays open. It records every request so tests can assert what
+//! watch that stays open. Side traffic (an empty Node list, Event creation,
+//! metadata-only GETs) is answered without being recorded, so request
+//! assertions see only the pool traffic; Events are kept for [`FakeKube::events`]. It records every request so tests can assert what
 //! was sent. The real API server suite (tests/e2e_*.rs) proves the semantics.
 
 use std::collections::BTreeMap;
@@ -32,6 +34,11 @@ struct State {
     resource_version: u64,
     requests: Vec<RecordedRequest>,
     patch_status: Option<u16>,
+    /// Events created by the controller, oldest first.
+    events: Vec<Value>,
+    /// Delete the pool right after serving the next GET of it (a delete
+    /// that lands between the controller's read and its write).
+    delete_after_get: bool,
 }
 
 #[derive(Clone)]
@@ -49,6 +56,8 @@ impl FakeKube {
                 resource_version: 1,
                 requests: Vec::new(),
                 patch_status: None,
+                events: Vec::new(),
+                delete_after_get: false,
             })),
         }
     }
@@ -80,9 +89,70 @@ impl FakeKube {
             .collect()
     }
 
+    /// The Events (events.k8s.io/v1) the controller created, oldest first.
+    pub fn events(&self) -> Vec<Value> {
+        self.state.lock().unwrap().events.clone()
+    }
+
+    /// The Events created so far, emptying the record (long runs stay bounded).
+    pub fn take_events(&self) -> Vec<Value> {
+        std::mem::take(&mut self.state.lock().unwrap().events)
+    }
+
+    /// Answers the requests that are not pool traffic; `None` for the rest.
+    fn side_traffic(
+        &self,
+        method: &http::Method,
+        path: &str,
+        accept: &str,
+        body: &[u8],
+    ) -> Option<(StatusCode, Value)> {
+        let mut state = self.state.lock().unwrap();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match (method.as_str(), segments.as_slice()) {
+            ("GET", ["api", "v1", "nodes"]) => Some((
+                StatusCode::OK,
+                json!({"kind": "NodeList", "apiVersion": "v1",
+                       "metadata": {"resourceVersion": state.resource_version.to_string()}, "items": []}),
+            )),
+            ("POST", ["apis", "events.k8s.io", "v1", "namespaces", _, "events"]) => {
+                let event: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                state.events.push(event.clone());
+                Some((StatusCode::CREATED, event))
+            }
+            ("GET", ["apis", "cilium.io", _, "ciliumloadbalancerippools", name])
+                if accept.contains("as=PartialObjectMetadata") =>
+            {
+                Some(match state.pools.get(*name) {
+                    Some(pool) => (
+                        StatusCode::OK,
+                        json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                               "metadata": pool["metadata"].clone()}),
+                    ),
+                    None => (
+                        StatusCode::NOT_FOUND,
+                        status_body(404, "NotFound", "not found"),
+                    ),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Makes every PATCH fail with this status (None: succeed again).
     pub fn fail_patches(&self, status: Option<u16>) {
         self.state.lock().unwrap().patch_status = status;
+    }
+
+    /// The recorded requests, emptying the record (long runs stay bounded).
+    pub fn take_requests(&self) -> Vec<RecordedRequest> {
+        std::mem::take(&mut self.state.lock().unwrap().requests)
+    }
+
+    /// The next GET of a pool is answered, then that pool is deleted: the
+    /// controller's following write finds it gone.
+    pub fn delete_pool_after_next_get(&self) {
+        self.state.lock().unwrap().delete_after_get = true;
     }
 
     fn handle(&self, request: RecordedRequest) -> (StatusCode, Option<Value>) {
@@ -103,8 +173,13 @@ impl FakeKube {
                 not_found()
             }
             ("GET", ["apis", "cilium.io", _, "ciliumloadbalancerippools", name]) => {
-                match state.pools.get(*name) {
-                    Some(pool) => (StatusCode::OK, Some(pool.clone())),
+                match state.pools.get(*name).cloned() {
+                    Some(pool) => {
+                        if std::mem::take(&mut state.delete_after_get) {
+                            state.pools.remove(*name);
+                        }
+                        (StatusCode::OK, Some(pool))
+                    }
                     None => not_found(),
                 }
             }
@@ -121,10 +196,15 @@ impl FakeKube {
             ("PATCH", ["apis", "cilium.io", version, "ciliumloadbalancerippools", name]) => {
                 if let Some(status) = state.patch_status {
                     let code = StatusCode::from_u16(status).unwrap();
-                    return (
-                        code,
-                        Some(status_body(status, "Forbidden", "injected failure")),
-                    );
+                    let reason = match status {
+                        403 => "Forbidden",
+                        404 => "NotFound",
+                        409 => "Conflict",
+                        422 => "Invalid",
+                        429 => "TooManyRequests",
+                        _ => "InternalError",
+                    };
+                    return (code, Some(status_body(status, reason, "injected failure")));
                 }
                 state.resource_version += 1;
                 let rv = state.resource_version.to_string();
@@ -224,6 +304,24 @@ impl tower::Service<Request<kube::client::Body>> for FakeKube {
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
             let query = parts.uri.query().unwrap_or_default().to_owned();
+            let accept = parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            let side = if query.contains("watch=true") {
+                None
+            } else {
+                this.side_traffic(&parts.method, parts.uri.path(), accept, &bytes)
+            };
+            if let Some((status, body)) = side {
+                let response = Response::builder()
+                    .status(status)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())).boxed())
+                    .unwrap();
+                return Ok(response);
+            }
             if parts.method == http::Method::GET && query.contains("watch=true") {
                 // A watch that stays open and quiet, like an idle real one.
                 let pending =

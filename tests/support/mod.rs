@@ -2,5 +2,6 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod e2e;
 pub mod fake_hetzner;
 pub mod fake_kube;

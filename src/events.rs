@@ -1,0 +1,451 @@
+//! Kubernetes Events on the pool, so `kubectl describe
+//! ciliumloadbalancerippool <name>` tells what the controller did and why.
+//!
+//! - Normal `PoolCreated`, `AddressesAdded`, `AddressesRemoved`,
+//!   `PoolUpdated` when a write changed the pool (naming the addresses);
+//!   `LeaderElected` when a replica takes over.
+//! - Warning `ReconcileFailed`, `ChangeHeld` (a safety guard held or refused
+//!   a change) and `PoolConflict` (Cilium disabled the pool).
+//! - Nothing when a cycle changed nothing. A failure that repeats with the
+//!   same cause gives one Warning, repeated at most every
+//!   [`REPEAT_WARNING_AFTER`] while it lasts (events expire after an hour),
+//!   instead of one per retry.
+//!
+//! The pool is cluster-scoped, so the API server only accepts its events in
+//! the `default` namespace (events.k8s.io/v1 validation); deploy/rbac.yaml
+//! grants `create` on events there. Publishing happens on a task of its own:
+//! a slow or refused Event never delays a cycle.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::metrics::{Metrics, SHRINK_GUARD};
+use crate::pool::{WriteReason, POOL_GROUP, POOL_KIND};
+use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
+
+/// `reportingController` of every event.
+pub const REPORTING_CONTROLLER: &str = "canada-kaktus";
+
+/// Where the API server keeps events about cluster-scoped objects.
+pub const EVENTS_NAMESPACE: &str = "default";
+
+/// An unchanged Warning is published again after this long (events expire
+/// after an hour by default, so a lasting failure stays visible).
+pub const REPEAT_WARNING_AFTER: Duration = Duration::from_secs(30 * 60);
+
+/// The API server rejects notes over 1 KiB.
+const MAX_NOTE_BYTES: usize = 1024;
+
+/// At most this many addresses are named in one note; the rest are counted.
+const MAX_LISTED_ADDRESSES: usize = 20;
+
+/// One event to publish on the pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolEvent {
+    pub warning: bool,
+    /// PascalCase, shown as `Reason` by kubectl.
+    pub reason: &'static str,
+    /// What the controller was doing (`Reconcile`, `Apply`, `Elect`).
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl PoolEvent {
+    fn normal(reason: &'static str, action: &'static str, note: String) -> Self {
+        Self {
+            warning: false,
+            reason,
+            action,
+            note: truncate(note),
+        }
+    }
+
+    fn warning(reason: &'static str, action: &'static str, note: String) -> Self {
+        Self {
+            warning: true,
+            reason,
+            action,
+            note: truncate(note),
+        }
+    }
+}
+
+fn truncate(mut note: String) -> String {
+    if note.len() > MAX_NOTE_BYTES {
+        let mut end = MAX_NOTE_BYTES - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
+}
+
+fn list(addresses: &[std::net::Ipv4Addr]) -> String {
+    let mut text = addresses
+        .iter()
+        .take(MAX_LISTED_ADDRESSES)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if addresses.len() > MAX_LISTED_ADDRESSES {
+        text.push_str(&format!(
+            " and {} more",
+            addresses.len() - MAX_LISTED_ADDRESSES
+        ));
+    }
+    text
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        "address"
+    } else {
+        "addresses"
+    }
+}
+
+/// Decides which events a cycle calls for, and keeps the state that stops
+/// a repeating failure from flooding the pool's events.
+#[derive(Debug, Default)]
+pub struct EventPlanner {
+    /// The dedupe key of the last Warning published and when.
+    last_warning: Option<(String, Instant)>,
+}
+
+impl EventPlanner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The events for one finished cycle, in the order to publish them.
+    pub fn plan(&mut self, result: &Result<CycleReport, ReconcileError>) -> Vec<PoolEvent> {
+        match result {
+            Ok(report) => {
+                let mut events = changes(report);
+                match &report.held {
+                    Some(held) => {
+                        let key = format!("held:{:?}", held.addresses);
+                        if self.warning_due(key) {
+                            events.push(PoolEvent::warning(
+                                "ChangeHeld",
+                                "Reconcile",
+                                format!("{} (guard {SHRINK_GUARD})", held.describe()),
+                            ));
+                        }
+                    }
+                    None => self.last_warning = None,
+                }
+                events
+            }
+            Err(error) => {
+                let (reason, key) = match error {
+                    ReconcileError::PoolConflict { .. } => ("PoolConflict", "pool_conflict"),
+                    ReconcileError::Refused(refusal) => ("ChangeHeld", refusal.metric_label()),
+                    other => ("ReconcileFailed", other.metric_label()),
+                };
+                if !self.warning_due(key.to_owned()) {
+                    return Vec::new();
+                }
+                let note = match error {
+                    ReconcileError::Refused(refusal) => {
+                        format!("{error} (guard {})", refusal.metric_label())
+                    }
+                    _ => format!("{error} (cause {key})"),
+                };
+                vec![PoolEvent::warning(reason, "Reconcile", note)]
+            }
+        }
+    }
+
+    /// Whether a Warning with this key is due: it differs from the last one,
+    /// or the last one is older than [`REPEAT_WARNING_AFTER`].
+    fn warning_due(&mut self, key: String) -> bool {
+        let now = Instant::now();
+        let due = match &self.last_warning {
+            Some((last, at)) => *last != key || now.duration_since(*at) >= REPEAT_WARNING_AFTER,
+            None => true,
+        };
+        if due {
+            self.last_warning = Some((key, now));
+        }
+        due
+    }
+}
+
+/// The Normal events for a cycle's write (none when nothing was written).
+fn changes(report: &CycleReport) -> Vec<PoolEvent> {
+    let Some(reason) = report.written else {
+        return Vec::new();
+    };
+    let total = format!(
+        "the pool now has {} {}",
+        report.addresses,
+        plural(report.addresses)
+    );
+    let repaired = if report.kind == CycleKind::Repair {
+        " after an outside change to the pool"
+    } else {
+        ""
+    };
+    let mut events = Vec::new();
+    if reason == WriteReason::Missing {
+        let all: Vec<_> = report.diff.added.clone();
+        events.push(PoolEvent::normal(
+            "PoolCreated",
+            "Apply",
+            format!(
+                "Created the pool{repaired} with {} {}: {}",
+                all.len(),
+                plural(all.len()),
+                list(&all)
+            ),
+        ));
+        return events;
+    }
+    if !report.diff.added.is_empty() {
+        let n = report.diff.added.len();
+        events.push(PoolEvent::normal(
+            "AddressesAdded",
+            "Apply",
+            format!(
+                "Added {n} {}{repaired}: {}; {total}",
+                plural(n),
+                list(&report.diff.added)
+            ),
+        ));
+    }
+    if !report.diff.removed.is_empty() {
+        let n = report.diff.removed.len();
+        let confirmed = if report.confirmed.is_some() {
+            " (a removal held by the shrink guard, confirmed by a second listing)"
+        } else {
+            ""
+        };
+        events.push(PoolEvent::normal(
+            "AddressesRemoved",
+            "Apply",
+            format!(
+                "Removed {n} {}{repaired}{confirmed}: {}; {total}",
+                plural(n),
+                list(&report.diff.removed)
+            ),
+        ));
+    }
+    if events.is_empty() {
+        events.push(PoolEvent::normal(
+            "PoolUpdated",
+            "Apply",
+            format!("Applied the pool{repaired} ({}); {total}", reason.as_str()),
+        ));
+    }
+    events
+}
+
+/// The event for a replica that just became the leader.
+pub fn leader_elected(identity: &str) -> PoolEvent {
+    PoolEvent::normal(
+        "LeaderElected",
+        "Elect",
+        format!("{identity} is now the leader: it lists Hetzner and writes this pool"),
+    )
+}
+
+/// What to attach events to: the pool's name and, once discovery ran, its
+/// API version.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub resource: Option<ApiResource>,
+}
+
+/// Publishes events from a task of its own, in order. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct EventSink {
+    tx: Option<mpsc::Sender<(Target, Vec<PoolEvent>)>>,
+}
+
+impl EventSink {
+    /// A sink that drops everything (events disabled).
+    pub fn disabled() -> Self {
+        Self { tx: None }
+    }
+
+    /// Starts the publishing task; it ends when every sink is dropped.
+    pub fn start(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(publish_loop(client, instance, metrics, rx));
+        Self { tx: Some(tx) }
+    }
+
+    pub fn publish(&self, target: Target, events: Vec<PoolEvent>) {
+        let Some(tx) = &self.tx else { return };
+        if events.is_empty() {
+            return;
+        }
+        if tx.try_send((target, events)).is_err() {
+            warn!("too many Kubernetes Events waiting to be published; dropping some");
+        }
+    }
+}
+
+async fn publish_loop(
+    client: Client,
+    instance: String,
+    metrics: Arc<Metrics>,
+    mut rx: mpsc::Receiver<(Target, Vec<PoolEvent>)>,
+) {
+    let reporter = Reporter {
+        controller: REPORTING_CONTROLLER.to_owned(),
+        instance: Some(instance),
+    };
+    while let Some((target, events)) = rx.recv().await {
+        let reference = reference(&client, &target).await;
+        for event in events {
+            // A fresh Recorder for every event: its cache would merge events
+            // with the same reason into a series and keep the first note,
+            // losing which addresses a later write changed.
+            let recorder = Recorder::new(client.clone(), reporter.clone());
+            let published = recorder
+                .publish(
+                    &Event {
+                        type_: if event.warning {
+                            EventType::Warning
+                        } else {
+                            EventType::Normal
+                        },
+                        reason: event.reason.to_owned(),
+                        note: Some(event.note.clone()),
+                        action: event.action.to_owned(),
+                        secondary: None,
+                    },
+                    &reference,
+                )
+                .await;
+            metrics.event_published(published.is_ok());
+            match published {
+                Ok(()) => debug!(reason = event.reason, "published a Kubernetes Event"),
+                Err(error) => warn!(
+                    %error,
+                    reason = event.reason,
+                    "cannot publish a Kubernetes Event on the pool; the ServiceAccount needs \
+                     create on events.k8s.io events in namespace {EVENTS_NAMESPACE} (deploy/rbac.yaml)"
+                ),
+            }
+        }
+    }
+}
+
+/// The pool's reference, with its uid when it exists (kubectl describe
+/// matches events by uid).
+async fn reference(client: &Client, target: &Target) -> ObjectReference {
+    let api_version = target
+        .resource
+        .as_ref()
+        .map(|r| r.api_version.clone())
+        .unwrap_or_else(|| format!("{POOL_GROUP}/v2"));
+    let uid = match &target.resource {
+        Some(resource) => {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+            api.get_metadata_opt(&target.name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|o| o.metadata.uid)
+        }
+        None => None,
+    };
+    ObjectReference {
+        api_version: Some(api_version),
+        kind: Some(POOL_KIND.to_owned()),
+        name: Some(target.name.clone()),
+        uid,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::PoolDiff;
+
+    fn report(written: Option<WriteReason>, added: &[&str], removed: &[&str]) -> CycleReport {
+        CycleReport {
+            kind: CycleKind::Full,
+            listing: None,
+            addresses: 3,
+            diff: PoolDiff {
+                added: added.iter().map(|a| a.parse().unwrap()).collect(),
+                removed: removed.iter().map(|a| a.parse().unwrap()).collect(),
+                foreign_blocks_removed: 0,
+            },
+            written,
+            api_version: "cilium.io/v2".into(),
+            held: None,
+            confirmed: None,
+        }
+    }
+
+    #[test]
+    fn a_write_names_the_addresses_and_no_write_says_nothing() {
+        let mut planner = EventPlanner::new();
+        assert!(planner.plan(&Ok(report(None, &[], &[]))).is_empty());
+        let events = planner.plan(&Ok(report(
+            Some(WriteReason::BlocksDiffer),
+            &["203.0.113.5"],
+            &["198.51.100.1", "198.51.100.2"],
+        )));
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].reason, "AddressesAdded");
+        assert_eq!(
+            events[0].note,
+            "Added 1 address: 203.0.113.5; the pool now has 3 addresses"
+        );
+        assert_eq!(events[1].reason, "AddressesRemoved");
+        assert!(events[1].note.contains("198.51.100.1, 198.51.100.2"));
+        let created = planner.plan(&Ok(report(Some(WriteReason::Missing), &["1.2.3.4"], &[])));
+        assert_eq!(created[0].reason, "PoolCreated");
+        assert!(!created[0].warning);
+    }
+
+    #[test]
+    fn repeated_failures_give_one_warning_until_the_cause_changes_or_a_success() {
+        let mut planner = EventPlanner::new();
+        let timeout = || Err(ReconcileError::TimedOut { seconds: 1 });
+        let first = planner.plan(&timeout());
+        assert_eq!(first.len(), 1);
+        assert!(first[0].warning);
+        assert_eq!(first[0].reason, "ReconcileFailed");
+        assert!(planner.plan(&timeout()).is_empty());
+        assert!(planner.plan(&timeout()).is_empty());
+        let conflict = planner.plan(&Err(ReconcileError::PoolConflict {
+            name: "p".into(),
+            reason: "cidr_overlap".into(),
+            message: "m".into(),
+        }));
+        assert_eq!(conflict[0].reason, "PoolConflict");
+        assert!(planner.plan(&Ok(report(None, &[], &[]))).is_empty());
+        assert_eq!(planner.plan(&timeout()).len(), 1, "again after a success");
+    }
+
+    #[test]
+    fn long_notes_are_cut_to_the_api_limit() {
+        let note = truncate("é".repeat(2000));
+        assert!(note.len() <= MAX_NOTE_BYTES);
+        assert!(note.ends_with("..."));
+        let many: Vec<std::net::Ipv4Addr> = (0..30u8)
+            .map(|i| std::net::Ipv4Addr::new(192, 0, 2, i))
+            .collect();
+        assert!(list(&many).ends_with("and 10 more"));
+    }
+}

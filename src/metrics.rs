@@ -1,0 +1,597 @@
+//! Prometheus metrics, served as OpenMetrics text on `GET /metrics`.
+//!
+//! The control loop records what each cycle did from its [`CycleReport`] or
+//! [`ReconcileError`]; the Hetzner client reports every HTTP request through
+//! [`RequestObserver`] (status code, duration and rate-limit headers only:
+//! the token never reaches this module). Label values come from fixed sets
+//! (error causes, skip reasons, status codes), so cardinality stays bounded.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::hetzner::{RequestObserver, RequestOutcome};
+use crate::reconcile::{CycleReport, ReconcileError};
+
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Every metric name starts with this (and `_`).
+pub const PREFIX: &str = "canada_kaktus";
+
+/// The `guard` label of the shrink guard (a held removal); refusals use
+/// their own `Refusal::metric_label` (e.g. `empty_pool`).
+pub const SHRINK_GUARD: &str = "shrink";
+
+/// Skip reasons reported by the Hetzner client; each is always exported
+/// (0 when no server has it) so a dashboard sees the series disappear to 0.
+const SKIP_REASONS: [&str; 3] = ["no_public_ipv4", "unspecified_ipv4", "invalid_ipv4"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CycleLabels {
+    kind: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    change: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GuardLabels {
+    guard: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TriggerLabels {
+    trigger: &'static str,
+}
+
+/// Why a full cycle ran, for `canada_kaktus_full_cycles_total{trigger}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Start-up, the interval, or a retry after a failure.
+    Interval,
+    /// A Kubernetes Node was added, removed or changed its addresses.
+    Node,
+    /// config.json changed.
+    Config,
+    /// This replica just became the leader.
+    Leadership,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Interval => "interval",
+            Trigger::Node => "node",
+            Trigger::Config => "config",
+            Trigger::Leadership => "leadership",
+        }
+    }
+}
+
+fn seconds_buckets() -> impl Iterator<Item = f64> {
+    [
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 240.0,
+    ]
+    .into_iter()
+}
+
+fn histogram() -> Histogram {
+    Histogram::new(seconds_buckets())
+}
+
+/// All metrics of one process. Shared (`Arc`) by the loop, the Hetzner
+/// client's observer and the HTTP server.
+pub struct Metrics {
+    registry: Registry,
+    reconcile_total: Family<CycleLabels, Counter>,
+    reconcile_errors_total: Family<CauseLabels, Counter>,
+    reconcile_duration: Family<KindLabels, Histogram, fn() -> Histogram>,
+    full_cycles_total: Family<TriggerLabels, Counter>,
+    last_success: Gauge<f64, AtomicU64>,
+    interval_seconds: Gauge<f64, AtomicU64>,
+    pool_addresses: Gauge,
+    servers_matched: Gauge,
+    servers_skipped: Family<ReasonLabels, Gauge>,
+    blocked_addresses: Gauge,
+    pool_writes_total: Family<ReasonLabels, Counter>,
+    pool_changes_total: Family<ChangeLabels, Counter>,
+    hcloud_requests_total: Family<CodeLabels, Counter>,
+    hcloud_request_duration: Histogram,
+    hcloud_ratelimit_remaining: Gauge,
+    hcloud_ratelimit_limit: Gauge,
+    guard_held_total: Family<GuardLabels, Counter>,
+    leader: Gauge,
+    config_reloads_total: Family<ResultLabels, Counter>,
+    events_total: Family<ResultLabels, Counter>,
+    /// Serialises `render` so two scrapes don't interleave (the registry
+    /// itself is lock-free to read).
+    render_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let reconcile_total = Family::<CycleLabels, Counter>::default();
+        registry.register(
+            "reconcile",
+            "Cycles by kind (full: listed Hetzner; repair: re-applied the last listing after the \
+             pool was changed by someone else) and result (success or failure)",
+            reconcile_total.clone(),
+        );
+        let reconcile_errors_total = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Failed cycles by cause (the same short cause the logs and /health report)",
+            reconcile_errors_total.clone(),
+        );
+        let reconcile_duration =
+            Family::<KindLabels, Histogram, fn() -> Histogram>::new_with_constructor(histogram);
+        registry.register(
+            "reconcile_duration_seconds",
+            "How long a cycle took, successful or not, by kind",
+            reconcile_duration.clone(),
+        );
+        let full_cycles_total = Family::<TriggerLabels, Counter>::default();
+        registry.register(
+            "full_cycles",
+            "Full cycles (Hetzner listings) by what triggered them: interval (including start-up \
+             and retries), node, config or leadership",
+            full_cycles_total.clone(),
+        );
+        let last_success = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "last_success_timestamp_seconds",
+            "UNIX time of the last successful cycle (0 before the first one)",
+            last_success.clone(),
+        );
+        let interval_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "interval_seconds",
+            "The configured time between two Hetzner listings (CANADA_KAKTUS_INTERVAL)",
+            interval_seconds.clone(),
+        );
+        let pool_addresses = Gauge::default();
+        registry.register(
+            "pool_addresses",
+            "Addresses in the pool after the last successful cycle",
+            pool_addresses.clone(),
+        );
+        let servers_matched = Gauge::default();
+        registry.register(
+            "servers_matched",
+            "Hetzner servers that matched the label selector in the last listing",
+            servers_matched.clone(),
+        );
+        let servers_skipped = Family::<ReasonLabels, Gauge>::default();
+        registry.register(
+            "servers_skipped",
+            "Matching servers left out of the last listing's pool, by reason",
+            servers_skipped.clone(),
+        );
+        for reason in SKIP_REASONS {
+            let _ = servers_skipped.get_or_create(&ReasonLabels { reason });
+        }
+        let blocked_addresses = Gauge::default();
+        registry.register(
+            "blocked_addresses",
+            "Matching servers whose IPv4 Hetzner reports as blocked by its abuse team, in the \
+             last listing (CANADA_KAKTUS_BLOCKED_ADDRESSES decides whether they stay in the pool)",
+            blocked_addresses.clone(),
+        );
+        let pool_writes_total = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "pool_writes",
+            "Server-side applies of the pool, by why the write was needed",
+            pool_writes_total.clone(),
+        );
+        let pool_changes_total = Family::<ChangeLabels, Counter>::default();
+        registry.register(
+            "pool_changes",
+            "Addresses added to or removed from the pool by our writes",
+            pool_changes_total.clone(),
+        );
+        for change in ["added", "removed"] {
+            let _ = pool_changes_total.get_or_create(&ChangeLabels { change });
+        }
+        let hcloud_requests_total = Family::<CodeLabels, Counter>::default();
+        registry.register(
+            "hcloud_requests",
+            "HTTP requests to the Hetzner Cloud API (retries included) by status code, or by \
+             failure kind (timeout, connect, interrupted, transport) when no answer came",
+            hcloud_requests_total.clone(),
+        );
+        let hcloud_request_duration = histogram();
+        registry.register(
+            "hcloud_request_duration_seconds",
+            "How long one Hetzner Cloud API request took, body included",
+            hcloud_request_duration.clone(),
+        );
+        let hcloud_ratelimit_remaining = Gauge::default();
+        registry.register(
+            "hcloud_ratelimit_remaining",
+            "RateLimit-Remaining of the last Hetzner answer: requests left in the project's \
+             budget, shared by every tool using the project (-1 until known)",
+            hcloud_ratelimit_remaining.clone(),
+        );
+        hcloud_ratelimit_remaining.set(-1);
+        let hcloud_ratelimit_limit = Gauge::default();
+        registry.register(
+            "hcloud_ratelimit_limit",
+            "RateLimit-Limit of the last Hetzner answer: the project's requests per hour (-1 \
+             until known)",
+            hcloud_ratelimit_limit.clone(),
+        );
+        hcloud_ratelimit_limit.set(-1);
+        let guard_held_total = Family::<GuardLabels, Counter>::default();
+        registry.register(
+            "guard_held",
+            "Cycles in which a safety guard held back (part of) a change, by guard",
+            guard_held_total.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica is the leader (the only one that lists Hetzner and writes), \
+             0 while it stands by; 1 when leader election is disabled",
+            leader.clone(),
+        );
+        let config_reloads_total = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "config.json reloads by result (success, or failure: the previous config stays)",
+            config_reloads_total.clone(),
+        );
+        for result in ["success", "failure"] {
+            let _ = config_reloads_total.get_or_create(&ResultLabels { result });
+        }
+        let events_total = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "kube_events",
+            "Kubernetes Events published on the pool, by result (success or failure)",
+            events_total.clone(),
+        );
+        let build_info = Family::<VersionLabels, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the version label tells which release runs",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+
+        Self {
+            registry,
+            reconcile_total,
+            reconcile_errors_total,
+            reconcile_duration,
+            full_cycles_total,
+            last_success,
+            interval_seconds,
+            pool_addresses,
+            servers_matched,
+            servers_skipped,
+            blocked_addresses,
+            pool_writes_total,
+            pool_changes_total,
+            hcloud_requests_total,
+            hcloud_request_duration,
+            hcloud_ratelimit_remaining,
+            hcloud_ratelimit_limit,
+            guard_held_total,
+            leader,
+            config_reloads_total,
+            events_total,
+            render_lock: Mutex::new(()),
+        }
+    }
+
+    /// The OpenMetrics text exposition of every metric.
+    pub fn render(&self) -> String {
+        let _guard = self
+            .render_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// A full cycle is about to run because of `trigger`.
+    pub fn full_cycle_started(&self, trigger: Trigger) {
+        self.full_cycles_total
+            .get_or_create(&TriggerLabels {
+                trigger: trigger.as_str(),
+            })
+            .inc();
+    }
+
+    /// Records a finished cycle (full or repair) and its duration.
+    pub fn record_cycle(
+        &self,
+        repair: bool,
+        result: &Result<CycleReport, ReconcileError>,
+        duration: Duration,
+    ) {
+        let kind = if repair { "repair" } else { "full" };
+        self.reconcile_duration
+            .get_or_create(&KindLabels { kind })
+            .observe(duration.as_secs_f64());
+        match result {
+            Ok(report) => {
+                self.reconcile_total
+                    .get_or_create(&CycleLabels {
+                        kind,
+                        result: "success",
+                    })
+                    .inc();
+                self.last_success.set(unix_seconds(SystemTime::now()));
+                self.pool_addresses
+                    .set(i64::try_from(report.addresses).unwrap_or(i64::MAX));
+                if let Some(listing) = &report.listing {
+                    self.servers_matched
+                        .set(i64::try_from(listing.servers_matched).unwrap_or(i64::MAX));
+                    self.record_skipped(listing.skip_reasons.iter().copied());
+                    self.blocked_addresses
+                        .set(i64::try_from(listing.blocked.len()).unwrap_or(i64::MAX));
+                }
+                if let Some(reason) = report.written {
+                    self.pool_writes_total
+                        .get_or_create(&ReasonLabels {
+                            reason: write_reason_label(reason),
+                        })
+                        .inc();
+                    self.pool_changes_total
+                        .get_or_create(&ChangeLabels { change: "added" })
+                        .inc_by(report.diff.added.len() as u64);
+                    self.pool_changes_total
+                        .get_or_create(&ChangeLabels { change: "removed" })
+                        .inc_by(report.diff.removed.len() as u64);
+                }
+                if report.held.is_some() {
+                    self.guard_held(SHRINK_GUARD);
+                }
+            }
+            Err(error) => {
+                self.reconcile_total
+                    .get_or_create(&CycleLabels {
+                        kind,
+                        result: "failure",
+                    })
+                    .inc();
+                self.reconcile_errors_total
+                    .get_or_create(&CauseLabels {
+                        cause: error.metric_label(),
+                    })
+                    .inc();
+                if let ReconcileError::Refused(refusal) = error {
+                    self.guard_held(refusal.metric_label());
+                }
+            }
+        }
+    }
+
+    /// Sets `servers_skipped{reason}` from the last listing: every known
+    /// reason is set (0 when absent).
+    pub fn record_skipped<'a>(&self, reasons: impl IntoIterator<Item = &'a str>) {
+        let mut counts: std::collections::BTreeMap<&str, i64> =
+            SKIP_REASONS.iter().map(|r| (*r, 0)).collect();
+        for reason in reasons {
+            if let Some(count) = counts.get_mut(reason) {
+                *count += 1;
+            }
+        }
+        for (reason, count) in counts {
+            if let Some(known) = SKIP_REASONS.iter().find(|r| **r == reason) {
+                self.servers_skipped
+                    .get_or_create(&ReasonLabels { reason: known })
+                    .set(count);
+            }
+        }
+    }
+
+    pub fn guard_held(&self, guard: &'static str) {
+        self.guard_held_total
+            .get_or_create(&GuardLabels { guard })
+            .inc();
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    pub fn set_interval(&self, interval: Duration) {
+        self.interval_seconds.set(interval.as_secs_f64());
+    }
+
+    pub fn config_reloaded(&self, ok: bool) {
+        self.config_reloads_total
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "failure" },
+            })
+            .inc();
+    }
+
+    pub fn event_published(&self, ok: bool) {
+        self.events_total
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "failure" },
+            })
+            .inc();
+    }
+}
+
+impl RequestObserver for Metrics {
+    fn request_finished(&self, outcome: &RequestOutcome, duration: Duration) {
+        self.hcloud_request_duration.observe(duration.as_secs_f64());
+        let code = match outcome {
+            RequestOutcome::Status { status, rate_limit } => {
+                if let Some(rate_limit) = rate_limit {
+                    if let Some(remaining) = rate_limit.remaining {
+                        self.hcloud_ratelimit_remaining
+                            .set(i64::try_from(remaining).unwrap_or(i64::MAX));
+                    }
+                    if let Some(limit) = rate_limit.limit {
+                        self.hcloud_ratelimit_limit
+                            .set(i64::try_from(limit).unwrap_or(i64::MAX));
+                    }
+                }
+                status.to_string()
+            }
+            RequestOutcome::Failed { kind } => (*kind).to_owned(),
+        };
+        self.hcloud_requests_total
+            .get_or_create(&CodeLabels { code })
+            .inc();
+    }
+}
+
+fn write_reason_label(reason: crate::pool::WriteReason) -> &'static str {
+    use crate::pool::WriteReason;
+    match reason {
+        WriteReason::Missing => "missing",
+        WriteReason::BlocksDiffer => "blocks_differ",
+        WriteReason::Disabled => "disabled",
+        WriteReason::ServiceSelectorDiffers => "service_selector_differs",
+        WriteReason::MetadataDiffers => "metadata_differs",
+        WriteReason::NotOwned => "not_owned",
+        WriteReason::StaleOwnedField => "stale_owned_field",
+    }
+}
+
+fn unix_seconds(time: SystemTime) -> f64 {
+    time.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_family_with_the_prefix() {
+        let metrics = Metrics::new();
+        metrics.set_leader(true);
+        metrics.config_reloaded(false);
+        metrics.record_skipped(["no_public_ipv4", "no_public_ipv4", "unknown"]);
+        let text = metrics.render();
+        for line in [
+            "canada_kaktus_leader 1",
+            "canada_kaktus_config_reloads_total{result=\"failure\"} 1",
+            "canada_kaktus_config_reloads_total{result=\"success\"} 0",
+            "canada_kaktus_servers_skipped{reason=\"no_public_ipv4\"} 2",
+            "canada_kaktus_servers_skipped{reason=\"invalid_ipv4\"} 0",
+            "canada_kaktus_hcloud_ratelimit_remaining -1",
+            "canada_kaktus_last_success_timestamp_seconds 0.0",
+            "canada_kaktus_pool_changes_total{change=\"added\"} 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
+        assert!(
+            text.contains(&format!(
+                "canada_kaktus_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn hetzner_requests_are_counted_by_code() {
+        let metrics = Metrics::new();
+        metrics.request_finished(
+            &RequestOutcome::Status {
+                status: 200,
+                rate_limit: Some(crate::hetzner::RateLimit {
+                    limit: Some(3600),
+                    remaining: Some(3599),
+                    reset: None,
+                }),
+            },
+            Duration::from_millis(20),
+        );
+        metrics.request_finished(
+            &RequestOutcome::Failed { kind: "timeout" },
+            Duration::from_secs(30),
+        );
+        let text = metrics.render();
+        assert!(
+            text.contains("canada_kaktus_hcloud_requests_total{code=\"200\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("canada_kaktus_hcloud_requests_total{code=\"timeout\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("canada_kaktus_hcloud_ratelimit_remaining 3599"),
+            "{text}"
+        );
+        assert!(
+            text.contains("canada_kaktus_hcloud_request_duration_seconds_count 2"),
+            "{text}"
+        );
+    }
+}

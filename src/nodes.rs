@@ -1,0 +1,228 @@
+//! Watches Kubernetes Nodes and says when one was added, removed, or changed
+//! its addresses: a new Hetzner server usually shows up as a Node within a
+//! minute of booting, so listing Hetzner then puts its address in the pool
+//! in seconds rather than at the next poll.
+//!
+//! Only those three changes count; the frequent status updates (conditions,
+//! images, heartbeats) are ignored. The loop debounces the notices and keeps
+//! a minimum gap between node-triggered listings (see `controller`).
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+/// What the loop is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeChange {
+    pub node: String,
+    pub what: &'static str,
+}
+
+/// Node name → its addresses (`type=address`, sorted).
+type Known = BTreeMap<String, Vec<String>>;
+
+fn addresses(node: &Node) -> Vec<String> {
+    let mut list: Vec<String> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .map(|a| format!("{}={}", a.type_, a.address))
+                .collect()
+        })
+        .unwrap_or_default();
+    list.sort();
+    list
+}
+
+/// Folds one watch event into `known`; returns the change worth a refresh.
+/// `relist` collects a (re)list between `Init` and `InitDone`; `initialised`
+/// tells whether a first list completed (changes before it are the start-up
+/// state, which the first cycle already covers).
+fn fold(
+    event: Event<Node>,
+    known: &mut Known,
+    relist: &mut Option<Known>,
+    initialised: &mut bool,
+) -> Option<NodeChange> {
+    match event {
+        Event::Init => {
+            *relist = Some(Known::new());
+            None
+        }
+        Event::InitApply(node) => {
+            if let Some(relist) = relist.as_mut() {
+                relist.insert(
+                    node.metadata.name.clone().unwrap_or_default(),
+                    addresses(&node),
+                );
+            }
+            None
+        }
+        Event::InitDone => {
+            let fresh = relist.take().unwrap_or_default();
+            let change = if *initialised && fresh != *known {
+                Some(NodeChange {
+                    node: describe_difference(known, &fresh),
+                    what: "changed while the watch was reconnecting",
+                })
+            } else {
+                None
+            };
+            *known = fresh;
+            *initialised = true;
+            change
+        }
+        Event::Apply(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let now = addresses(&node);
+            match known.insert(name.clone(), now.clone()) {
+                None => Some(NodeChange {
+                    node: name,
+                    what: "added",
+                }),
+                Some(before) if before != now => Some(NodeChange {
+                    node: name,
+                    what: "addresses changed",
+                }),
+                Some(_) => None,
+            }
+        }
+        Event::Delete(node) => {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            known.remove(&name).map(|_| NodeChange {
+                node: name,
+                what: "removed",
+            })
+        }
+    }
+}
+
+fn describe_difference(before: &Known, after: &Known) -> String {
+    let mut names: Vec<&str> = after
+        .iter()
+        .filter(|(name, addresses)| before.get(*name) != Some(addresses))
+        .map(|(name, _)| name.as_str())
+        .chain(
+            before
+                .keys()
+                .filter(|name| !after.contains_key(*name))
+                .map(String::as_str),
+        )
+        .collect();
+    names.truncate(5);
+    names.join(",")
+}
+
+/// Watches every Node until the receiver is dropped. Changes are coalesced:
+/// while one notice waits, further ones are dropped.
+pub fn start(client: Client) -> mpsc::Receiver<NodeChange> {
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        let api: Api<Node> = Api::all(client);
+        let mut stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut known = Known::new();
+        let mut relist = None;
+        let mut initialised = false;
+        let mut failing = false;
+        loop {
+            let item = tokio::select! {
+                _ = tx.closed() => return,
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { return };
+            let event = match item {
+                Ok(event) => {
+                    if failing {
+                        info!("watching Nodes works again");
+                        failing = false;
+                    }
+                    event
+                }
+                Err(error) => {
+                    if !failing {
+                        warn!(%error, "watching Nodes failed (the ServiceAccount needs list and \
+                                       watch on nodes, deploy/rbac.yaml); retrying with backoff");
+                        failing = true;
+                    }
+                    continue;
+                }
+            };
+            if let Some(change) = fold(event, &mut known, &mut relist, &mut initialised) {
+                debug!(node = %change.node, what = change.what, "node change");
+                let _ = tx.try_send(change);
+            }
+        }
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+    use kube::api::ObjectMeta;
+
+    fn node(name: &str, ips: &[&str]) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            status: Some(NodeStatus {
+                addresses: Some(
+                    ips.iter()
+                        .map(|ip| NodeAddress {
+                            type_: "ExternalIP".into(),
+                            address: (*ip).into(),
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_additions_removals_and_address_changes_count() {
+        let (mut known, mut relist, mut init) = (Known::new(), None, false);
+        let mut fold = |e| fold(e, &mut known, &mut relist, &mut init);
+        assert_eq!(fold(Event::Init), None);
+        assert_eq!(fold(Event::InitApply(node("a", &["192.0.2.1"]))), None);
+        assert_eq!(fold(Event::InitDone), None, "the start-up state");
+        assert_eq!(
+            fold(Event::Apply(node("a", &["192.0.2.1"]))),
+            None,
+            "a status update"
+        );
+        assert_eq!(
+            fold(Event::Apply(node("b", &["192.0.2.2"]))).map(|c| c.what),
+            Some("added")
+        );
+        assert_eq!(
+            fold(Event::Apply(node("b", &["192.0.2.3"]))).map(|c| c.what),
+            Some("addresses changed")
+        );
+        assert_eq!(
+            fold(Event::Delete(node("a", &[]))).map(|c| c.what),
+            Some("removed")
+        );
+        assert_eq!(fold(Event::Delete(node("a", &[]))), None, "already gone");
+        // A relist after a reconnect that finds a difference counts once.
+        assert_eq!(fold(Event::Init), None);
+        assert_eq!(fold(Event::InitApply(node("b", &["192.0.2.3"]))), None);
+        assert_eq!(fold(Event::InitApply(node("c", &["192.0.2.4"]))), None);
+        assert_eq!(fold(Event::InitDone).map(|c| c.node), Some("c".to_owned()));
+    }
+}

@@ -1,0 +1,170 @@
+//! What the control loop needs to run in production next to the reconcile
+//! itself: leader election, the Node watch and Kubernetes Events, set up
+//! from the settings in one place.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::config::Settings;
+use crate::events::{EventPlanner, EventSink};
+use crate::leader::{self, LeaderElection, LeaseConfig};
+use crate::metrics::Metrics;
+use crate::nodes::{self, NodeChange};
+
+pub struct Operations {
+    /// `None` when leader election is off: this process always leads.
+    election: Option<LeaderElection>,
+    /// `true` while this process may list Hetzner and write.
+    pub leader: watch::Receiver<bool>,
+    /// Keeps `leader` open (and `true`) when election is off.
+    _always: Option<watch::Sender<bool>>,
+    /// Why the election fails right now; never changes when it is off.
+    pub election_problem: watch::Receiver<Option<String>>,
+    /// Publish `LeaderElected` with the next cycle's events (by then the
+    /// pool's API version, and so its uid, is known).
+    pub announce_leadership: bool,
+    /// Node changes; `None` when the Node watch is off.
+    pub nodes: Option<mpsc::Receiver<NodeChange>>,
+    pub events: EventSink,
+    pub planner: EventPlanner,
+    pub identity: String,
+    /// When the last node-triggered listing started.
+    pub last_node_listing: Option<Instant>,
+}
+
+impl Operations {
+    pub fn start(
+        client: &Client,
+        settings: &Settings,
+        env: &HashMap<String, String>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let operate = &settings.operate;
+        let identity = leader::identity(env);
+        let (election, leader, always) = if operate.leader_election.enabled(env) {
+            let namespace = operate
+                .lease_namespace
+                .clone()
+                .or_else(|| {
+                    env.get("POD_NAMESPACE")
+                        .map(|n| n.trim().to_owned())
+                        .filter(|n| !n.is_empty())
+                })
+                .unwrap_or_else(|| client.default_namespace().to_owned());
+            let config = LeaseConfig {
+                name: operate.lease_name.clone(),
+                namespace,
+                identity: identity.clone(),
+                duration: operate.lease_duration,
+            };
+            info!(
+                identity = %config.identity,
+                lease = %config.name,
+                namespace = %config.namespace,
+                lease_duration_seconds = config.duration.as_secs(),
+                "leader election on; standing by until this replica holds the Lease"
+            );
+            let election = LeaderElection::start(client.clone(), config);
+            let leader = election.subscribe();
+            (Some(election), leader, None)
+        } else {
+            info!("leader election off (CANADA_KAKTUS_LEADER_ELECTION); run a single replica");
+            let (tx, rx) = watch::channel(true);
+            (None, rx, Some(tx))
+        };
+        let election_problem = match &election {
+            Some(election) => election.problems(),
+            None => watch::channel(None).1,
+        };
+        let nodes = operate.watch_nodes.then(|| nodes::start(client.clone()));
+        let events = if operate.events {
+            EventSink::start(client.clone(), identity.clone(), metrics)
+        } else {
+            EventSink::disabled()
+        };
+        Self {
+            election,
+            leader,
+            _always: always,
+            election_problem,
+            announce_leadership: false,
+            nodes,
+            events,
+            planner: EventPlanner::new(),
+            identity,
+            last_node_listing: None,
+        }
+    }
+
+    /// When a node-triggered listing may start: after the debounce, and no
+    /// sooner than `min_gap` after the previous node-triggered listing.
+    pub fn node_listing_at(&self, now: Instant, debounce: Duration, min_gap: Duration) -> Instant {
+        let debounced = now + debounce;
+        match self.last_node_listing {
+            Some(last) => debounced.max(last + min_gap),
+            None => debounced,
+        }
+    }
+
+    /// Leaves the election, releasing the Lease if held. Call after the
+    /// loop stopped writing.
+    pub async fn stop(self) {
+        if let Some(election) = self.election {
+            election.stop().await;
+        }
+    }
+}
+
+/// The next Node change (never, when the Node watch is off).
+pub async fn next_node_change(
+    nodes: &mut Option<mpsc::Receiver<NodeChange>>,
+) -> Option<NodeChange> {
+    match nodes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs `work` while this process leads; `None` as soon as it stops leading
+/// (the work is dropped, so a half-done cycle writes nothing more).
+pub async fn while_leading<T>(
+    leader: &watch::Receiver<bool>,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    let mut leader = leader.clone();
+    let lost = async move {
+        if leader.wait_for(|leading| !*leading).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        biased;
+        _ = lost => None,
+        out = work => Some(out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn work_stops_when_leadership_goes() {
+        let (tx, rx) = watch::channel(true);
+        assert_eq!(while_leading(&rx, async { 7 }).await, Some(7));
+        let slow = while_leading(&rx, tokio::time::sleep(Duration::from_secs(60)));
+        let flip = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            tx.send(false).unwrap();
+        };
+        let (out, ()) = tokio::join!(slow, flip);
+        assert_eq!(out, None);
+    }
+}

@@ -1,0 +1,813 @@
+//! The fault matrix: the controller binary against a real kube-apiserver +
+//! etcd (running as the shipped ServiceAccount) and the fake Hetzner API.
+//!
+//! Every row starts from an established pool, injects one fault, and asserts
+//! that `/health` turns 503 naming the cause (or, where that is the
+//! documented behaviour, stays 200), that the pool in the API server is
+//! untouched (same resourceVersion and blocks: never emptied, never wrongly
+//! shrunk), that the process keeps running with `/livez` 200, and that
+//! clearing the fault brings `/health` back to 200.
+//!
+//! The Hetzner rows share one cluster and one controller process per test
+//! and run one after the other; each prints a line with its timings, so
+//! `cargo test --test e2e_faults -- --nocapture` shows the whole matrix.
+//! Rows whose fault the client retries (5 retries with jittered 1 s…16 s
+//! backoff, as hcloud-go does) take 15–31 s each to turn 503.
+//!
+//! Faults that need to control time or the API server's answers precisely
+//! (a stalled response, a 409, a pool deleted between read and write) are
+//! in tests/faults.rs, against the same loop in process.
+//!
+//! Skipped (with a message) unless CANADA_KAKTUS_K8S_BIN_DIR is set.
+
+mod support;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{json, Value};
+use support::cluster::{CrdFixture, TestCluster};
+use support::e2e::{
+    apply_deploy, blocks, blocks_of, cluster, free_port, pools, wait_cycles, wait_pool, Controller,
+    NAMESPACE, POOL, TOKEN,
+};
+use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
+use tokio::time::Instant;
+
+/// How long a row may take to turn 503: one cycle, including the client's
+/// retries (at most ~31 s) and a loaded machine's slowness.
+const TO_FAIL: Duration = Duration::from_secs(120);
+/// How long recovery may take after the fault is cleared.
+const TO_RECOVER: Duration = Duration::from_secs(120);
+
+/// One controller process against one cluster, its token in a file and its
+/// Hetzner endpoint in config.json (both changed by rows while it runs).
+struct Rig {
+    _cluster: TestCluster,
+    hetzner: FakeHetzner,
+    controller: Controller,
+    api: Api<DynamicObject>,
+    token_file: PathBuf,
+    config_file: PathBuf,
+    lines: Vec<String>,
+}
+
+/// What the pool looked like before a row.
+#[derive(Debug, Clone, PartialEq)]
+struct PoolState {
+    resource_version: Option<String>,
+    blocks: Value,
+}
+
+impl Rig {
+    async fn start(servers: Vec<FakeServer>) -> Option<Rig> {
+        let cluster = cluster(Some(CrdFixture::V2)).await?;
+        let hetzner = FakeHetzner::start().await;
+        hetzner.expect_token(TOKEN);
+        hetzner.set_servers(servers);
+        let kubeconfig = cluster
+            .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+            .await;
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+        let config_file = dir.path().join("config.json");
+        write_atomically(
+            &config_file,
+            &json!({"HcloudEndpoint": hetzner.endpoint()}).to_string(),
+        );
+        let mut controller = Controller::spawn_in(
+            dir,
+            &kubeconfig,
+            &[
+                (
+                    "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+                    token_file.display().to_string(),
+                ),
+                ("CANADA_KAKTUS_INTERVAL", "1s".to_owned()),
+                // Many fast cycles: the default budget (1200/h) would run out.
+                ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000".to_owned()),
+            ],
+            &[OsString::from("--config"), config_file.clone().into()],
+        );
+        let api = pools(&cluster, "v2");
+        wait_pool(&api, Duration::from_secs(60), "pool created", |p| {
+            p.is_some()
+        })
+        .await;
+        controller
+            .wait_health_within(Duration::from_secs(60), 200, |_| true)
+            .await;
+        Some(Rig {
+            _cluster: cluster,
+            hetzner,
+            controller,
+            api,
+            token_file,
+            config_file,
+            lines: Vec::new(),
+        })
+    }
+
+    async fn pool(&self) -> PoolState {
+        let pool = self.api.get(POOL).await.expect("reading the pool");
+        PoolState {
+            resource_version: pool.metadata.resource_version.clone(),
+            blocks: blocks_of(&pool),
+        }
+    }
+
+    /// Health is 200 and the pool is settled: the state a row starts from.
+    async fn baseline(&mut self) -> PoolState {
+        self.controller
+            .wait_health_within(TO_RECOVER, 200, |b| b["notice"].is_null())
+            .await;
+        // One more full cycle, so that nothing from before is still in flight.
+        wait_cycles(&self.hetzner, 1).await;
+        self.controller
+            .wait_health_within(TO_RECOVER, 200, |_| true)
+            .await;
+        let state = self.pool().await;
+        assert!(
+            state.blocks.as_array().is_some_and(|b| !b.is_empty()),
+            "the baseline pool is empty: {state:?}"
+        );
+        state
+    }
+
+    /// Waits for 503 with every `needle` in `last_error`, then checks that
+    /// the pool is exactly `before` and that the process is alive.
+    async fn fails(
+        &mut self,
+        row: &str,
+        needles: &[&str],
+        before: &PoolState,
+    ) -> (Duration, String) {
+        eprintln!("row {row}: fault injected, waiting for 503");
+        let started = Instant::now();
+        let body = self
+            .controller
+            .wait_health_within(TO_FAIL, 503, |b| {
+                b["last_error"]
+                    .as_str()
+                    .is_some_and(|e| needles.iter().all(|n| e.contains(n)))
+            })
+            .await;
+        let took = started.elapsed();
+        assert_eq!(body["state"], "failing", "row {row}: {body}");
+        self.unchanged(row, before).await;
+        (took, body["last_error"].as_str().unwrap().to_owned())
+    }
+
+    /// The pool is exactly as before, the process runs and `/livez` is 200.
+    async fn unchanged(&mut self, row: &str, before: &PoolState) {
+        let now = self.pool().await;
+        assert_eq!(
+            &now, before,
+            "row {row}: the pool changed while the fault was active"
+        );
+        self.controller.assert_running();
+        let (live, body) = self.controller.livez().await.expect("/livez answers");
+        assert_eq!(live, 200, "row {row}: /livez {body}");
+    }
+
+    /// After the fault is cleared: 200 again, pool still as before.
+    async fn recovers(&mut self, row: &str, before: &PoolState) -> Duration {
+        let started = Instant::now();
+        self.controller
+            .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+            .await;
+        let took = started.elapsed();
+        self.unchanged(row, before).await;
+        took
+    }
+
+    /// A whole row for a fault that must turn health 503 and write nothing.
+    async fn row(
+        &mut self,
+        row: &str,
+        inject: impl FnOnce(&Rig),
+        needles: &[&str],
+        clear: impl FnOnce(&Rig),
+    ) {
+        let before = self.baseline().await;
+        inject(self);
+        let (to_fail, message) = self.fails(row, needles, &before).await;
+        clear(self);
+        let to_recover = self.recovers(row, &before).await;
+        self.record(row, to_fail, to_recover, &message);
+    }
+
+    fn record(&mut self, row: &str, to_fail: Duration, to_recover: Duration, message: &str) {
+        let line = format!(
+            "| {row} | 503 after {:.1}s | 200 again {:.1}s after clearing | {message} |",
+            to_fail.as_secs_f64(),
+            to_recover.as_secs_f64()
+        );
+        eprintln!("{line}");
+        self.lines.push(line);
+    }
+
+    fn print_matrix(&self, title: &str) {
+        eprintln!("\n{title}\n{}\n", self.lines.join("\n"));
+    }
+}
+
+fn write_atomically(path: &std::path::Path, text: &str) {
+    let staged = path.with_extension("staged");
+    std::fs::write(&staged, text).unwrap();
+    std::fs::rename(&staged, path).unwrap();
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn fault(status: u16, code: Option<&str>) -> Fault {
+    Fault::Status {
+        status,
+        code: code.map(str::to_owned),
+        rate_limit_reset: None,
+    }
+}
+
+fn set_fault(fault: Fault) -> impl FnOnce(&Rig) {
+    move |rig: &Rig| rig.hetzner.set_fault(Some(fault))
+}
+
+fn clear_fault(rig: &Rig) {
+    rig.hetzner.set_fault(None);
+}
+
+/// Hetzner answers the client does not retry: each turns health 503 in the
+/// next cycle (about a second here).
+#[tokio::test]
+async fn hetzner_faults_that_fail_the_cycle_at_once() {
+    let Some(mut rig) = Rig::start(numbered_servers(4)).await else {
+        return;
+    };
+
+    rig.row(
+        "401 unauthorized",
+        set_fault(Fault::status(401)),
+        &["401 unauthorized", "invalid or revoked"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "403 forbidden",
+        set_fault(Fault::status(403)),
+        &["403 forbidden", "may not list servers"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "403 maintenance",
+        set_fault(fault(403, Some("maintenance"))),
+        &["403 maintenance", "in maintenance"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "404 on the endpoint",
+        set_fault(Fault::status(404)),
+        &["returned 404", "looks wrong"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "422 invalid_input (label selector rejected)",
+        set_fault(Fault::status(422)),
+        &[
+            "rejected the label selector",
+            "kops.k8s.io/instance-role=Node",
+            "422 invalid_input",
+        ],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "malformed JSON",
+        set_fault(Fault::MalformedJson),
+        &["could not decode the Hetzner server list, page 1"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "body truncated mid-stream",
+        set_fault(Fault::TruncatedBody),
+        &["could not decode the Hetzner server list, page 1", "EOF"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "next_page past the end",
+        set_fault(Fault::NextPagePastEnd),
+        &["inconsistent paging after page 1", "past last_page 1"],
+        clear_fault,
+    )
+    .await;
+    let servers = numbered_servers(4);
+    rig.row(
+        "zero matching servers",
+        |rig| rig.hetzner.set_servers(Vec::new()),
+        &["returned 0 server(s)", "refusing to write an empty pool"],
+        |rig| rig.hetzner.set_servers(servers.clone()),
+    )
+    .await;
+    rig.row(
+        "every server without a public IPv4",
+        |rig| {
+            rig.hetzner
+                .set_servers((1..=4).map(FakeServer::without_ipv4).collect())
+        },
+        &[
+            "returned 4 server(s)",
+            "4 without a usable public IPv4",
+            "refusing to write an empty pool",
+        ],
+        |rig| rig.hetzner.set_servers(servers.clone()),
+    )
+    .await;
+    let token_file = rig.token_file.display().to_string();
+    rig.row(
+        "token file removed",
+        |rig| std::fs::remove_file(&rig.token_file).unwrap(),
+        &["cannot read the Hetzner token file", &token_file],
+        |rig| write_atomically(&rig.token_file, &format!("{TOKEN}\n")),
+    )
+    .await;
+
+    // A 429 whose reset is beyond what the client waits (60 s): the cycle
+    // fails at once, and no request is sent until the reset.
+    {
+        let row = "429 with RateLimit-Reset (65 s ahead)";
+        let before = rig.baseline().await;
+        rig.hetzner
+            .set_fault(Some(Fault::rate_limited(unix_now() + 65)));
+        let (to_fail, message) = rig
+            .fails(
+                row,
+                &["429 rate_limit_exceeded", "the budget resets at"],
+                &before,
+            )
+            .await;
+        let sent = rig.hetzner.requests();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        assert_eq!(
+            rig.hetzner.requests(),
+            sent,
+            "row {row}: requests were sent before RateLimit-Reset"
+        );
+        rig.hetzner.set_fault(None);
+        let to_recover = rig.recovers(row, &before).await;
+        rig.record(row, to_fail, to_recover, &message);
+    }
+
+    // Rotation: the new token is used without a restart; the old one is
+    // then rejected by Hetzner and never sent again.
+    {
+        let row = "token file rotated";
+        rig.baseline().await;
+        let new_token = "e2e-token-rotated-9c2d";
+        write_atomically(&rig.token_file, &format!("{new_token}\n"));
+        rig.hetzner.expect_token(new_token);
+        let started = Instant::now();
+        let deadline = started + TO_RECOVER;
+        let bearer = format!("Bearer {new_token}");
+        loop {
+            let log = rig.hetzner.request_log();
+            if log
+                .last()
+                .is_some_and(|r| r.authorization.as_deref() == Some(bearer.as_str()))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "row {row}: the rotated token was never sent"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        wait_cycles(&rig.hetzner, 2).await;
+        rig.controller
+            .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+            .await;
+        let seen = rig.hetzner.request_log();
+        let last = seen.last().unwrap();
+        assert_eq!(last.authorization.as_deref(), Some(bearer.as_str()));
+        rig.controller.assert_running();
+        let took = started.elapsed();
+        let line = format!(
+            "| {row} | stays 200 | new token sent {:.1}s after the file changed | no restart |",
+            took.as_secs_f64()
+        );
+        eprintln!("{line}");
+        rig.lines.push(line);
+    }
+
+    // A sudden drop from 40 to 3 servers: held (health 200 with a notice,
+    // the pool keeps all 40), then confirmed by the next listing.
+    {
+        let row = "drop from 40 to 3 servers";
+        rig.hetzner.set_servers(numbered_servers(40));
+        let forty: Vec<String> = (1..=40).map(|n| format!("10.0.0.{n}")).collect();
+        let forty_refs: Vec<&str> = forty.iter().map(String::as_str).collect();
+        let want = blocks(&forty_refs);
+        wait_pool(&rig.api, TO_RECOVER, "40 servers written", |p| {
+            p.is_some_and(|p| blocks_of(p) == want)
+        })
+        .await;
+        let before = rig.baseline().await;
+        let started = Instant::now();
+        rig.hetzner.set_servers(numbered_servers(3));
+        let body = rig
+            .controller
+            .wait_health_within(TO_FAIL, 200, |b| {
+                b["notice"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("shrink guard") && n.contains("37 of 40"))
+            })
+            .await;
+        let held_after = started.elapsed();
+        assert_eq!(body["pool_addresses"], 40, "row {row}: {body}");
+        let during = rig.pool().await;
+        if during.blocks.as_array().map(Vec::len) == Some(40) {
+            assert_eq!(during, before, "row {row}: the held pool was rewritten");
+        }
+        let want = blocks(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        wait_pool(&rig.api, TO_RECOVER, "the confirmed removal", |p| {
+            p.is_some_and(|p| blocks_of(p) == want)
+        })
+        .await;
+        let confirmed_after = started.elapsed();
+        rig.controller
+            .wait_health_within(TO_RECOVER, 200, |b| {
+                b["notice"].is_null() && b["pool_addresses"] == 3
+            })
+            .await;
+        assert!(
+            rig.controller
+                .log_text()
+                .contains("shrink guard held a removal"),
+            "row {row}: the hold was not logged"
+        );
+        let line = format!(
+            "| {row} | stays 200; notice \"{}\" after {:.1}s, pool keeps 40 | removal written \
+             {:.1}s after the drop, when the next listing confirmed it | |",
+            body["notice"].as_str().unwrap(),
+            held_after.as_secs_f64(),
+            confirmed_after.as_secs_f64()
+        );
+        eprintln!("{line}");
+        rig.lines.push(line);
+    }
+
+    rig.controller.assert_running();
+    rig.print_matrix("Hetzner faults that fail at once:");
+}
+
+/// Hetzner answers and transport failures the client retries (5 retries,
+/// jittered exponential backoff from 1 s): the cycle fails, and health turns
+/// 503, once the retries are spent, 15–31 s after the fault began.
+#[tokio::test]
+async fn hetzner_faults_that_are_retried_first() {
+    let Some(mut rig) = Rig::start(numbered_servers(4)).await else {
+        return;
+    };
+
+    rig.row(
+        "429 without RateLimit-Reset",
+        set_fault(Fault::Status {
+            status: 429,
+            code: Some("rate_limit_exceeded".to_owned()),
+            rate_limit_reset: None,
+        }),
+        &[
+            "429 rate_limit_exceeded",
+            "no RateLimit-Reset header was sent",
+        ],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "500 server_error",
+        set_fault(Fault::status(500)),
+        &["HTTP 500 server_error"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "502 without a body",
+        set_fault(Fault::status(502)),
+        &["HTTP 502", "not a Hetzner error document"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "503 maintenance",
+        set_fault(fault(503, Some("maintenance"))),
+        &["HTTP 503 maintenance"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "504 without a body",
+        set_fault(Fault::status(504)),
+        &["HTTP 504"],
+        clear_fault,
+    )
+    .await;
+
+    // Connection refused: config.json points the running controller at a
+    // port nobody listens on (the endpoint is reloaded without a restart).
+    let closed = free_port();
+    let closed_endpoint = format!("http://127.0.0.1:{closed}/v1");
+    let good_endpoint = rig.hetzner.endpoint();
+    let needle = format!("could not reach the Hetzner API at 127.0.0.1:{closed}");
+    rig.row(
+        "connection refused",
+        |rig| {
+            write_atomically(
+                &rig.config_file,
+                &json!({"HcloudEndpoint": closed_endpoint}).to_string(),
+            )
+        },
+        &[&needle, "the connection failed"],
+        |rig| {
+            write_atomically(
+                &rig.config_file,
+                &json!({"HcloudEndpoint": good_endpoint}).to_string(),
+            )
+        },
+    )
+    .await;
+
+    // Page 2 of 3 failing must not write the servers of page 1 alone.
+    rig.hetzner.set_servers(numbered_servers(120));
+    wait_pool(&rig.api, TO_RECOVER, "120 servers written", |p| {
+        p.is_some_and(|p| blocks_of(p).as_array().map(Vec::len) == Some(120))
+    })
+    .await;
+    rig.row(
+        "page 2 of 3 failing (500)",
+        set_fault(Fault::FailPage(2, 500)),
+        &["HTTP 500 server_error"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
+        "next_page past the end (3 pages)",
+        set_fault(Fault::NextPagePastEnd),
+        &["inconsistent paging after page 3", "past last_page 3"],
+        clear_fault,
+    )
+    .await;
+
+    rig.controller.assert_running();
+    rig.print_matrix("Hetzner faults that are retried first:");
+}
+
+/// The API server is down when the controller starts and again mid-run; a
+/// patch is forbidden after an RBAC edit. The pool is never touched while
+/// the cluster misbehaves.
+#[tokio::test]
+async fn kubernetes_api_server_down_and_patch_forbidden() {
+    let Some(mut cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
+    let hetzner = support::e2e::hetzner_with(&["192.0.2.80", "192.0.2.81"]).await;
+    let kubeconfig = cluster
+        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+        .await;
+    let api = pools(&cluster, "v2");
+    let mut lines = Vec::new();
+
+    // Down at start.
+    cluster.stop_apiserver();
+    let mut controller = Controller::spawn(
+        &kubeconfig,
+        &[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
+            ("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint()),
+            ("CANADA_KAKTUS_INTERVAL", "1s".to_owned()),
+            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000".to_owned()),
+        ],
+        &[],
+    );
+    let started = Instant::now();
+    let body = controller
+        .wait_health_within(TO_FAIL, 503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("cannot reach the Kubernetes API server"))
+        })
+        .await;
+    let to_fail = started.elapsed();
+    // Still down a few cycles later: the process waits, it does not exit.
+    wait_cycles(&hetzner, 3).await;
+    controller.assert_running();
+    let started = Instant::now();
+    cluster.start_apiserver().await;
+    let want = blocks(&["192.0.2.80", "192.0.2.81"]);
+    wait_pool(
+        &api,
+        TO_RECOVER,
+        "pool created once the API server is up",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
+    .await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(format!(
+        "| API server down at start | 503 after {:.1}s | pool created and 200 {:.1}s after the API server came up | {} |",
+        to_fail.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        body["last_error"].as_str().unwrap()
+    ));
+
+    // Down mid-run.
+    let before = api.get(POOL).await.unwrap();
+    cluster.stop_apiserver();
+    let started = Instant::now();
+    let body = controller
+        .wait_health_within(TO_FAIL, 503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("cannot reach the Kubernetes API server"))
+        })
+        .await;
+    let to_fail = started.elapsed();
+    let (live, _) = controller.livez().await.unwrap();
+    assert_eq!(live, 200, "/livez stays 200 while the API server is down");
+    let started = Instant::now();
+    cluster.start_apiserver().await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    let after = api.get(POOL).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version, before.metadata.resource_version,
+        "nothing changed in Hetzner, so nothing may be written after the restart"
+    );
+    assert_eq!(blocks_of(&after), want);
+    lines.push(format!(
+        "| API server down mid-run | 503 after {:.1}s; /livez stays 200 | 200 {:.1}s after the API server came back; pool untouched | {} |",
+        to_fail.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        body["last_error"].as_str().unwrap()
+    ));
+
+    // 403 on patch: take `patch` away, then give the controller something to write.
+    let before = api.get(POOL).await.unwrap();
+    let out = cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        "canada-kaktus",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "watch"]}]"#,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
+    let started = Instant::now();
+    let body = controller
+        .wait_health_within(TO_FAIL, 503, |b| {
+            b["last_error"].as_str().is_some_and(|e| {
+                e.contains("permission denied to patch") && e.contains("deploy/rbac.yaml")
+            })
+        })
+        .await;
+    let to_fail = started.elapsed();
+    let now = api.get(POOL).await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    controller.assert_running();
+    let started = Instant::now();
+    apply_deploy(&cluster);
+    let want = blocks(&["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
+    wait_pool(&api, TO_RECOVER, "written once the role is restored", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(format!(
+        "| 403 on patch (RBAC edited) | 503 after {:.1}s | written and 200 {:.1}s after the role was restored | {} |",
+        to_fail.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        body["last_error"].as_str().unwrap()
+    ));
+
+    controller.assert_running();
+    eprintln!("\nKubernetes faults:\n{}\n", lines.join("\n"));
+}
+
+/// CRD missing at start, then a watch broken by an API server restart: with
+/// an hour between Hetzner listings only the resumed watch can repair an
+/// edit made afterwards.
+#[tokio::test]
+async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
+    let Some(mut cluster) = cluster(None).await else {
+        return;
+    };
+    let hetzner = support::e2e::hetzner_with(&["192.0.2.90", "192.0.2.91"]).await;
+    let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
+    let mut lines = Vec::new();
+
+    let started = Instant::now();
+    let body = controller
+        .wait_health_within(TO_FAIL, 503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("Cilium LB IPAM is not installed"))
+        })
+        .await;
+    let to_fail = started.elapsed();
+    controller.assert_running();
+    let started = Instant::now();
+    cluster.install_crd(CrdFixture::V2).await;
+    let api = pools(&cluster, "v2");
+    let want = blocks(&["192.0.2.90", "192.0.2.91"]);
+    wait_pool(
+        &api,
+        TO_RECOVER,
+        "pool created after the CRD appeared",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
+    .await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(format!(
+        "| CRD missing | 503 after {:.1}s, no pool written | pool created and 200 {:.1}s after the CRD was installed (failed cycles retry after 5 s, doubling) | {} |",
+        to_fail.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        body["last_error"].as_str().unwrap()
+    ));
+
+    // Let the watch start, then break it with a restart.
+    let polls = hetzner.requests();
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..Default::default()
+    };
+    api.patch(
+        POOL,
+        &edit,
+        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})),
+    )
+    .await
+    .unwrap();
+    wait_pool(&api, TO_RECOVER, "edit repaired before the restart", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+    cluster.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    controller.assert_running();
+    cluster.start_apiserver().await;
+    let started = Instant::now();
+    api.patch(
+        POOL,
+        &edit,
+        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.98/32"}]}})),
+    )
+    .await
+    .unwrap();
+    wait_pool(
+        &api,
+        TO_RECOVER,
+        "edit repaired after the watch broke and resumed",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
+    .await;
+    let repaired = started.elapsed();
+    assert_eq!(
+        hetzner.requests(),
+        polls,
+        "the repair reused the last listing (no full cycle was due for an hour)"
+    );
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(format!(
+        "| watch stream broken (API server restart) | stays 200 (no cycle due) | an edit after the restart was repaired in {:.1}s by the resumed watch, without a Hetzner request | |",
+        repaired.as_secs_f64()
+    ));
+    controller.assert_running();
+    eprintln!("\nKubernetes faults:\n{}\n", lines.join("\n"));
+}

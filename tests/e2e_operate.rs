@@ -1,0 +1,531 @@
+//! Operating the controller against a real kube-apiserver + etcd, as the
+//! ServiceAccount that `deploy/` ships: Kubernetes Events on the pool,
+//! `/metrics`, leader election between two processes (one writer, takeover
+//! on SIGTERM and on SIGKILL), and a refresh triggered by a new Node.
+//!
+//! Skipped (with a message) unless CANADA_KAKTUS_K8S_BIN_DIR is set.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use support::cluster::{CrdFixture, TestCluster};
+use support::e2e::{
+    blocks, blocks_of, cluster, hetzner_with, pools, set_ips, wait_cycles, wait_pool, Controller,
+    NAMESPACE, POOL,
+};
+use support::fake_hetzner::{FakeHetzner, Fault};
+use tokio::time::Instant;
+
+const LEADER: &str = "canada_kaktus_leader";
+
+/// Events about the pool, read as the admin from namespace default.
+async fn pool_events(cluster: &TestCluster) -> Vec<K8sEvent> {
+    let api: Api<K8sEvent> = Api::namespaced(cluster.admin_client(), "default");
+    let mut events: Vec<K8sEvent> = api
+        .list(&ListParams::default())
+        .await
+        .expect("listing events as admin")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding
+                .as_ref()
+                .is_some_and(|r| r.name.as_deref() == Some(POOL))
+        })
+        .collect();
+    events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    events
+}
+
+fn reasons(events: &[K8sEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e.reason.clone().unwrap_or_default())
+        .collect()
+}
+
+async fn wait_events(
+    cluster: &TestCluster,
+    what: &str,
+    check: impl Fn(&[K8sEvent]) -> bool,
+) -> Vec<K8sEvent> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = pool_events(cluster).await;
+        if check(&events) {
+            return events;
+        }
+        if Instant::now() > deadline {
+            panic!("{what}: not seen; events: {:?}", reasons(&events));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn events_on_the_pool_tell_the_story_and_metrics_follow() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
+    let hetzner = hetzner_with(&["203.0.113.10", "203.0.113.11"]).await;
+    let mut controller = Controller::start_with(
+        &cluster,
+        &hetzner,
+        "1s",
+        &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1")],
+    )
+    .await;
+    let api = pools(&cluster, "v2");
+    let pool = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await
+    .unwrap();
+    controller.wait_health(200, |_| true).await;
+
+    // Created, as the shipped ServiceAccount (its Role in namespace default).
+    let events = wait_events(&cluster, "PoolCreated", |e| !e.is_empty()).await;
+    let created = &events[0];
+    assert_eq!(created.reason.as_deref(), Some("PoolCreated"));
+    assert_eq!(created.type_.as_deref(), Some("Normal"));
+    assert_eq!(
+        created.reporting_controller.as_deref(),
+        Some("canada-kaktus")
+    );
+    assert_eq!(created.metadata.namespace.as_deref(), Some("default"));
+    let regarding = created.regarding.clone().unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("CiliumLoadBalancerIPPool"));
+    assert_eq!(regarding.api_version.as_deref(), Some("cilium.io/v2"));
+    assert_eq!(
+        regarding.uid, pool.metadata.uid,
+        "kubectl describe matches events by the pool's uid"
+    );
+    assert_eq!(
+        created.note.as_deref(),
+        Some("Created the pool with 2 addresses: 203.0.113.10, 203.0.113.11")
+    );
+
+    // Cycles that change nothing add no event.
+    wait_cycles(&hetzner, 3).await;
+    assert_eq!(pool_events(&cluster).await.len(), 1);
+
+    // One server replaced: an addition and a removal, by address.
+    set_ips(&hetzner, &["203.0.113.10", "203.0.113.12"]);
+    let events = wait_events(&cluster, "AddressesRemoved", |e| {
+        reasons(e).contains(&"AddressesRemoved".to_owned())
+    })
+    .await;
+    let note = |reason: &str| {
+        events
+            .iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+            .and_then(|e| e.note.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        note("AddressesAdded"),
+        "Added 1 address: 203.0.113.12; the pool now has 2 addresses"
+    );
+    assert_eq!(
+        note("AddressesRemoved"),
+        "Removed 1 address: 203.0.113.11; the pool now has 2 addresses"
+    );
+
+    // Hetzner refuses the token cycle after cycle: one Warning, not one per
+    // cycle (401 is not retried, so each cycle is one request).
+    hetzner.set_fault(Some(Fault::status(401)));
+    controller.wait_health(503, |_| true).await;
+    wait_cycles(&hetzner, 2).await;
+    let events = pool_events(&cluster).await;
+    let warnings: Vec<_> = events
+        .iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:?}", reasons(&events));
+    assert_eq!(warnings[0].reason.as_deref(), Some("ReconcileFailed"));
+    assert!(
+        warnings[0]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("invalid or revoked"),
+        "{:?}",
+        warnings[0].note
+    );
+
+    // Zero servers: the empty-pool guard holds the write, with a Warning.
+    hetzner.set_fault(None);
+    set_ips(&hetzner, &[]);
+    let events = wait_events(&cluster, "ChangeHeld", |e| {
+        reasons(e).contains(&"ChangeHeld".to_owned())
+    })
+    .await;
+    let held = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("ChangeHeld"))
+        .unwrap();
+    assert!(
+        held.note
+            .as_deref()
+            .unwrap()
+            .contains("refusing to write an empty pool"),
+        "{held:?}"
+    );
+    set_ips(&hetzner, &["203.0.113.10", "203.0.113.12"]);
+    controller.wait_health(200, |_| true).await;
+
+    // What an operator sees.
+    let out = cluster.kubectl(&["describe", "ciliumloadbalancerippool", POOL]);
+    let describe = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for reason in [
+        "PoolCreated",
+        "AddressesAdded",
+        "AddressesRemoved",
+        "ReconcileFailed",
+        "ChangeHeld",
+    ] {
+        assert!(describe.contains(reason), "{reason} missing:\n{describe}");
+    }
+    let events_part = describe
+        .find("Events:")
+        .map(|i| &describe[i..])
+        .unwrap_or_default();
+    eprintln!("kubectl describe ciliumloadbalancerippool {POOL} (events):\n{events_part}");
+
+    // And what Prometheus sees.
+    let text = controller.metrics().await.unwrap();
+    let value = |series: &str| support::e2e::metric(&text, series);
+    assert_eq!(value(LEADER), Some(1.0));
+    assert_eq!(
+        value(r#"canada_kaktus_kube_events_total{result="success"}"#),
+        Some(events.len() as f64)
+    );
+    assert_eq!(
+        value(r#"canada_kaktus_kube_events_total{result="failure"}"#),
+        None
+    );
+    assert!(value(r#"canada_kaktus_reconcile_errors_total{cause="unauthorized"}"#).unwrap() >= 2.0);
+    assert!(value(r#"canada_kaktus_hcloud_requests_total{code="401"}"#).unwrap() >= 2.0);
+    assert!(value(r#"canada_kaktus_guard_held_total{guard="empty_pool"}"#).unwrap() >= 1.0);
+    assert_eq!(
+        value(r#"canada_kaktus_pool_changes_total{change="removed"}"#),
+        Some(1.0)
+    );
+    controller.assert_running();
+}
+
+/// Every state the pool passed through, recorded by an admin watch:
+/// (resourceVersion, the set of addresses).
+type History = Arc<Mutex<Vec<(String, BTreeSet<String>)>>>;
+
+fn record_pool_history(cluster: &TestCluster) -> (History, tokio::task::JoinHandle<()>) {
+    let history: History = Arc::default();
+    let api = pools(cluster, "v2");
+    let sink = history.clone();
+    let task = tokio::spawn(async move {
+        let config = watcher::Config::default().fields(&format!("metadata.name={POOL}"));
+        let mut stream = watcher::watcher(api, config).boxed();
+        while let Some(event) = stream.next().await {
+            let pool = match event {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
+                _ => continue,
+            };
+            let addresses = blocks_of(&pool)
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
+                .collect();
+            let rv = pool.metadata.resource_version.clone().unwrap_or_default();
+            let mut history = sink.lock().unwrap();
+            if history.last().map(|(r, _)| r) != Some(&rv) {
+                history.push((rv, addresses));
+            }
+        }
+    });
+    (history, task)
+}
+
+fn set_of(ips: &[&str]) -> BTreeSet<String> {
+    ips.iter().map(|ip| format!("{ip}/32")).collect()
+}
+
+/// Polls both processes' `canada_kaktus_leader` until `want` (a dead
+/// process counts as 0); returns how long it took.
+async fn wait_leaders(
+    a: &Controller,
+    b: &Controller,
+    want: (f64, f64),
+    within: Duration,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let now = (
+            a.metric(LEADER).await.unwrap_or(0.0),
+            b.metric(LEADER).await.unwrap_or(0.0),
+        );
+        if now == want {
+            return started.elapsed();
+        }
+        if started.elapsed() > within {
+            panic!(
+                "leaders are {now:?}, wanted {want:?} within {within:?}\n--- a ---\n{}\n--- b ---\n{}",
+                a.log_text(),
+                b.log_text()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn lease_holder(cluster: &TestCluster) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), NAMESPACE);
+    leases
+        .get_opt("canada-kaktus")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
+async fn replica(cluster: &TestCluster, hetzner: &FakeHetzner, name: &str) -> Controller {
+    Controller::start_with(
+        cluster,
+        hetzner,
+        "1s",
+        &[
+            ("CANADA_KAKTUS_LEADER_ELECTION", "true"),
+            ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
+            ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
+            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000"),
+            ("POD_NAME", name),
+            ("POD_NAMESPACE", NAMESPACE),
+        ],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn two_replicas_one_writer_takeover_on_sigterm_at_once_and_on_sigkill_within_the_lease() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
+    // Each replica has its own fake Hetzner with different servers, so the
+    // pool shows which one wrote it and each fake counts its replica's calls.
+    let x = ["198.51.100.1", "198.51.100.2"];
+    let y = ["198.51.100.1", "198.51.100.3"];
+    let hetzner_a = hetzner_with(&x).await;
+    let hetzner_b = hetzner_with(&y).await;
+    let api = pools(&cluster, "v2");
+    let (history, watch_task) = record_pool_history(&cluster);
+
+    let mut a = replica(&cluster, &hetzner_a, "replica-a").await;
+    wait_pool(&api, Duration::from_secs(30), "a writes", |p| {
+        p.is_some_and(|p| blocks_of(p) == blocks(&x))
+    })
+    .await;
+    a.wait_health(200, |b| b["state"] == "healthy").await;
+    let mut b = replica(&cluster, &hetzner_b, "replica-b").await;
+    b.wait_health(200, |body| body["state"] == "standby").await;
+    wait_leaders(&a, &b, (1.0, 0.0), Duration::from_secs(10)).await;
+    assert_eq!(lease_holder(&cluster).await.as_deref(), Some("replica-a"));
+
+    // The standby neither lists Hetzner nor writes, while the leader keeps
+    // cycling (each 1 s) and, nothing having changed, writes nothing either.
+    let before = api.get(POOL).await.unwrap().metadata.resource_version;
+    wait_cycles(&hetzner_a, 4).await;
+    assert_eq!(hetzner_b.requests(), 0, "the standby listed Hetzner");
+    assert_eq!(
+        api.get(POOL).await.unwrap().metadata.resource_version,
+        before
+    );
+    b.assert_running();
+
+    // SIGTERM: a releases the Lease on its way out; b takes over at once.
+    let killed = Instant::now();
+    a.terminate();
+    let pool = wait_pool(&api, Duration::from_secs(10), "b writes", |p| {
+        p.is_some_and(|p| blocks_of(p) == blocks(&y))
+    })
+    .await
+    .unwrap();
+    let sigterm_takeover = killed.elapsed();
+    let status = a.child.wait().unwrap();
+    assert!(status.success(), "a exits cleanly on SIGTERM: {status}");
+    assert!(
+        a.log_text().contains("released the leader Lease"),
+        "{}",
+        a.log_text()
+    );
+    assert!(
+        sigterm_takeover < Duration::from_secs(3),
+        "takeover after SIGTERM took {sigterm_takeover:?}"
+    );
+    assert_eq!(lease_holder(&cluster).await.as_deref(), Some("replica-b"));
+    assert_eq!(b.metric(LEADER).await, Some(1.0));
+    wait_events(&cluster, "LeaderElected by replica-b", |events| {
+        events.iter().any(|e| {
+            e.reason.as_deref() == Some("LeaderElected")
+                && e.note.as_deref()
+                    == Some("replica-b is now the leader: it lists Hetzner and writes this pool")
+                && e.reporting_instance.as_deref() == Some("replica-b")
+        })
+    })
+    .await;
+    let managers: Vec<_> = pool
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, vec!["canada-kaktus".to_owned()]);
+
+    // a comes back and stands by.
+    let requests_a = hetzner_a.requests();
+    let mut a = replica(&cluster, &hetzner_a, "replica-a").await;
+    a.wait_health(200, |body| body["state"] == "standby").await;
+    wait_leaders(&a, &b, (0.0, 1.0), Duration::from_secs(10)).await;
+    wait_cycles(&hetzner_b, 3).await;
+    assert_eq!(
+        hetzner_a.requests(),
+        requests_a,
+        "the new standby listed Hetzner"
+    );
+
+    // SIGKILL: no release; a takes over once the Lease (4 s) expires.
+    let killed = Instant::now();
+    b.kill();
+    wait_pool(&api, Duration::from_secs(15), "a writes again", |p| {
+        p.is_some_and(|p| blocks_of(p) == blocks(&x))
+    })
+    .await;
+    let sigkill_takeover = killed.elapsed();
+    assert!(
+        sigkill_takeover <= Duration::from_secs(4 + 2),
+        "takeover after SIGKILL took {sigkill_takeover:?} with a 4 s lease"
+    );
+    a.wait_health(200, |body| body["state"] == "healthy").await;
+    assert_eq!(a.metric(LEADER).await, Some(1.0));
+    assert_eq!(lease_holder(&cluster).await.as_deref(), Some("replica-a"));
+
+    // Never two writers: the pool went x → y → x, each exactly once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    watch_task.abort();
+    let history = history.lock().unwrap().clone();
+    let mut phases: Vec<BTreeSet<String>> = Vec::new();
+    for (_, addresses) in &history {
+        if phases.last() != Some(addresses) {
+            phases.push(addresses.clone());
+        }
+    }
+    assert_eq!(
+        phases,
+        vec![set_of(&x), set_of(&y), set_of(&x)],
+        "the pool's history shows more than one writer at a time: {history:?}"
+    );
+    eprintln!(
+        "leader election: takeover after SIGTERM {:.0} ms, after SIGKILL {:.0} ms (lease duration 4 s)",
+        sigterm_takeover.as_secs_f64() * 1000.0,
+        sigkill_takeover.as_secs_f64() * 1000.0
+    );
+}
+
+fn node(name: &str, ip: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": ip},
+            {"type": "Hostname", "address": name}
+        ]}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_new_node_refreshes_the_pool_within_5s_and_a_node_storm_is_bounded() {
+    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+        return;
+    };
+    let hetzner = hetzner_with(&["192.0.2.100"]).await;
+    // An hour between polls: only the Node watch can bring the new server.
+    let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
+    let api = pools(&cluster, "v2");
+    wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await;
+    controller.wait_health(200, |_| true).await;
+    // Let the Node watch finish its first list.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let listings = hetzner.requests();
+
+    // Hetzner knows the new server before its node registers, as in life.
+    set_ips(&hetzner, &["192.0.2.100", "192.0.2.101"]);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    let registered = Instant::now();
+    nodes
+        .create(&PostParams::default(), &node("worker-2", "192.0.2.101"))
+        .await
+        .expect("creating a Node as admin");
+    let want = blocks(&["192.0.2.100", "192.0.2.101"]);
+    wait_pool(
+        &api,
+        Duration::from_secs(5),
+        "new server in the pool",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
+    .await;
+    let took = registered.elapsed();
+    assert_eq!(hetzner.requests(), listings + 1, "one listing for one node");
+    assert_eq!(
+        controller
+            .metric(r#"canada_kaktus_full_cycles_total{trigger="node"}"#)
+            .await,
+        Some(1.0)
+    );
+
+    // A storm of node changes within the minimum gap (30 s) lists nothing more.
+    for i in 0..10 {
+        nodes
+            .create(
+                &PostParams::default(),
+                &node(&format!("storm-{i}"), &format!("192.0.2.{}", 110 + i)),
+            )
+            .await
+            .unwrap();
+    }
+    nodes
+        .delete("worker-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        hetzner.requests(),
+        listings + 1,
+        "a node storm within NodeMinGap must not list Hetzner again yet"
+    );
+    controller.assert_running();
+    eprintln!(
+        "node-triggered refresh: new server in the pool {:.0} ms after its Node was created (debounce 2 s)",
+        took.as_secs_f64() * 1000.0
+    );
+}

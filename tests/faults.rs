@@ -1,0 +1,324 @@
+//! Fault-matrix rows that need precise control of time or of the API
+//! server's answers, run against the control loop in process (fake Hetzner
+//! API on loopback, in-memory Kubernetes API): a response that stalls past
+//! the request timeout, a cycle past its time limit, 409 Conflict on the
+//! write, the pool deleted between the read and the write, and a pool Cilium
+//! marks as conflicting. The other rows run against a real API server in
+//! tests/e2e_faults.rs.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use canada_kaktus::apply::PoolClient;
+use canada_kaktus::config::{self, CiliumApiVersion};
+use canada_kaktus::controller::{Controller, LoopTimings};
+use canada_kaktus::health::Health;
+use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
+use canada_kaktus::metrics::Metrics;
+use canada_kaktus::reconcile::Reconciler;
+use canada_kaktus::telemetry::LogControl;
+use serde_json::{json, Value};
+use support::fake_hetzner::{numbered_servers, FakeHetzner, Fault};
+use support::fake_kube::FakeKube;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "faults-token-31";
+const POOL: &str = "covidnetes-pool";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Running {
+    health: Arc<Health>,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Running {
+    /// Polls the health report until `check` passes (30 s at most), making
+    /// sure the loop is still running.
+    async fn wait(&self, what: &str, check: impl Fn(bool, &Value) -> bool) -> Value {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            assert!(!self.task.is_finished(), "{what}: the loop ended");
+            let report = self.health.report();
+            let body = serde_json::to_value(&report).unwrap();
+            if check(report.is_healthy(), &body) {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "{what}: last health {body}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn wait_failing(&self, what: &str, needles: &[&str]) -> Value {
+        self.wait(what, |healthy, body| {
+            !healthy
+                && body["last_error"]
+                    .as_str()
+                    .is_some_and(|e| needles.iter().all(|n| e.contains(n)))
+        })
+        .await
+    }
+
+    async fn wait_healthy(&self, what: &str) -> Value {
+        self.wait(what, |healthy, body| {
+            healthy && body["last_error"].is_null()
+        })
+        .await
+    }
+}
+
+/// The loop with 100 ms between listings, against `hetzner` and `kube`.
+fn start(
+    hetzner: &FakeHetzner,
+    kube: &FakeKube,
+    options: HetznerOptions,
+    cycle_timeout: Duration,
+) -> Running {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let env: HashMap<String, String> = HashMap::from([
+        ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
+    ]);
+    let settings = config::load(None, &env).unwrap();
+    let timings = LoopTimings {
+        debounce: Duration::from_millis(10),
+        heartbeat: Duration::from_millis(50),
+        cycle_timeout,
+        config_poll: Duration::from_secs(3600),
+        retry_base: Duration::from_millis(20),
+        interval_override: Some(Duration::from_millis(100)),
+        confirm_delay: Duration::from_millis(100),
+    };
+    let health = Arc::new(Health::new(timings.liveness_timeout()));
+    let shutdown = CancellationToken::new();
+    let controller = Controller {
+        settings: Arc::new(settings),
+        reconciler: Reconciler::new(
+            HetznerClient::new(options).unwrap(),
+            PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+        ),
+        health: health.clone(),
+        log: LogControl::detached(),
+        timings,
+        shutdown: shutdown.clone(),
+        cli_config: None,
+        env,
+        metrics: Arc::new(Metrics::new()),
+    };
+    Running {
+        health,
+        shutdown,
+        task: tokio::spawn(controller.run()),
+    }
+}
+
+fn quick_options(hetzner: &FakeHetzner) -> HetznerOptions {
+    HetznerOptions {
+        request_timeout: Duration::from_secs(2),
+        retry: RetryPolicy {
+            max_retries: 1,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            max_rate_limit_wait: Duration::from_millis(10),
+        },
+        ..HetznerOptions::new(hetzner.endpoint())
+    }
+}
+
+async fn hetzner_with(count: usize) -> FakeHetzner {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(numbered_servers(count));
+    hetzner
+}
+
+fn pool_ips(kube: &FakeKube) -> Vec<String> {
+    kube.pool(POOL)
+        .map(|pool| {
+            pool["spec"]["blocks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["cidr"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn resource_version(kube: &FakeKube) -> Value {
+    kube.pool(POOL).unwrap()["metadata"]["resourceVersion"].clone()
+}
+
+fn cidrs(count: usize) -> Vec<String> {
+    (1..=count).map(|n| format!("10.0.0.{n}/32")).collect()
+}
+
+async fn wait_pool(kube: &FakeKube, what: &str, want: &[String]) {
+    let deadline = Instant::now() + DEADLINE;
+    while pool_ips(kube) != want {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: pool is {:?}",
+            pool_ips(kube)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Every PATCH the fake API server received carried a non-empty pool.
+fn assert_no_empty_write(kube: &FakeKube) {
+    for write in kube.writes() {
+        let blocks = write.body.as_ref().map(|b| b["spec"]["blocks"].clone());
+        assert!(
+            blocks
+                .as_ref()
+                .and_then(Value::as_array)
+                .is_some_and(|b| !b.is_empty()),
+            "an empty or malformed pool was written: {write:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_response_stalled_past_the_request_timeout_fails_the_cycle() {
+    let hetzner = hetzner_with(3).await;
+    let kube = FakeKube::new(&["v2"]);
+    let options = HetznerOptions {
+        request_timeout: Duration::from_millis(500),
+        ..quick_options(&hetzner)
+    };
+    let running = start(&hetzner, &kube, options, Duration::from_secs(20));
+    running.wait_healthy("pool established").await;
+    wait_pool(&kube, "pool established", &cidrs(3)).await;
+    let before = resource_version(&kube);
+
+    hetzner.set_fault(Some(Fault::Delay(Duration::from_secs(3))));
+    let body = running
+        .wait_failing("stall", &["could not reach the Hetzner API", "timed out"])
+        .await;
+    assert_eq!(body["pool_addresses"], 3, "{body}");
+    assert_eq!(resource_version(&kube), before, "the pool was written");
+
+    hetzner.set_fault(None);
+    running.wait_healthy("after the stall").await;
+    assert_eq!(resource_version(&kube), before);
+    assert_no_empty_write(&kube);
+}
+
+#[tokio::test]
+async fn a_cycle_past_its_time_limit_is_abandoned() {
+    let hetzner = hetzner_with(3).await;
+    let kube = FakeKube::new(&["v2"]);
+    // The request timeout (30 s, the default) would come too late: the
+    // cycle's own limit ends it.
+    let options = HetznerOptions {
+        request_timeout: Duration::from_secs(30),
+        ..quick_options(&hetzner)
+    };
+    let running = start(&hetzner, &kube, options, Duration::from_secs(1));
+    running.wait_healthy("pool established").await;
+    let before = resource_version(&kube);
+
+    hetzner.set_fault(Some(Fault::Delay(Duration::from_secs(10))));
+    running
+        .wait_failing("cycle timeout", &["took longer than 1s", "abandoned"])
+        .await;
+    assert_eq!(resource_version(&kube), before);
+
+    hetzner.set_fault(None);
+    running.wait_healthy("after the timeout").await;
+    assert_eq!(resource_version(&kube), before);
+}
+
+#[tokio::test]
+async fn a_409_conflict_on_the_write_leaves_the_pool_and_is_retried() {
+    let hetzner = hetzner_with(3).await;
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, quick_options(&hetzner), DEADLINE);
+    running.wait_healthy("pool established").await;
+    wait_pool(&kube, "pool established", &cidrs(3)).await;
+    let before = resource_version(&kube);
+
+    kube.fail_patches(Some(409));
+    hetzner.set_servers(numbered_servers(4));
+    running
+        .wait_failing("409", &["refused to patch", "409 Conflict"])
+        .await;
+    assert_eq!(resource_version(&kube), before);
+    assert_eq!(pool_ips(&kube), cidrs(3));
+
+    kube.fail_patches(None);
+    wait_pool(&kube, "written after the conflict", &cidrs(4)).await;
+    running.wait_healthy("after the conflict").await;
+    assert_no_empty_write(&kube);
+}
+
+#[tokio::test]
+async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
+    let hetzner = hetzner_with(3).await;
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, quick_options(&hetzner), DEADLINE);
+    running.wait_healthy("pool established").await;
+    wait_pool(&kube, "pool established", &cidrs(3)).await;
+
+    // A mark of another manager: gone once the object was deleted and recreated.
+    let mut pool = kube.pool(POOL).unwrap();
+    pool["metadata"]["annotations"]["example.com/marker"] = json!("before the delete");
+    kube.insert_pool(POOL, pool);
+    kube.delete_pool_after_next_get();
+    hetzner.set_servers(numbered_servers(4));
+    wait_pool(&kube, "recreated with every address", &cidrs(4)).await;
+    assert!(
+        kube.pool(POOL).unwrap()["metadata"]["annotations"]
+            .get("example.com/marker")
+            .is_none(),
+        "the pool was never deleted"
+    );
+    running.wait_healthy("after the delete").await;
+    // The write that recreated it carried the whole pool.
+    let last = kube.writes().pop().unwrap();
+    assert_eq!(
+        last.body.unwrap()["spec"]["blocks"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    assert_no_empty_write(&kube);
+}
+
+#[tokio::test]
+async fn a_pool_cilium_marks_as_conflicting_fails_health_and_names_the_problem() {
+    let hetzner = hetzner_with(3).await;
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, quick_options(&hetzner), DEADLINE);
+    running.wait_healthy("pool established").await;
+    wait_pool(&kube, "pool established", &cidrs(3)).await;
+
+    let mut pool = kube.pool(POOL).unwrap();
+    pool["status"] = json!({"conditions": [{
+        "type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap",
+        "message": "Pool overlaps with CIDR of pool 'other'"
+    }]});
+    kube.insert_pool(POOL, pool.clone());
+    let body = running
+        .wait_failing("conflict", &["cidr_overlap", "overlaps"])
+        .await;
+    assert_eq!(body["pool_addresses"], 3, "{body}");
+    assert_eq!(pool_ips(&kube), cidrs(3), "the pool is left as it is");
+
+    pool["status"] = json!({"conditions": []});
+    kube.insert_pool(POOL, pool);
+    running.wait_healthy("conflict resolved").await;
+}

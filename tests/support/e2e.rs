@@ -1,0 +1,304 @@
+//! Helpers shared by the real API server suites (tests/e2e_*.rs): a cluster
+//! with deploy/ applied, the controller binary as a separate process running
+//! as the shipped ServiceAccount, and polling helpers that read the API
+//! server (never our logs).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use canada_kaktus::apply::pool_resource;
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::cluster::{CrdFixture, TestCluster};
+use super::fake_hetzner::{FakeHetzner, FakeServer};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_canada-kaktus");
+pub const POOL: &str = "covidnetes-pool";
+pub const NAMESPACE: &str = "canada-kaktus";
+pub const TOKEN: &str = "e2e-token-5e1f";
+
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh cluster with `deploy/` applied (namespace, ServiceAccount,
+/// ClusterRole and binding, Roles, Deployment, PodDisruptionBudget) and,
+/// optionally, a pool CRD.
+pub async fn cluster(crd: Option<CrdFixture>) -> Option<TestCluster> {
+    let cluster = TestCluster::start().await?;
+    if let Some(fixture) = crd {
+        cluster.install_crd(fixture).await;
+    }
+    apply_deploy(&cluster);
+    Some(cluster)
+}
+
+/// `kubectl apply -k deploy/` as the admin (also restores changed RBAC).
+pub fn apply_deploy(cluster: &TestCluster) {
+    let deploy = repo().join("deploy");
+    let out = cluster.kubectl(&["apply", "-k", deploy.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply -k deploy/ failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The controller as a separate process, authenticated as the shipped
+/// ServiceAccount. Killed when dropped.
+pub struct Controller {
+    pub child: Child,
+    pub base_url: String,
+    pub health_url: String,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Controller {
+    pub async fn start(cluster: &TestCluster, hetzner: &FakeHetzner, interval: &str) -> Controller {
+        Self::start_with(cluster, hetzner, interval, &[]).await
+    }
+
+    /// Like `start`, with extra environment variables (later ones win).
+    pub async fn start_with(
+        cluster: &TestCluster,
+        hetzner: &FakeHetzner,
+        interval: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Controller {
+        let kubeconfig = cluster
+            .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+            .await;
+        let mut env = vec![
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
+            ("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint()),
+            ("CANADA_KAKTUS_INTERVAL", interval.to_owned()),
+        ];
+        env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        Self::spawn(&kubeconfig, &env, &[])
+    }
+
+    /// The binary with `kubeconfig`, only the given environment (plus HOME,
+    /// a free listen address and debug logs) and arguments, in a fresh
+    /// working directory.
+    pub fn spawn(kubeconfig: &Path, env: &[(&str, String)], args: &[OsString]) -> Controller {
+        Self::spawn_in(tempfile::tempdir().unwrap(), kubeconfig, env, args)
+    }
+
+    /// Like `spawn`, in `dir` (which the caller may have put files in).
+    pub fn spawn_in(
+        dir: tempfile::TempDir,
+        kubeconfig: &Path,
+        env: &[(&str, String)],
+        args: &[OsString],
+    ) -> Controller {
+        let port = free_port();
+        let log = dir.path().join("controller.log");
+        let child = Command::new(BIN)
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", kubeconfig)
+            .env("CANADA_KAKTUS_LISTEN_ADDRESS", format!("127.0.0.1:{port}"))
+            .env("CANADA_KAKTUS_LOGLEVEL", "debug")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("starting the controller");
+        Controller {
+            child,
+            base_url: format!("http://127.0.0.1:{port}"),
+            health_url: format!("http://127.0.0.1:{port}/health"),
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub async fn health(&self) -> Option<(u16, Value)> {
+        let response = reqwest::get(&self.health_url).await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.json().await.ok()?))
+    }
+
+    /// `GET /livez`: status and body.
+    pub async fn livez(&self) -> Option<(u16, Value)> {
+        let response = reqwest::get(format!("{}/livez", self.base_url))
+            .await
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.json().await.ok()?))
+    }
+
+    /// `GET /metrics`, or `None` while the process does not answer.
+    pub async fn metrics(&self) -> Option<String> {
+        let response = reqwest::get(format!("{}/metrics", self.base_url))
+            .await
+            .ok()?;
+        response.text().await.ok()
+    }
+
+    /// The value of one series (`name{labels}` as printed) in `/metrics`.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        metric(&self.metrics().await?, series)
+    }
+
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!(
+                "the controller exited ({status}); log:\n{}",
+                self.log_text()
+            );
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (30 s at most) until `/health` answers `status` and its body
+    /// passes `check`.
+    pub async fn wait_health(&mut self, status: u16, check: impl Fn(&Value) -> bool) -> Value {
+        self.wait_health_within(Duration::from_secs(30), status, check)
+            .await
+    }
+
+    /// Like `wait_health`, waiting at most `within`.
+    pub async fn wait_health_within(
+        &mut self,
+        within: Duration,
+        status: u16,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        let mut last = None;
+        loop {
+            self.assert_running();
+            if let Some((now, body)) = self.health().await {
+                if now == status && check(&body) {
+                    return body;
+                }
+                last = Some((now, body));
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "/health never answered {status} as expected within {within:?}; last: {last:?}\nlog:\n{}",
+                    self.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends SIGTERM (a graceful shutdown, as the kubelet does).
+    pub fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        // SAFETY: kill(2) with a pid we spawned and still own (not reaped).
+        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill -TERM {pid}");
+    }
+
+    /// SIGKILL: the process dies without a chance to clean up.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- controller log ---\n{}", self.log_text());
+        }
+    }
+}
+
+/// The value of one series in an OpenMetrics text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn pools(cluster: &TestCluster, version: &str) -> Api<DynamicObject> {
+    let resource: ApiResource = pool_resource(version);
+    Api::all_with(cluster.admin_client(), &resource)
+}
+
+pub fn blocks_of(pool: &DynamicObject) -> Value {
+    pool.data["spec"]["blocks"].clone()
+}
+
+pub fn blocks(ips: &[&str]) -> Value {
+    Value::Array(
+        ips.iter()
+            .map(|ip| json!({ "cidr": format!("{ip}/32") }))
+            .collect(),
+    )
+}
+
+/// Polls the API server until `check` passes on the pool (or its absence).
+pub async fn wait_pool(
+    api: &Api<DynamicObject>,
+    within: Duration,
+    what: &str,
+    check: impl Fn(Option<&DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    let deadline = Instant::now() + within;
+    loop {
+        let pool = api.get_opt(POOL).await.expect("reading the pool as admin");
+        if check(pool.as_ref()) {
+            return pool;
+        }
+        if Instant::now() > deadline {
+            panic!("{what}: not seen within {within:?}; pool is {pool:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+pub async fn hetzner_with(ips: &[&str]) -> FakeHetzner {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    set_ips(&hetzner, ips);
+    hetzner
+}
+
+pub fn set_ips(hetzner: &FakeHetzner, ips: &[&str]) {
+    hetzner.set_servers(
+        ips.iter()
+            .enumerate()
+            .map(|(i, ip)| FakeServer::new(i as i64 + 1, ip))
+            .collect(),
+    );
+}
+
+/// Waits until Hetzner has been asked `n` more times: `n` more cycles.
+pub async fn wait_cycles(hetzner: &FakeHetzner, n: usize) {
+    let target = hetzner.requests() + n;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while hetzner.requests() < target {
+        assert!(
+            Instant::now() < deadline,
+            "the controller stopped polling Hetzner"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
