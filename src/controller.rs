@@ -82,8 +82,13 @@ pub fn retry_after(failures: u32, base: Duration, interval: Duration) -> Duratio
 }
 
 /// Built with `HetznerOptions::new(endpoint)` defaults.
+/// The Hetzner client the settings describe: their endpoint and request
+/// budget, with the default timeouts and retry policy.
 pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzner::HetznerError> {
-    HetznerClient::new(HetznerOptions::new(settings.hcloud_endpoint.clone()))
+    HetznerClient::new(HetznerOptions {
+        request_budget_per_hour: Some(settings.guards.hcloud_request_budget),
+        ..HetznerOptions::new(settings.hcloud_endpoint.clone())
+    })
 }
 
 /// A pool event from the watch: the object, or `None` when it is gone.
@@ -393,7 +398,12 @@ impl Controller {
                         "these settings change only after a restart (NodeDebounce and NodeMinGap apply at once)"
                     );
                 }
-                if new.hcloud_endpoint != self.settings.hcloud_endpoint {
+                // A new client starts with a full budget: acceptable for the
+                // rare reload that changes the endpoint or the budget.
+                if new.hcloud_endpoint != self.settings.hcloud_endpoint
+                    || new.guards.hcloud_request_budget
+                        != self.settings.guards.hcloud_request_budget
+                {
                     match hetzner_client(&new) {
                         Ok(client) => self
                             .reconciler

@@ -14,8 +14,8 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use support::cluster::CrdFixture;
 use support::e2e::{
-    blocks, blocks_of, cluster, hetzner_with, pools, repo, set_ips, wait_cycles, wait_pool,
-    Controller, BIN, NAMESPACE, POOL, TOKEN,
+    blocks, blocks_of, cluster, established, hetzner_with, pools, repo, set_ips, wait_cycles,
+    wait_pool, Controller, BIN, NAMESPACE, POOL, TOKEN,
 };
 
 #[tokio::test]
@@ -62,30 +62,27 @@ async fn scenario_1_no_pool_yet_the_pool_is_created() {
 
 #[tokio::test]
 async fn scenario_2_servers_added_and_removed_are_followed() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+    let Some(env) = established(CrdFixture::V2, &["198.51.100.1", "198.51.100.2"], "1s").await
+    else {
         return;
     };
-    let hetzner = hetzner_with(&["198.51.100.1", "198.51.100.2"]).await;
-    let _controller = Controller::start(&cluster, &hetzner, "1s").await;
-    let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
-        p.is_some()
-    })
-    .await;
 
-    set_ips(&hetzner, &["198.51.100.2", "198.51.100.3", "198.51.100.4"]);
+    set_ips(
+        &env.hetzner,
+        &["198.51.100.2", "198.51.100.3", "198.51.100.4"],
+    );
     let want = blocks(&["198.51.100.2", "198.51.100.3", "198.51.100.4"]);
     wait_pool(
-        &api,
+        &env.api,
         Duration::from_secs(10),
         "servers added and removed",
         |p| p.is_some_and(|p| blocks_of(p) == want),
     )
     .await;
 
-    set_ips(&hetzner, &["198.51.100.3"]);
+    set_ips(&env.hetzner, &["198.51.100.3"]);
     let want = blocks(&["198.51.100.3"]);
-    wait_pool(&api, Duration::from_secs(10), "servers removed", |p| {
+    wait_pool(&env.api, Duration::from_secs(10), "servers removed", |p| {
         p.is_some_and(|p| blocks_of(p) == want)
     })
     .await;
@@ -93,106 +90,93 @@ async fn scenario_2_servers_added_and_removed_are_followed() {
 
 #[tokio::test]
 async fn scenario_3_nothing_changed_means_no_write() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+    let Some(mut env) = established(CrdFixture::V2, &["198.51.100.7", "198.51.100.8"], "1s").await
+    else {
         return;
     };
-    let hetzner = hetzner_with(&["198.51.100.7", "198.51.100.8"]).await;
-    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
-    let api = pools(&cluster, "v2");
-    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
-        p.is_some()
-    })
-    .await
-    .unwrap();
-    controller.wait_health(200, |_| true).await;
 
-    wait_cycles(&hetzner, 4).await;
-    let after = api.get(POOL).await.unwrap();
+    wait_cycles(&env.hetzner, 4).await;
+    let after = env.api.get(POOL).await.unwrap();
     assert_eq!(
-        after.metadata.resource_version, created.metadata.resource_version,
+        after.metadata.resource_version, env.created.metadata.resource_version,
         "cycles with nothing to change must not write"
     );
-    controller.assert_running();
+    env.controller.assert_running();
 }
 
 #[tokio::test]
 async fn scenario_4_edits_and_deletes_are_repaired_within_2s() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+    // An hour between polls: only the watch can make the repairs in time.
+    let Some(mut env) = established(CrdFixture::V2, &["192.0.2.10", "192.0.2.11"], "1h").await
+    else {
         return;
     };
-    let hetzner = hetzner_with(&["192.0.2.10", "192.0.2.11"]).await;
-    // An hour between polls: only the watch can make the repairs in time.
-    let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
-    let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
-        p.is_some()
-    })
-    .await;
-    controller.wait_health(200, |_| true).await;
     let want = blocks(&["192.0.2.10", "192.0.2.11"]);
-    let polls = hetzner.requests();
+    let polls = env.hetzner.requests();
 
     let edit = PatchParams {
         field_manager: Some("kubectl-edit".into()),
         ..Default::default()
     };
-    api.patch(
-        POOL,
-        &edit,
-        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})),
-    )
-    .await
-    .unwrap();
+    env.api
+        .patch(
+            POOL,
+            &edit,
+            &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})),
+        )
+        .await
+        .unwrap();
     wait_pool(
-        &api,
+        &env.api,
         Duration::from_secs(2),
         "edited blocks restored",
         |p| p.is_some_and(|p| blocks_of(p) == want),
     )
     .await;
 
-    api.patch(
-        POOL,
-        &edit,
-        &Patch::Merge(json!({"spec": {"disabled": true}})),
-    )
-    .await
-    .unwrap();
+    env.api
+        .patch(
+            POOL,
+            &edit,
+            &Patch::Merge(json!({"spec": {"disabled": true}})),
+        )
+        .await
+        .unwrap();
     wait_pool(
-        &api,
+        &env.api,
         Duration::from_secs(2),
         "disabled pool re-enabled",
         |p| p.is_some_and(|p| p.data["spec"]["disabled"] == json!(false)),
     )
     .await;
 
-    api.delete(POOL, &DeleteParams::default()).await.unwrap();
+    env.api
+        .delete(POOL, &DeleteParams::default())
+        .await
+        .unwrap();
     wait_pool(
-        &api,
+        &env.api,
         Duration::from_secs(2),
         "deleted pool recreated",
         |p| p.is_some_and(|p| blocks_of(p) == want),
     )
     .await;
-    assert_eq!(hetzner.requests(), polls, "repairs reuse the last listing");
-    controller.assert_running();
+    assert_eq!(
+        env.hetzner.requests(),
+        polls,
+        "repairs reuse the last listing"
+    );
+    env.controller.assert_running();
 }
 
 #[tokio::test]
 async fn scenario_5_metadata_and_status_of_other_managers_survive() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+    let Some(env) = established(CrdFixture::V2, &["192.0.2.20"], "1s").await else {
         return;
     };
-    let hetzner = hetzner_with(&["192.0.2.20"]).await;
-    let _controller = Controller::start(&cluster, &hetzner, "1s").await;
-    let api = pools(&cluster, "v2");
-    wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
-        p.is_some()
-    })
-    .await;
 
     let argocd = PatchParams::apply("argocd-controller").force();
-    api.patch(
+    env.api.patch(
         POOL,
         &argocd,
         &Patch::Apply(json!({
@@ -207,27 +191,31 @@ async fn scenario_5_metadata_and_status_of_other_managers_survive() {
     .await
     .unwrap();
     let operator = PatchParams::apply("cilium-operator-lb-ipam").force();
-    api.patch_status(
-        POOL,
-        &operator,
-        &Patch::Apply(json!({
-            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
-            "metadata": {"name": POOL},
-            "status": {"conditions": [{
-                "type": "cilium.io/IPsTotal", "status": "Unknown", "reason": "noreason",
-                "message": "1", "lastTransitionTime": "2026-11-21T00:00:00Z"
-            }]}
-        })),
-    )
-    .await
-    .unwrap();
+    env.api
+        .patch_status(
+            POOL,
+            &operator,
+            &Patch::Apply(json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+                "metadata": {"name": POOL},
+                "status": {"conditions": [{
+                    "type": "cilium.io/IPsTotal", "status": "Unknown", "reason": "noreason",
+                    "message": "1", "lastTransitionTime": "2026-11-21T00:00:00Z"
+                }]}
+            })),
+        )
+        .await
+        .unwrap();
 
     // Make the controller write again.
-    set_ips(&hetzner, &["192.0.2.20", "192.0.2.21"]);
+    set_ips(&env.hetzner, &["192.0.2.20", "192.0.2.21"]);
     let want = blocks(&["192.0.2.20", "192.0.2.21"]);
-    let pool = wait_pool(&api, Duration::from_secs(10), "new server written", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    let pool = wait_pool(
+        &env.api,
+        Duration::from_secs(10),
+        "new server written",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
     .await
     .unwrap();
     let annotations = pool.metadata.annotations.clone().unwrap_or_default();
@@ -302,23 +290,13 @@ async fn scenario_7_no_crd_reports_503_and_recovers_once_installed() {
 
 #[tokio::test]
 async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+    // The pool is created by the controller running with the shipped role.
+    let Some(mut env) = established(CrdFixture::V2, &["192.0.2.50"], "1s").await else {
         return;
     };
-    let hetzner = hetzner_with(&["192.0.2.50"]).await;
-    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
-    let api = pools(&cluster, "v2");
-    wait_pool(
-        &api,
-        Duration::from_secs(30),
-        "pool created with the shipped role",
-        |p| p.is_some(),
-    )
-    .await;
-    controller.wait_health(200, |_| true).await;
 
     // Take `patch` away, then give the controller something to write.
-    let out = cluster.kubectl(&[
+    let out = env.cluster.kubectl(&[
         "patch",
         "clusterrole",
         "canada-kaktus",
@@ -331,8 +309,9 @@ async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    set_ips(&hetzner, &["192.0.2.50", "192.0.2.51"]);
-    let body = controller
+    set_ips(&env.hetzner, &["192.0.2.50", "192.0.2.51"]);
+    let body = env
+        .controller
         .wait_health(503, |b| {
             b["last_error"]
                 .as_str()
@@ -343,12 +322,14 @@ async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
         .as_str()
         .unwrap()
         .contains("deploy/rbac.yaml"));
-    controller.assert_running();
-    let pool = api.get(POOL).await.unwrap();
+    env.controller.assert_running();
+    let pool = env.api.get(POOL).await.unwrap();
     assert_eq!(blocks_of(&pool), blocks(&["192.0.2.50"]));
 
     // Restoring the shipped role heals it without a restart.
-    let out = cluster.kubectl(&["apply", "-k", repo().join("deploy").to_str().unwrap()]);
+    let out = env
+        .cluster
+        .kubectl(&["apply", "-k", repo().join("deploy").to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -356,52 +337,45 @@ async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
     );
     let want = blocks(&["192.0.2.50", "192.0.2.51"]);
     wait_pool(
-        &api,
+        &env.api,
         Duration::from_secs(30),
         "write after the role was restored",
         |p| p.is_some_and(|p| blocks_of(p) == want),
     )
     .await;
-    controller.wait_health(200, |_| true).await;
+    env.controller.wait_health(200, |_| true).await;
 }
 
 #[tokio::test]
 async fn scenario_9_hetzner_failure_or_zero_servers_leave_the_pool_unchanged() {
-    let Some(cluster) = cluster(Some(CrdFixture::V2)).await else {
+    let Some(mut env) = established(CrdFixture::V2, &["192.0.2.60", "192.0.2.61"], "1s").await
+    else {
         return;
     };
-    let hetzner = hetzner_with(&["192.0.2.60", "192.0.2.61"]).await;
-    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
-    let api = pools(&cluster, "v2");
-    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
-        p.is_some()
-    })
-    .await
-    .unwrap();
-    controller.wait_health(200, |_| true).await;
 
-    hetzner.set_fault(Some(support::fake_hetzner::Fault::status(503)));
-    controller
+    env.hetzner
+        .set_fault(Some(support::fake_hetzner::Fault::status(503)));
+    env.controller
         .wait_health(503, |b| b["state"] == "failing")
         .await;
-    set_ips(&hetzner, &[]);
-    hetzner.set_fault(None);
-    controller
+    set_ips(&env.hetzner, &[]);
+    env.hetzner.set_fault(None);
+    env.controller
         .wait_health(503, |b| {
             b["last_error"]
                 .as_str()
                 .is_some_and(|e| e.contains("refusing to write an empty pool"))
         })
         .await;
-    let now = api.get(POOL).await.unwrap();
+    let now = env.api.get(POOL).await.unwrap();
     assert_eq!(
         now.metadata.resource_version,
-        created.metadata.resource_version
+        env.created.metadata.resource_version
     );
     assert_eq!(blocks_of(&now), blocks(&["192.0.2.60", "192.0.2.61"]));
 
-    set_ips(&hetzner, &["192.0.2.60", "192.0.2.61"]);
-    controller.wait_health(200, |_| true).await;
+    set_ips(&env.hetzner, &["192.0.2.60", "192.0.2.61"]);
+    env.controller.wait_health(200, |_| true).await;
 }
 
 #[tokio::test]

@@ -414,3 +414,28 @@ async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
         json!([{"cidr": "203.0.113.1/32"}])
     );
 }
+
+#[tokio::test]
+async fn the_configured_request_budget_is_enforced() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(numbered_servers(120));
+    let settings = settings(&hetzner, &[("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "10")]);
+    let client = canada_kaktus::controller::hetzner_client(&settings).unwrap();
+    let kube = FakeKube::new(&["v2"]);
+    let mut reconciler = Reconciler::new(
+        client,
+        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+    );
+    for _ in 0..3 {
+        reconciler.full(&settings).await.unwrap();
+    }
+    let error = reconciler.full(&settings).await.unwrap_err();
+    assert_eq!(error.metric_label(), "budget_exhausted", "{error}");
+    assert_eq!(
+        hetzner.requests(),
+        10,
+        "3 listings of 3 pages, then 1 request of the 4th"
+    );
+    assert_eq!(kube.writes().len(), 1);
+}

@@ -302,3 +302,36 @@ pub async fn wait_cycles(hetzner: &FakeHetzner, n: usize) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A cluster with deploy/ and a pool CRD, a fake Hetzner serving `ips`, and
+/// the controller running until the pool exists and `/health` is 200.
+/// Fields drop in order: the controller stops before the cluster does.
+pub struct Established {
+    pub controller: Controller,
+    pub hetzner: FakeHetzner,
+    pub api: Api<DynamicObject>,
+    /// The pool as the controller first wrote it.
+    pub created: DynamicObject,
+    pub cluster: TestCluster,
+}
+
+/// `None` when the real API server suite is skipped (see [`cluster`]).
+pub async fn established(crd: CrdFixture, ips: &[&str], interval: &str) -> Option<Established> {
+    let cluster = cluster(Some(crd)).await?;
+    let hetzner = hetzner_with(ips).await;
+    let mut controller = Controller::start(&cluster, &hetzner, interval).await;
+    let api = pools(&cluster, crd.preferred_version());
+    let created = wait_pool(&api, Duration::from_secs(30), "pool created", |p| {
+        p.is_some()
+    })
+    .await
+    .expect("the pool exists");
+    controller.wait_health(200, |_| true).await;
+    Some(Established {
+        controller,
+        hetzner,
+        api,
+        created,
+        cluster,
+    })
+}
