@@ -202,7 +202,7 @@ impl PoolClient {
         resource: &ApiResource,
         desired: &DesiredPool,
     ) -> Result<DynamicObject, PoolApiError> {
-        let manifest = desired.manifest(&resource.api_version);
+        let manifest = desired.apply_body(&resource.api_version);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         self.api(resource)
             .patch(&desired.name, &params, &Patch::Apply(&manifest))
