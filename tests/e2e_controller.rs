@@ -296,19 +296,7 @@ async fn scenario_8_the_shipped_role_suffices_and_a_missing_verb_is_reported() {
     };
 
     // Take `patch` away, then give the controller something to write.
-    let out = env.cluster.kubectl(&[
-        "patch",
-        "clusterrole",
-        "canada-kaktus",
-        "--type=json",
-        "-p",
-        r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "watch"]}]"#,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::e2e::revoke_pool_patch(&env.cluster);
     set_ips(&env.hetzner, &["192.0.2.50", "192.0.2.51"]);
     let body = env
         .controller

@@ -666,19 +666,7 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
 
     // 403 on patch: take `patch` away, then give the controller something to write.
     let before = api.get(POOL).await.unwrap();
-    let out = cluster.kubectl(&[
-        "patch",
-        "clusterrole",
-        "canada-kaktus",
-        "--type=json",
-        "-p",
-        r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "watch"]}]"#,
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::e2e::revoke_pool_patch(&cluster);
     support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
     let started = Instant::now();
     let body = controller

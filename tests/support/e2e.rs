@@ -335,3 +335,21 @@ pub async fn established(crd: CrdFixture, ips: &[&str], interval: &str) -> Optio
         cluster,
     })
 }
+
+/// Takes `patch` on the pool away from the shipped ClusterRole (its first
+/// rule), as an operator editing RBAC would; `apply_deploy` restores it.
+pub fn revoke_pool_patch(cluster: &TestCluster) {
+    let out = cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        "canada-kaktus",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "watch"]}]"#,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
