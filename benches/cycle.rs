@@ -141,7 +141,8 @@ fn main() {
         }
     }
     if std::env::var_os(BIN_DIR_ENV).is_none_or(|v| v.is_empty()) {
-        if under_cargo_test {
+        // Under CI a missing prerequisite is a failure, never a skip.
+        if under_cargo_test && std::env::var("CI").as_deref() != Ok("true") {
             println!("cycle benchmark: skipped ({BIN_DIR_ENV} is not set; run scripts/bench)");
             return;
         }
@@ -182,9 +183,7 @@ async fn run(plan: Plan, sizes: &[usize]) {
         binary_bytes
     );
 
-    let cluster = TestCluster::start()
-        .await
-        .expect("the control-plane binaries are available (checked above)");
+    let cluster = TestCluster::start().await;
     cluster.install_crd(CrdFixture::V2).await;
     let hetzner = Arc::new(FakeHetzner::start().await);
     let observer = Observer::start(cluster.admin_client());

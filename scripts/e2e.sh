@@ -14,4 +14,4 @@ echo "e2e: using control-plane binaries from $CANADA_KAKTUS_K8S_BIN_DIR" >&2
 
 # One test at a time: each starts its own kube-apiserver, and the machine has
 # two cores.
-exec cargo test --locked --test 'e2e_*' -- --test-threads=1 "$@"
+exec cargo test --locked --test 'e2e_*' -- --test-threads=1 --include-ignored "$@"

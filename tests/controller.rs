@@ -283,6 +283,78 @@ async fn a_changed_config_file_takes_effect_and_a_broken_one_is_ignored() {
     running.shutdown.cancel();
 }
 
+#[tokio::test]
+async fn a_config_file_that_disappears_or_cannot_be_read_keeps_the_last_good_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, r#"{"LabelSelector": "role=edge"}"#).unwrap();
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(
+        numbered_servers(2)
+            .into_iter()
+            .map(|s| s.with_label("role", "edge"))
+            .collect(),
+    );
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, Some(path.clone())).await;
+    running.wait_health(200).await;
+    assert_eq!(hetzner.last_label_selector().as_deref(), Some("role=edge"));
+
+    // The optional ConfigMap is deleted: the built-in default selector
+    // would pick other servers. The reload is rejected instead.
+    std::fs::remove_file(&path).unwrap();
+    let body = running.wait_body(|b| b["config_error"].is_string()).await;
+    let error = body["config_error"].as_str().unwrap();
+    assert!(error.contains("disappeared"), "{body}");
+    assert!(error.contains(path.to_str().unwrap()), "{body}");
+    let seen = hetzner.requests();
+    wait_for(|| hetzner.requests() > seen + 2).await;
+    assert_eq!(
+        hetzner.last_label_selector().as_deref(),
+        Some("role=edge"),
+        "the last good config stays when the file disappears"
+    );
+
+    // A directory where the file was cannot be read: rejected as well.
+    std::fs::create_dir(&path).unwrap();
+    running
+        .wait_body(|b| {
+            b["config_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("cannot be read"))
+        })
+        .await;
+    let seen = hetzner.requests();
+    wait_for(|| hetzner.requests() > seen + 2).await;
+    assert_eq!(hetzner.last_label_selector().as_deref(), Some("role=edge"));
+    let (status, _) = running.get("/health").await;
+    assert_eq!(status, 200, "a rejected reload does not fail health");
+
+    // The file comes back: it is read again.
+    std::fs::remove_dir(&path).unwrap();
+    std::fs::write(&path, r#"{"LabelSelector": "role=edge,tier"}"#).unwrap();
+    wait_for(|| hetzner.last_label_selector().as_deref() == Some("role=edge,tier")).await;
+    running.wait_body(|b| b["config_error"].is_null()).await;
+    running.shutdown.cancel();
+}
+
+#[tokio::test]
+async fn without_a_config_file_a_missing_one_changes_nothing() {
+    // No --config, no CANADA_KAKTUS_CONFIG and no ./config.json in the
+    // working directory (the crate root): the user never had a file.
+    assert!(!std::path::Path::new(config::DEFAULT_CONFIG_FILE).exists());
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(numbered_servers(2));
+    let kube = FakeKube::new(&["v2"]);
+    let running = start(&hetzner, &kube, None).await;
+    running.wait_health(200).await;
+    let seen = hetzner.requests();
+    wait_for(|| hetzner.requests() > seen + 3).await;
+    let (_, body) = running.get("/health").await;
+    assert!(body["config_error"].is_null(), "{body}");
+    running.shutdown.cancel();
+}
+
 async fn wait_for(mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !condition() {

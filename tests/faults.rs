@@ -85,6 +85,17 @@ fn start(
     options: HetznerOptions,
     cycle_timeout: Duration,
 ) -> Running {
+    start_timed(hetzner, kube, options, cycle_timeout, |_| {})
+}
+
+/// Like `start`, with the loop timings adjusted by `adjust`.
+fn start_timed(
+    hetzner: &FakeHetzner,
+    kube: &FakeKube,
+    options: HetznerOptions,
+    cycle_timeout: Duration,
+    adjust: impl FnOnce(&mut LoopTimings),
+) -> Running {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let env: HashMap<String, String> = HashMap::from([
         ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
@@ -100,6 +111,8 @@ fn start(
         interval_override: Some(Duration::from_millis(100)),
         confirm_delay: Duration::from_millis(100),
     };
+    let mut timings = timings;
+    adjust(&mut timings);
     let health = Arc::new(Health::new(timings.liveness_timeout()));
     let shutdown = CancellationToken::new();
     let controller = Controller {
@@ -321,4 +334,47 @@ async fn a_pool_cilium_marks_as_conflicting_fails_health_and_names_the_problem()
     pool["status"] = json!({"conditions": []});
     kube.insert_pool(POOL, pool);
     running.wait_healthy("conflict resolved").await;
+}
+
+#[tokio::test]
+async fn a_held_removal_whose_write_failed_still_waits_the_confirmation_delay() {
+    let hetzner = hetzner_with(40).await;
+    let kube = FakeKube::new(&["v2"]);
+    // Listings every 100 ms, but a hold may only be confirmed an hour later.
+    let running = start_timed(
+        &hetzner,
+        &kube,
+        quick_options(&hetzner),
+        Duration::from_secs(5),
+        |timings| timings.confirm_delay = Duration::from_secs(3600),
+    );
+    wait_pool(&kube, "the first write", &cidrs(40)).await;
+
+    // 37 of 40 servers vanish while the API server rejects writes: the
+    // cycle holds the removal and its write of the held pool fails.
+    kube.fail_patches(Some(500));
+    hetzner.set_servers(numbered_servers(3));
+    running
+        .wait_failing("the held write fails", &["500"])
+        .await;
+    kube.fail_patches(None);
+
+    // Retries come quickly after a failure; none of them may confirm the
+    // hold before the confirmation delay has passed.
+    let seen = hetzner.requests();
+    let deadline = Instant::now() + DEADLINE;
+    while hetzner.requests() < seen + 5 {
+        assert!(Instant::now() < deadline, "no further listings");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    running
+        .wait("healthy while holding", |healthy, body| {
+            healthy && body["notice"].as_str().is_some_and(|n| n.contains("37 of 40"))
+        })
+        .await;
+    assert_eq!(
+        pool_ips(&kube),
+        cidrs(40),
+        "a listing confirmed the hold before the confirmation delay"
+    );
 }

@@ -613,6 +613,61 @@ async fn next_page_past_the_end_is_an_error_not_a_hang() {
     assert_eq!(fake.requests(), 3);
 }
 
+#[tokio::test]
+async fn a_listing_that_ends_before_last_page_is_an_error_not_a_short_pool() {
+    let fake = fake_with(numbered_servers(120)).await;
+    fake.set_fault(Some(Fault::EndsEarly));
+
+    let error = list(&fake).await.expect_err("page 1 of 3 ended the listing");
+
+    assert!(
+        matches!(error, HetznerError::Pagination { page: 1, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("last_page is 3"), "{error}");
+    assert!(!error.is_retryable());
+    assert_eq!(fake.requests(), 1);
+}
+
+#[tokio::test]
+async fn a_page_with_more_entries_than_per_page_is_an_error() {
+    let fake = fake_with(numbered_servers(120)).await;
+    fake.set_fault(Some(Fault::OversizedPage));
+
+    let error = list(&fake).await.expect_err("51 entries on a page of 50");
+
+    assert!(
+        matches!(error, HetznerError::Pagination { page: 1, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("51 servers"), "{error}");
+}
+
+#[tokio::test]
+async fn total_entries_must_match_what_was_received() {
+    install_crypto();
+    // One page, next_page null, last_page 1, but total_entries says 3.
+    let server = MockServer::start().await;
+    let body = serde_json::json!({
+        "servers": [{"id": 1, "name": "a", "public_net": {"ipv4": {"ip": "192.0.2.1", "blocked": false}}}],
+        "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
+                                "next_page": null, "last_page": 1, "total_entries": 3}}
+    });
+    Mock::given(method("GET"))
+        .and(path("/v1/servers"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(body))
+        .mount(&server)
+        .await;
+    let error = list_with(options(format!("{}/v1", server.uri())), SELECTOR)
+        .await
+        .expect_err("1 of 3 servers received");
+    assert!(
+        matches!(error, HetznerError::Pagination { page: 1, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("total_entries is 3"), "{error}");
+}
+
 async fn paging_server(next_page: Option<u32>, last_page: Option<u32>) -> MockServer {
     let server = MockServer::start().await;
     let body = serde_json::json!({

@@ -339,7 +339,7 @@ impl Model {
                 listing.number
             ));
         }
-        if !removed.is_empty() && removed.len() as f64 / self.pool.len() as f64 > MAX_REMOVAL_RATIO
+        if !removed.is_empty() && removed.len() as f64 / self.pool.len() as f64 >= MAX_REMOVAL_RATIO
         {
             let previous = self.recent.iter().rev().skip(1).find(|l| l.complete);
             match previous {

@@ -2,8 +2,10 @@
 //! end-to-end tests.
 //!
 //! The binaries come from `scripts/k8s-bins.sh`; tests find them through
-//! `CANADA_KAKTUS_K8S_BIN_DIR` and skip (returning early) when it is unset,
-//! so a plain `cargo test` stays fast. `scripts/e2e.sh` sets it.
+//! `CANADA_KAKTUS_K8S_BIN_DIR`. The tests are `#[ignore]`d, so a plain
+//! `cargo test` stays fast and its summary counts them as ignored;
+//! `scripts/test` and `scripts/e2e.sh` set the variable and run them with
+//! `--include-ignored`, and then a missing binary directory is a failure.
 //!
 //! Every [`TestCluster`] has its own etcd, kube-apiserver and temporary
 //! directory; dropping it kills both processes. The processes also die with
@@ -133,13 +135,19 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts a fresh cluster and waits until `/readyz` answers `ok`.
     ///
-    /// Returns `None` (after printing `skipped: ...` to stderr) when
-    /// `CANADA_KAKTUS_K8S_BIN_DIR` is unset. Panics, with the processes'
-    /// log tails, when the cluster does not come up.
-    pub async fn start() -> Option<TestCluster> {
+    /// The tests that call this are `#[ignore]`d, so a plain `cargo test`
+    /// lists them as ignored in its summary; whoever runs them on purpose
+    /// (`--include-ignored`, as scripts/test and scripts/e2e.sh do) gets a
+    /// failure, not a silent pass, when `CANADA_KAKTUS_K8S_BIN_DIR` is unset.
+    /// Panics, with the processes' log tails, when the cluster does not come
+    /// up.
+    pub async fn start() -> TestCluster {
         let Some(bin_dir) = std::env::var_os(BIN_DIR_ENV).filter(|v| !v.is_empty()) else {
-            eprintln!("skipped: {BIN_DIR_ENV} is not set (run scripts/e2e.sh)");
-            return None;
+            panic!(
+                "{BIN_DIR_ENV} is not set: this test needs a real kube-apiserver; run \
+                 scripts/e2e.sh (or scripts/test), or set it to the directory \
+                 scripts/k8s-bins.sh prints"
+            );
         };
         let bin_dir = PathBuf::from(bin_dir);
         for bin in ["etcd", "kube-apiserver", "kubectl"] {
@@ -154,7 +162,7 @@ impl TestCluster {
         let mut last_error = String::new();
         for attempt in 1..=START_ATTEMPTS {
             match Self::try_start(&bin_dir).await {
-                Ok(cluster) => return Some(cluster),
+                Ok(cluster) => return cluster,
                 Err(StartError::PortTaken(msg)) => {
                     eprintln!("test cluster: attempt {attempt} lost a port race, retrying");
                     last_error = msg;

@@ -29,13 +29,13 @@ pub fn repo() -> &'static Path {
 /// A fresh cluster with `deploy/` applied (namespace, ServiceAccount,
 /// ClusterRole and binding, Roles, Deployment, PodDisruptionBudget) and,
 /// optionally, a pool CRD.
-pub async fn cluster(crd: Option<CrdFixture>) -> Option<TestCluster> {
-    let cluster = TestCluster::start().await?;
+pub async fn cluster(crd: Option<CrdFixture>) -> TestCluster {
+    let cluster = TestCluster::start().await;
     if let Some(fixture) = crd {
         cluster.install_crd(fixture).await;
     }
     apply_deploy(&cluster);
-    Some(cluster)
+    cluster
 }
 
 /// `kubectl apply -k deploy/` as the admin (also restores changed RBAC).
@@ -199,10 +199,38 @@ impl Controller {
 
     /// Sends SIGTERM (a graceful shutdown, as the kubelet does).
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// SIGSTOP: the process stops dead, as in a long pause of its node,
+    /// and holds on to whatever it believed (such as being the leader).
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Controller::freeze`].
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
         let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
         // SAFETY: kill(2) with a pid we spawned and still own (not reaped).
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(rc, 0, "kill -TERM {pid}");
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill -{signal} {pid}");
+    }
+
+    /// Waits (30 s at most) until the controller's log contains `needle`.
+    pub async fn wait_log(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.log_text().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "the controller never logged {needle:?}:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// SIGKILL: the process dies without a chance to clean up.
@@ -315,9 +343,9 @@ pub struct Established {
     pub cluster: TestCluster,
 }
 
-/// `None` when the real API server suite is skipped (see [`cluster`]).
-pub async fn established(crd: CrdFixture, ips: &[&str], interval: &str) -> Option<Established> {
-    let cluster = cluster(Some(crd)).await?;
+/// A cluster with the controller running and its pool created.
+pub async fn established(crd: CrdFixture, ips: &[&str], interval: &str) -> Established {
+    let cluster = cluster(Some(crd)).await;
     let hetzner = hetzner_with(ips).await;
     let mut controller = Controller::start(&cluster, &hetzner, interval).await;
     let api = pools(&cluster, crd.preferred_version());
@@ -327,13 +355,13 @@ pub async fn established(crd: CrdFixture, ips: &[&str], interval: &str) -> Optio
     .await
     .expect("the pool exists");
     controller.wait_health(200, |_| true).await;
-    Some(Established {
+    Established {
         controller,
         hetzner,
         api,
         created,
         cluster,
-    })
+    }
 }
 
 /// Takes `patch` on the pool away from the shipped ClusterRole (its first

@@ -120,6 +120,11 @@ pub enum Fault {
     FailPage(u32, u16),
     /// `next_page` always points one page further, also past `last_page`.
     NextPagePastEnd,
+    /// `next_page` is null on every page although `last_page` and
+    /// `total_entries` say there is more: a listing that ends early.
+    EndsEarly,
+    /// The page holds one entry more than its `per_page` says.
+    OversizedPage,
     /// The inner fault for the next N requests, then healthy again.
     Times(u32, Box<Fault>),
 }
@@ -412,7 +417,7 @@ impl Respond for Responder {
                 )
                 .apply(&rate),
             Some(Fault::TruncatedBody) => {
-                let (status, body) = serve(&mut state, &query, request, false);
+                let (status, body) = serve(&mut state, &query, request, Paging::Honest);
                 match body {
                     Body::Json(text) if status == 200 => {
                         let mut cut = text.len() / 2;
@@ -427,7 +432,7 @@ impl Respond for Responder {
                 }
             }
             Some(Fault::Delay(delay)) => {
-                let (status, body) = serve(&mut state, &query, request, false);
+                let (status, body) = serve(&mut state, &query, request, Paging::Honest);
                 body.into_response(status).set_delay(delay).apply(&rate)
             }
             Some(Fault::FailPage(page, status)) if query.page_number() == Some(page) => {
@@ -435,12 +440,20 @@ impl Respond for Responder {
                 error_response(status, code, code.map_or("", message_for), None).apply(&rate)
             }
             Some(Fault::NextPagePastEnd) => {
-                let (status, body) = serve(&mut state, &query, request, true);
+                let (status, body) = serve(&mut state, &query, request, Paging::PastEnd);
+                body.into_response(status).apply(&rate)
+            }
+            Some(Fault::EndsEarly) => {
+                let (status, body) = serve(&mut state, &query, request, Paging::EndsEarly);
+                body.into_response(status).apply(&rate)
+            }
+            Some(Fault::OversizedPage) => {
+                let (status, body) = serve(&mut state, &query, request, Paging::Oversized);
                 body.into_response(status).apply(&rate)
             }
             // Times is resolved by take_fault; FailPage for another page is healthy.
             Some(Fault::FailPage(..)) | Some(Fault::Times(..)) | None => {
-                let (status, body) = serve(&mut state, &query, request, false);
+                let (status, body) = serve(&mut state, &query, request, Paging::Honest);
                 body.into_response(status).apply(&rate)
             }
         }
@@ -503,8 +516,20 @@ impl Body {
     }
 }
 
+/// How `serve` fills in `meta.pagination` and the page's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Paging {
+    Honest,
+    /// `next_page` always points one further.
+    PastEnd,
+    /// `next_page` is always null.
+    EndsEarly,
+    /// One entry more than `per_page` (the first one of the next page).
+    Oversized,
+}
+
 /// The healthy answer: authentication, validation, filtering and paging.
-fn serve(state: &mut FakeState, query: &Query, request: &Request, past_end: bool) -> (u16, Body) {
+fn serve(state: &mut FakeState, query: &Query, request: &Request, paging: Paging) -> (u16, Body) {
     if let Some(expected) = &state.expected_token {
         let sent = request
             .headers
@@ -554,11 +579,16 @@ fn serve(state: &mut FakeState, query: &Query, request: &Request, past_end: bool
         .saturating_sub(1)
         .saturating_mul(per_page)
         .min(total);
-    let end = start.saturating_add(per_page).min(total);
-    let next_page = if past_end || page_index < last_page {
-        Some(page_index + 1)
+    let page_size = if paging == Paging::Oversized {
+        per_page + 1
     } else {
-        None
+        per_page
+    };
+    let end = start.saturating_add(page_size).min(total);
+    let next_page = match paging {
+        Paging::EndsEarly => None,
+        Paging::PastEnd => Some(page_index + 1),
+        Paging::Honest | Paging::Oversized => (page_index < last_page).then_some(page_index + 1),
     };
     let previous_page = (page_index > 1).then(|| page_index - 1);
 
