@@ -34,6 +34,8 @@ struct State {
     resource_version: u64,
     requests: Vec<RecordedRequest>,
     patch_status: Option<u16>,
+    /// Fails only the next PATCH with this status.
+    next_patch_status: Option<u16>,
     /// Events created by the controller, oldest first.
     events: Vec<Value>,
     /// Delete the pool right after serving the next GET of it (a delete
@@ -56,6 +58,7 @@ impl FakeKube {
                 resource_version: 1,
                 requests: Vec::new(),
                 patch_status: None,
+                next_patch_status: None,
                 events: Vec::new(),
                 delete_after_get: false,
             })),
@@ -144,6 +147,11 @@ impl FakeKube {
         self.state.lock().unwrap().patch_status = status;
     }
 
+    /// Makes only the next PATCH fail with this status.
+    pub fn fail_next_patch(&self, status: u16) {
+        self.state.lock().unwrap().next_patch_status = Some(status);
+    }
+
     /// The recorded requests, emptying the record (long runs stay bounded).
     pub fn take_requests(&self) -> Vec<RecordedRequest> {
         std::mem::take(&mut self.state.lock().unwrap().requests)
@@ -194,7 +202,7 @@ impl FakeKube {
                 )
             }
             ("PATCH", ["apis", "cilium.io", version, "ciliumloadbalancerippools", name]) => {
-                if let Some(status) = state.patch_status {
+                if let Some(status) = state.next_patch_status.take().or(state.patch_status) {
                     let code = StatusCode::from_u16(status).unwrap();
                     let reason = match status {
                         403 => "Forbidden",
