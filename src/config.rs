@@ -484,6 +484,25 @@ fn fix_place(path: &Option<PathBuf>) -> &'static str {
 }
 
 impl TokenSource {
+    /// [`TokenSource::read`] for async code: a token file is read on the
+    /// blocking pool, so a slow or hung volume cannot stall the runtime.
+    pub async fn read_async(&self) -> Result<SecretString, TokenError> {
+        match self {
+            TokenSource::Inline(_) => self.read(),
+            TokenSource::File(path) => {
+                let source = self.clone();
+                tokio::task::spawn_blocking(move || source.read())
+                    .await
+                    .unwrap_or_else(|panicked| {
+                        Err(TokenError::Unreadable {
+                            path: path.clone(),
+                            error: std::io::Error::other(panicked.to_string()),
+                        })
+                    })
+            }
+        }
+    }
+
     /// The token, trimmed of surrounding whitespace (Secrets often end in a newline).
     pub fn read(&self) -> Result<SecretString, TokenError> {
         match self {

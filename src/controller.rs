@@ -132,7 +132,7 @@ impl Controller {
         // The file `config::load` reads, watched even while it does not exist
         // (a ConfigMap may be created later).
         let watched_config = config::config_file_path(self.cli_config.as_deref(), &self.env);
-        let mut config_snapshot = std::fs::read(&watched_config).ok();
+        let mut config_snapshot = ConfigFile::read(&watched_config).await;
         let observed = self
             .reconciler
             .hetzner()
@@ -152,6 +152,9 @@ impl Controller {
             self.health.record_standby();
         }
         let mut trigger = Trigger::Interval;
+        // Said once per leadership term: a pool event came before this term
+        // had a successful listing, so there is nothing to repair from.
+        let mut told_no_listing = false;
 
         loop {
             tokio::select! {
@@ -164,6 +167,10 @@ impl Controller {
                     }
                     leading = now;
                     self.metrics.set_leader(now);
+                    // A new term starts from a fresh listing: while we did
+                    // not lead, another replica may have written the pool.
+                    self.reconciler.forget();
+                    told_no_listing = false;
                     if now {
                         next_full = Instant::now();
                         trigger = Trigger::Leadership;
@@ -191,6 +198,8 @@ impl Controller {
                     }
                     self.metrics.full_cycle_started(trigger);
                     trigger = Trigger::Interval;
+                    self.reconciler
+                        .set_confirm_after(self.timings.confirm_delay.min(self.interval()));
                     let started = Instant::now();
                     // Lost leadership mid-cycle: the leader arm takes over.
                     let Some(outcome) = while_leading(&ops.leader, self.cycle(false)).await else { continue };
@@ -237,7 +246,16 @@ impl Controller {
                     if !leading {
                         continue;
                     }
-                    let Some(desired) = self.reconciler.last_desired() else { continue };
+                    let Some(desired) = self.reconciler.last_desired() else {
+                        if !std::mem::replace(&mut told_no_listing, true) {
+                            info!(
+                                deleted = event.is_none(),
+                                "the pool changed, but this leadership term has no successful \
+                                 Hetzner listing yet; it is repaired after the next listing succeeds"
+                            );
+                        }
+                        continue;
+                    };
                     if pending_repair.is_none() && event_needs_repair(event.as_ref(), desired, known_conflict) {
                         debug!(deleted = event.is_none(), "pool changed by someone else; repairing");
                         pending_repair = Some(Instant::now() + self.timings.debounce);
@@ -245,15 +263,23 @@ impl Controller {
                 }
                 _ = heartbeat.tick() => self.health.heartbeat(),
                 _ = config_poll.tick() => {
-                    let current = std::fs::read(&watched_config).ok();
+                    let current = ConfigFile::read(&watched_config).await;
                     if current != config_snapshot {
                         config_snapshot = current;
-                        let reloaded = self.reload_config(&watched_config);
+                        let reloaded = match self.unusable_config_file(&config_snapshot, &watched_config) {
+                            Some(problem) => {
+                                error!(path = %watched_config.display(), error = %problem, "config reload rejected; keeping the previous config");
+                                self.health.record_config_reload(Some(problem));
+                                false
+                            }
+                            None => self.reload_config(&watched_config).await,
+                        };
                         self.metrics.config_reloaded(reloaded);
                         if reloaded {
                             self.metrics.set_interval(self.interval());
                             next_full = Instant::now();
                             trigger = Trigger::Config;
+                            told_no_listing = false;
                         }
                     }
                 }
@@ -360,10 +386,40 @@ impl Controller {
         *current = Some(PoolWatch { key, task });
     }
 
-    /// Loads the config again; a valid change takes effect at once, an
-    /// invalid one is logged and the last good config stays in force.
-    fn reload_config(&mut self, path: &std::path::Path) -> bool {
-        match config::load(self.cli_config.as_deref(), &self.env) {
+    /// Why the config file as it is now cannot replace the running config:
+    /// it cannot be read, or it disappeared although the running config came
+    /// from it (a deleted optional ConfigMap must not silently bring back the
+    /// built-in defaults, such as the default label selector).
+    fn unusable_config_file(&self, file: &ConfigFile, path: &std::path::Path) -> Option<String> {
+        match file {
+            ConfigFile::Unreadable(reason) => Some(format!(
+                "config file {} cannot be read ({reason}); fix its permissions or the volume",
+                path.display()
+            )),
+            ConfigFile::Missing if self.settings.config_file.is_some() => Some(format!(
+                "config file {} disappeared; the configuration read from it stays in force \
+                 (restore the file, or restart to run without it)",
+                path.display()
+            )),
+            ConfigFile::Missing | ConfigFile::Present(_) => None,
+        }
+    }
+
+    /// Loads the config again (off the async runtime: a slow volume must
+    /// not stall the loop); a valid change takes effect at once, an invalid
+    /// one is logged and the last good config stays in force.
+    async fn reload_config(&mut self, path: &std::path::Path) -> bool {
+        let cli_config = self.cli_config.clone();
+        let env = self.env.clone();
+        let loaded = tokio::task::spawn_blocking(move || config::load(cli_config.as_deref(), &env))
+            .await
+            .unwrap_or_else(|panicked| {
+                Err(config::ConfigErrors(vec![config::ConfigProblem {
+                    setting: None,
+                    message: format!("loading the config failed: {panicked}"),
+                }]))
+            });
+        match loaded {
             Ok(new) => {
                 if new.log_format != self.settings.log_format {
                     warn!(
@@ -421,6 +477,11 @@ impl Controller {
                 self.log.set_level(new.log_level);
                 self.health.record_config_reload(None);
                 info!(path = %path.display(), "configuration reloaded");
+                if changes_what_a_listing_means(&self.settings, &new) {
+                    // A hold or a pool rendered under the old selector or
+                    // template must not be confirmed or re-applied.
+                    self.reconciler.forget();
+                }
                 self.settings = Arc::new(new);
                 true
             }
@@ -431,6 +492,38 @@ impl Controller {
             }
         }
     }
+}
+
+/// The config file as the poll last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ConfigFile {
+    Missing,
+    /// It exists but could not be read (permissions, I/O error, a directory).
+    Unreadable(String),
+    Present(Vec<u8>),
+}
+
+impl ConfigFile {
+    /// Reads the file off the async runtime (tokio's file I/O runs on the
+    /// blocking pool).
+    async fn read(path: &std::path::Path) -> Self {
+        match tokio::fs::read(path).await {
+            Ok(bytes) => ConfigFile::Present(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ConfigFile::Missing,
+            Err(e) => ConfigFile::Unreadable(e.to_string()),
+        }
+    }
+}
+
+/// Whether a reload changes which servers a listing selects or what pool it
+/// renders, so that what was listed or held before no longer applies.
+fn changes_what_a_listing_means(old: &Settings, new: &Settings) -> bool {
+    old.label_selector != new.label_selector
+        || old.pool_name != new.pool_name
+        || old.pool_annotations != new.pool_annotations
+        || old.pool_labels != new.pool_labels
+        || old.pool_service_selector != new.pool_service_selector
+        || old.guards != new.guards
 }
 
 fn log_report(report: &CycleReport, duration: Duration) {

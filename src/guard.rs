@@ -4,6 +4,9 @@
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::config::BlockedAddresses;
 use crate::hetzner::ServerAddress;
@@ -67,6 +70,10 @@ pub struct HeldRemoval {
     pub addresses: BTreeSet<Ipv4Addr>,
     /// Addresses in the pool when the removal was first seen.
     pub pool_size: usize,
+    /// When the removal was first held; only a listing at least the
+    /// confirmation delay later may confirm it, whatever happened between
+    /// (a failed write, a retry after a failed cycle).
+    pub since: Instant,
 }
 
 impl HeldRemoval {
@@ -95,34 +102,46 @@ pub enum ShrinkVerdict {
 }
 
 /// The shrink guard. `live` is what the pool holds now, `listed` what the
-/// complete listing wants, `held` the removal a previous cycle held (if any).
+/// complete listing wants, `held` the removal a previous cycle held (if any),
+/// `now` the time of this listing and `confirm_after` how long a hold must
+/// wait before a listing may confirm it.
 ///
-/// A removal larger than `max_ratio` of the live pool is held once; when the
-/// next listing asks for exactly the same removal it is confirmed. A listing
-/// that changes its mind (more or fewer removals) starts a new hold, so a
-/// flapping or partial API answer never shrinks the pool.
+/// A removal of `max_ratio` of the live pool or more is held (the boundary
+/// holds: with the default 0.5, one of two servers going away is held too);
+/// a `max_ratio` of 1 or more turns the guard off. When a listing at least
+/// `confirm_after` after the hold asks for exactly the same removal, it is
+/// confirmed; an earlier one keeps holding. A listing that changes its mind
+/// (more or fewer removals) starts a new hold, so a flapping or partial API
+/// answer never shrinks the pool.
 pub fn shrink_guard(
     live: &BTreeSet<Ipv4Addr>,
     listed: &[Ipv4Addr],
     max_ratio: f64,
     held: Option<&HeldRemoval>,
+    now: Instant,
+    confirm_after: Duration,
 ) -> ShrinkVerdict {
     let wanted: BTreeSet<Ipv4Addr> = listed.iter().copied().collect();
     let removing: BTreeSet<Ipv4Addr> = live.difference(&wanted).copied().collect();
-    if live.is_empty() || removing.is_empty() {
+    if live.is_empty() || removing.is_empty() || max_ratio >= 1.0 {
         return ShrinkVerdict::Proceed;
     }
     let share = removing.len() as f64 / live.len() as f64;
-    if share <= max_ratio {
+    if share < max_ratio {
         return ShrinkVerdict::Proceed;
     }
     match held {
         Some(previous) if previous.addresses == removing => {
-            ShrinkVerdict::Confirmed(previous.clone())
+            if now.saturating_duration_since(previous.since) >= confirm_after {
+                ShrinkVerdict::Confirmed(previous.clone())
+            } else {
+                ShrinkVerdict::Hold(previous.clone())
+            }
         }
         _ => ShrinkVerdict::Hold(HeldRemoval {
             addresses: removing,
             pool_size: live.len(),
+            since: now,
         }),
     }
 }
@@ -138,6 +157,61 @@ mod tests {
 
     fn set(v: &[Ipv4Addr]) -> BTreeSet<Ipv4Addr> {
         v.iter().copied().collect()
+    }
+
+    fn now() -> Instant {
+        Instant::now()
+    }
+
+    #[test]
+    fn a_removal_of_exactly_the_ratio_is_held() {
+        let live = set(&ips(1..=10));
+        assert!(matches!(
+            shrink_guard(&live, &ips(1..=5), 0.5, None, now(), Duration::ZERO),
+            ShrinkVerdict::Hold(_)
+        ));
+        // One of two servers going away is half the pool: held too.
+        assert!(matches!(
+            shrink_guard(
+                &set(&ips(1..=2)),
+                &ips(1..=1),
+                0.5,
+                None,
+                now(),
+                Duration::ZERO
+            ),
+            ShrinkVerdict::Hold(_)
+        ));
+        // Even a complete replacement is not held when the guard is off.
+        assert_eq!(
+            shrink_guard(&live, &ips(11..=12), 1.0, None, now(), Duration::ZERO),
+            ShrinkVerdict::Proceed
+        );
+    }
+
+    #[test]
+    fn a_hold_is_confirmed_only_after_the_confirmation_delay() {
+        let live = set(&ips(1..=10));
+        let listed = ips(1..=2);
+        let start = now();
+        let delay = Duration::from_secs(60);
+        let ShrinkVerdict::Hold(held) = shrink_guard(&live, &listed, 0.5, None, start, delay)
+        else {
+            panic!("held");
+        };
+        assert_eq!(held.since, start);
+        // A retry a second later (say, after the held write failed) lists
+        // the same removal: still held, with the original start.
+        let early = start + Duration::from_secs(1);
+        assert_eq!(
+            shrink_guard(&live, &listed, 0.5, Some(&held), early, delay),
+            ShrinkVerdict::Hold(held.clone())
+        );
+        let later = start + delay;
+        assert_eq!(
+            shrink_guard(&live, &listed, 0.5, Some(&held), later, delay),
+            ShrinkVerdict::Confirmed(held.clone())
+        );
     }
 
     #[test]
@@ -166,15 +240,22 @@ mod tests {
     fn small_removals_and_additions_proceed() {
         let live = set(&ips(1..=10));
         assert_eq!(
-            shrink_guard(&live, &ips(1..=5), 0.5, None),
+            shrink_guard(&live, &ips(1..=6), 0.5, None, now(), Duration::ZERO),
             ShrinkVerdict::Proceed
         );
         assert_eq!(
-            shrink_guard(&live, &ips(1..=20), 0.5, None),
+            shrink_guard(&live, &ips(1..=20), 0.5, None, now(), Duration::ZERO),
             ShrinkVerdict::Proceed
         );
         assert_eq!(
-            shrink_guard(&BTreeSet::new(), &ips(1..=3), 0.0, None),
+            shrink_guard(
+                &BTreeSet::new(),
+                &ips(1..=3),
+                0.0,
+                None,
+                now(),
+                Duration::ZERO
+            ),
             ShrinkVerdict::Proceed
         );
     }
@@ -183,14 +264,16 @@ mod tests {
     fn a_large_drop_is_held_then_confirmed_by_the_next_listing() {
         let live = set(&ips(1..=40));
         let listed = ips(1..=3);
-        let ShrinkVerdict::Hold(held) = shrink_guard(&live, &listed, 0.5, None) else {
+        let ShrinkVerdict::Hold(held) =
+            shrink_guard(&live, &listed, 0.5, None, now(), Duration::ZERO)
+        else {
             panic!("a drop from 40 to 3 must be held");
         };
         assert_eq!(held.addresses, set(&ips(4..=40)));
         assert_eq!(held.pool_size, 40);
         assert!(held.describe().contains("37 of 40"));
         assert_eq!(
-            shrink_guard(&live, &listed, 0.5, Some(&held)),
+            shrink_guard(&live, &listed, 0.5, Some(&held), now(), Duration::ZERO),
             ShrinkVerdict::Confirmed(held.clone())
         );
     }
@@ -198,10 +281,13 @@ mod tests {
     #[test]
     fn a_listing_that_changes_its_mind_starts_a_new_hold() {
         let live = set(&ips(1..=40));
-        let ShrinkVerdict::Hold(first) = shrink_guard(&live, &ips(1..=3), 0.5, None) else {
+        let ShrinkVerdict::Hold(first) =
+            shrink_guard(&live, &ips(1..=3), 0.5, None, now(), Duration::ZERO)
+        else {
             panic!("held");
         };
-        let ShrinkVerdict::Hold(second) = shrink_guard(&live, &ips(1..=5), 0.5, Some(&first))
+        let ShrinkVerdict::Hold(second) =
+            shrink_guard(&live, &ips(1..=5), 0.5, Some(&first), now(), Duration::ZERO)
         else {
             panic!("a different removal is held again, not confirmed");
         };
@@ -212,11 +298,11 @@ mod tests {
     fn the_ratio_bounds_turn_the_guard_fully_on_or_off() {
         let live = set(&ips(1..=10));
         assert!(matches!(
-            shrink_guard(&live, &ips(1..=9), 0.0, None),
+            shrink_guard(&live, &ips(1..=9), 0.0, None, now(), Duration::ZERO),
             ShrinkVerdict::Hold(_)
         ));
         assert_eq!(
-            shrink_guard(&live, &ips(1..=1), 1.0, None),
+            shrink_guard(&live, &ips(1..=1), 1.0, None, now(), Duration::ZERO),
             ShrinkVerdict::Proceed
         );
     }

@@ -562,6 +562,7 @@ impl HetznerClient {
         let authorization = bearer(token)?;
         let mut listing = ServerListing::default();
         let mut seen = HashSet::new();
+        let mut paging = PagingCheck::default();
         let mut page: u32 = 1;
         loop {
             let response = self
@@ -573,10 +574,14 @@ impl HetznerClient {
             }
             let decoded = decode_page(page, &response.body)?;
             let pagination = decoded.meta.pagination;
+            paging.page(page, &pagination, decoded.servers.len())?;
             absorb_servers(decoded.servers, &mut listing, &mut seen);
             match next_page(page, &pagination, listing.pages)? {
                 Some(next) => page = next,
-                None => break,
+                None => {
+                    paging.end(page, &pagination)?;
+                    break;
+                }
             }
         }
         tracing::debug!(
@@ -966,9 +971,79 @@ struct Meta {
 #[derive(Deserialize)]
 struct Pagination {
     #[serde(default)]
+    per_page: Option<u32>,
+    #[serde(default)]
     next_page: Option<u32>,
     #[serde(default)]
     last_page: Option<u32>,
+    #[serde(default)]
+    total_entries: Option<u64>,
+}
+
+/// Checks a listing's pages against what `meta.pagination` promises, so a
+/// listing that ends early (a `next_page` of null, or missing, before
+/// `last_page`), a page larger than its `per_page`, or a `total_entries` that
+/// does not match the entries received fails instead of passing as complete.
+/// `last_page` and `total_entries` may be null; then only the rest is checked.
+#[derive(Debug, Default)]
+struct PagingCheck {
+    /// Entries received on all pages so far (duplicates included).
+    received: u64,
+    /// `total_entries` of the first page that sent one.
+    total_entries: Option<u64>,
+}
+
+impl PagingCheck {
+    fn page(
+        &mut self,
+        page: u32,
+        pagination: &Pagination,
+        entries: usize,
+    ) -> Result<(), HetznerError> {
+        let inconsistent = |reason: String| HetznerError::Pagination { page, reason };
+        // We ask for PER_PAGE; a page may announce less, never more.
+        let per_page = pagination.per_page.unwrap_or(PER_PAGE).min(PER_PAGE);
+        if entries > per_page as usize {
+            return Err(inconsistent(format!(
+                "the page holds {entries} servers but per_page is {per_page}"
+            )));
+        }
+        self.received += entries as u64;
+        if let Some(total) = pagination.total_entries {
+            match self.total_entries {
+                // Servers were created or deleted while we paged: the pages
+                // no longer fit together, so the listing is not a snapshot.
+                Some(first) if first != total => {
+                    return Err(inconsistent(format!(
+                        "total_entries changed from {first} to {total} while paging"
+                    )))
+                }
+                _ => self.total_entries = Some(total),
+            }
+        }
+        Ok(())
+    }
+
+    /// Called on the page that ends the listing.
+    fn end(&self, page: u32, pagination: &Pagination) -> Result<(), HetznerError> {
+        let inconsistent = |reason: String| HetznerError::Pagination { page, reason };
+        if let Some(last) = pagination.last_page {
+            if page != last.max(1) {
+                return Err(inconsistent(format!(
+                    "the listing ended at page {page} (next_page is null) but last_page is {last}"
+                )));
+            }
+        }
+        if let Some(total) = self.total_entries {
+            if self.received != total {
+                return Err(inconsistent(format!(
+                    "received {} servers but total_entries is {total}",
+                    self.received
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Deserialize)]
@@ -1011,6 +1086,7 @@ pub fn parse_servers_page(
 ) -> Result<(ServerListing, Option<u32>), HetznerError> {
     let decoded = decode_page(page, body)?;
     let mut listing = ServerListing::default();
+    PagingCheck::default().page(page, &decoded.meta.pagination, decoded.servers.len())?;
     absorb_servers(decoded.servers, &mut listing, &mut HashSet::new());
     let next = next_page(page, &decoded.meta.pagination, 1)?;
     Ok((listing, next))
@@ -1507,8 +1583,10 @@ mod tests {
     #[test]
     fn paging_must_advance_one_page_at_a_time() {
         let pagination = |next_page, last_page| Pagination {
+            per_page: None,
             next_page,
             last_page,
+            total_entries: None,
         };
         assert_eq!(next_page(1, &pagination(None, Some(1)), 1).unwrap(), None);
         assert_eq!(

@@ -1,6 +1,9 @@
 //! One reconcile: Hetzner listing → desired pool → guards → apply if changed.
 
 use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
@@ -121,7 +124,7 @@ pub async fn desired_from_hetzner(
     hetzner: &HetznerClient,
     settings: &Settings,
 ) -> Result<(DesiredPool, ListingSummary), ReconcileError> {
-    let token = settings.token.read()?;
+    let token = settings.token.read_async().await?;
     let listing = hetzner
         .list_servers(&token, &settings.label_selector.to_string())
         .await?;
@@ -152,16 +155,36 @@ pub struct Reconciler {
     last_desired: Option<DesiredPool>,
     /// The removal the shrink guard is holding, awaiting confirmation.
     held: Option<HeldRemoval>,
+    /// How long a held removal waits before a listing may confirm it.
+    confirm_after: Duration,
 }
 
 impl Reconciler {
+    /// A reconciler with no listing yet; held removals may be confirmed by
+    /// the next listing at once until [`Reconciler::set_confirm_after`] says
+    /// otherwise (the controller loop does).
     pub fn new(hetzner: HetznerClient, pools: PoolClient) -> Self {
         Self {
             hetzner,
             pools,
             last_desired: None,
             held: None,
+            confirm_after: Duration::ZERO,
         }
+    }
+
+    pub fn set_confirm_after(&mut self, confirm_after: Duration) {
+        self.confirm_after = confirm_after;
+    }
+
+    /// Forgets the last listing and any held removal. Called when a
+    /// leadership term begins or ends, and when the configuration changes
+    /// what a listing means (selector, pool template, guard): another leader
+    /// may have written since, so nothing from before may be re-applied or
+    /// confirm a removal. The next write needs a fresh, successful listing.
+    pub fn forget(&mut self) {
+        self.last_desired = None;
+        self.held = None;
     }
 
     pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
@@ -198,6 +221,8 @@ impl Reconciler {
             &listed.addresses,
             settings.guards.max_removal_ratio,
             self.held.as_ref(),
+            Instant::now(),
+            self.confirm_after,
         );
         let (desired, held, confirmed) = match verdict {
             ShrinkVerdict::Proceed => (listed, None, None),

@@ -483,7 +483,9 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
     b.kill();
     wait_leaders(&a, &b, (1.0, 0.0), Duration::from_secs(15)).await;
     a.wait_health(503, |body| {
-        body["last_error"].as_str().is_some_and(|e| e.contains("503"))
+        body["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503"))
     })
     .await;
 
@@ -493,9 +495,13 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
         field_manager: Some("kubectl-edit".into()),
         ..Default::default()
     };
-    api.patch(POOL, &edit, &Patch::Merge(json!({"spec": {"blocks": blocks(&z)}})))
-        .await
-        .unwrap();
+    api.patch(
+        POOL,
+        &edit,
+        &Patch::Merge(json!({"spec": {"blocks": blocks(&z)}})),
+    )
+    .await
+    .unwrap();
     a.wait_log("this leadership term has no successful Hetzner listing yet")
         .await;
     assert_eq!(
@@ -506,9 +512,12 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
 
     // Once a listing succeeds, a writes what it lists now.
     hetzner_a.set_fault(None);
-    wait_pool(&api, Duration::from_secs(20), "a writes a fresh listing", |p| {
-        p.is_some_and(|p| blocks_of(p) == blocks(&x))
-    })
+    wait_pool(
+        &api,
+        Duration::from_secs(20),
+        "a writes a fresh listing",
+        |p| p.is_some_and(|p| blocks_of(p) == blocks(&x)),
+    )
     .await;
     watch_task.abort();
     let history = history.lock().unwrap().clone();

@@ -403,7 +403,9 @@ async fn a_held_removal_whose_write_failed_still_waits_the_confirmation_delay() 
     );
     let body = running.wait_healthy("holding").await;
     assert!(
-        body["notice"].as_str().is_some_and(|n| n.contains("37 of 40")),
+        body["notice"]
+            .as_str()
+            .is_some_and(|n| n.contains("37 of 40")),
         "{body}"
     );
 }

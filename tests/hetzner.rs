@@ -618,7 +618,9 @@ async fn a_listing_that_ends_before_last_page_is_an_error_not_a_short_pool() {
     let fake = fake_with(numbered_servers(120)).await;
     fake.set_fault(Some(Fault::EndsEarly));
 
-    let error = list(&fake).await.expect_err("page 1 of 3 ended the listing");
+    let error = list(&fake)
+        .await
+        .expect_err("page 1 of 3 ended the listing");
 
     assert!(
         matches!(error, HetznerError::Pagination { page: 1, .. }),
