@@ -154,3 +154,78 @@ async fn output_requires_dry_run() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("--dry-run"));
 }
+
+/// Like `run`, but kills the binary if it has not exited after `limit`
+/// (then `None`): a guard against a hang, not a measurement.
+async fn run_bounded(
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> Option<Output> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .current_dir(dir.path())
+        .env_clear()
+        .env("HOME", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let pid = child.id();
+    let waited = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return Some(child.wait_with_output().unwrap());
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    });
+    let out = waited.await.unwrap();
+    if out.is_none() {
+        eprintln!("pid {pid} did not exit within {limit:?}; killed");
+    }
+    out
+}
+
+#[tokio::test]
+async fn dry_run_against_a_stalled_api_fails_after_one_retry_naming_the_timeout() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(vec![FakeServer::new(1, "192.0.2.1")]);
+    hetzner.set_fault(Some(support::fake_hetzner::Fault::Delay(
+        std::time::Duration::from_secs(3600),
+    )));
+    let endpoint = hetzner.endpoint();
+    let out = run_bounded(
+        &["--dry-run"],
+        &[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+            ("CANADA_KAKTUS_HCLOUD_ENDPOINT", &endpoint),
+            ("CANADA_KAKTUS_HCLOUD_TIMEOUT", "1s"),
+            ("CANADA_KAKTUS_LOG_FORMAT", "text"),
+        ],
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .expect("--dry-run against a stalled API must give up on its own");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("timed out"), "{stderr}");
+    assert!(stderr.contains("CANADA_KAKTUS_HCLOUD_TIMEOUT"), "{stderr}");
+    assert_eq!(
+        hetzner.requests(),
+        2,
+        "a timed-out request is retried once: {stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing is printed on failure");
+}

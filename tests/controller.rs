@@ -355,6 +355,49 @@ async fn without_a_config_file_a_missing_one_changes_nothing() {
     running.shutdown.cancel();
 }
 
+#[tokio::test]
+async fn a_reload_never_moves_the_token_to_another_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(
+        numbered_servers(2)
+            .into_iter()
+            .map(|s| s.with_label("role", "a").with_label("tier", "b"))
+            .collect(),
+    );
+    let elsewhere = FakeHetzner::start().await;
+    elsewhere.set_servers(numbered_servers(2));
+    let config = serde_json::json!({"LabelSelector": "role=a", "HcloudEndpoint": hetzner.endpoint()});
+    std::fs::write(&path, config.to_string()).unwrap();
+    let kube = FakeKube::new(&["v2"]);
+    // The endpoint comes from the file alone (an empty variable is unset).
+    let running = start_with(
+        &hetzner,
+        &kube,
+        Some(path.clone()),
+        &[("CANADA_KAKTUS_HCLOUD_ENDPOINT", "")],
+    )
+    .await;
+    running.wait_health(200).await;
+
+    // Whoever can edit the ConfigMap points the endpoint elsewhere (and
+    // changes the selector, which does take effect).
+    let staged = dir.path().join("config.json.new");
+    let config = serde_json::json!({"LabelSelector": "tier=b", "HcloudEndpoint": elsewhere.endpoint()});
+    std::fs::write(&staged, config.to_string()).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    wait_for(|| hetzner.last_label_selector().as_deref() == Some("tier=b")).await;
+    let seen = hetzner.requests();
+    wait_for(|| hetzner.requests() > seen + 2).await;
+    assert_eq!(
+        elsewhere.requests(),
+        0,
+        "a reload sent the token to another endpoint"
+    );
+    running.shutdown.cancel();
+}
+
 async fn wait_for(mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !condition() {

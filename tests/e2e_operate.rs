@@ -502,13 +502,26 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
     )
     .await
     .unwrap();
-    a.wait_log("this leadership term has no successful Hetzner listing yet")
-        .await;
-    assert_eq!(
-        blocks_of(&api.get(POOL).await.unwrap()),
-        blocks(&z),
-        "a re-applied the pool of its previous term"
-    );
+    // Whichever comes first: a says it waits for a listing, or the pool
+    // changes (a repair from the old term).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let live = blocks_of(&api.get(POOL).await.unwrap());
+        assert_eq!(
+            live,
+            blocks(&z),
+            "a re-applied the pool of its previous term:\n{}",
+            a.log_text()
+        );
+        if a
+            .log_text()
+            .contains("this leadership term has no successful Hetzner listing yet")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a never handled the pool event");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // Once a listing succeeds, a writes what it lists now.
     hetzner_a.set_fault(None);

@@ -670,6 +670,80 @@ async fn total_entries_must_match_what_was_received() {
     assert!(error.to_string().contains("total_entries is 3"), "{error}");
 }
 
+#[tokio::test]
+async fn remaining_zero_on_a_successful_answer_waits_for_one_request_not_the_full_reset() {
+    use wiremock::matchers::query_param;
+    install_crypto();
+    let server = MockServer::start().await;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let page = |page: u32, next: Option<u32>, ip: &str| {
+        serde_json::json!({
+            "servers": [{"id": page, "name": format!("s{page}"),
+                         "public_net": {"ipv4": {"ip": ip, "blocked": false}}}],
+            "meta": {"pagination": {"page": page, "per_page": 50, "previous_page": null,
+                                    "next_page": next, "last_page": 2, "total_entries": 2}}
+        })
+    };
+    // Page 1 spends the last request; the bucket is full again in an hour,
+    // but one request is back within a second (Hetzner refills 1/s).
+    Mock::given(method("GET"))
+        .and(path("/v1/servers"))
+        .and(query_param("page", "1"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(page(1, Some(2), "192.0.2.1"))
+                .insert_header("RateLimit-Limit", "3600")
+                .insert_header("RateLimit-Remaining", "0")
+                .insert_header("RateLimit-Reset", (now + 3600).to_string().as_str()),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/v1/servers"))
+        .and(query_param("page", "2"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(page(2, None, "192.0.2.2")))
+        .mount(&server)
+        .await;
+    let listing = list_with(options(format!("{}/v1", server.uri())), SELECTOR)
+        .await
+        .expect("the second page is fetched once one request is available again");
+    assert_eq!(listing.servers.len(), 2);
+    assert_eq!(listing.requests, 2);
+    assert!(
+        listing.throttled <= Duration::from_secs(2),
+        "waited {:?}, more than one request's refill",
+        listing.throttled
+    );
+}
+
+#[tokio::test]
+async fn an_echoed_token_never_reaches_an_error_message() {
+    install_crypto();
+    let server = MockServer::start().await;
+    let body = serde_json::json!({"error": {
+        "code": "forbidden",
+        "message": format!("token {TOKEN} may not do this"),
+        "details": {"fields": [{"name": "label_selector", "messages": [format!("bad {TOKEN}")]}]}
+    }});
+    for status in [403u16, 422, 500] {
+        server.reset().await;
+        let mut body = body.clone();
+        if status == 422 {
+            body["error"]["code"] = serde_json::json!("invalid_input");
+        }
+        Mock::given(method("GET"))
+            .respond_with(ResponseTemplate::new(status).set_body_json(body))
+            .mount(&server)
+            .await;
+        let mut options = options(format!("{}/v1", server.uri()));
+        options.retry.max_retries = 0;
+        let error = list_with(options, SELECTOR).await.expect_err("an error status");
+        let text = error.to_string();
+        assert!(!text.contains(TOKEN), "{status}: the token leaked: {text}");
+        assert!(text.contains("may not do this") || text.contains("HTTP 500") || text.contains("bad"), "{text}");
+    }
+}
+
 async fn paging_server(next_page: Option<u32>, last_page: Option<u32>) -> MockServer {
     let server = MockServer::start().await;
     let body = serde_json::json!({

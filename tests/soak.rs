@@ -177,11 +177,14 @@ impl Model {
         } else {
             None
         };
-        // NextPagePastEnd on a page before the last is a correct answer; any
-        // other fault, or that one on the last page, fails this request.
+        // NextPagePastEnd on a page before the last is a correct answer;
+        // EndsEarly and OversizedPage on the last page are too (it ends there
+        // and has no further entry to add); any other fault, or those on
+        // other pages, fails this request.
         let fails = match &fault {
             None => false,
             Some((_, Fault::NextPagePastEnd)) => page >= self.pages,
+            Some((_, Fault::EndsEarly | Fault::OversizedPage)) => page < self.pages,
             Some(_) => true,
         };
         if let Some((name, fault)) = fault {
@@ -269,7 +272,9 @@ impl Model {
             232 => ("429+reset", Fault::rate_limited(unix_now() + 1)),
             233..=280 => ("malformed_json", Fault::MalformedJson),
             281..=328 => ("truncated_body", Fault::TruncatedBody),
-            329..=368 => ("next_page_past_end", Fault::NextPagePastEnd),
+            329..=348 => ("next_page_past_end", Fault::NextPagePastEnd),
+            349..=358 => ("ends_early", Fault::EndsEarly),
+            359..=368 => ("oversized_page", Fault::OversizedPage),
             369..=388 => ("409_conflict", Fault::status(409)),
             // Longer than the request timeout (150 ms).
             _ => ("stall", Fault::Delay(Duration::from_millis(250))),

@@ -220,19 +220,6 @@ impl Controller {
         assert_eq!(rc, 0, "kill -{signal} {pid}");
     }
 
-    /// Waits (30 s at most) until the controller's log contains `needle`.
-    pub async fn wait_log(&self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.log_text().contains(needle) {
-            assert!(
-                Instant::now() < deadline,
-                "the controller never logged {needle:?}:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     /// SIGKILL: the process dies without a chance to clean up.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
