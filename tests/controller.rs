@@ -398,6 +398,43 @@ async fn a_reload_never_moves_the_token_to_another_endpoint() {
     running.shutdown.cancel();
 }
 
+#[tokio::test]
+async fn the_http_server_stops_on_shutdown_even_with_a_stuck_scraper() {
+    use tokio::io::AsyncWriteExt;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(http::serve(
+        listener,
+        http::router(
+            Arc::new(Health::new(Duration::from_secs(60))),
+            Arc::new(Metrics::new()),
+        ),
+        shutdown.clone().cancelled_owned(),
+    ));
+    // A scraper that sends half a request and then nothing.
+    let mut stuck = tokio::net::TcpStream::connect(address).await.unwrap();
+    stuck
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: scraper\r\n")
+        .await
+        .unwrap();
+    // A complete request on another connection proves the server has read
+    // from its connections (and so knows the stuck one) before shutdown.
+    let ok = reqwest::get(format!("http://{address}/livez")).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    shutdown.cancel();
+    // A guard against a hang, not a measurement: the server gives open
+    // connections a short grace and then stops.
+    let stopped = tokio::time::timeout(Duration::from_secs(10), server).await;
+    assert!(
+        stopped.is_ok(),
+        "the HTTP server still waits for the stuck connection"
+    );
+    stopped.unwrap().unwrap().unwrap();
+    drop(stuck);
+}
+
 async fn wait_for(mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !condition() {
