@@ -57,14 +57,23 @@ impl RequestBudget {
 }
 
 /// How long Hetzner's own headers say to wait before the next request:
-/// nothing while requests remain, until the reset when none do.
+/// nothing while requests remain; when none do, until one request has been
+/// refilled. `RateLimit-Reset` is when the budget is *full* again (up to an
+/// hour away), but Hetzner refills it evenly, `RateLimit-Limit` per hour, so
+/// one request is back after `3600 / limit` seconds (one second at 3600/h),
+/// or at the reset if that comes sooner.
 pub fn rate_limit_wait(last: Option<&RateLimit>, now_unix: u64) -> Option<Duration> {
     let last = last?;
     if last.remaining != Some(0) {
         return None;
     }
     let reset = last.reset?;
-    (reset > now_unix).then(|| Duration::from_secs(reset - now_unix))
+    if reset <= now_unix {
+        return None;
+    }
+    let per_hour = last.limit.filter(|limit| *limit > 0).unwrap_or(3600);
+    let one_request = Duration::from_secs_f64(3600.0 / per_hour as f64);
+    Some(Duration::from_secs(reset - now_unix).min(one_request))
 }
 
 #[cfg(test)]
@@ -102,9 +111,23 @@ mod tests {
             remaining: Some(0),
             reset: Some(1_000_030),
         };
+        // Full again in 30 s, but one request is back after 1 s.
         assert_eq!(
             rate_limit_wait(Some(&exhausted), 1_000_000),
-            Some(Duration::from_secs(30))
+            Some(Duration::from_secs(1))
+        );
+        let slow = RateLimit {
+            limit: Some(360),
+            reset: Some(1_003_600),
+            ..exhausted
+        };
+        assert_eq!(
+            rate_limit_wait(Some(&slow), 1_000_000),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            rate_limit_wait(Some(&exhausted), 1_000_029),
+            Some(Duration::from_secs(1))
         );
         assert_eq!(
             rate_limit_wait(Some(&exhausted), 1_000_030),

@@ -100,7 +100,8 @@ pub async fn run(cli: Cli) -> ExitCode {
     );
 
     if cli.once {
-        return match reconciler.full(&settings).await {
+        let result = bounded(reconciler.full(&settings)).await;
+        return match result {
             Ok(report) => {
                 info!(
                     addresses = report.addresses,
@@ -166,6 +167,19 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// `--once` and `--dry-run` are bounded like a cycle of the loop, so a slow
+/// API cannot keep them running.
+async fn bounded<T>(
+    work: impl std::future::Future<Output = Result<T, reconcile::ReconcileError>>,
+) -> Result<T, reconcile::ReconcileError> {
+    let limit = LoopTimings::default().cycle_timeout;
+    tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or(Err(reconcile::ReconcileError::TimedOut {
+            seconds: limit.as_secs(),
+        }))
+}
+
 async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
     let hetzner = match controller::hetzner_client(settings) {
         Ok(hetzner) => hetzner,
@@ -174,13 +188,14 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (desired, summary) = match reconcile::desired_from_hetzner(&hetzner, settings).await {
-        Ok(result) => result,
-        Err(e) => {
-            error!(error = %e, cause = e.metric_label(), "dry run failed");
-            return ExitCode::FAILURE;
-        }
-    };
+    let (desired, summary) =
+        match bounded(reconcile::desired_from_hetzner(&hetzner, settings)).await {
+            Ok(result) => result,
+            Err(e) => {
+                error!(error = %e, cause = e.metric_label(), "dry run failed");
+                return ExitCode::FAILURE;
+            }
+        };
     info!(
         servers_matched = summary.servers_matched,
         servers_skipped = summary.servers_skipped,

@@ -99,7 +99,25 @@ pub const HCLOUD_ENDPOINT: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_ENDPOINT",
     key: "HcloudEndpoint",
     default: SettingDefault::Value("https://api.hetzner.cloud/v1"),
-    description: "Base URL of the Hetzner Cloud API (http or https; a trailing / is removed)",
+    description: "Base URL of the Hetzner Cloud API (https; plain http only to a loopback \
+                  address or with HcloudAllowHttp; a trailing / is removed). Read at start only: \
+                  a live reload never sends the token elsewhere",
+};
+pub const HCLOUD_ALLOW_HTTP: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_ALLOW_HTTP",
+    key: "HcloudAllowHttp",
+    default: SettingDefault::Value("false"),
+    description: "Allow a plain-http HcloudEndpoint on a non-loopback host (true or false); the \
+                  token then travels unencrypted, so only for a trusted proxy or a test. Read at \
+                  start only",
+};
+pub const HCLOUD_TIMEOUT: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_TIMEOUT",
+    key: "HcloudTimeout",
+    default: SettingDefault::Value("10s"),
+    description: "Longest one Hetzner API request may take (connecting, sending, reading the \
+                  whole answer), 1s to 2m; a request that times out is retried once, so a \
+                  stalled API fails the cycle after about twice this",
 };
 pub const POOL_NAME: Setting = Setting {
     env: "CANADA_KAKTUS_POOL_NAME",
@@ -241,6 +259,8 @@ pub const SETTINGS: &[Setting] = &[
     HCLOUD_TOKEN,
     HCLOUD_TOKEN_FILE,
     HCLOUD_ENDPOINT,
+    HCLOUD_ALLOW_HTTP,
+    HCLOUD_TIMEOUT,
     POOL_NAME,
     POOL_ANNOTATIONS,
     POOL_LABELS,
@@ -651,6 +671,10 @@ pub struct Settings {
     pub label_selector: LabelSelector,
     pub token: TokenSource,
     pub hcloud_endpoint: String,
+    /// Plain http to a non-loopback endpoint was allowed explicitly.
+    pub hcloud_allow_http: bool,
+    /// Covers one whole request to Hetzner.
+    pub hcloud_timeout: Duration,
     pub pool_name: String,
     pub pool_annotations: BTreeMap<String, String>,
     pub pool_labels: BTreeMap<String, String>,
@@ -1021,13 +1045,15 @@ impl Loader {
         layer
     }
 
-    fn raw(&mut self, setting: &'static Setting) -> Option<Raw> {
-        let value = self.figment.find_value(setting.key).ok()?;
+    /// Where the value of `setting` comes from, for messages.
+    fn origin_of(&self, setting: &Setting) -> String {
         let layer = self
             .figment
-            .get_metadata(value.tag())
+            .find_value(setting.key)
+            .ok()
+            .and_then(|value| self.figment.get_metadata(value.tag()))
             .and_then(|m| LayerKind::ALL.into_iter().find(|k| k.name() == m.name));
-        let origin = match layer {
+        match layer {
             Some(LayerKind::Env) => format!("environment variable {}", setting.env),
             Some(LayerKind::File) => match &self.config_file {
                 Some(path) => format!("config file {}", path.display()),
@@ -1035,7 +1061,12 @@ impl Loader {
             },
             Some(LayerKind::Defaults) => "the built-in default".to_owned(),
             None => "an unknown source".to_owned(),
-        };
+        }
+    }
+
+    fn raw(&mut self, setting: &'static Setting) -> Option<Raw> {
+        let value = self.figment.find_value(setting.key).ok()?;
+        let origin = self.origin_of(setting);
         match value {
             Value::String(_, text) => Some(Raw { text, origin }),
             _ => {
@@ -1135,6 +1166,15 @@ impl Loader {
         });
         let token = self.token();
         let hcloud_endpoint = self.parse(&HCLOUD_ENDPOINT, parse_endpoint);
+        let hcloud_allow_http = self.parse(&HCLOUD_ALLOW_HTTP, parse_bool).unwrap_or(false);
+        let hcloud_timeout = self.parse(&HCLOUD_TIMEOUT, |s| {
+            parse_bounded_duration(
+                s,
+                Duration::from_secs(1),
+                Duration::from_secs(120),
+                "a duration from 1s to 2m, e.g. 10s",
+            )
+        });
         let pool_name = self.parse(&POOL_NAME, parse_pool_name);
         let pool_annotations = self
             .parse(&POOL_ANNOTATIONS, |s| parse_string_map(s, false))
@@ -1167,11 +1207,29 @@ impl Loader {
         let operate = self.operate_settings();
 
         if let Some(endpoint) = &hcloud_endpoint {
-            if endpoint.to_ascii_lowercase().starts_with("http://") {
+            let plain_http = endpoint.to_ascii_lowercase().starts_with("http://");
+            if plain_http
+                && (hcloud_allow_http || !crate::hetzner::is_plain_http_off_host(endpoint))
+            {
                 self.warnings.push(format!(
-                    "{} uses plain http, so the API token travels unencrypted; use https outside tests",
+                    "{} uses plain http, so the API token travels unencrypted; use https outside \
+                     tests",
                     HCLOUD_ENDPOINT.label()
                 ));
+            } else if plain_http {
+                {
+                    let origin = self.origin_of(&HCLOUD_ENDPOINT);
+                    self.problem(
+                        Some(&HCLOUD_ENDPOINT),
+                        format!(
+                            "{} (from {origin}) uses plain http to a host that is not a \
+                             loopback address, so the API token would travel unencrypted; use \
+                             https, or set {} to true for a trusted proxy",
+                            quote(endpoint),
+                            HCLOUD_ALLOW_HTTP.label()
+                        ),
+                    );
+                }
             }
         }
 
@@ -1181,6 +1239,7 @@ impl Loader {
             label_selector,
             token,
             hcloud_endpoint,
+            hcloud_timeout,
             pool_name,
             interval,
             listen_address,
@@ -1192,6 +1251,7 @@ impl Loader {
                 Some(label_selector),
                 Some(token),
                 Some(hcloud_endpoint),
+                Some(hcloud_timeout),
                 Some(pool_name),
                 Some(interval),
                 Some(listen_address),
@@ -1202,6 +1262,8 @@ impl Loader {
                 label_selector,
                 token,
                 hcloud_endpoint,
+                hcloud_allow_http,
+                hcloud_timeout,
                 pool_name,
                 pool_annotations,
                 pool_labels,

@@ -58,7 +58,7 @@ impl Default for LoopTimings {
         Self {
             debounce: Duration::from_millis(200),
             heartbeat: Duration::from_secs(5),
-            cycle_timeout: Duration::from_secs(240),
+            cycle_timeout: Duration::from_secs(120),
             config_poll: Duration::from_secs(5),
             retry_base: Duration::from_secs(5),
             confirm_delay: Duration::from_secs(60),
@@ -81,13 +81,15 @@ pub fn retry_after(failures: u32, base: Duration, interval: Duration) -> Duratio
     base.saturating_mul(factor).min(interval)
 }
 
-/// Built with `HetznerOptions::new(endpoint)` defaults.
-/// The Hetzner client the settings describe: their endpoint and request
-/// budget, with the default timeouts and retry policy.
+/// The Hetzner client the settings describe: their endpoint, request
+/// timeout and request budget, with the default retry policy.
 pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzner::HetznerError> {
+    let defaults = HetznerOptions::new(settings.hcloud_endpoint.clone());
     HetznerClient::new(HetznerOptions {
         request_budget_per_hour: Some(settings.guards.hcloud_request_budget),
-        ..HetznerOptions::new(settings.hcloud_endpoint.clone())
+        request_timeout: settings.hcloud_timeout,
+        connect_timeout: defaults.connect_timeout.min(settings.hcloud_timeout),
+        ..defaults
     })
 }
 
@@ -420,7 +422,7 @@ impl Controller {
                 }]))
             });
         match loaded {
-            Ok(new) => {
+            Ok(mut new) => {
                 if new.log_format != self.settings.log_format {
                     warn!(
                         setting = "LogFormat",
@@ -454,9 +456,22 @@ impl Controller {
                         "these settings change only after a restart (NodeDebounce and NodeMinGap apply at once)"
                     );
                 }
-                // A new client starts with a full budget: acceptable for the
-                // rare reload that changes the endpoint or the budget.
+                // Whoever can edit the ConfigMap must not be able to send the
+                // token somewhere else: the endpoint is fixed at start.
                 if new.hcloud_endpoint != self.settings.hcloud_endpoint
+                    || new.hcloud_allow_http != self.settings.hcloud_allow_http
+                {
+                    warn!(
+                        settings = "HcloudEndpoint, HcloudAllowHttp",
+                        endpoint = %self.settings.hcloud_endpoint,
+                        "these settings change only after a restart; the running endpoint stays"
+                    );
+                    new.hcloud_endpoint = self.settings.hcloud_endpoint.clone();
+                    new.hcloud_allow_http = self.settings.hcloud_allow_http;
+                }
+                // A new client starts with a full budget: acceptable for the
+                // rare reload that changes the budget or the timeout.
+                if new.hcloud_timeout != self.settings.hcloud_timeout
                     || new.guards.hcloud_request_budget
                         != self.settings.guards.hcloud_request_budget
                 {

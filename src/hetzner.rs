@@ -37,6 +37,15 @@ pub const MAX_PAGES: u32 = 10_000;
 /// a Hetzner answer, and reading it whole would only waste memory.
 const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
+/// A request that timed out is repeated at most this often: an API that
+/// stalls once will likely stall again, and each try costs a whole timeout.
+pub const MAX_TIMEOUT_RETRIES: u32 = 1;
+
+/// Hetzner refills its rate limit evenly (3600/h: one request a second), so
+/// after `RateLimit-Remaining: 0` one request is available again this soon,
+/// however far away `RateLimit-Reset` (the time of a *full* refill) is.
+pub const ONE_REQUEST_REFILL: Duration = Duration::from_secs(1);
+
 /// Error messages from the API are quoted into our errors; a hostile or
 /// broken endpoint should not be able to make them arbitrarily long.
 const MAX_MESSAGE_CHARS: usize = 500;
@@ -82,8 +91,8 @@ pub struct RetryPolicy {
     pub base_delay: Duration,
     /// Cap on a single backoff delay.
     pub max_delay: Duration,
-    /// Longest we wait for a rate-limit reset; beyond it we fail at once so a
-    /// reconcile cycle cannot hang for most of an hour.
+    /// Longest single wait for our request budget or Hetzner's rate limit;
+    /// beyond it we fail at once so a reconcile cycle cannot hang.
     pub max_rate_limit_wait: Duration,
 }
 
@@ -93,7 +102,7 @@ impl Default for RetryPolicy {
             max_retries: 5,
             base_delay: Duration::from_secs(1),
             max_delay: Duration::from_secs(30),
-            max_rate_limit_wait: Duration::from_secs(60),
+            max_rate_limit_wait: Duration::from_secs(30),
         }
     }
 }
@@ -411,10 +420,12 @@ fn is_retryable_status(status: u16) -> bool {
 /// retries already made), or `None` to give up with the error now.
 ///
 /// Backoff delays are deterministic here (`base_delay × 2^attempt`, capped at
-/// `max_delay`); the client spreads them with [`jitter`]. A 429 that names its
-/// reset time waits until then (at least `base_delay`, because the header has
-/// one-second resolution), unless that is further away than
-/// `max_rate_limit_wait`: then waiting would stall the caller, so give up.
+/// `max_delay`); the client spreads them with [`jitter`]. A timeout is retried
+/// at most [`MAX_TIMEOUT_RETRIES`] times. A 429 that names its reset time waits
+/// for one request's refill ([`ONE_REQUEST_REFILL`], or until the reset if
+/// that is sooner; at least `base_delay`, because the header has one-second
+/// resolution): the reset is when the budget is *full*, not when the next
+/// request is allowed.
 pub fn retry_delay(
     policy: &RetryPolicy,
     attempt: u32,
@@ -428,15 +439,16 @@ pub fn retry_delay(
     match reason {
         RetryReason::Status(429) => match rate_limit_reset {
             Some(reset) => {
-                let wait = Duration::from_secs(reset.saturating_sub(now_unix));
-                if wait > policy.max_rate_limit_wait {
-                    None
-                } else {
-                    Some(wait.max(policy.base_delay))
-                }
+                let until_reset = Duration::from_secs(reset.saturating_sub(now_unix));
+                let wait = until_reset
+                    .min(ONE_REQUEST_REFILL)
+                    .max(policy.base_delay)
+                    .min(policy.max_rate_limit_wait);
+                Some(wait)
             }
             None => Some(backoff(policy, attempt)),
         },
+        RetryReason::Timeout if attempt >= MAX_TIMEOUT_RETRIES => None,
         RetryReason::Status(status) if is_retryable_status(status) => {
             Some(backoff(policy, attempt))
         }
@@ -484,6 +496,8 @@ pub struct HetznerClient {
     last_rate_limit: Arc<Mutex<Option<RateLimit>>>,
     /// Told about every request (metrics); see [`HetznerClient::with_observer`].
     observer: Option<Arc<dyn RequestObserver>>,
+    /// For the message of a timed-out request.
+    request_timeout: Duration,
 }
 
 impl HetznerClient {
@@ -531,6 +545,7 @@ impl HetznerClient {
             }),
             last_rate_limit: Arc::new(Mutex::new(None)),
             observer: None,
+            request_timeout: options.request_timeout,
         })
     }
 
@@ -560,13 +575,14 @@ impl HetznerClient {
         label_selector: &str,
     ) -> Result<ServerListing, HetznerError> {
         let authorization = bearer(token)?;
+        let secret = token.expose().trim();
         let mut listing = ServerListing::default();
         let mut seen = HashSet::new();
         let mut paging = PagingCheck::default();
         let mut page: u32 = 1;
         loop {
             let response = self
-                .fetch_page(&authorization, label_selector, page, &mut listing)
+                .fetch_page(&authorization, secret, label_selector, page, &mut listing)
                 .await?;
             listing.pages += 1;
             if response.rate_limit.is_some() {
@@ -599,6 +615,7 @@ impl HetznerClient {
     async fn fetch_page(
         &self,
         authorization: &HeaderValue,
+        secret: &str,
         label_selector: &str,
         page: u32,
         listing: &mut ServerListing,
@@ -607,7 +624,9 @@ impl HetznerClient {
         loop {
             listing.throttled += self.throttle(page).await?;
             listing.requests = listing.requests.saturating_add(1);
-            let result = self.send_once(authorization, label_selector, page).await;
+            let result = self
+                .send_once(authorization, secret, label_selector, page)
+                .await;
             let rate_limit = match &result {
                 Ok(response) => response.rate_limit,
                 // A 429 means nothing remains until its reset.
@@ -702,6 +721,7 @@ impl HetznerClient {
     async fn send_once(
         &self,
         authorization: &HeaderValue,
+        secret: &str,
         label_selector: &str,
         page: u32,
     ) -> Result<PageResponse, HetznerError> {
@@ -770,7 +790,7 @@ impl HetznerClient {
         if status.is_success() {
             Ok(PageResponse { body, rate_limit })
         } else {
-            Err(self.status_error(status, &body, rate_limit, label_selector))
+            Err(self.status_error(status, &body, rate_limit, label_selector, secret))
         }
     }
 
@@ -786,13 +806,21 @@ impl HetznerClient {
         } else {
             TransportKind::Other
         };
+        let detail = if kind == TransportKind::Timeout {
+            format!(
+                "no complete answer within {}s (CANADA_KAKTUS_HCLOUD_TIMEOUT / HcloudTimeout)",
+                self.request_timeout.as_secs_f64()
+            )
+        } else {
+            // reqwest errors carry the URL (never headers); dropping it keeps
+            // the message short, the host is named separately.
+            error_chain(&error.without_url())
+        };
         HetznerError::Transport {
             host: self.host.clone(),
             page,
             kind,
-            // reqwest errors carry the URL (never headers); dropping it keeps
-            // the message short, the host is named separately.
-            detail: error_chain(&error.without_url()),
+            detail,
         }
     }
 
@@ -802,8 +830,9 @@ impl HetznerClient {
         body: &[u8],
         rate_limit: Option<RateLimit>,
         label_selector: &str,
+        secret: &str,
     ) -> HetznerError {
-        let api = parse_api_error(body);
+        let api = parse_api_error(body, secret);
         let code = api.as_ref().and_then(|api| api.code.clone());
         let message = api.as_ref().and_then(|api| api.message.clone());
         let code_or = |fallback: &str| code.clone().unwrap_or_else(|| fallback.to_owned());
@@ -824,7 +853,7 @@ impl HetznerClient {
             },
             422 if code.as_deref() == Some("invalid_input") => HetznerError::InvalidLabelSelector {
                 selector: label_selector.to_owned(),
-                message: api.map_or_else(message_or_default, |api| api.full_message()),
+                message: api.map_or_else(message_or_default, |api| api.full_message(secret)),
             },
             429 => HetznerError::RateLimited {
                 code: code_or("rate_limit_exceeded"),
@@ -896,15 +925,18 @@ fn parse_endpoint(endpoint: &str) -> Result<(Url, String), HetznerError> {
         Some(port) => format!("{host}:{port}"),
         None => host.to_owned(),
     };
-    if url.scheme() == "http" && !is_loopback_host(url.host_str().unwrap_or_default()) {
-        tracing::warn!(
-            endpoint,
-            "the Hetzner API endpoint uses plain http: the token travels unencrypted"
-        );
-    }
     let servers_url = Url::parse(&format!("{endpoint}/servers"))
         .map_err(|error| invalid(format!("cannot append /servers ({error})")))?;
     Ok((servers_url, host))
+}
+
+/// Whether `endpoint` is `http://` to a host that is not a loopback address,
+/// so the token would leave the machine unencrypted (the configuration
+/// refuses it without an explicit opt-in).
+pub fn is_plain_http_off_host(endpoint: &str) -> bool {
+    Url::parse(endpoint.trim()).is_ok_and(|url| {
+        url.scheme() == "http" && !is_loopback_host(url.host_str().unwrap_or_default())
+    })
 }
 
 fn is_loopback_host(host: &str) -> bool {
@@ -1196,8 +1228,9 @@ struct ApiError {
 }
 
 impl ApiError {
-    /// The message plus the per-field messages of `invalid_input`.
-    fn full_message(&self) -> String {
+    /// The message plus the per-field messages of `invalid_input`, without
+    /// the token should the endpoint echo it.
+    fn full_message(&self, secret: &str) -> String {
         let mut text = message_text(&self.message).to_owned();
         let fields = self
             .details
@@ -1216,20 +1249,30 @@ impl ApiError {
                 text.push_str(&format!("; {name}: {message}"));
             }
         }
-        shorten(&text, MAX_MESSAGE_CHARS)
+        shorten(&scrub(&text, secret), MAX_MESSAGE_CHARS)
     }
 }
 
 /// Hetzner's error document, or `None` for bodies that are not one (a proxy's
-/// HTML page, an empty 502).
-fn parse_api_error(body: &[u8]) -> Option<ApiError> {
+/// HTML page, an empty 502). The token is scrubbed from what gets quoted.
+fn parse_api_error(body: &[u8], secret: &str) -> Option<ApiError> {
     let document: ErrorDocument = serde_json::from_slice(body).ok()?;
     let mut error = document.error;
-    error.code = error.code.map(|code| shorten(&code, 64));
+    error.code = error.code.map(|code| shorten(&scrub(&code, secret), 64));
     error.message = error
         .message
-        .map(|message| shorten(&message, MAX_MESSAGE_CHARS));
+        .map(|message| shorten(&scrub(&message, secret), MAX_MESSAGE_CHARS));
     Some(error)
+}
+
+/// `text` with every occurrence of the token replaced, before anything of
+/// it is quoted into an error, a log line or `/health`.
+fn scrub(text: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        text.to_owned()
+    } else {
+        text.replace(secret, "[token]")
+    }
 }
 
 fn forbidden_text(code: &str, message: &str) -> String {
@@ -1353,7 +1396,7 @@ mod tests {
             ..p
         };
         assert_eq!(
-            retry_delay(&many, 5, RetryReason::Timeout, None, 0),
+            retry_delay(&many, 5, RetryReason::Connection, None, 0),
             Some(Duration::from_secs(30))
         );
         // 2^40 overflows u32: still the cap, no panic.
@@ -1405,34 +1448,41 @@ mod tests {
     }
 
     #[test]
-    fn rate_limit_waits_until_reset_within_the_limit() {
+    fn rate_limit_waits_for_one_request_not_for_the_full_reset() {
         let p = policy();
         let now = 1_700_000_000;
-        assert_eq!(
-            retry_delay(&p, 0, RetryReason::Status(429), Some(now + 42), now),
-            Some(Duration::from_secs(42))
-        );
-        assert_eq!(
-            retry_delay(&p, 0, RetryReason::Status(429), Some(now + 60), now),
-            Some(Duration::from_secs(60))
-        );
+        // RateLimit-Reset is when the budget is full again; one request is
+        // back after a second however far away that is.
+        for reset in [now + 42, now + 61, now + 3600] {
+            assert_eq!(
+                retry_delay(&p, 0, RetryReason::Status(429), Some(reset), now),
+                Some(ONE_REQUEST_REFILL)
+            );
+        }
         // The reset is not an exponential backoff: attempt does not scale it.
         assert_eq!(
             retry_delay(&p, 3, RetryReason::Status(429), Some(now + 5), now),
-            Some(Duration::from_secs(5))
+            Some(ONE_REQUEST_REFILL)
+        );
+        // Every wait is capped.
+        let tight = RetryPolicy {
+            max_rate_limit_wait: Duration::from_millis(10),
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+            ..p
+        };
+        assert_eq!(
+            retry_delay(&tight, 0, RetryReason::Status(429), Some(now + 3600), now),
+            Some(Duration::from_millis(10))
         );
     }
 
     #[test]
-    fn rate_limit_reset_too_far_away_fails_at_once() {
+    fn a_timeout_is_retried_once() {
         let p = policy();
-        let now = 1_700_000_000;
+        assert!(retry_delay(&p, 0, RetryReason::Timeout, None, 0).is_some());
         assert_eq!(
-            retry_delay(&p, 0, RetryReason::Status(429), Some(now + 61), now),
-            None
-        );
-        assert_eq!(
-            retry_delay(&p, 0, RetryReason::Status(429), Some(now + 3600), now),
+            retry_delay(&p, MAX_TIMEOUT_RETRIES, RetryReason::Timeout, None, 0),
             None
         );
     }
@@ -1655,18 +1705,20 @@ mod tests {
     fn api_error_documents_become_clear_messages() {
         let body = br#"{"error": {"code": "invalid_input", "message": "invalid input in field 'label_selector'",
                         "details": {"fields": [{"name": "label_selector", "messages": ["unexpected token"]}]}}}"#;
-        let error = parse_api_error(body).unwrap();
+        let error = parse_api_error(body, "s3cr3t").unwrap();
         assert_eq!(error.code.as_deref(), Some("invalid_input"));
         assert_eq!(
-            error.full_message(),
+            error.full_message("s3cr3t"),
             "invalid input in field 'label_selector'; label_selector: unexpected token"
         );
-        assert!(parse_api_error(b"<html>bad gateway</html>").is_none());
-        assert!(parse_api_error(b"").is_none());
+        assert!(parse_api_error(b"<html>bad gateway</html>", "tok").is_none());
+        assert!(parse_api_error(b"", "tok").is_none());
         // details of another shape must not hide the code.
-        let odd =
-            parse_api_error(br#"{"error": {"code": "conflict", "message": "m", "details": "x"}}"#)
-                .unwrap();
+        let odd = parse_api_error(
+            br#"{"error": {"code": "conflict", "message": "m", "details": "x"}}"#,
+            "tok",
+        )
+        .unwrap();
         assert_eq!(odd.code.as_deref(), Some("conflict"));
     }
 

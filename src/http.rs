@@ -1,8 +1,9 @@
 //! The HTTP endpoints: `/health`, `/readyz`, `/livez` and `/metrics`.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -10,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 
 use crate::health::Health;
 use crate::metrics::{self, Metrics};
@@ -74,13 +76,37 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, HttpError> {
         .map_err(|source| HttpError::Bind { address, source })
 }
 
+/// How long requests in flight may still finish after shutdown begins; a
+/// scraper that never completes its request must not hold the process.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
+
+/// Serves until `shutdown` resolves, then lets requests in flight finish for
+/// at most [`SHUTDOWN_GRACE`] and returns; connections still open then are
+/// dropped with the runtime.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(HttpError::Serve)
+    let begun = Arc::new(Notify::new());
+    let signal = {
+        let begun = begun.clone();
+        async move {
+            shutdown.await;
+            begun.notify_one();
+        }
+    };
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(signal)
+        .into_future();
+    tokio::select! {
+        result = server => result.map_err(HttpError::Serve),
+        _ = async {
+            begun.notified().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::debug!("HTTP connections still open after the shutdown grace; closing them");
+            Ok(())
+        }
+    }
 }

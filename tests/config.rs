@@ -553,6 +553,8 @@ fn every_problem_is_reported_at_once() {
         ("CANADA_KAKTUS_LOG_FORMAT", "xml"),
         ("CANADA_KAKTUS_LABELSELECTOR", "role in (a"),
         ("CANADA_KAKTUS_HCLOUD_ENDPOINT", "api.hetzner.cloud"),
+        ("CANADA_KAKTUS_HCLOUD_ALLOW_HTTP", "maybe"),
+        ("CANADA_KAKTUS_HCLOUD_TIMEOUT", "0s"),
         ("CANADA_KAKTUS_POOL_ANNOTATIONS", "[1]"),
         ("CANADA_KAKTUS_POOL_LABELS", r#"{"a b": "c"}"#),
         ("CANADA_KAKTUS_POOL_SERVICE_SELECTOR", "=x"),
@@ -914,5 +916,55 @@ fn guard_settings_defaults_and_values() {
     ] {
         let e = fails(None, &with_token(&[(key, value)]));
         assert!(e.to_string().contains(expect), "{key}={value}: {e}");
+    }
+}
+
+#[test]
+fn plain_http_to_another_host_needs_an_explicit_opt_in() {
+    let endpoint = [(
+        "CANADA_KAKTUS_HCLOUD_ENDPOINT",
+        "http://proxy.example:8080/v1",
+    )];
+    let e = fails(None, &with_token(&endpoint));
+    assert!(e.concerns(&config::HCLOUD_ENDPOINT), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("CANADA_KAKTUS_HCLOUD_ALLOW_HTTP")
+            && text.contains("(from environment variable CANADA_KAKTUS_HCLOUD_ENDPOINT)"),
+        "{text}"
+    );
+    let allowed = ok(
+        None,
+        &with_token(&[endpoint[0], ("CANADA_KAKTUS_HCLOUD_ALLOW_HTTP", "true")]),
+    );
+    assert!(allowed.hcloud_allow_http);
+    assert!(allowed.warnings.iter().any(|w| w.contains("plain http")));
+    // Loopback (a sidecar, a test) needs no opt-in; https never does.
+    for loopback in [
+        "http://127.0.0.1:9/v1",
+        "http://[::1]:9/v1",
+        "http://localhost/v1",
+    ] {
+        ok(
+            None,
+            &with_token(&[("CANADA_KAKTUS_HCLOUD_ENDPOINT", loopback)]),
+        );
+    }
+}
+
+#[test]
+fn the_hetzner_timeout_defaults_to_10s_and_is_bounded() {
+    assert_eq!(
+        ok(None, &with_token(&[])).hcloud_timeout,
+        Duration::from_secs(10)
+    );
+    let s = ok(
+        None,
+        &with_token(&[("CANADA_KAKTUS_HCLOUD_TIMEOUT", "45s")]),
+    );
+    assert_eq!(s.hcloud_timeout, Duration::from_secs(45));
+    for bad in ["0s", "500ms", "3m", "soon"] {
+        let e = fails(None, &with_token(&[("CANADA_KAKTUS_HCLOUD_TIMEOUT", bad)]));
+        assert!(e.concerns(&config::HCLOUD_TIMEOUT), "{bad}: {e}");
     }
 }

@@ -368,7 +368,8 @@ async fn a_reload_never_moves_the_token_to_another_endpoint() {
     );
     let elsewhere = FakeHetzner::start().await;
     elsewhere.set_servers(numbered_servers(2));
-    let config = serde_json::json!({"LabelSelector": "role=a", "HcloudEndpoint": hetzner.endpoint()});
+    let config =
+        serde_json::json!({"LabelSelector": "role=a", "HcloudEndpoint": hetzner.endpoint()});
     std::fs::write(&path, config.to_string()).unwrap();
     let kube = FakeKube::new(&["v2"]);
     // The endpoint comes from the file alone (an empty variable is unset).
@@ -384,7 +385,8 @@ async fn a_reload_never_moves_the_token_to_another_endpoint() {
     // Whoever can edit the ConfigMap points the endpoint elsewhere (and
     // changes the selector, which does take effect).
     let staged = dir.path().join("config.json.new");
-    let config = serde_json::json!({"LabelSelector": "tier=b", "HcloudEndpoint": elsewhere.endpoint()});
+    let config =
+        serde_json::json!({"LabelSelector": "tier=b", "HcloudEndpoint": elsewhere.endpoint()});
     std::fs::write(&staged, config.to_string()).unwrap();
     std::fs::rename(&staged, &path).unwrap();
     wait_for(|| hetzner.last_label_selector().as_deref() == Some("tier=b")).await;
@@ -421,7 +423,9 @@ async fn the_http_server_stops_on_shutdown_even_with_a_stuck_scraper() {
         .unwrap();
     // A complete request on another connection proves the server has read
     // from its connections (and so knows the stuck one) before shutdown.
-    let ok = reqwest::get(format!("http://{address}/livez")).await.unwrap();
+    let ok = reqwest::get(format!("http://{address}/livez"))
+        .await
+        .unwrap();
     assert_eq!(ok.status(), 200);
     shutdown.cancel();
     // A guard against a hang, not a measurement: the server gives open

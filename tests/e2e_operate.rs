@@ -513,8 +513,7 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
             "a re-applied the pool of its previous term:\n{}",
             a.log_text()
         );
-        if a
-            .log_text()
+        if a.log_text()
             .contains("this leadership term has no successful Hetzner listing yet")
         {
             break;

@@ -675,7 +675,10 @@ async fn remaining_zero_on_a_successful_answer_waits_for_one_request_not_the_ful
     use wiremock::matchers::query_param;
     install_crypto();
     let server = MockServer::start().await;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let page = |page: u32, next: Option<u32>, ip: &str| {
         serde_json::json!({
             "servers": [{"id": page, "name": format!("s{page}"),
@@ -737,10 +740,15 @@ async fn an_echoed_token_never_reaches_an_error_message() {
             .await;
         let mut options = options(format!("{}/v1", server.uri()));
         options.retry.max_retries = 0;
-        let error = list_with(options, SELECTOR).await.expect_err("an error status");
+        let error = list_with(options, SELECTOR)
+            .await
+            .expect_err("an error status");
         let text = error.to_string();
         assert!(!text.contains(TOKEN), "{status}: the token leaked: {text}");
-        assert!(text.contains("may not do this") || text.contains("HTTP 500") || text.contains("bad"), "{text}");
+        assert!(
+            text.contains("may not do this") || text.contains("HTTP 500") || text.contains("bad"),
+            "{text}"
+        );
     }
 }
 
