@@ -558,10 +558,8 @@ impl SizeBench<'_> {
             ("CANADA_KAKTUS_HCLOUD_TOKEN", "bench-token".to_owned()),
             ("CANADA_KAKTUS_HCLOUD_ENDPOINT", self.hetzner.endpoint()),
             ("CANADA_KAKTUS_INTERVAL", interval.to_owned()),
-            (
-                "CANADA_KAKTUS_LISTEN_ADDRESS",
-                format!("127.0.0.1:{}", free_port()),
-            ),
+            // Nothing here talks to its HTTP server: any free port will do.
+            ("CANADA_KAKTUS_LISTEN_ADDRESS", "127.0.0.1:0".to_owned()),
             ("CANADA_KAKTUS_LOG_FORMAT", "json".to_owned()),
             ("CANADA_KAKTUS_LOGLEVEL", "info".to_owned()),
             ("CANADA_KAKTUS_POOL_NAME", POOL_NAME.to_owned()),
@@ -890,13 +888,6 @@ fn cpu_ns(pid: u32) -> u64 {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("binding 127.0.0.1:0")
-        .port()
 }
 
 // ---------------------------------------------------------------------------

@@ -127,6 +127,10 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Ok(address) = listener.local_addr() {
+        // With port 0 the kernel picks one; this line says which.
+        info!(address = %address, "health server listening");
+    }
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(http::serve(
         listener,

@@ -158,7 +158,15 @@ pub fn start(client: Client) -> mpsc::Receiver<NodeChange> {
                     continue;
                 }
             };
-            if let Some(change) = fold(event, &mut known, &mut relist, &mut initialised) {
+            let was_initialised = initialised;
+            let change = fold(event, &mut known, &mut relist, &mut initialised);
+            if initialised && !was_initialised {
+                debug!(
+                    nodes = known.len(),
+                    "watching Nodes: the first list is complete"
+                );
+            }
+            if let Some(change) = change {
                 debug!(node = %change.node, what = change.what, "node change");
                 let _ = tx.try_send(change);
             }

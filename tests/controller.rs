@@ -93,6 +93,7 @@ async fn start_with(
     cli_config: Option<PathBuf>,
     extra_env: &[(&str, &str)],
 ) -> Running {
+    support::isolate_working_directory();
     let _ = rustls::crypto::ring::default_provider().install_default();
     canada_kaktus::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
     let mut env: HashMap<String, String> = HashMap::from([
@@ -341,7 +342,8 @@ async fn a_config_file_that_disappears_or_cannot_be_read_keeps_the_last_good_con
 #[tokio::test]
 async fn without_a_config_file_a_missing_one_changes_nothing() {
     // No --config, no CANADA_KAKTUS_CONFIG and no ./config.json in the
-    // working directory (the crate root): the user never had a file.
+    // (isolated, empty) working directory: the user never had a file.
+    support::isolate_working_directory();
     assert!(!std::path::Path::new(config::DEFAULT_CONFIG_FILE).exists());
     let hetzner = FakeHetzner::start().await;
     hetzner.set_servers(numbered_servers(2));

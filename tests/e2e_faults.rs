@@ -23,6 +23,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,10 +32,11 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_deploy, blocks, blocks_of, cluster, free_port, pools, wait_cycles, wait_pool, Controller,
-    NAMESPACE, POOL, TOKEN,
+    apply_deploy, blocks, blocks_of, cluster, pools, record_pool_history, wait_cycles,
+    wait_history_ends_with, wait_pool, Controller, NAMESPACE, POOL, TOKEN,
 };
 use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
+use support::relay::{Mode, Relay};
 use tokio::time::Instant;
 
 /// How long a row may take to turn 503: one cycle, including the client's
@@ -48,10 +50,10 @@ const TO_RECOVER: Duration = Duration::from_secs(120);
 struct Rig {
     _cluster: TestCluster,
     hetzner: FakeHetzner,
+    relay: Relay,
     controller: Controller,
     api: Api<DynamicObject>,
     token_file: PathBuf,
-    config_file: PathBuf,
     lines: Vec<String>,
 }
 
@@ -68,6 +70,9 @@ impl Rig {
         let hetzner = FakeHetzner::start().await;
         hetzner.expect_token(TOKEN);
         hetzner.set_servers(servers);
+        // The controller reaches the fake through a relay, which makes the
+        // network faults (the endpoint is fixed at start).
+        let relay = Relay::start(hetzner.address());
         let kubeconfig = cluster
             .service_account_kubeconfig(NAMESPACE, NAMESPACE)
             .await;
@@ -77,7 +82,7 @@ impl Rig {
         let config_file = dir.path().join("config.json");
         write_atomically(
             &config_file,
-            &json!({"HcloudEndpoint": hetzner.endpoint()}).to_string(),
+            &json!({"HcloudEndpoint": relay.endpoint()}).to_string(),
         );
         let mut controller = Controller::spawn_in(
             dir,
@@ -104,10 +109,10 @@ impl Rig {
         Rig {
             _cluster: cluster,
             hetzner,
+            relay,
             controller,
             api,
             token_file,
-            config_file,
             lines: Vec::new(),
         }
     }
@@ -306,6 +311,13 @@ async fn hetzner_faults_that_fail_the_cycle_at_once() {
     )
     .await;
     rig.row(
+        "body over the 16 MiB cap",
+        set_fault(Fault::HugeBody),
+        &["response for page 1 is larger than 16777216 bytes"],
+        clear_fault,
+    )
+    .await;
+    rig.row(
         "next_page past the end",
         set_fault(Fault::NextPagePastEnd),
         &["inconsistent paging after page 1", "past last_page 1"],
@@ -343,13 +355,15 @@ async fn hetzner_faults_that_fail_the_cycle_at_once() {
     )
     .await;
 
-    // A 429 whose reset is beyond what the client waits (60 s): the cycle
-    // fails at once, and no request is sent until the reset.
+    // A 429 whose reset (the time of a full refill) is an hour ahead: each
+    // retry waits one request's refill (1 s), not the hour; the cycle fails
+    // once the retries are spent, and recovers when Hetzner does.
     {
-        let row = "429 with RateLimit-Reset (65 s ahead)";
+        let row = "429 with RateLimit-Reset (an hour ahead)";
         let before = rig.baseline().await;
+        let sent = rig.hetzner.requests();
         rig.hetzner
-            .set_fault(Some(Fault::rate_limited(unix_now() + 65)));
+            .set_fault(Some(Fault::rate_limited(unix_now() + 3600)));
         let (to_fail, message) = rig
             .fails(
                 row,
@@ -357,12 +371,11 @@ async fn hetzner_faults_that_fail_the_cycle_at_once() {
                 &before,
             )
             .await;
-        let sent = rig.hetzner.requests();
-        tokio::time::sleep(Duration::from_secs(8)).await;
-        assert_eq!(
-            rig.hetzner.requests(),
-            sent,
-            "row {row}: requests were sent before RateLimit-Reset"
+        assert!(
+            rig.hetzner.requests() >= sent + 6,
+            "row {row}: a 429 is retried five times after one request's refill, \
+             not after the reset ({} requests)",
+            rig.hetzner.requests() - sent
         );
         rig.hetzner.set_fault(None);
         let to_recover = rig.recovers(row, &before).await;
@@ -424,6 +437,11 @@ async fn hetzner_faults_that_fail_the_cycle_at_once() {
         })
         .await;
         let before = rig.baseline().await;
+        let (history, watch_task) = record_pool_history(rig.api.clone());
+        let set = |ips: &[String]| -> BTreeSet<String> {
+            ips.iter().map(|ip| format!("{ip}/32")).collect()
+        };
+        wait_history_ends_with(&history, &set(&forty)).await;
         let started = Instant::now();
         rig.hetzner.set_servers(numbered_servers(3));
         let body = rig
@@ -436,15 +454,27 @@ async fn hetzner_faults_that_fail_the_cycle_at_once() {
             .await;
         let held_after = started.elapsed();
         assert_eq!(body["pool_addresses"], 40, "row {row}: {body}");
-        let during = rig.pool().await;
-        if during.blocks.as_array().map(Vec::len) == Some(40) {
-            assert_eq!(during, before, "row {row}: the held pool was rewritten");
-        }
         let want = blocks(&["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
         wait_pool(&rig.api, TO_RECOVER, "the confirmed removal", |p| {
             p.is_some_and(|p| blocks_of(p) == want)
         })
         .await;
+        let three: Vec<String> = (1..=3).map(|n| format!("10.0.0.{n}")).collect();
+        wait_history_ends_with(&history, &set(&three)).await;
+        watch_task.abort();
+        // While held, the pool kept all 40 and was not rewritten: the only
+        // change the watch saw was the confirmed removal, in one write.
+        let seen: Vec<(String, BTreeSet<String>)> = history.lock().unwrap().clone();
+        assert_eq!(
+            seen.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>(),
+            vec![set(&forty), set(&three)],
+            "row {row}: the held pool was rewritten: {seen:?}"
+        );
+        assert_eq!(
+            Some(&seen[0].0),
+            before.resource_version.as_ref(),
+            "row {row}: the held pool was written while held"
+        );
         let confirmed_after = started.elapsed();
         rig.controller
             .wait_health_within(TO_RECOVER, 200, |b| {
@@ -523,27 +553,22 @@ async fn hetzner_faults_that_are_retried_first() {
     )
     .await;
 
-    // Connection refused: config.json points the running controller at a
-    // port nobody listens on (the endpoint is reloaded without a restart).
-    let closed = free_port();
-    let closed_endpoint = format!("http://127.0.0.1:{closed}/v1");
-    let good_endpoint = rig.hetzner.endpoint();
-    let needle = format!("could not reach the Hetzner API at 127.0.0.1:{closed}");
+    // Connection refused: nothing listens on the endpoint's port for a while.
+    let needle = format!("could not reach the Hetzner API at {}", rig.relay.address());
     rig.row(
         "connection refused",
-        |rig| {
-            write_atomically(
-                &rig.config_file,
-                &json!({"HcloudEndpoint": closed_endpoint}).to_string(),
-            )
-        },
+        |rig| rig.relay.set(Mode::Refuse),
         &[&needle, "the connection failed"],
-        |rig| {
-            write_atomically(
-                &rig.config_file,
-                &json!({"HcloudEndpoint": good_endpoint}).to_string(),
-            )
-        },
+        |rig| rig.relay.set(Mode::Pass),
+    )
+    .await;
+
+    // The connection is reset in the middle of the answer's body.
+    rig.row(
+        "connection reset mid-body",
+        |rig| rig.relay.set(Mode::ResetAfter(1500)),
+        &[&needle, "(page 1)"],
+        |rig| rig.relay.set(Mode::Pass),
     )
     .await;
 
@@ -662,6 +687,61 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
         body["last_error"].as_str().unwrap()
     ));
 
+    // The API server stalls (SIGSTOP) while a cycle that listed a change
+    // waits for it: the controller keeps running, and once the API server
+    // answers again the pool is what Hetzner lists, nothing else.
+    let (history, watch_task) = record_pool_history(pools(&cluster, "v2"));
+    let log_offset = controller.log_text().len();
+    cluster.freeze_apiserver(true);
+    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.84"]);
+    let started = Instant::now();
+    // The controller (debug logs) has sent a request to the frozen server.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !controller.log_text()[log_offset..].contains("\"message\":\"requesting\"") {
+        assert!(
+            Instant::now() < deadline,
+            "no request ran into the stalled API server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    controller.assert_running();
+    let (live, _) = controller.livez().await.unwrap();
+    assert_eq!(live, 200, "/livez stays 200 while the API server stalls");
+    cluster.freeze_apiserver(false);
+    let stalled = started.elapsed();
+    let stalled_want = blocks(&["192.0.2.80", "192.0.2.84"]);
+    wait_pool(&api, TO_RECOVER, "written after the stall", |p| {
+        p.is_some_and(|p| blocks_of(p) == stalled_want)
+    })
+    .await;
+    let stalled_set: BTreeSet<String> = ["192.0.2.80/32", "192.0.2.84/32"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    wait_history_ends_with(&history, &stalled_set).await;
+    watch_task.abort();
+    let before_set: BTreeSet<String> = ["192.0.2.80/32", "192.0.2.81/32"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        support::e2e::phases(&history),
+        vec![before_set, stalled_set],
+        "only the listing was written after the stall"
+    );
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(format!(
+        "| API server stalls (SIGSTOP) for {:.1}s mid-cycle | keeps running; /livez 200 | the listing written once it answers; nothing else | — |",
+        stalled.as_secs_f64()
+    ));
+    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81"]);
+    wait_pool(&api, TO_RECOVER, "back to the usual servers", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+
     // 403 on patch: take `patch` away, then give the controller something to write.
     let before = api.get(POOL).await.unwrap();
     support::e2e::revoke_pool_patch(&cluster);
@@ -697,6 +777,81 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
         started.elapsed().as_secs_f64(),
         body["last_error"].as_str().unwrap()
     ));
+
+    // 403 on GET: the cycle cannot read the pool, so it cannot write it.
+    let before = api.get(POOL).await.unwrap();
+    support::e2e::limit_pool_verbs(&cluster, &["list", "watch", "patch"]);
+    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.83"]);
+    let started = Instant::now();
+    let body = controller
+        .wait_health_within(TO_FAIL, 503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("permission denied to get"))
+        })
+        .await;
+    let to_fail = started.elapsed();
+    assert_eq!(
+        api.get(POOL).await.unwrap().metadata.resource_version,
+        before.metadata.resource_version,
+        "written without reading the pool"
+    );
+    let started = Instant::now();
+    apply_deploy(&cluster);
+    let want = blocks(&["192.0.2.80", "192.0.2.83"]);
+    wait_pool(&api, TO_RECOVER, "written once get is allowed again", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(format!(
+        "| 403 on get (RBAC edited) | 503 after {:.1}s, pool unchanged | written and 200 {:.1}s after the role was restored | {} |",
+        to_fail.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        body["last_error"].as_str().unwrap()
+    ));
+
+    // 403 on list/watch: the pool watch fails (logged), but cycles go on
+    // and an edit is still undone by the next full cycle (1 s here).
+    support::e2e::limit_pool_verbs(&cluster, &["get", "patch"]);
+    let restart_log = controller.log_text().len();
+    // Restarting the API server breaks the running watch, so it must list
+    // (and watch) again, which is now forbidden.
+    cluster.stop_apiserver();
+    cluster.start_apiserver().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !controller.log_text()[restart_log..].contains("watching the pool failed") {
+        assert!(
+            Instant::now() < deadline,
+            "the forbidden watch went unnoticed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..Default::default()
+    };
+    api.patch(
+        POOL,
+        &edit,
+        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})),
+    )
+    .await
+    .unwrap();
+    wait_pool(&api, TO_RECOVER, "the edit undone by a full cycle", |p| {
+        p.is_some_and(|p| blocks_of(p) == want)
+    })
+    .await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(
+        "| 403 on list/watch (RBAC edited) | stays 200; log `watching the pool failed` | edits undone by the next full cycle instead of at once | — |"
+            .to_owned(),
+    );
+    apply_deploy(&cluster);
 
     controller.assert_running();
     eprintln!("\nKubernetes faults:\n{}\n", lines.join("\n"));
@@ -762,7 +917,12 @@ async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
     })
     .await;
     cluster.stop_apiserver();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The controller notices (its pool watch fails) and keeps running.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !controller.log_text().contains("watching the pool failed") {
+        assert!(Instant::now() < deadline, "the broken watch went unnoticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     controller.assert_running();
     cluster.start_apiserver().await;
     let started = Instant::now();
@@ -792,6 +952,45 @@ async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
     lines.push(format!(
         "| watch stream broken (API server restart) | stays 200 (no cycle due) | an edit after the restart was repaired in {:.1}s by the resumed watch, without a Hetzner request | |",
         repaired.as_secs_f64()
+    ));
+
+    // Cilium's CRD is deleted while running (the pools go with it): the
+    // controller cannot write, says so, keeps running, and recreates the
+    // pool once the CRD is back.
+    let out = cluster.kubectl(&[
+        "delete",
+        "crd",
+        "ciliumloadbalancerippools.cilium.io",
+        "--wait=true",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = Instant::now();
+    let body = controller
+        .wait_health_within(TO_FAIL, 503, |b| b["last_error"].is_string())
+        .await;
+    let to_fail = started.elapsed();
+    controller.assert_running();
+    let started = Instant::now();
+    cluster.install_crd(CrdFixture::V2).await;
+    wait_pool(
+        &api,
+        TO_RECOVER,
+        "pool recreated after the CRD came back",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
+    .await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+    lines.push(format!(
+        "| CRD deleted while running | 503 after {:.1}s | pool recreated and 200 {:.1}s after the CRD was installed again | {} |",
+        to_fail.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        body["last_error"].as_str().unwrap()
     ));
     controller.assert_running();
     eprintln!("\nKubernetes faults:\n{}\n", lines.join("\n"));

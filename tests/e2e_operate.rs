@@ -9,7 +9,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -21,8 +21,8 @@ use kube::runtime::watcher;
 use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    blocks, blocks_of, cluster, hetzner_with, pools, set_ips, wait_cycles, wait_pool, Controller,
-    NAMESPACE, POOL,
+    blocks, blocks_of, cluster, established, hetzner_with, phases, pools, record_pool_history,
+    set_ips, wait_cycles, wait_history_ends_with, wait_pool, Controller, NAMESPACE, POOL,
 };
 use support::fake_hetzner::{FakeHetzner, Fault};
 use tokio::time::Instant;
@@ -229,39 +229,6 @@ async fn events_on_the_pool_tell_the_story_and_metrics_follow() {
     controller.assert_running();
 }
 
-/// Every state the pool passed through, recorded by an admin watch:
-/// (resourceVersion, the set of addresses).
-type History = Arc<Mutex<Vec<(String, BTreeSet<String>)>>>;
-
-fn record_pool_history(cluster: &TestCluster) -> (History, tokio::task::JoinHandle<()>) {
-    let history: History = Arc::default();
-    let api = pools(cluster, "v2");
-    let sink = history.clone();
-    let task = tokio::spawn(async move {
-        let config = watcher::Config::default().fields(&format!("metadata.name={POOL}"));
-        let mut stream = watcher::watcher(api, config).boxed();
-        while let Some(event) = stream.next().await {
-            let pool = match event {
-                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
-                _ => continue,
-            };
-            let addresses = blocks_of(&pool)
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
-                .collect();
-            let rv = pool.metadata.resource_version.clone().unwrap_or_default();
-            let mut history = sink.lock().unwrap();
-            if history.last().map(|(r, _)| r) != Some(&rv) {
-                history.push((rv, addresses));
-            }
-        }
-    });
-    (history, task)
-}
-
 fn set_of(ips: &[&str]) -> BTreeSet<String> {
     ips.iter().map(|ip| format!("{ip}/32")).collect()
 }
@@ -332,7 +299,7 @@ async fn two_replicas_one_writer_takeover_on_sigterm_at_once_and_on_sigkill_with
     let hetzner_a = hetzner_with(&x).await;
     let hetzner_b = hetzner_with(&y).await;
     let api = pools(&cluster, "v2");
-    let (history, watch_task) = record_pool_history(&cluster);
+    let (history, watch_task) = record_pool_history(pools(&cluster, "v2"));
 
     let mut a = replica(&cluster, &hetzner_a, "replica-a").await;
     wait_pool(&api, Duration::from_secs(30), "a writes", |p| {
@@ -425,19 +392,13 @@ async fn two_replicas_one_writer_takeover_on_sigterm_at_once_and_on_sigkill_with
     assert_eq!(lease_holder(&cluster).await.as_deref(), Some("replica-a"));
 
     // Never two writers: the pool went x → y → x, each exactly once.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_history_ends_with(&history, &set_of(&x)).await;
     watch_task.abort();
-    let history = history.lock().unwrap().clone();
-    let mut phases: Vec<BTreeSet<String>> = Vec::new();
-    for (_, addresses) in &history {
-        if phases.last() != Some(addresses) {
-            phases.push(addresses.clone());
-        }
-    }
     assert_eq!(
-        phases,
+        phases(&history),
         vec![set_of(&x), set_of(&y), set_of(&x)],
-        "the pool's history shows more than one writer at a time: {history:?}"
+        "the pool's history shows more than one writer at a time: {:?}",
+        history.lock().unwrap()
     );
     eprintln!(
         "leader election: takeover after SIGTERM {:.0} ms, after SIGKILL {:.0} ms (lease duration 4 s)",
@@ -456,7 +417,7 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
     let hetzner_a = hetzner_with(&x).await;
     let hetzner_b = hetzner_with(&y).await;
     let api = pools(&cluster, "v2");
-    let (history, watch_task) = record_pool_history(&cluster);
+    let (history, watch_task) = record_pool_history(pools(&cluster, "v2"));
 
     let mut a = replica(&cluster, &hetzner_a, "replica-a").await;
     wait_pool(&api, Duration::from_secs(30), "a writes", |p| {
@@ -531,19 +492,109 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
         |p| p.is_some_and(|p| blocks_of(p) == blocks(&x)),
     )
     .await;
+    wait_history_ends_with(&history, &set_of(&x)).await;
     watch_task.abort();
-    let history = history.lock().unwrap().clone();
-    let mut phases: Vec<BTreeSet<String>> = Vec::new();
-    for (_, addresses) in &history {
-        if phases.last() != Some(addresses) {
-            phases.push(addresses.clone());
-        }
-    }
     assert_eq!(
-        phases,
+        phases(&history),
         vec![set_of(&x), set_of(&y), set_of(&z), set_of(&x)],
-        "a stale pool was written: {history:?}"
+        "a stale pool was written: {:?}",
+        history.lock().unwrap()
     );
+}
+
+/// A GitOps tool with self-heal on the pool: whenever `spec.blocks` is not
+/// what it wants, it applies its own (field manager `argocd-controller`).
+/// Returns how often it did so.
+fn self_healing_writer(
+    cluster: &TestCluster,
+    wanted: serde_json::Value,
+) -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let api = pools(cluster, "v2");
+    let reverts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = reverts.clone();
+    let task = tokio::spawn(async move {
+        let config = watcher::Config::default().fields(&format!("metadata.name={POOL}"));
+        let mut stream = watcher::watcher(api.clone(), config).boxed();
+        let argocd = PatchParams::apply("argocd-controller").force();
+        while let Some(event) = stream.next().await {
+            let pool = match event {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
+                _ => continue,
+            };
+            if blocks_of(&pool) == wanted {
+                continue;
+            }
+            let body = json!({
+                "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+                "metadata": {"name": POOL},
+                "spec": {"blocks": wanted},
+            });
+            if api.patch(POOL, &argocd, &Patch::Apply(body)).await.is_ok() {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    (reverts, task)
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn a_write_war_with_a_self_healing_gitops_tool_backs_off_and_names_it() {
+    // One listing an hour: every write after the first is a repair.
+    let env = established(CrdFixture::V2, &["192.0.2.40", "192.0.2.41"], "1h").await;
+    let ours = blocks(&["192.0.2.40", "192.0.2.41"]);
+    let theirs = blocks(&["192.0.2.99"]);
+    let series = r#"canada_kaktus_repair_backoffs_total{field_manager="argocd-controller"}"#;
+
+    let (reverts, fighter) = self_healing_writer(&env.cluster, theirs.clone());
+    // A few repairs go through at once; then repairs back off, and the
+    // operator hears who the other writer is.
+    let events = wait_events(
+        &env.cluster,
+        "RepairBackoff naming argocd-controller",
+        |events| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("RepairBackoff")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("argocd-controller"))
+            })
+        },
+    )
+    .await;
+    assert!(!events.is_empty());
+    assert!(env.controller.metric(series).await.unwrap_or(0.0) >= 1.0);
+    assert!(env
+        .controller
+        .log_text()
+        .contains("another writer keeps changing the pool; repairs back off"));
+
+    // The fight goes on: the controller keeps backing off (a second,
+    // longer backoff), having written only a handful of times.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while env.controller.metric(series).await.unwrap_or(0.0) < 2.0 {
+        assert!(Instant::now() < deadline, "no second backoff");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let fought = reverts.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        fought <= 3 + 3,
+        "{fought} repairs were reverted before the second backoff: no rate limit"
+    );
+
+    // The other writer stops; the next repair restores the pool.
+    fighter.abort();
+    wait_pool(
+        &env.api,
+        Duration::from_secs(40),
+        "repaired after the fight",
+        |p| p.is_some_and(|p| blocks_of(p) == ours),
+    )
+    .await;
 }
 
 fn node(name: &str, ip: &str) -> Node {
@@ -572,8 +623,16 @@ async fn a_new_node_refreshes_the_pool_within_5s_and_a_node_storm_is_bounded() {
     })
     .await;
     controller.wait_health(200, |_| true).await;
-    // Let the Node watch finish its first list.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The Node watch has finished its first list (so the new Node is a
+    // change, not part of the initial state).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !controller
+        .log_text()
+        .contains("watching Nodes: the first list is complete")
+    {
+        assert!(Instant::now() < deadline, "the Node watch never synced");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let listings = hetzner.requests();
 
     // Hetzner knows the new server before its node registers, as in life.
@@ -615,7 +674,28 @@ async fn a_new_node_refreshes_the_pool_within_5s_and_a_node_storm_is_bounded() {
         .delete("worker-2", &DeleteParams::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The controller has seen the storm and planned its next listing no
+    // sooner than NodeMinGap after the last one.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let planned = loop {
+        let log = controller.log_text();
+        let planned: Vec<u64> = log
+            .lines()
+            .filter(|l| l.contains("node changed; listing Hetzner early"))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|l| l["in_ms"].as_u64())
+            .collect();
+        if planned.len() >= 2 && log.contains("\"node\":\"worker-2\"") {
+            break planned;
+        }
+        assert!(Instant::now() < deadline, "the storm was not seen:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        planned[1] >= 20_000,
+        "the storm's listing is planned {} ms ahead, inside NodeMinGap (30 s)",
+        planned[1]
+    );
     assert_eq!(
         hetzner.requests(),
         listings + 1,

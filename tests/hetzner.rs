@@ -377,12 +377,18 @@ async fn rate_limit_with_reset_now_is_waited_out() {
 }
 
 #[tokio::test]
-async fn rate_limit_with_reset_far_away_fails_fast() {
+async fn rate_limit_with_reset_far_away_is_retried_after_one_request_not_the_reset() {
     let fake = fake_with(numbered_servers(3)).await;
     let reset = unix_now() + 3600;
     fake.set_fault(Some(Fault::rate_limited(reset)));
+    // RateLimit-Reset is when the bucket is full again; one request is back
+    // after a second. One retry keeps this test quick.
+    let mut options = options(fake.endpoint());
+    options.retry.max_retries = 1;
 
-    let error = list(&fake).await.expect_err("rate limited");
+    let error = list_with(options, SELECTOR)
+        .await
+        .expect_err("rate limited");
 
     assert!(
         matches!(error, HetznerError::RateLimited { .. }),
@@ -393,7 +399,11 @@ async fn rate_limit_with_reset_far_away_fails_fast() {
     let text = error.to_string();
     assert!(text.contains("429 rate_limit_exceeded"), "{text}");
     assert!(text.contains("resets at"), "{text}");
-    assert_eq!(fake.requests(), 1, "must not wait for an hour or retry");
+    assert_eq!(
+        fake.requests(),
+        2,
+        "retried without waiting for the reset an hour away"
+    );
     assert_no_token(&error);
 }
 
@@ -1000,7 +1010,9 @@ async fn the_hourly_budget_allows_a_burst_then_fails_fast_without_sending() {
 #[tokio::test]
 async fn an_exhausted_rate_limit_is_respected_before_sending() {
     let fake = fake_with(numbered_servers(3)).await;
-    let client = HetznerClient::new(options(fake.endpoint())).unwrap();
+    let mut options = options(fake.endpoint());
+    options.retry.max_retries = 0;
+    let client = HetznerClient::new(options).unwrap();
     let token = SecretString::new(TOKEN);
     let far = unix_now() + 3600;
     fake.set_fault(Some(Fault::rate_limited(far)));
@@ -1008,12 +1020,14 @@ async fn an_exhausted_rate_limit_is_respected_before_sending() {
     assert_eq!(error.metric_label(), "rate_limited");
     let sent = fake.requests();
 
+    // Nothing remains: the next listing first waits until one request has
+    // been refilled (a second at 3600/h), not until the reset an hour away.
     fake.set_fault(None);
-    let error = client.list_servers(&token, SELECTOR).await.unwrap_err();
-    assert_eq!(error.metric_label(), "rate_limited");
-    assert_eq!(
-        fake.requests(),
-        sent,
-        "no request while Hetzner says none remain"
+    let listing = client.list_servers(&token, SELECTOR).await.unwrap();
+    assert_eq!(listing.servers.len(), 3);
+    assert_eq!(fake.requests(), sent + 1);
+    assert!(
+        listing.throttled > Duration::ZERO,
+        "no request may go out while Hetzner says none remain"
     );
 }

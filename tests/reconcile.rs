@@ -26,6 +26,7 @@ fn settings(hetzner: &FakeHetzner, extra: &[(&str, &str)]) -> Settings {
     for (k, v) in extra {
         env.insert((*k).into(), (*v).into());
     }
+    support::isolate_working_directory();
     config::load(None, &env).expect("valid test settings")
 }
 

@@ -485,6 +485,7 @@ async fn thousands_of_cycles_with_random_faults_never_write_wrong() {
         ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
         ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
     ]);
+    support::isolate_working_directory();
     let settings = config::load(None, &env).unwrap();
     assert_eq!(settings.guards.max_removal_ratio, MAX_REMOVAL_RATIO);
     let hetzner_client = HetznerClient::new(HetznerOptions {

@@ -402,6 +402,16 @@ impl TestCluster {
         let _ = self.apiserver.wait();
     }
 
+    /// SIGSTOP (`true`) or SIGCONT (`false`) to kube-apiserver: it stops
+    /// answering, with every connection left open, as a hung control plane.
+    pub fn freeze_apiserver(&self, frozen: bool) {
+        let pid = libc::pid_t::try_from(self.apiserver.id()).expect("a pid");
+        let signal = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) with a pid we spawned and still own (not reaped).
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill -{signal} kube-apiserver");
+    }
+
     /// Starts kube-apiserver again after [`TestCluster::stop_apiserver`] and
     /// waits until `/readyz` answers `ok`.
     pub async fn start_apiserver(&mut self) {

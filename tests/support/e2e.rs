@@ -3,14 +3,18 @@
 //! as the shipped ServiceAccount, and polling helpers that read the API
 //! server (never our logs).
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use canada_kaktus::apply::pool_resource;
+use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
+use kube::runtime::watcher;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
@@ -53,9 +57,10 @@ pub fn apply_deploy(cluster: &TestCluster) {
 /// ServiceAccount. Killed when dropped.
 pub struct Controller {
     pub child: Child,
-    pub base_url: String,
-    pub health_url: String,
     pub log: PathBuf,
+    /// `http://address`, once the process said where it listens (it binds
+    /// port 0, so the kernel picks a free port and there is no race).
+    base_url: std::sync::OnceLock<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -97,7 +102,6 @@ impl Controller {
         env: &[(&str, String)],
         args: &[OsString],
     ) -> Controller {
-        let port = free_port();
         let log = dir.path().join("controller.log");
         let child = Command::new(BIN)
             .args(args)
@@ -105,7 +109,7 @@ impl Controller {
             .env_clear()
             .env("HOME", dir.path())
             .env("KUBECONFIG", kubeconfig)
-            .env("CANADA_KAKTUS_LISTEN_ADDRESS", format!("127.0.0.1:{port}"))
+            .env("CANADA_KAKTUS_LISTEN_ADDRESS", "127.0.0.1:0")
             .env("CANADA_KAKTUS_LOGLEVEL", "debug")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
@@ -115,22 +119,38 @@ impl Controller {
             .expect("starting the controller");
         Controller {
             child,
-            base_url: format!("http://127.0.0.1:{port}"),
-            health_url: format!("http://127.0.0.1:{port}/health"),
             log,
+            base_url: std::sync::OnceLock::new(),
             _dir: dir,
         }
     }
 
+    /// Where the HTTP server listens, from the process's own log line
+    /// (`None` until it has said so).
+    pub fn base_url(&self) -> Option<&str> {
+        if let Some(url) = self.base_url.get() {
+            return Some(url);
+        }
+        let address = self.log_text().lines().find_map(|line| {
+            let line: Value = serde_json::from_str(line).ok()?;
+            (line["message"] == "health server listening")
+                .then(|| line["address"].as_str().map(str::to_owned))
+                .flatten()
+        })?;
+        Some(self.base_url.get_or_init(|| format!("http://{address}")))
+    }
+
     pub async fn health(&self) -> Option<(u16, Value)> {
-        let response = reqwest::get(&self.health_url).await.ok()?;
+        let response = reqwest::get(format!("{}/health", self.base_url()?))
+            .await
+            .ok()?;
         let status = response.status().as_u16();
         Some((status, response.json().await.ok()?))
     }
 
     /// `GET /livez`: status and body.
     pub async fn livez(&self) -> Option<(u16, Value)> {
-        let response = reqwest::get(format!("{}/livez", self.base_url))
+        let response = reqwest::get(format!("{}/livez", self.base_url()?))
             .await
             .ok()?;
         let status = response.status().as_u16();
@@ -139,7 +159,7 @@ impl Controller {
 
     /// `GET /metrics`, or `None` while the process does not answer.
     pub async fn metrics(&self) -> Option<String> {
-        let response = reqwest::get(format!("{}/metrics", self.base_url))
+        let response = reqwest::get(format!("{}/metrics", self.base_url()?))
             .await
             .ok()?;
         response.text().await.ok()
@@ -244,14 +264,6 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
         .and_then(|value| value.trim().parse().ok())
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 pub fn pools(cluster: &TestCluster, version: &str) -> Api<DynamicObject> {
     let resource: ApiResource = pool_resource(version);
     Api::all_with(cluster.admin_client(), &resource)
@@ -354,17 +366,81 @@ pub async fn established(crd: CrdFixture, ips: &[&str], interval: &str) -> Estab
 /// Takes `patch` on the pool away from the shipped ClusterRole (its first
 /// rule), as an operator editing RBAC would; `apply_deploy` restores it.
 pub fn revoke_pool_patch(cluster: &TestCluster) {
+    limit_pool_verbs(cluster, &["get", "list", "watch"]);
+}
+
+/// Leaves only `verbs` on the pool in the shipped ClusterRole's first rule,
+/// as an operator editing RBAC would; `apply_deploy` restores it.
+pub fn limit_pool_verbs(cluster: &TestCluster, verbs: &[&str]) {
+    let patch = json!([{"op": "replace", "path": "/rules/0/verbs", "value": verbs}]);
     let out = cluster.kubectl(&[
         "patch",
         "clusterrole",
         "canada-kaktus",
         "--type=json",
         "-p",
-        r#"[{"op": "replace", "path": "/rules/0/verbs", "value": ["get", "list", "watch"]}]"#,
+        &patch.to_string(),
     ]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every state the pool passed through, recorded by an admin watch:
+/// (resourceVersion, the set of addresses).
+pub type History = Arc<Mutex<Vec<(String, BTreeSet<String>)>>>;
+
+/// Records every state of the pool that `api` (an admin's) sees.
+pub fn record_pool_history(api: Api<DynamicObject>) -> (History, tokio::task::JoinHandle<()>) {
+    let history: History = Arc::default();
+    let sink = history.clone();
+    let task = tokio::spawn(async move {
+        let config = watcher::Config::default().fields(&format!("metadata.name={POOL}"));
+        let mut stream = watcher::watcher(api, config).boxed();
+        while let Some(event) = stream.next().await {
+            let pool = match event {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
+                _ => continue,
+            };
+            let addresses = blocks_of(&pool)
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
+                .collect();
+            let rv = pool.metadata.resource_version.clone().unwrap_or_default();
+            let mut history = sink.lock().unwrap();
+            if history.last().map(|(r, _)| r) != Some(&rv) {
+                history.push((rv, addresses));
+            }
+        }
+    });
+    (history, task)
+}
+
+/// The distinct address sets of a history, in order.
+pub fn phases(history: &History) -> Vec<BTreeSet<String>> {
+    let mut phases: Vec<BTreeSet<String>> = Vec::new();
+    for (_, addresses) in history.lock().unwrap().iter() {
+        if phases.last() != Some(addresses) {
+            phases.push(addresses.clone());
+        }
+    }
+    phases
+}
+
+/// Waits (30 s at most) until the last state in `history` is `want`.
+pub async fn wait_history_ends_with(history: &History, want: &BTreeSet<String>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while history.lock().unwrap().last().map(|(_, a)| a) != Some(want) {
+        assert!(
+            Instant::now() < deadline,
+            "the pool watch never saw {want:?}: {:?}",
+            history.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

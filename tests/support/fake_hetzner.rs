@@ -125,6 +125,8 @@ pub enum Fault {
     EndsEarly,
     /// The page holds one entry more than its `per_page` says.
     OversizedPage,
+    /// 200 with a body one byte over the client's 16 MiB cap.
+    HugeBody,
     /// The inner fault for the next N requests, then healthy again.
     Times(u32, Box<Fault>),
 }
@@ -221,6 +223,11 @@ impl FakeHetzner {
     /// Base URL including the version, e.g. `http://127.0.0.1:PORT/v1`.
     pub fn endpoint(&self) -> String {
         format!("{}/v1", self.server.uri())
+    }
+
+    /// The loopback address the fake listens on.
+    pub fn address(&self) -> std::net::SocketAddr {
+        *self.server.address()
     }
 
     /// Replaces the server list (rendered once here, not per request).
@@ -443,6 +450,9 @@ impl Respond for Responder {
                 let (status, body) = serve(&mut state, &query, request, Paging::PastEnd);
                 body.into_response(status).apply(&rate)
             }
+            Some(Fault::HugeBody) => ResponseTemplate::new(200)
+                .set_body_raw(vec![b' '; 16 * 1024 * 1024 + 1], "application/json")
+                .apply(&rate),
             Some(Fault::EndsEarly) => {
                 let (status, body) = serve(&mut state, &query, request, Paging::EndsEarly);
                 body.into_response(status).apply(&rate)

@@ -5,3 +5,16 @@ pub mod cluster;
 pub mod e2e;
 pub mod fake_hetzner;
 pub mod fake_kube;
+pub mod relay;
+
+/// Moves this test binary once into an empty temporary directory, so that
+/// no `./config.json` in the crate root (or anywhere the tests are started)
+/// can change a test's configuration. Files the tests write live under
+/// absolute temporary paths.
+pub fn isolate_working_directory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let dir = tempfile::tempdir().expect("tempdir").keep();
+        std::env::set_current_dir(dir).expect("chdir");
+    });
+}
