@@ -31,6 +31,7 @@ use crate::hetzner::{HetznerClient, HetznerOptions};
 use crate::metrics::{Metrics, Trigger};
 use crate::operate::{next_node_change, while_leading, Operations};
 use crate::reconcile::{event_needs_repair, join, CycleReport, ReconcileError, Reconciler};
+use crate::repairs::{other_spec_writers, RepairLimiter};
 use crate::telemetry::LogControl;
 
 /// Timings of the loop itself; the defaults suit production, tests shorten them.
@@ -157,6 +158,7 @@ impl Controller {
         // Said once per leadership term: a pool event came before this term
         // had a successful listing, so there is nothing to repair from.
         let mut told_no_listing = false;
+        let mut repairs = RepairLimiter::default();
 
         loop {
             tokio::select! {
@@ -172,6 +174,7 @@ impl Controller {
                     // A new term starts from a fresh listing: while we did
                     // not lead, another replica may have written the pool.
                     self.reconciler.forget();
+                    repairs.reset();
                     told_no_listing = false;
                     if now {
                         next_full = Instant::now();
@@ -225,6 +228,7 @@ impl Controller {
                 _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() && leading => {
                     pending_repair = None;
                     let started = Instant::now();
+                    repairs.record(started);
                     let Some(outcome) = while_leading(&ops.leader, self.cycle(true)).await else { continue };
                     let Some(result) = outcome else { break };
                     self.observe(&mut ops, true, &result, started.elapsed());
@@ -259,8 +263,34 @@ impl Controller {
                         continue;
                     };
                     if pending_repair.is_none() && event_needs_repair(event.as_ref(), desired, known_conflict) {
-                        debug!(deleted = event.is_none(), "pool changed by someone else; repairing");
-                        pending_repair = Some(Instant::now() + self.timings.debounce);
+                        let now = Instant::now();
+                        let soonest = now + self.timings.debounce;
+                        pending_repair = Some(match repairs.earliest(now) {
+                            None => {
+                                debug!(deleted = event.is_none(), "pool changed by someone else; repairing");
+                                soonest
+                            }
+                            Some(allowed) => {
+                                let writers = event
+                                    .as_ref()
+                                    .map(other_spec_writers)
+                                    .filter(|writers| !writers.is_empty())
+                                    .unwrap_or_else(|| vec!["unknown".to_owned()]);
+                                let wait = allowed.saturating_duration_since(now);
+                                warn!(
+                                    field_managers = %writers.join(","),
+                                    deleted = event.is_none(),
+                                    wait_s = wait.as_secs(),
+                                    "another writer keeps changing the pool; repairs back off while this goes on"
+                                );
+                                self.metrics.repair_backed_off(&writers);
+                                ops.events.publish(
+                                    self.event_target(),
+                                    vec![events::repair_backoff(&writers, wait)],
+                                );
+                                allowed.max(soonest)
+                            }
+                        });
                     }
                 }
                 _ = heartbeat.tick() => self.health.heartbeat(),

@@ -4,6 +4,8 @@
 //! - Normal `PoolCreated`, `AddressesAdded`, `AddressesRemoved`,
 //!   `PoolUpdated` when a write changed the pool (naming the addresses);
 //!   `LeaderElected` when a replica takes over.
+//! - Warning `RepairBackoff` when another writer keeps changing the pool and
+//!   repairs back off (naming its field manager).
 //! - Warning `ReconcileFailed`, `ChangeHeld` (a safety guard held or refused
 //!   a change) and `PoolConflict` (Cilium disabled the pool).
 //! - Nothing when a cycle changed nothing. A failure that repeats with the
@@ -258,6 +260,21 @@ pub fn leader_elected(identity: &str) -> PoolEvent {
         "LeaderElected",
         "Elect",
         format!("{identity} is now the leader: it lists Hetzner and writes this pool"),
+    )
+}
+
+/// The event for repairs held back because others keep changing the pool.
+pub fn repair_backoff(writers: &[String], wait: Duration) -> PoolEvent {
+    PoolEvent::warning(
+        "RepairBackoff",
+        "Repair",
+        format!(
+            "{} keep changing spec.blocks, which canada-kaktus manages; the next repair waits \
+             {}s and each further one twice as long while this goes on: stop the other writer \
+             (for a GitOps tool, leave spec.blocks out of what it syncs)",
+            writers.join(", "),
+            wait.as_secs()
+        ),
     )
 }
 

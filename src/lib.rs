@@ -21,6 +21,7 @@ pub mod nodes;
 pub mod operate;
 pub mod pool;
 pub mod reconcile;
+pub mod repairs;
 pub mod secret;
 pub mod selector;
 pub mod telemetry;

@@ -62,6 +62,11 @@ struct ChangeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FieldManagerLabels {
+    field_manager: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabels {
     code: String,
 }
@@ -145,6 +150,7 @@ pub struct Metrics {
     leader: Gauge,
     config_reloads_total: Family<ResultLabels, Counter>,
     events_total: Family<ResultLabels, Counter>,
+    repair_backoffs_total: Family<FieldManagerLabels, Counter>,
     /// Serialises `render` so two scrapes don't interleave (the registry
     /// itself is lock-free to read).
     render_lock: Mutex<()>,
@@ -304,6 +310,13 @@ impl Metrics {
             "Kubernetes Events published on the pool, by result (success or failure)",
             events_total.clone(),
         );
+        let repair_backoffs_total = Family::<FieldManagerLabels, Counter>::default();
+        registry.register(
+            "repair_backoffs",
+            "Repairs held back because another writer keeps changing the pool's spec, by that \
+             writer's field manager (from managedFields; \"unknown\" when the pool was deleted)",
+            repair_backoffs_total.clone(),
+        );
         let build_info = Family::<VersionLabels, Gauge>::default();
         registry.register(
             "build_info",
@@ -338,6 +351,7 @@ impl Metrics {
             leader,
             config_reloads_total,
             events_total,
+            repair_backoffs_total,
             render_lock: Mutex::new(()),
         }
     }
@@ -467,6 +481,17 @@ impl Metrics {
                 result: if ok { "success" } else { "failure" },
             })
             .inc();
+    }
+
+    /// A repair was held back because `writers` keep changing the pool.
+    pub fn repair_backed_off(&self, writers: &[String]) {
+        for writer in writers {
+            self.repair_backoffs_total
+                .get_or_create(&FieldManagerLabels {
+                    field_manager: writer.clone(),
+                })
+                .inc();
+        }
     }
 
     pub fn event_published(&self, ok: bool) {

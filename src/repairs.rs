@@ -1,0 +1,180 @@
+//! How often the pool may be repaired, and who else writes it.
+//!
+//! A repair re-applies the last listing after someone changed or deleted the
+//! pool. When another writer keeps changing `spec.blocks` (a GitOps tool
+//! with self-heal on the same object, a second controller), repairing at
+//! once every time is an endless write war that burns API server requests
+//! and makes Cilium re-evaluate the pool each time. [`RepairLimiter`] lets a
+//! few repairs through at once, then makes each further one wait twice as
+//! long as the last while the fight goes on; [`other_spec_writers`] names
+//! the other field managers so the operator can stop them. Pure decisions:
+//! time is passed in, nothing here does I/O.
+
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use tokio::time::Instant;
+
+use crate::pool::FIELD_MANAGER;
+
+/// Repairs this close together (after any backoff they had to wait) count
+/// as one fight.
+pub const FIGHT_WINDOW: Duration = Duration::from_secs(60);
+/// Repairs in one fight that go through at once.
+pub const FREE_REPAIRS: u32 = 3;
+/// The wait before the first repair past [`FREE_REPAIRS`]; doubled for each
+/// further one.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(10);
+/// The longest wait between two repairs in a fight.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Decides when the next repair may run.
+#[derive(Debug, Clone, Default)]
+pub struct RepairLimiter {
+    /// When the last repair ran.
+    last: Option<Instant>,
+    /// Repairs so far in the current fight (0 when there is none).
+    in_fight: u32,
+}
+
+impl RepairLimiter {
+    /// The earliest time the next repair may run: `None` means at once.
+    pub fn earliest(&self, now: Instant) -> Option<Instant> {
+        let last = self.last?;
+        if !self.continues_fight(now) || self.in_fight < FREE_REPAIRS {
+            return None;
+        }
+        Some(last + self.backoff())
+    }
+
+    /// The wait between the last repair and the next one in this fight.
+    pub fn backoff(&self) -> Duration {
+        if self.in_fight < FREE_REPAIRS {
+            return Duration::ZERO;
+        }
+        let beyond = self.in_fight - FREE_REPAIRS;
+        FIRST_BACKOFF
+            .saturating_mul(2u32.saturating_pow(beyond.min(16)))
+            .min(MAX_BACKOFF)
+    }
+
+    /// A repair ran at `now`.
+    pub fn record(&mut self, now: Instant) {
+        self.in_fight = if self.continues_fight(now) {
+            self.in_fight.saturating_add(1)
+        } else {
+            1
+        };
+        self.last = Some(now);
+    }
+
+    /// Forgets every repair (a new leadership term).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Whether a repair at `now` belongs to the fight of the last one: it
+    /// comes within [`FIGHT_WINDOW`] of the time it was allowed to run.
+    fn continues_fight(&self, now: Instant) -> bool {
+        self.last.is_some_and(|last| {
+            now.saturating_duration_since(last) <= FIGHT_WINDOW + self.backoff()
+        })
+    }
+}
+
+/// The field managers other than ours that own something under `spec` of
+/// the pool (from `metadata.managedFields`), sorted, each once.
+pub fn other_spec_writers(live: &DynamicObject) -> Vec<String> {
+    let mut writers: Vec<String> = live
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| entry.manager.as_deref() != Some(FIELD_MANAGER))
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .is_some_and(|fields| fields.0.get("f:spec").is_some())
+        })
+        .filter_map(|entry| entry.manager.clone())
+        .collect();
+    writers.sort();
+    writers.dedup();
+    writers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    use serde_json::json;
+
+    #[test]
+    fn a_few_repairs_go_through_at_once_then_each_waits_twice_as_long() {
+        let start = Instant::now();
+        let mut limiter = RepairLimiter::default();
+        let mut now = start;
+        for _ in 0..FREE_REPAIRS {
+            assert_eq!(limiter.earliest(now), None);
+            limiter.record(now);
+            now += Duration::from_secs(1);
+        }
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let at = limiter.earliest(now).expect("the fight goes on: back off");
+            waits.push(at.saturating_duration_since(now).as_secs());
+            // The other writer changes the pool again at once; the repair
+            // runs when it is allowed.
+            now = at;
+            limiter.record(now);
+            now += Duration::from_secs(1);
+        }
+        assert_eq!(waits, vec![9, 19, 39, 79, 159, 299, 299, 299]);
+    }
+
+    #[test]
+    fn a_quiet_window_ends_the_fight() {
+        let start = Instant::now();
+        let mut limiter = RepairLimiter::default();
+        for n in 0..5 {
+            let now = start + Duration::from_secs(n);
+            let at = limiter.earliest(now).unwrap_or(now);
+            limiter.record(at);
+        }
+        assert!(limiter.earliest(start + Duration::from_secs(6)).is_some());
+        let later = start + Duration::from_secs(3600);
+        assert_eq!(
+            limiter.earliest(later),
+            None,
+            "an hour later: repair at once"
+        );
+        limiter.record(later);
+        assert_eq!(limiter.earliest(later + Duration::from_secs(1)), None);
+        limiter.reset();
+        assert_eq!(limiter.earliest(later), None);
+    }
+
+    #[test]
+    fn other_writers_of_the_spec_are_named() {
+        let entry = |manager: &str, fields: serde_json::Value| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        };
+        let mut live = DynamicObject {
+            types: None,
+            metadata: Default::default(),
+            data: json!({}),
+        };
+        live.metadata.managed_fields = Some(vec![
+            entry(FIELD_MANAGER, json!({"f:spec": {"f:blocks": {}}})),
+            entry("argocd-controller", json!({"f:spec": {"f:blocks": {}}})),
+            entry("kubectl-label", json!({"f:metadata": {"f:labels": {}}})),
+            entry("argocd-controller", json!({"f:spec": {"f:disabled": {}}})),
+            entry("cilium-operator", json!({"f:status": {}})),
+        ]);
+        assert_eq!(other_spec_writers(&live), vec!["argocd-controller"]);
+    }
+}
