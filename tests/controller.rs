@@ -441,6 +441,100 @@ async fn the_http_server_stops_on_shutdown_even_with_a_stuck_scraper() {
     drop(stuck);
 }
 
+/// `GET path` with a plain blocking socket (not through the runtime under
+/// test): the status line, or `None` when no answer came within 5 s.
+fn blocking_get(base_url: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let address = base_url.trim_start_matches("http://").to_owned();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(&address).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).ok()?;
+        answer.lines().next().map(str::to_owned)
+    })
+    .join()
+    .unwrap()
+}
+
+/// One runtime worker: a blocking file read in async code would stall every
+/// task on it, the HTTP server included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_token_file_that_hangs_does_not_stall_the_runtime() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("token");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // The start-up check reads the token once.
+    let first = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .unwrap();
+        file.write_all(TOKEN.as_bytes()).unwrap();
+    });
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(numbered_servers(1));
+    let kube = FakeKube::new(&["v2"]);
+    let fifo_text = fifo.to_str().unwrap().to_owned();
+    let running = start_with(
+        &hetzner,
+        &kube,
+        None,
+        &[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", ""),
+            ("CANADA_KAKTUS_HCLOUD_TOKEN_FILE", &fifo_text),
+        ],
+    )
+    .await;
+    writer.join().unwrap();
+
+    // The first cycle opens the token file and then waits for its content
+    // (a volume that hangs), which comes only when the test says so.
+    let (opened_tx, opened) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let second = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&second)
+            .unwrap();
+        opened_tx.send(()).unwrap();
+        let _ = released.recv();
+        file.write_all(TOKEN.as_bytes()).unwrap();
+    });
+    opened
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the cycle opened the token file");
+    let answer = blocking_get(&running.base_url, "/livez");
+    release.send(()).unwrap();
+    writer.join().unwrap();
+    // Later cycles read a plain file again, so nothing stays blocked on the
+    // pipe whatever the outcome.
+    let plain = dir.path().join("token.plain");
+    std::fs::write(&plain, TOKEN).unwrap();
+    std::fs::rename(&plain, &fifo).unwrap();
+    assert!(
+        answer.as_deref().is_some_and(|a| a.contains("200")),
+        "the HTTP server did not answer while a token read hung: {answer:?}"
+    );
+    running.wait_health(200).await;
+    running.shutdown.cancel();
+}
+
 async fn wait_for(mut condition: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !condition() {

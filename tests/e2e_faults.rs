@@ -693,7 +693,7 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
     let (history, watch_task) = record_pool_history(pools(&cluster, "v2"));
     let log_offset = controller.log_text().len();
     cluster.freeze_apiserver(true);
-    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.84"]);
+    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.84"]);
     let started = Instant::now();
     // The controller (debug logs) has sent a request to the frozen server.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -709,12 +709,12 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
     assert_eq!(live, 200, "/livez stays 200 while the API server stalls");
     cluster.freeze_apiserver(false);
     let stalled = started.elapsed();
-    let stalled_want = blocks(&["192.0.2.80", "192.0.2.84"]);
+    let stalled_want = blocks(&["192.0.2.80", "192.0.2.81", "192.0.2.84"]);
     wait_pool(&api, TO_RECOVER, "written after the stall", |p| {
         p.is_some_and(|p| blocks_of(p) == stalled_want)
     })
     .await;
-    let stalled_set: BTreeSet<String> = ["192.0.2.80/32", "192.0.2.84/32"]
+    let stalled_set: BTreeSet<String> = ["192.0.2.80/32", "192.0.2.81/32", "192.0.2.84/32"]
         .iter()
         .map(|s| s.to_string())
         .collect();
