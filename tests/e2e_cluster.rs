@@ -395,3 +395,17 @@ async fn rbac_is_enforced_for_service_accounts() {
     ]);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes");
 }
+
+/// Not ignored: runs in every `cargo test`. A real API server test run
+/// without the binaries fails loudly instead of passing as if it had run.
+#[test]
+#[should_panic(expected = "CANADA_KAKTUS_K8S_BIN_DIR is not set")]
+fn without_the_binaries_a_real_api_server_test_fails_instead_of_passing() {
+    support::cluster::bin_dir(None);
+}
+
+#[test]
+#[should_panic(expected = "CANADA_KAKTUS_K8S_BIN_DIR is not set")]
+fn an_empty_binary_directory_setting_counts_as_unset() {
+    support::cluster::bin_dir(Some(std::ffi::OsString::new()));
+}

@@ -132,6 +132,19 @@ pub struct TestCluster {
     dir: tempfile::TempDir,
 }
 
+/// The control-plane binaries' directory from `CANADA_KAKTUS_K8S_BIN_DIR`
+/// (`value`); a test that needs them fails, never passes, without it.
+pub fn bin_dir(value: Option<std::ffi::OsString>) -> PathBuf {
+    match value.filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => panic!(
+            "{BIN_DIR_ENV} is not set: this test needs a real kube-apiserver; run \
+             scripts/e2e.sh (or scripts/test), or set it to the directory \
+             scripts/k8s-bins.sh prints"
+        ),
+    }
+}
+
 impl TestCluster {
     /// Starts a fresh cluster and waits until `/readyz` answers `ok`.
     ///
@@ -142,14 +155,7 @@ impl TestCluster {
     /// Panics, with the processes' log tails, when the cluster does not come
     /// up.
     pub async fn start() -> TestCluster {
-        let Some(bin_dir) = std::env::var_os(BIN_DIR_ENV).filter(|v| !v.is_empty()) else {
-            panic!(
-                "{BIN_DIR_ENV} is not set: this test needs a real kube-apiserver; run \
-                 scripts/e2e.sh (or scripts/test), or set it to the directory \
-                 scripts/k8s-bins.sh prints"
-            );
-        };
-        let bin_dir = PathBuf::from(bin_dir);
+        let bin_dir = bin_dir(std::env::var_os(BIN_DIR_ENV));
         for bin in ["etcd", "kube-apiserver", "kubectl"] {
             assert!(
                 bin_dir.join(bin).is_file(),

@@ -1,0 +1,42 @@
+{{/*
+Labels on every object: the one deploy/ (kustomize) sets, which selectors
+use, plus Helm's own.
+*/}}
+{{- define "canada-kaktus.selectorLabels" -}}
+app.kubernetes.io/name: canada-kaktus
+{{- end }}
+
+{{- define "canada-kaktus.labels" -}}
+{{ include "canada-kaktus.selectorLabels" . }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* The pool the controller writes: also the RBAC resourceNames. */}}
+{{- define "canada-kaktus.poolName" -}}
+{{- .Values.config.PoolName | default "covidnetes-pool" -}}
+{{- end }}
+
+{{/* The leader-election Lease: also the RBAC resourceNames. */}}
+{{- define "canada-kaktus.leaseName" -}}
+{{- .Values.config.LeaseName | default "canada-kaktus" -}}
+{{- end }}
+
+{{- define "canada-kaktus.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end }}
+
+{{/* The Secret holding the token: the chart's own when a token was given. */}}
+{{- define "canada-kaktus.tokenSecret" -}}
+{{- if .Values.token.value -}}
+canada-kaktus-token
+{{- else -}}
+{{- required "token.existingSecret or token.value must be set" .Values.token.existingSecret -}}
+{{- end -}}
+{{- end }}
