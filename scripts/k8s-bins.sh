@@ -45,32 +45,9 @@ command -v go >/dev/null 2>&1 || {
   exit 1
 }
 
-cache_root="${CANADA_KAKTUS_CACHE_DIR:-$HOME/.cache/canada-kaktus}"
-key="k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}"
-out_dir="${cache_root}/${key}"
-bin_dir="${out_dir}/bin"
-stamp="${out_dir}/.complete"
-
-binaries_ok() {
-  [[ -f "$stamp" && -x "$bin_dir/kube-apiserver" && -x "$bin_dir/kubectl" && -x "$bin_dir/etcd" ]]
-}
-
-if binaries_ok; then
-  log "using cached binaries in $bin_dir"
-  printf '%s\n' "$bin_dir"
-  exit 0
-fi
-
-mkdir -p "$cache_root"
-# One build at a time per cache directory; a second caller waits and then
-# finds the finished binaries.
-exec 9>"${cache_root}/.${key}.lock"
-flock 9
-if binaries_ok; then
-  log "using cached binaries in $bin_dir (built by a concurrent run)"
-  printf '%s\n' "$bin_dir"
-  exit 0
-fi
+# shellcheck source=scripts/build-cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/build-cache.sh"
+cache_open "k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}" kube-apiserver kubectl etcd
 
 start_time=$SECONDS
 work="${out_dir}/work"
@@ -189,8 +166,4 @@ log "built etcd in $((SECONDS - t))s"
 "$bin_dir.tmp/kubectl" version --client >&2
 "$bin_dir.tmp/etcd" --version >&2
 
-mv "$bin_dir.tmp" "$bin_dir"
-rm -rf "$work"
-printf '%s %s built in %ss\n' "$K8S_VERSION" "$ETCD_VERSION" "$((SECONDS - start_time))" >"$stamp"
-log "built everything in $((SECONDS - start_time))s into $bin_dir"
-printf '%s\n' "$bin_dir"
+cache_close "${K8S_VERSION} ${ETCD_VERSION} built in $((SECONDS - start_time))s"

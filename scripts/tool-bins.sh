@@ -26,30 +26,9 @@ command -v go >/dev/null 2>&1 || {
   exit 1
 }
 
-cache_root="${CANADA_KAKTUS_CACHE_DIR:-$HOME/.cache/canada-kaktus}"
-key="tools-helm-${HELM_VERSION}-actionlint-${ACTIONLINT_VERSION}-r${RECIPE}"
-out_dir="${cache_root}/${key}"
-bin_dir="${out_dir}/bin"
-stamp="${out_dir}/.complete"
-
-binaries_ok() {
-  [[ -f "$stamp" && -x "$bin_dir/helm" && -x "$bin_dir/actionlint" ]]
-}
-
-if binaries_ok; then
-  log "using cached tools in $bin_dir"
-  printf '%s\n' "$bin_dir"
-  exit 0
-fi
-
-mkdir -p "$cache_root"
-exec 9>"${cache_root}/.${key}.lock"
-flock 9
-if binaries_ok; then
-  log "using cached tools in $bin_dir (built by a concurrent run)"
-  printf '%s\n' "$bin_dir"
-  exit 0
-fi
+# shellcheck source=scripts/build-cache.sh
+source "$(dirname "${BASH_SOURCE[0]}")/build-cache.sh"
+cache_open "tools-helm-${HELM_VERSION}-actionlint-${ACTIONLINT_VERSION}-r${RECIPE}" helm actionlint
 
 start_time=$SECONDS
 work="${out_dir}/work"
@@ -106,9 +85,4 @@ log "built actionlint in $((SECONDS - t))s"
 "$bin_dir.tmp/helm" version >&2
 "$bin_dir.tmp/actionlint" -version >&2
 
-mv "$bin_dir.tmp" "$bin_dir"
-rm -rf "$work"
-printf 'helm %s actionlint %s built in %ss\n' "$HELM_VERSION" "$ACTIONLINT_VERSION" \
-  "$((SECONDS - start_time))" >"$stamp"
-log "built everything in $((SECONDS - start_time))s into $bin_dir"
-printf '%s\n' "$bin_dir"
+cache_close "helm ${HELM_VERSION} actionlint ${ACTIONLINT_VERSION} built in $((SECONDS - start_time))s"

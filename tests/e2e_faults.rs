@@ -28,11 +28,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DynamicObject};
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_deploy, blocks, blocks_of, cluster, pools, record_pool_history, wait_cycles,
+    apply_deploy, blocks, blocks_of, cluster, edit_blocks, pools, record_pool_history, wait_cycles,
     wait_history_ends_with, wait_pool, Controller, NAMESPACE, POOL, TOKEN,
 };
 use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
@@ -696,14 +696,13 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
     support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.84"]);
     let started = Instant::now();
     // The controller (debug logs) has sent a request to the frozen server.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !controller.log_text()[log_offset..].contains("\"message\":\"requesting\"") {
-        assert!(
-            Instant::now() < deadline,
-            "no request ran into the stalled API server"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    controller
+        .wait_log_since(
+            log_offset,
+            "\"message\":\"requesting\"",
+            Duration::from_secs(30),
+        )
+        .await;
     controller.assert_running();
     let (live, _) = controller.livez().await.unwrap();
     assert_eq!(live, 200, "/livez stays 200 while the API server stalls");
@@ -821,25 +820,14 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
     // (and watch) again, which is now forbidden.
     cluster.stop_apiserver();
     cluster.start_apiserver().await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !controller.log_text()[restart_log..].contains("watching the pool failed") {
-        assert!(
-            Instant::now() < deadline,
-            "the forbidden watch went unnoticed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let edit = PatchParams {
-        field_manager: Some("kubectl-edit".into()),
-        ..Default::default()
-    };
-    api.patch(
-        POOL,
-        &edit,
-        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})),
-    )
-    .await
-    .unwrap();
+    controller
+        .wait_log_since(
+            restart_log,
+            "watching the pool failed",
+            Duration::from_secs(60),
+        )
+        .await;
+    edit_blocks(&api, json!([{"cidr": "192.0.2.99/32"}])).await;
     wait_pool(&api, TO_RECOVER, "the edit undone by a full cycle", |p| {
         p.is_some_and(|p| blocks_of(p) == want)
     })
@@ -901,38 +889,25 @@ async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
 
     // Let the watch start, then break it with a restart.
     let polls = hetzner.requests();
-    let edit = PatchParams {
-        field_manager: Some("kubectl-edit".into()),
-        ..Default::default()
-    };
-    api.patch(
-        POOL,
-        &edit,
-        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.99/32"}]}})),
-    )
-    .await
-    .unwrap();
+    edit_blocks(&api, json!([{"cidr": "192.0.2.99/32"}])).await;
     wait_pool(&api, TO_RECOVER, "edit repaired before the restart", |p| {
         p.is_some_and(|p| blocks_of(p) == want)
     })
     .await;
+    let stop_log = controller.log_text().len();
     cluster.stop_apiserver();
     // The controller notices (its pool watch fails) and keeps running.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !controller.log_text().contains("watching the pool failed") {
-        assert!(Instant::now() < deadline, "the broken watch went unnoticed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    controller
+        .wait_log_since(
+            stop_log,
+            "watching the pool failed",
+            Duration::from_secs(30),
+        )
+        .await;
     controller.assert_running();
     cluster.start_apiserver().await;
     let started = Instant::now();
-    api.patch(
-        POOL,
-        &edit,
-        &Patch::Merge(json!({"spec": {"blocks": [{"cidr": "192.0.2.98/32"}]}})),
-    )
-    .await
-    .unwrap();
+    edit_blocks(&api, json!([{"cidr": "192.0.2.98/32"}])).await;
     wait_pool(
         &api,
         TO_RECOVER,

@@ -21,8 +21,9 @@ use kube::runtime::watcher;
 use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    blocks, blocks_of, cluster, established, hetzner_with, phases, pools, record_pool_history,
-    set_ips, wait_cycles, wait_history_ends_with, wait_pool, Controller, NAMESPACE, POOL,
+    blocks, blocks_of, cluster, edit_blocks, established, hetzner_with, phases, pools,
+    record_pool_history, set_ips, wait_cycles, wait_history_ends_with, wait_pool, Controller,
+    NAMESPACE, POOL,
 };
 use support::fake_hetzner::{FakeHetzner, Fault};
 use tokio::time::Instant;
@@ -271,6 +272,43 @@ async fn lease_holder(cluster: &TestCluster) -> Option<String> {
         .and_then(|s| s.holder_identity)
 }
 
+/// Two replicas, each with its own fake Hetzner API (servers `x` for a, `y`
+/// for b, so the pool shows who wrote it): a leads and has written `x`, b
+/// stands by; the pool's history is recorded from the start.
+struct TwoReplicas {
+    hetzner_a: FakeHetzner,
+    hetzner_b: FakeHetzner,
+    api: Api<kube::api::DynamicObject>,
+    history: support::e2e::History,
+    watch_task: tokio::task::JoinHandle<()>,
+    a: Controller,
+    b: Controller,
+}
+
+async fn two_replicas(cluster: &TestCluster, x: &[&str], y: &[&str]) -> TwoReplicas {
+    let hetzner_a = hetzner_with(x).await;
+    let hetzner_b = hetzner_with(y).await;
+    let api = pools(cluster, "v2");
+    let (history, watch_task) = record_pool_history(pools(cluster, "v2"));
+    let mut a = replica(cluster, &hetzner_a, "replica-a").await;
+    wait_pool(&api, Duration::from_secs(30), "a writes", |p| {
+        p.is_some_and(|p| blocks_of(p) == blocks(x))
+    })
+    .await;
+    a.wait_health(200, |b| b["state"] == "healthy").await;
+    let mut b = replica(cluster, &hetzner_b, "replica-b").await;
+    b.wait_health(200, |body| body["state"] == "standby").await;
+    TwoReplicas {
+        hetzner_a,
+        hetzner_b,
+        api,
+        history,
+        watch_task,
+        a,
+        b,
+    }
+}
+
 async fn replica(cluster: &TestCluster, hetzner: &FakeHetzner, name: &str) -> Controller {
     Controller::start_with(
         cluster,
@@ -296,19 +334,15 @@ async fn two_replicas_one_writer_takeover_on_sigterm_at_once_and_on_sigkill_with
     // pool shows which one wrote it and each fake counts its replica's calls.
     let x = ["198.51.100.1", "198.51.100.2"];
     let y = ["198.51.100.1", "198.51.100.3"];
-    let hetzner_a = hetzner_with(&x).await;
-    let hetzner_b = hetzner_with(&y).await;
-    let api = pools(&cluster, "v2");
-    let (history, watch_task) = record_pool_history(pools(&cluster, "v2"));
-
-    let mut a = replica(&cluster, &hetzner_a, "replica-a").await;
-    wait_pool(&api, Duration::from_secs(30), "a writes", |p| {
-        p.is_some_and(|p| blocks_of(p) == blocks(&x))
-    })
-    .await;
-    a.wait_health(200, |b| b["state"] == "healthy").await;
-    let mut b = replica(&cluster, &hetzner_b, "replica-b").await;
-    b.wait_health(200, |body| body["state"] == "standby").await;
+    let TwoReplicas {
+        hetzner_a,
+        hetzner_b,
+        api,
+        history,
+        watch_task,
+        mut a,
+        mut b,
+    } = two_replicas(&cluster, &x, &y).await;
     wait_leaders(&a, &b, (1.0, 0.0), Duration::from_secs(10)).await;
     assert_eq!(lease_holder(&cluster).await.as_deref(), Some("replica-a"));
 
@@ -414,19 +448,16 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
     let x = ["198.51.100.1", "198.51.100.2"];
     let y = ["198.51.100.1", "198.51.100.3"];
     let z = ["198.51.100.9"];
-    let hetzner_a = hetzner_with(&x).await;
-    let hetzner_b = hetzner_with(&y).await;
-    let api = pools(&cluster, "v2");
-    let (history, watch_task) = record_pool_history(pools(&cluster, "v2"));
-
-    let mut a = replica(&cluster, &hetzner_a, "replica-a").await;
-    wait_pool(&api, Duration::from_secs(30), "a writes", |p| {
-        p.is_some_and(|p| blocks_of(p) == blocks(&x))
-    })
-    .await;
-    a.wait_health(200, |b| b["state"] == "healthy").await;
-    let mut b = replica(&cluster, &hetzner_b, "replica-b").await;
-    b.wait_health(200, |body| body["state"] == "standby").await;
+    let TwoReplicas {
+        hetzner_a,
+        // b's fake Hetzner API must keep serving b.
+        hetzner_b: _hetzner_b,
+        api,
+        history,
+        watch_task,
+        mut a,
+        mut b,
+    } = two_replicas(&cluster, &x, &y).await;
 
     // a stops dead past its Lease (4 s), still believing it leads; b takes
     // over and writes its own listing.
@@ -452,17 +483,7 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
 
     // Someone edits the pool. a has no listing from this term, so it must
     // not repair the pool from the one it made in its previous term.
-    let edit = PatchParams {
-        field_manager: Some("kubectl-edit".into()),
-        ..Default::default()
-    };
-    api.patch(
-        POOL,
-        &edit,
-        &Patch::Merge(json!({"spec": {"blocks": blocks(&z)}})),
-    )
-    .await
-    .unwrap();
+    edit_blocks(&api, blocks(&z)).await;
     // Whichever comes first: a says it waits for a listing, or the pool
     // changes (a repair from the old term).
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -625,14 +646,13 @@ async fn a_new_node_refreshes_the_pool_within_5s_and_a_node_storm_is_bounded() {
     controller.wait_health(200, |_| true).await;
     // The Node watch has finished its first list (so the new Node is a
     // change, not part of the initial state).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !controller
-        .log_text()
-        .contains("watching Nodes: the first list is complete")
-    {
-        assert!(Instant::now() < deadline, "the Node watch never synced");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    controller
+        .wait_log_since(
+            0,
+            "watching Nodes: the first list is complete",
+            Duration::from_secs(30),
+        )
+        .await;
     let listings = hetzner.requests();
 
     // Hetzner knows the new server before its node registers, as in life.

@@ -240,6 +240,26 @@ impl Controller {
         assert_eq!(rc, 0, "kill -{signal} {pid}");
     }
 
+    /// Waits (`within` at most) until the log written after byte `from`
+    /// contains `needle`; `from` is `log_text().len()` taken before the
+    /// action whose effect is awaited.
+    pub async fn wait_log_since(&self, from: usize, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self
+            .log_text()
+            .get(from..)
+            .unwrap_or_default()
+            .contains(needle)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the controller never logged {needle:?}:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// SIGKILL: the process dies without a chance to clean up.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -443,4 +463,20 @@ pub async fn wait_history_ends_with(history: &History, want: &BTreeSet<String>) 
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Someone edits the pool's blocks by hand (a merge patch as field manager
+/// `kubectl-edit`), as the admin.
+pub async fn edit_blocks(api: &Api<DynamicObject>, blocks: Value) {
+    let edit = kube::api::PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..Default::default()
+    };
+    api.patch(
+        POOL,
+        &edit,
+        &kube::api::Patch::Merge(json!({"spec": {"blocks": blocks}})),
+    )
+    .await
+    .unwrap();
 }
