@@ -6,13 +6,19 @@
 # rustls-platform-verifier to reach the Hetzner API), /etc/passwd entries for
 # the nonroot user, and tzdata.
 
-ARG RUST_VERSION=1
+# Base images are pinned by digest, with the tag they were taken from named
+# beside it, so a moved tag cannot change what is built. Both digests are
+# multi-platform indexes (amd64 and arm64 among them). Bump them together
+# with the comment.
+#
+# rust:1-bookworm (Rust 1.97.1, August 2026): the index digest published in
+# docker-library/repo-info (repos/rust/remote/1-bookworm.md).
+ARG BUILDER_IMAGE=docker.io/library/rust:1-bookworm@sha256:593db038d36ea0d2e5b22a2e095eb95dbec607d88d658c2f35f65ee880b4f93a
 
-FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS builder
+FROM ${BUILDER_IMAGE} AS builder
 
 # musl-gcc compiles ring's C and assembly for the musl target. Not pinned to
-# a Debian version: the base image tag floats too, and an old pin would stop
-# resolving.
+# a Debian version: an old pin stops resolving once Debian moves on.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends musl-tools \
@@ -53,7 +59,8 @@ RUN find src -name '*.rs' -exec touch {} + \
     && mkdir -p /out \
     && cp "target/$(uname -m)-unknown-linux-musl/release/canada-kaktus" /out/canada-kaktus
 
-FROM gcr.io/distroless/static-debian12:nonroot
+# gcr.io/distroless/static-debian12:nonroot (2026).
+FROM gcr.io/distroless/static-debian12:nonroot@sha256:d093aa3e30dbadd3efe1310db061a14da60299baff8450a17fe0ccc514a16639
 
 # CI passes the repository URL; docker/metadata-action adds version, revision
 # and creation time on top of these.

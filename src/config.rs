@@ -168,9 +168,9 @@ pub const MAX_REMOVAL_RATIO: Setting = Setting {
     env: "CANADA_KAKTUS_MAX_REMOVAL_RATIO",
     key: "MaxRemovalRatio",
     default: SettingDefault::Value("0.5"),
-    description: "Shrink guard: a cycle that would remove more than this share of the pool's \
-                  addresses is held until the next listing confirms it (0 holds every removal, \
-                  1 turns the guard off); additions are never held",
+    description: "Shrink guard: a cycle that would remove this share of the pool's addresses \
+                  or more is held until a listing at least min(Interval, 60s) later confirms it \
+                  (0 holds every removal, 1 turns the guard off); additions are never held",
 };
 pub const BLOCKED_ADDRESSES: Setting = Setting {
     env: "CANADA_KAKTUS_BLOCKED_ADDRESSES",
