@@ -221,6 +221,22 @@ impl Rig {
     }
 }
 
+/// Waits until the pool holds `want` and `/health` is 200 again.
+async fn recovered(
+    controller: &mut Controller,
+    api: &Api<DynamicObject>,
+    what: &str,
+    want: &Value,
+) {
+    wait_pool(api, TO_RECOVER, what, |p| {
+        p.is_some_and(|p| blocks_of(p) == *want)
+    })
+    .await;
+    controller
+        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+        .await;
+}
+
 fn write_atomically(path: &std::path::Path, text: &str) {
     let staged = path.with_extension("staged");
     std::fs::write(&staged, text).unwrap();
@@ -638,16 +654,13 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
     let started = Instant::now();
     cluster.start_apiserver().await;
     let want = blocks(&["192.0.2.80", "192.0.2.81"]);
-    wait_pool(
+    recovered(
+        &mut controller,
         &api,
-        TO_RECOVER,
         "pool created once the API server is up",
-        |p| p.is_some_and(|p| blocks_of(p) == want),
+        &want,
     )
     .await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
-        .await;
     lines.push(format!(
         "| API server down at start | 503 after {:.1}s | pool created and 200 {:.1}s after the API server came up | {} |",
         to_fail.as_secs_f64(),
@@ -763,13 +776,13 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
     let started = Instant::now();
     apply_deploy(&cluster);
     let want = blocks(&["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
-    wait_pool(&api, TO_RECOVER, "written once the role is restored", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    recovered(
+        &mut controller,
+        &api,
+        "written once the role is restored",
+        &want,
+    )
     .await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
-        .await;
     lines.push(format!(
         "| 403 on patch (RBAC edited) | 503 after {:.1}s | written and 200 {:.1}s after the role was restored | {} |",
         to_fail.as_secs_f64(),
@@ -798,13 +811,13 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
     let started = Instant::now();
     apply_deploy(&cluster);
     let want = blocks(&["192.0.2.80", "192.0.2.83"]);
-    wait_pool(&api, TO_RECOVER, "written once get is allowed again", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    recovered(
+        &mut controller,
+        &api,
+        "written once get is allowed again",
+        &want,
+    )
     .await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
-        .await;
     lines.push(format!(
         "| 403 on get (RBAC edited) | 503 after {:.1}s, pool unchanged | written and 200 {:.1}s after the role was restored | {} |",
         to_fail.as_secs_f64(),
@@ -828,13 +841,13 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
         )
         .await;
     edit_blocks(&api, json!([{"cidr": "192.0.2.99/32"}])).await;
-    wait_pool(&api, TO_RECOVER, "the edit undone by a full cycle", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    recovered(
+        &mut controller,
+        &api,
+        "the edit undone by a full cycle",
+        &want,
+    )
     .await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
-        .await;
     lines.push(
         "| 403 on list/watch (RBAC edited) | stays 200; log `watching the pool failed` | edits undone by the next full cycle instead of at once | — |"
             .to_owned(),
@@ -870,16 +883,13 @@ async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
     cluster.install_crd(CrdFixture::V2).await;
     let api = pools(&cluster, "v2");
     let want = blocks(&["192.0.2.90", "192.0.2.91"]);
-    wait_pool(
+    recovered(
+        &mut controller,
         &api,
-        TO_RECOVER,
         "pool created after the CRD appeared",
-        |p| p.is_some_and(|p| blocks_of(p) == want),
+        &want,
     )
     .await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
-        .await;
     lines.push(format!(
         "| CRD missing | 503 after {:.1}s, no pool written | pool created and 200 {:.1}s after the CRD was installed (failed cycles retry after 5 s, doubling) | {} |",
         to_fail.as_secs_f64(),
@@ -951,16 +961,13 @@ async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
     controller.assert_running();
     let started = Instant::now();
     cluster.install_crd(CrdFixture::V2).await;
-    wait_pool(
+    recovered(
+        &mut controller,
         &api,
-        TO_RECOVER,
         "pool recreated after the CRD came back",
-        |p| p.is_some_and(|p| blocks_of(p) == want),
+        &want,
     )
     .await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
-        .await;
     lines.push(format!(
         "| CRD deleted while running | 503 after {:.1}s | pool recreated and 200 {:.1}s after the CRD was installed again | {} |",
         to_fail.as_secs_f64(),
