@@ -2,11 +2,14 @@
 # directory per key under ${CANADA_KAKTUS_CACHE_DIR:-~/.cache/canada-kaktus},
 # built at most once at a time. The sourcing script defines log().
 #
-#   cache_open KEY BINARY...   sets out_dir, bin_dir and stamp; when every
-#                              BINARY is already built it prints bin_dir and
-#                              exits the script; otherwise it returns holding
-#                              the build lock (a second caller waits and then
-#                              finds the finished binaries).
+#   cache_open KEY BINARY...   checks that Go is installed and sets out_dir,
+#                              bin_dir and stamp; when every BINARY is already
+#                              built it prints bin_dir and exits the script;
+#                              otherwise it returns holding the build lock (a
+#                              second caller waits and then finds the finished
+#                              binaries), with an empty $work and
+#                              $bin_dir.tmp, $start_time set and Go set up for
+#                              static builds from the module proxy.
 #   cache_close SUMMARY        marks the build complete and prints bin_dir.
 
 cache_complete() {
@@ -18,6 +21,10 @@ cache_complete() {
 }
 
 cache_open() {
+  command -v go >/dev/null 2>&1 || {
+    log "go is not installed (need Go >= 1.24)"
+    exit 1
+  }
   local key="$1"
   shift
   cache_binaries=("$@")
@@ -38,6 +45,13 @@ cache_open() {
     printf '%s\n' "$bin_dir"
     exit 0
   fi
+  start_time=$SECONDS
+  work="${out_dir}/work"
+  rm -rf "$work" "$bin_dir" "$bin_dir.tmp" "$stamp"
+  mkdir -p "$work" "$bin_dir.tmp"
+  export CGO_ENABLED=0
+  # Module proxy downloads are verified against the checksum database as usual.
+  export GOFLAGS="-mod=mod -buildvcs=false"
 }
 
 cache_close() {

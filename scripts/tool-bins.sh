@@ -21,21 +21,12 @@ RECIPE="2"
 
 log() { printf 'tool-bins: %s\n' "$*" >&2; }
 
-command -v go >/dev/null 2>&1 || {
-  log "go is not installed"
-  exit 1
-}
 
 # shellcheck source=scripts/build-cache.sh
 source "$(dirname "${BASH_SOURCE[0]}")/build-cache.sh"
 cache_open "tools-helm-${HELM_VERSION}-actionlint-${ACTIONLINT_VERSION}-r${RECIPE}" helm actionlint
 
-start_time=$SECONDS
-work="${out_dir}/work"
-rm -rf "$work" "$bin_dir" "$bin_dir.tmp" "$stamp"
-mkdir -p "$work/helm" "$work/actionlint" "$bin_dir.tmp"
-export CGO_ENABLED=0
-export GOFLAGS="-mod=mod -buildvcs=false"
+mkdir -p "$work/helm" "$work/actionlint"
 
 # helm: its version is stamped the way its own Makefile does.
 cat >"$work/helm/go.mod" <<EOF
