@@ -30,7 +30,9 @@ use crate::health::Health;
 use crate::hetzner::{HetznerClient, HetznerOptions};
 use crate::metrics::{Metrics, Trigger};
 use crate::operate::{next_node_change, while_leading, Operations};
-use crate::reconcile::{event_needs_repair, join, CycleReport, ReconcileError, Reconciler};
+use crate::reconcile::{
+    event_needs_repair, join, template_from, CycleReport, ReconcileError, Reconciler,
+};
 use crate::repairs::{other_spec_writers, RepairLimiter};
 use crate::telemetry::LogControl;
 
@@ -564,10 +566,7 @@ impl ConfigFile {
 /// renders, so that what was listed or held before no longer applies.
 fn changes_what_a_listing_means(old: &Settings, new: &Settings) -> bool {
     old.label_selector != new.label_selector
-        || old.pool_name != new.pool_name
-        || old.pool_annotations != new.pool_annotations
-        || old.pool_labels != new.pool_labels
-        || old.pool_service_selector != new.pool_service_selector
+        || template_from(old) != template_from(new)
         || old.guards != new.guards
 }
 
