@@ -1,7 +1,9 @@
 //! Proven with Cilium's own allocator: the pool canada-kaktus writes, read by
-//! Cilium's LB IPAM (the operator's lbipam cell, built from Cilium v1.20.2
-//! by scripts/cilium-bins.sh), gives LoadBalancer Services their addresses
-//! on a real kube-apiserver. Every assertion reads Service and pool status
+//! Cilium's LB IPAM (the operator's lbipam cell, built by
+//! scripts/cilium-bins.sh from two Cilium releases: one serving
+//! `cilium.io/v2` pools, one serving only `cilium.io/v2alpha1`), gives
+//! LoadBalancer Services their addresses on a real kube-apiserver with the
+//! CRD that release ships. Every assertion reads Service and pool status
 //! from the API server.
 //!
 //! Needs `CANADA_KAKTUS_K8S_BIN_DIR` and `CANADA_KAKTUS_CILIUM_BIN_DIR`
@@ -10,41 +12,93 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    blocks, blocks_of, cluster, hetzner_with, pools, set_ips, wait_cycles, wait_pool, Controller,
-    POOL,
+    apply_deploy, blocks, blocks_of, edit_blocks, hetzner_with, phases, pools, record_pool_history,
+    set_ips, wait_cycles, wait_history_ends_with, wait_pool, Controller, NAMESPACE, POOL,
 };
-use support::fake_hetzner::Fault;
+use support::fake_hetzner::{numbered_servers, FakeServer, Fault};
 use tokio::time::Instant;
 
 const CILIUM_DIR_ENV: &str = "CANADA_KAKTUS_CILIUM_BIN_DIR";
+const LEADER: &str = "canada_kaktus_leader";
+
+/// One Cilium release as scripts/cilium-bins.sh builds it, named by the
+/// pool API version it serves: its LB IPAM program, the CRD it ships and
+/// its version.
+struct Release {
+    api: &'static str,
+    dir: PathBuf,
+    version: String,
+}
+
+impl Release {
+    fn of(api: &'static str) -> Release {
+        let root = std::env::var_os(CILIUM_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| {
+                panic!("{CILIUM_DIR_ENV} is not set: run scripts/test, or set it to what scripts/cilium-bins.sh prints")
+            });
+        let dir = PathBuf::from(root).join(api);
+        let version = std::fs::read_to_string(dir.join("release"))
+            .unwrap_or_else(|e| panic!("{}/release: {e}", dir.display()))
+            .trim()
+            .to_owned();
+        Release { api, dir, version }
+    }
+
+    /// The CRD as the release ships it, parsed as YAML.
+    fn crd_yaml(&self) -> Value {
+        let path = self.dir.join("ciliumloadbalancerippools.yaml");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The versions discovery serves with this CRD, the preferred first.
+    fn served(&self) -> &'static [&'static str] {
+        match self.api {
+            "v2" => &["v2", "v2alpha1"],
+            _ => &["v2alpha1"],
+        }
+    }
+
+    /// A fresh cluster with this release's own CRD and deploy/ applied.
+    async fn cluster(&self) -> TestCluster {
+        let cluster = TestCluster::start().await;
+        let crd: CustomResourceDefinition = serde_json::from_value(self.crd_yaml()).unwrap();
+        cluster.install_crd_object(crd, self.served()).await;
+        apply_deploy(&cluster);
+        cluster
+    }
+}
 
 /// Cilium's LB IPAM as a separate process, as the cluster admin (it stands
 /// in for cilium-operator). Killed when dropped.
 struct LbIpam {
     child: Child,
     log: PathBuf,
+    version: String,
     _dir: tempfile::TempDir,
 }
 
 impl LbIpam {
-    fn start(cluster: &TestCluster) -> LbIpam {
-        let dir = std::env::var_os(CILIUM_DIR_ENV)
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| {
-                panic!("{CILIUM_DIR_ENV} is not set: run scripts/test, or set it to what scripts/cilium-bins.sh prints")
-            });
+    fn start(cluster: &TestCluster, release: &Release) -> LbIpam {
         let work = tempfile::tempdir().unwrap();
         let log = work.path().join("lbipam.log");
-        let child = Command::new(PathBuf::from(dir).join("cilium-lbipam"))
+        let child = Command::new(release.dir.join("cilium-lbipam"))
             .arg(format!(
                 "--k8s-kubeconfig-path={}",
                 cluster.admin_kubeconfig().display()
@@ -58,6 +112,7 @@ impl LbIpam {
         LbIpam {
             child,
             log,
+            version: release.version.clone(),
             _dir: work,
         }
     }
@@ -76,7 +131,11 @@ impl Drop for LbIpam {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            eprintln!("--- Cilium LB IPAM log ---\n{}", self.log_text());
+            eprintln!(
+                "--- Cilium {} LB IPAM log ---\n{}",
+                self.version,
+                self.log_text()
+            );
         }
     }
 }
@@ -134,16 +193,80 @@ fn condition(pool: &kube::api::DynamicObject, kind: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-#[tokio::test]
-#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
-async fn services_get_keep_and_move_addresses_as_servers_come_and_go() {
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    let _lbipam = LbIpam::start(&cluster);
+/// Every state of every Service's `status.loadBalancer.ingress` that an
+/// admin watch sees, per Service name (consecutive duplicates folded).
+type ServiceHistory = Arc<Mutex<BTreeMap<String, Vec<Vec<String>>>>>;
+
+fn record_services(services: Api<Service>) -> (ServiceHistory, tokio::task::JoinHandle<()>) {
+    let history: ServiceHistory = Arc::default();
+    let sink = history.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher::watcher(services, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let service = match event {
+                Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => s,
+                _ => continue,
+            };
+            let ips: Vec<String> = service
+                .status
+                .and_then(|s| s.load_balancer)
+                .and_then(|lb| lb.ingress)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|i| i.ip)
+                .collect();
+            let mut history = sink.lock().unwrap();
+            let states = history
+                .entry(service.metadata.name.unwrap_or_default())
+                .or_default();
+            if states.last() != Some(&ips) {
+                states.push(ips);
+            }
+        }
+    });
+    (history, task)
+}
+
+/// The addresses a Service has held, in order, from its first one on.
+fn held(history: &ServiceHistory, name: &str) -> Vec<Vec<String>> {
+    history
+        .lock()
+        .unwrap()
+        .get(name)
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .skip_while(|ips| ips.is_empty())
+        .collect()
+}
+
+fn ours(ip: Option<&str>, of: &[&str]) -> bool {
+    ip.is_some_and(|ip| of.contains(&ip))
+}
+
+fn assert_no_conflict(pool: &kube::api::DynamicObject) {
+    assert_ne!(
+        condition(pool, "cilium.io/PoolConflict")["status"],
+        "True",
+        "Cilium disabled the pool: {}",
+        pool.data["status"]
+    );
+}
+
+/// Scenarios 1-4 of the allocator suite against one Cilium release.
+async fn services_get_keep_and_move_addresses(release: Release) {
+    let cluster = release.cluster().await;
+    let _lbipam = LbIpam::start(&cluster, &release);
     let hetzner = hetzner_with(&["203.0.113.10", "203.0.113.11"]).await;
-    let mut controller = Controller::start(&cluster, &hetzner, "1s").await;
-    let api = pools(&cluster, "v2");
+    let mut controller = Controller::start_with(
+        &cluster,
+        &hetzner,
+        "1s",
+        &[("CANADA_KAKTUS_HCLOUD_TIMEOUT", "1s")],
+    )
+    .await;
+    let api = pools(&cluster, release.api);
     let services: Api<Service> = Api::namespaced(cluster.admin_client(), "default");
-    let ours = |ip: Option<&str>, of: &[&str]| ip.is_some_and(|ip| of.contains(&ip));
 
     // 1. The controller writes the pool; a Service gets an address from it,
     //    and Cilium counts it in the pool's status.
@@ -161,13 +284,7 @@ async fn services_get_keep_and_move_addresses_as_servers_come_and_go() {
         p.is_some_and(|p| condition(p, "cilium.io/IPsUsed")["message"] == "1")
     })
     .await;
-    let pool = api.get(POOL).await.unwrap();
-    assert_ne!(
-        condition(&pool, "cilium.io/PoolConflict")["status"],
-        "True",
-        "{}",
-        pool.data["status"]
-    );
+    assert_no_conflict(&api.get(POOL).await.unwrap());
 
     // 2. A server is added: the pool grows, the Service keeps its address,
     //    and a second Service takes one.
@@ -210,24 +327,283 @@ async fn services_get_keep_and_move_addresses_as_servers_come_and_go() {
         "a Service whose server stayed lost its address"
     );
 
-    // 4. Hetzner fails, then returns zero servers: no Service loses its
-    //    address, the pool stays as it was.
-    for fault in [Some(Fault::status(503)), None] {
-        hetzner.set_fault(fault.clone());
-        if fault.is_none() {
-            hetzner.set_servers(Vec::new());
-        }
+    // 4. Hetzner fails in each way we know, and once answers zero servers:
+    //    no Service loses its address, the pool stays as it was, and the
+    //    controller recovers in between. Page 2 failing comes with 60 new
+    //    servers listed first, so a write from page 1 alone would drop both
+    //    Services' addresses.
+    let survivors: Vec<FakeServer> = remaining
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| FakeServer::new(1000 + i as i64, ip))
+        .collect();
+    let mut many = numbered_servers(60);
+    many.extend(survivors.iter().cloned());
+    let outages: Vec<(&str, Option<Fault>, Vec<FakeServer>)> = vec![
+        ("a 503", Some(Fault::status(503)), survivors.clone()),
+        ("a 500 on page 2", Some(Fault::FailPage(2, 500)), many),
+        (
+            "a stalled API",
+            Some(Fault::Delay(Duration::from_secs(3))),
+            survivors.clone(),
+        ),
+        ("zero servers", None, Vec::new()),
+    ];
+    for (what, fault, servers) in outages {
+        hetzner.set_fault(fault);
+        hetzner.set_servers(servers);
         controller.wait_health(503, |_| true).await;
         wait_cycles(&hetzner, 3).await;
-        assert_eq!(blocks_of(&api.get(POOL).await.unwrap()), blocks(&remaining));
+        let pool = api.get(POOL).await.unwrap();
+        assert_eq!(blocks_of(&pool), blocks(&remaining), "{what}");
+        assert_no_conflict(&pool);
         assert_eq!(
             address(&services, "web").await.as_deref(),
-            Some(moved.as_str())
+            Some(moved.as_str()),
+            "{what}"
         );
         assert_eq!(
             address(&services, "api").await.as_deref(),
-            Some(api_address.as_str())
+            Some(api_address.as_str()),
+            "{what}"
         );
+        hetzner.set_fault(None);
+        hetzner.set_servers(survivors.clone());
+        controller
+            .wait_health(200, |body| body["state"] == "healthy")
+            .await;
     }
     controller.assert_running();
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn v2_services_get_keep_and_move_addresses_as_servers_come_and_go() {
+    services_get_keep_and_move_addresses(Release::of("v2")).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn v2alpha1_services_get_keep_and_move_addresses_as_servers_come_and_go() {
+    services_get_keep_and_move_addresses(Release::of("v2alpha1")).await;
+}
+
+/// A replica with leader election (4 s Lease) against the shared fake.
+async fn replica(
+    cluster: &TestCluster,
+    hetzner: &support::fake_hetzner::FakeHetzner,
+    name: &str,
+) -> Controller {
+    Controller::start_with(
+        cluster,
+        hetzner,
+        "1s",
+        &[
+            ("CANADA_KAKTUS_LEADER_ELECTION", "true"),
+            ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
+            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000"),
+            ("POD_NAME", name),
+            ("POD_NAMESPACE", NAMESPACE),
+        ],
+    )
+    .await
+}
+
+/// Scenarios 5 and 8: a hand edit the controller repairs, then two
+/// failovers (SIGTERM, then SIGKILL past the Lease), with Services holding
+/// addresses throughout. No Service ever holds a second address, and the
+/// pool goes through exactly the states the story implies.
+async fn a_hand_edit_and_failovers_move_no_service(release: Release) {
+    let all = ["203.0.113.10", "203.0.113.11", "203.0.113.12"];
+    let cluster = release.cluster().await;
+    let _lbipam = LbIpam::start(&cluster, &release);
+    let hetzner = hetzner_with(&all).await;
+    let api = pools(&cluster, release.api);
+    let (pool_history, pool_task) = record_pool_history(pools(&cluster, release.api));
+    let services: Api<Service> = Api::namespaced(cluster.admin_client(), "default");
+    let (service_history, service_task) = record_services(services.clone());
+
+    let mut a = replica(&cluster, &hetzner, "replica-a").await;
+    wait_pool(&api, Duration::from_secs(30), "a writes", |p| {
+        p.is_some_and(|p| blocks_of(p) == blocks(&all))
+    })
+    .await;
+    a.wait_health(200, |b| b["state"] == "healthy").await;
+    let mut b = replica(&cluster, &hetzner, "replica-b").await;
+    b.wait_health(200, |body| body["state"] == "standby").await;
+
+    create_service(&services, "web").await;
+    create_service(&services, "api").await;
+    let mut holders = BTreeMap::new();
+    for name in ["web", "api"] {
+        let ip = wait_address(&services, name, "an address from the pool", |ip| {
+            ours(ip, &all)
+        })
+        .await
+        .unwrap();
+        holders.insert(name, ip);
+    }
+    let set = |ips: &[&str]| -> std::collections::BTreeSet<String> {
+        ips.iter().map(|ip| format!("{ip}/32")).collect()
+    };
+    // The recorder has seen the pool (its first list may come late).
+    wait_history_ends_with(&pool_history, &set(&all)).await;
+
+    // 5. An admin edits the pool by hand: the address no Service holds is
+    //    gone and a stray one is added. The controller repairs it at once
+    //    (a pool event); Cilium moves no Service meanwhile.
+    let mut edited: Vec<&str> = all
+        .into_iter()
+        .filter(|ip| holders.values().any(|h| h == ip))
+        .collect();
+    assert_eq!(edited.len(), 2, "two Services hold two of three addresses");
+    edited.push("192.0.2.99");
+    edit_blocks(&api, blocks(&edited)).await;
+    wait_pool(&api, Duration::from_secs(30), "the edit repaired", |p| {
+        p.is_some_and(|p| blocks_of(p) == blocks(&all))
+    })
+    .await;
+
+    // 8a. SIGTERM: a releases the Lease, b leads and lists the same servers.
+    a.terminate();
+    assert!(a.child.wait().unwrap().success());
+    b.wait_health(200, |body| body["state"] == "healthy").await;
+    assert_eq!(b.metric(LEADER).await, Some(1.0));
+    let mut c = replica(&cluster, &hetzner, "replica-c").await;
+    c.wait_health(200, |body| body["state"] == "standby").await;
+    wait_cycles(&hetzner, 3).await;
+
+    // 8b. SIGKILL: no release; c leads once the Lease (4 s) expires.
+    b.kill();
+    c.wait_health_within(Duration::from_secs(15), 200, |body| {
+        body["state"] == "healthy"
+    })
+    .await;
+    assert_eq!(c.metric(LEADER).await, Some(1.0));
+    wait_cycles(&hetzner, 3).await;
+
+    let pool = api.get(POOL).await.unwrap();
+    assert_no_conflict(&pool);
+    assert_eq!(blocks_of(&pool), blocks(&all));
+    wait_history_ends_with(&pool_history, &set(&all)).await;
+    pool_task.abort();
+    service_task.abort();
+    assert_eq!(
+        phases(&pool_history),
+        vec![set(&all), set(&edited), set(&all)],
+        "the pool went through other states than written, edited, repaired: {:?}",
+        pool_history.lock().unwrap()
+    );
+    for (name, ip) in &holders {
+        assert_eq!(
+            held(&service_history, name),
+            vec![vec![ip.clone()]],
+            "{name} changed address (Cilium {})",
+            release.version
+        );
+    }
+    c.assert_running();
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn v2_a_hand_edit_and_failovers_move_no_service() {
+    a_hand_edit_and_failovers_move_no_service(Release::of("v2")).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn v2alpha1_a_hand_edit_and_failovers_move_no_service() {
+    a_hand_edit_and_failovers_move_no_service(Release::of("v2alpha1")).await;
+}
+
+/// Removes every `description` (the fixtures shorten them).
+fn without_descriptions(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("description");
+            map.values_mut().for_each(without_descriptions);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_descriptions),
+        _ => {}
+    }
+}
+
+/// What a CRD means to the API server: names, scope and versions (schema,
+/// printer columns, subresources, served/stored/deprecated), descriptions
+/// left out.
+fn crd_meaning(mut crd: Value) -> Value {
+    without_descriptions(&mut crd);
+    json!({"name": crd["metadata"]["name"], "spec": crd["spec"]})
+}
+
+/// The fixture as written (not through the typed CRD, which would turn
+/// `minimum: 0` into `0.0`).
+fn fixture_yaml(fixture: CrdFixture) -> Value {
+    let text = std::fs::read_to_string(fixture.path()).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+#[test]
+#[ignore = "needs the CRDs scripts/cilium-bins.sh copies from the Cilium module: scripts/test runs it"]
+fn the_crd_fixtures_mean_what_the_cilium_releases_ship() {
+    // The v2 fixture is Cilium's v2 CRD with shorter descriptions.
+    let genuine = Release::of("v2");
+    assert_eq!(
+        crd_meaning(fixture_yaml(CrdFixture::V2)),
+        crd_meaning(genuine.crd_yaml()),
+        "tests/fixtures/crds/cilium-v2.yaml differs from the CRD of Cilium {}",
+        genuine.version
+    );
+
+    // The v2alpha1 fixture is the 1.16/1.17 shape; Cilium 1.15 differs in
+    // exactly three documented ways: it still has the deprecated
+    // `spec.cidrs`, does not require `spec`, and has no atomic markers on
+    // `serviceSelector`.
+    let genuine = Release::of("v2alpha1");
+    let mut release = crd_meaning(genuine.crd_yaml());
+    let mut fixture = crd_meaning(fixture_yaml(CrdFixture::V2Alpha1Only));
+    let schema = "/spec/versions/0/schema/openAPIV3Schema";
+    let spec = |v: &mut Value| -> Value {
+        std::mem::take(v.pointer_mut(&format!("{schema}/properties/spec")).unwrap())
+    };
+    let mut release_spec = spec(&mut release);
+    let mut fixture_spec = spec(&mut fixture);
+    assert!(release_spec["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("cidrs")
+        .is_some());
+    let selector = fixture_spec["properties"]["serviceSelector"]
+        .as_object_mut()
+        .unwrap();
+    assert_eq!(
+        selector.remove("x-kubernetes-map-type"),
+        Some(json!("atomic"))
+    );
+    let expressions = selector["properties"]["matchExpressions"]
+        .as_object_mut()
+        .unwrap();
+    assert_eq!(
+        expressions.remove("x-kubernetes-list-type"),
+        Some(json!("atomic"))
+    );
+    assert_eq!(
+        expressions["items"]["properties"]["values"]
+            .as_object_mut()
+            .unwrap()
+            .remove("x-kubernetes-list-type"),
+        Some(json!("atomic"))
+    );
+    assert_eq!(release_spec, fixture_spec, "spec schema");
+    assert_eq!(
+        release.pointer(&format!("{schema}/required")),
+        Some(&json!(["metadata"]))
+    );
+    *fixture.pointer_mut(&format!("{schema}/required")).unwrap() = json!(["metadata"]);
+    assert_eq!(
+        release, fixture,
+        "tests/fixtures/crds/cilium-v2alpha1.yaml differs from the CRD of Cilium {} beyond the three known differences",
+        genuine.version
+    );
 }

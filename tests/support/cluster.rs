@@ -461,26 +461,35 @@ impl TestCluster {
     /// the other way round the API server refuses to drop the stored `v2`,
     /// so call [`TestCluster::delete_crd`] first.
     pub async fn install_crd(&self, fixture: CrdFixture) {
+        self.install_crd_object(fixture.crd(), fixture.served_versions())
+            .await;
+    }
+
+    /// Applies a CiliumLoadBalancerIPPool CRD (a fixture's, or the one a
+    /// Cilium release ships) and waits until discovery serves `served`
+    /// (the preferred version first).
+    pub async fn install_crd_object(&self, mut crd: CustomResourceDefinition, served: &[&str]) {
         let crds: Api<CustomResourceDefinition> = Api::all(self.admin_client());
-        let mut crd = fixture.crd();
         crd.metadata.managed_fields = None;
         crd.metadata.resource_version = None;
+        crd.metadata.creation_timestamp = None;
+        crd.status = None;
         crds.patch(
             POOL_CRD_NAME,
             &PatchParams::apply(HARNESS_MANAGER).force(),
             &Patch::Apply(&crd),
         )
         .await
-        .unwrap_or_else(|e| panic!("applying the {fixture:?} CRD: {e}"));
+        .unwrap_or_else(|e| panic!("applying the CRD serving {served:?}: {e}"));
 
         let deadline = Instant::now() + CRD_TIMEOUT;
         loop {
-            let Err(last) = self.crd_state(fixture).await else {
+            let Err(last) = self.crd_state(served).await else {
                 return;
             };
             if Instant::now() > deadline {
                 panic!(
-                    "the {fixture:?} CRD was not established and served within {CRD_TIMEOUT:?}: {last}\n\
+                    "the CRD serving {served:?} was not established and served within {CRD_TIMEOUT:?}: {last}\n\
                      --- kube-apiserver log (tail) ---\n{}",
                     self.apiserver_log_tail(40)
                 );
@@ -489,7 +498,7 @@ impl TestCluster {
         }
     }
 
-    async fn crd_state(&self, fixture: CrdFixture) -> Result<(), String> {
+    async fn crd_state(&self, want: &[&str]) -> Result<(), String> {
         let client = self.admin_client();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         let crd = crds.get(POOL_CRD_NAME).await.map_err(|e| e.to_string())?;
@@ -512,14 +521,12 @@ impl TestCluster {
             .ok_or("cilium.io not in discovery yet")?;
         let served: Vec<&str> = group.versions.iter().map(|v| v.version.as_str()).collect();
         let preferred = group.preferred_version.as_ref().map(|v| v.version.as_str());
-        if served != fixture.served_versions() || preferred != Some(fixture.preferred_version()) {
+        if served != want || preferred != want.first().copied() {
             return Err(format!(
-                "discovery serves {served:?} preferring {preferred:?}, want {:?} preferring {}",
-                fixture.served_versions(),
-                fixture.preferred_version()
+                "discovery serves {served:?} preferring {preferred:?}, want {want:?} (the first preferred)"
             ));
         }
-        for version in fixture.served_versions() {
+        for version in want {
             let resources = client
                 .list_api_group_resources(&format!("cilium.io/{version}"))
                 .await
