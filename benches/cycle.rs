@@ -50,7 +50,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use canada_kaktus::apply::pool_resource;
+use canada_kaktus::pool::pool_resource;
 use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher::{self, Event};

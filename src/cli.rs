@@ -10,13 +10,13 @@ use clap::{Parser, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::apply::{candidate_versions, PoolClient};
 use crate::config::{self, Settings};
-use crate::controller::{self, Controller, LoopTimings};
-use crate::health::Health;
-use crate::metrics::Metrics;
+use crate::pool::api::{candidate_versions, PoolClient};
 use crate::reconcile::{self, Reconciler};
-use crate::{http, telemetry};
+use crate::run::{self, Controller, LoopTimings};
+use crate::serve::health::Health;
+use crate::serve::metrics::Metrics;
+use crate::serve::{http, telemetry};
 
 /// Exit status for invalid configuration, apart from runtime failures (1).
 pub const EXIT_CONFIG: u8 = 2;
@@ -87,7 +87,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let hetzner = match controller::hetzner_client(&settings) {
+    let hetzner = match run::hetzner_client(&settings) {
         Ok(hetzner) => hetzner,
         Err(e) => {
             error!(error = %e, "cannot build the Hetzner client");
@@ -139,7 +139,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     ));
     let signal_token = shutdown.clone();
     tokio::spawn(async move {
-        controller::shutdown_signal().await;
+        run::shutdown_signal().await;
         info!("termination signal received");
         signal_token.cancel();
     });
@@ -185,7 +185,7 @@ async fn bounded<T>(
 }
 
 async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
-    let hetzner = match controller::hetzner_client(settings) {
+    let hetzner = match run::hetzner_client(settings) {
         Ok(hetzner) => hetzner,
         Err(e) => {
             error!(error = %e, "cannot build the Hetzner client");
@@ -209,7 +209,7 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
     );
     // Without a cluster there is no discovery: show the preferred version.
     let version = candidate_versions(settings.cilium_api_version)[0];
-    let manifest = desired.manifest(&format!("{}/{version}", crate::pool::POOL_GROUP));
+    let manifest = desired.manifest(&format!("{}/{version}", crate::pool::render::POOL_GROUP));
     let text = match output {
         Output::Json => serde_json::to_string_pretty(&manifest)
             .map(|s| s + "\n")

@@ -8,10 +8,10 @@ use tokio::time::Instant;
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 
-use crate::apply::{PoolApiError, PoolClient};
 use crate::config::{Settings, TokenError};
-use crate::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
 use crate::hetzner::{HetznerClient, HetznerError, ServerListing};
+use crate::pool::api::{PoolApiError, PoolClient};
+use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
 use crate::pool::{self, DesiredPool, PoolConflict, PoolDiff, PoolTemplate, WriteReason};
 
 #[derive(Debug, thiserror::Error)]
@@ -347,7 +347,7 @@ pub fn event_needs_repair(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::{render, FIELD_MANAGER};
+    use crate::pool::render::{render, FIELD_MANAGER};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
         FieldsV1, ManagedFieldsEntry, ObjectMeta,
     };

@@ -8,15 +8,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canada_kaktus::apply::PoolClient;
 use canada_kaktus::config::{self, CiliumApiVersion};
-use canada_kaktus::controller::{Controller, LoopTimings};
-use canada_kaktus::health::Health;
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
-use canada_kaktus::http;
-use canada_kaktus::metrics::Metrics;
+use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::Reconciler;
-use canada_kaktus::telemetry::LogControl;
+use canada_kaktus::run::{Controller, LoopTimings};
+use canada_kaktus::serve::health::Health;
+use canada_kaktus::serve::http;
+use canada_kaktus::serve::metrics::Metrics;
+use canada_kaktus::serve::telemetry::LogControl;
 use serde_json::Value;
 use support::fake_hetzner::{numbered_servers, FakeHetzner, Fault};
 use support::fake_kube::FakeKube;
@@ -95,7 +95,7 @@ async fn start_with(
 ) -> Running {
     support::isolate_working_directory();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    canada_kaktus::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
+    canada_kaktus::serve::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
     let mut env: HashMap<String, String> = HashMap::from([
         ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
         ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),

@@ -6,9 +6,9 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use canada_kaktus::apply::PoolClient;
 use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
+use canada_kaktus::pool::PoolClient;
 use canada_kaktus::pool::WriteReason;
 use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
@@ -433,7 +433,7 @@ async fn the_configured_request_budget_is_enforced() {
     hetzner.expect_token(TOKEN);
     hetzner.set_servers(numbered_servers(120));
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "10")]);
-    let client = canada_kaktus::controller::hetzner_client(&settings).unwrap();
+    let client = canada_kaktus::run::hetzner_client(&settings).unwrap();
     let kube = FakeKube::new(&["v2"]);
     let mut reconciler = Reconciler::new(
         client,

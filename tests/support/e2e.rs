@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use canada_kaktus::apply::pool_resource;
+use canada_kaktus::pool::pool_resource;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;

@@ -5,6 +5,11 @@
 //! The API token is only ever put on the wire (as a sensitive header value);
 //! no error, log line or `Debug` output of this module contains it.
 
+pub(crate) mod budget;
+pub(crate) mod selector;
+pub use budget::*;
+pub use selector::*;
+
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
@@ -16,8 +21,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
-use crate::budget::{rate_limit_wait, RequestBudget};
-use crate::secret::SecretString;
+use crate::config::SecretString;
 
 /// Hetzner's public API endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";

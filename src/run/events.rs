@@ -30,9 +30,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::metrics::{Metrics, SHRINK_GUARD};
-use crate::pool::{WriteReason, POOL_GROUP, POOL_KIND};
+use crate::pool::render::{WriteReason, POOL_GROUP, POOL_KIND};
 use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
+use crate::serve::metrics::{Metrics, SHRINK_GUARD};
 
 /// `reportingController` of every event.
 pub const REPORTING_CONTROLLER: &str = "canada-kaktus";
@@ -394,7 +394,7 @@ async fn reference(client: &Client, target: &Target) -> ObjectReference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::PoolDiff;
+    use crate::pool::render::PoolDiff;
 
     fn report(written: Option<WriteReason>, added: &[&str], removed: &[&str]) -> CycleReport {
         CycleReport {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::config::BlockedAddresses;
 use crate::hetzner::ServerAddress;
-use crate::pool::DesiredPool;
+use crate::pool::render::DesiredPool;
 
 /// Why a write was refused. The live pool is left exactly as it was.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -149,7 +149,7 @@ pub fn shrink_guard(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::{render, PoolTemplate};
+    use crate::pool::render::{render, PoolTemplate};
 
     fn ips(range: std::ops::RangeInclusive<u8>) -> Vec<Ipv4Addr> {
         range.map(|n| Ipv4Addr::new(198, 51, 100, n)).collect()

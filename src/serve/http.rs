@@ -13,8 +13,8 @@ use axum::{Json, Router};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-use crate::health::Health;
-use crate::metrics::{self, Metrics};
+use crate::serve::health::Health;
+use crate::serve::metrics::{self, Metrics};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {

@@ -13,10 +13,10 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::config::Settings;
-use crate::events::{EventPlanner, EventSink};
-use crate::leader::{self, LeaderElection, LeaseConfig};
-use crate::metrics::Metrics;
-use crate::nodes::{self, NodeChange};
+use crate::run::events::{EventPlanner, EventSink};
+use crate::run::leader::{self, LeaderElection, LeaseConfig};
+use crate::run::nodes::{self, NodeChange};
+use crate::serve::metrics::Metrics;
 
 pub struct Operations {
     /// `None` when leader election is off: this process always leads.

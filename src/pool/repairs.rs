@@ -15,7 +15,7 @@ use std::time::Duration;
 use kube::api::DynamicObject;
 use tokio::time::Instant;
 
-use crate::pool::FIELD_MANAGER;
+use crate::pool::render::FIELD_MANAGER;
 
 /// Repairs this close together (after any backoff they had to wait) count
 /// as one fight.

@@ -528,8 +528,8 @@ impl RequestObserver for Metrics {
     }
 }
 
-fn write_reason_label(reason: crate::pool::WriteReason) -> &'static str {
-    use crate::pool::WriteReason;
+fn write_reason_label(reason: crate::pool::render::WriteReason) -> &'static str {
+    use crate::pool::render::WriteReason;
     match reason {
         WriteReason::Missing => "missing",
         WriteReason::BlocksDiffer => "blocks_differ",

@@ -7,7 +7,7 @@ use kube::core::ApiResource;
 use kube::Client;
 
 use crate::config::CiliumApiVersion;
-use crate::pool::{DesiredPool, FIELD_MANAGER, POOL_GROUP, POOL_KIND};
+use crate::pool::render::{DesiredPool, FIELD_MANAGER, POOL_GROUP, POOL_KIND};
 
 pub const POOL_PLURAL: &str = "ciliumloadbalancerippools";
 

@@ -7,6 +7,11 @@
 //! Every cycle is recorded in the metrics and, when it changed something or
 //! failed, as a Kubernetes Event on the pool.
 
+pub mod events;
+pub mod leader;
+pub mod nodes;
+pub mod operate;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,16 +30,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Settings};
-use crate::events::{self, Target};
-use crate::health::Health;
 use crate::hetzner::{HetznerClient, HetznerOptions};
-use crate::metrics::{Metrics, Trigger};
-use crate::operate::{next_node_change, while_leading, Operations};
+use crate::pool::repairs::{other_spec_writers, RepairLimiter};
 use crate::reconcile::{
     event_needs_repair, join, template_from, CycleReport, ReconcileError, Reconciler,
 };
-use crate::repairs::{other_spec_writers, RepairLimiter};
-use crate::telemetry::LogControl;
+use crate::run::operate::{next_node_change, while_leading, Operations};
+use crate::serve::health::Health;
+use crate::serve::metrics::{Metrics, Trigger};
+use crate::serve::telemetry::LogControl;
+use events::Target;
 
 /// Timings of the loop itself; the defaults suit production, tests shorten them.
 #[derive(Debug, Clone)]
@@ -572,7 +577,7 @@ fn changes_what_a_listing_means(old: &Settings, new: &Settings) -> bool {
 
 fn log_report(report: &CycleReport, duration: Duration) {
     let listing = report.listing.as_ref();
-    let held = |removal: &Option<crate::guard::HeldRemoval>| {
+    let held = |removal: &Option<crate::pool::guard::HeldRemoval>| {
         removal
             .as_ref()
             .map(|r| r.addresses.iter().copied().collect::<Vec<_>>())

@@ -6,6 +6,9 @@
 //! once, each naming the setting, the bad value (never the token), what is
 //! accepted and how to fix it.
 
+pub(crate) mod secret;
+pub use secret::*;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::Read;
@@ -18,8 +21,7 @@ use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 
-use crate::secret::SecretString;
-use crate::selector::{
+use crate::hetzner::selector::{
     check_dns_subdomain, check_label_key, check_label_value, quote, LabelSelector, Requirement,
 };
 
@@ -584,7 +586,7 @@ impl BlockedAddresses {
     }
 }
 
-/// Settings of the safety guards (see `crate::guard`).
+/// Settings of the safety guards (see `crate::pool::guard`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuardSettings {
     pub max_removal_ratio: f64,

@@ -1,0 +1,23 @@
+//! The Cilium pool: what it should hold and how it is written.
+//!
+//! - `render`: the desired pool from the listed servers (blocks, labels,
+//!   annotations, the apply body) and the comparison with the live pool
+//!   (diff, write reason, Cilium's conflict condition). Pure.
+//! - `guard`: the guards on a desired pool (no empty pool, blocked
+//!   addresses, the shrink guard and its confirmation). Pure.
+//! - `repairs`: the limiter that backs off when another writer keeps
+//!   changing the pool. Pure.
+//! - `api`: the Kubernetes side: API version discovery, GET and server-side
+//!   apply (`PoolClient`). The only part that does I/O.
+//!
+//! Nothing here lists Hetzner or decides when to run a cycle.
+
+pub(crate) mod api;
+pub(crate) mod guard;
+pub(crate) mod render;
+pub(crate) mod repairs;
+
+pub use api::*;
+pub use guard::*;
+pub use render::*;
+pub use repairs::*;
