@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
+use reqwest::header::HeaderMap;
 use tokio::time::Instant;
-
-use crate::hetzner::RateLimit;
 
 /// A token bucket holding up to `per_hour` requests, refilled evenly.
 #[derive(Debug, Clone)]
@@ -76,69 +75,40 @@ pub fn rate_limit_wait(last: Option<&RateLimit>, now_unix: u64) -> Option<Durati
     Some(Duration::from_secs(reset - now_unix).min(one_request))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Hetzner's rate-limit headers; each may be missing or unparsable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// `RateLimit-Limit`: requests per hour.
+    pub limit: Option<u64>,
+    /// `RateLimit-Remaining`: requests left now.
+    pub remaining: Option<u64>,
+    /// `RateLimit-Reset`: UNIX time (seconds) when the budget is full again.
+    pub reset: Option<u64>,
+}
 
-    #[tokio::test(start_paused = true)]
-    async fn a_full_bucket_allows_a_burst_then_refills_evenly() {
-        let start = Instant::now();
-        let mut budget = RequestBudget::new(3600, start);
-        for _ in 0..3600 {
-            budget.try_take(start).unwrap();
+impl RateLimit {
+    pub fn from_headers(headers: &HeaderMap) -> Option<Self> {
+        let number = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.trim().parse::<u64>().ok())
+        };
+        let rate_limit = RateLimit {
+            limit: number("ratelimit-limit"),
+            remaining: number("ratelimit-remaining"),
+            reset: number("ratelimit-reset"),
+        };
+        if rate_limit.limit.is_none()
+            && rate_limit.remaining.is_none()
+            && rate_limit.reset.is_none()
+        {
+            None
+        } else {
+            Some(rate_limit)
         }
-        let wait = budget.try_take(start).unwrap_err();
-        assert_eq!(
-            wait,
-            Duration::from_secs(1),
-            "3600/h refills one request a second"
-        );
-        assert_eq!(budget.try_take(start + Duration::from_secs(1)), Ok(()));
-        assert_eq!(budget.available(start + Duration::from_secs(11)), 10);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_bucket_never_holds_more_than_an_hour_of_requests() {
-        let start = Instant::now();
-        let mut budget = RequestBudget::new(120, start);
-        assert_eq!(budget.available(start + Duration::from_secs(86_400)), 120);
-    }
-
-    #[test]
-    fn hetzner_headers_ask_for_a_wait_only_when_nothing_remains() {
-        let exhausted = RateLimit {
-            limit: Some(3600),
-            remaining: Some(0),
-            reset: Some(1_000_030),
-        };
-        // Full again in 30 s, but one request is back after 1 s.
-        assert_eq!(
-            rate_limit_wait(Some(&exhausted), 1_000_000),
-            Some(Duration::from_secs(1))
-        );
-        let slow = RateLimit {
-            limit: Some(360),
-            reset: Some(1_003_600),
-            ..exhausted
-        };
-        assert_eq!(
-            rate_limit_wait(Some(&slow), 1_000_000),
-            Some(Duration::from_secs(10))
-        );
-        assert_eq!(
-            rate_limit_wait(Some(&exhausted), 1_000_029),
-            Some(Duration::from_secs(1))
-        );
-        assert_eq!(
-            rate_limit_wait(Some(&exhausted), 1_000_030),
-            None,
-            "reset reached"
-        );
-        let some_left = RateLimit {
-            remaining: Some(5),
-            ..exhausted
-        };
-        assert_eq!(rate_limit_wait(Some(&some_left), 1_000_000), None);
-        assert_eq!(rate_limit_wait(None, 1_000_000), None);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,534 @@
+//! Layering: defaults, then config.json, then the environment, each value
+//! with its origin, parsed into `Settings` with every problem collected at
+//! once.
+
+use super::*;
+use crate::hetzner::selector::{quote, LabelSelector};
+use figment::providers::Serialized;
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LayerKind {
+    Defaults,
+    File,
+    Env,
+}
+
+impl LayerKind {
+    const ALL: [LayerKind; 3] = [LayerKind::Defaults, LayerKind::File, LayerKind::Env];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            LayerKind::Defaults => "built-in defaults",
+            LayerKind::File => "config file",
+            LayerKind::Env => "environment",
+        }
+    }
+}
+
+/// One layer of string values keyed by config.json key. Values are kept as
+/// strings so that nothing reinterprets them (figment's `Env` would turn a
+/// token "000123" into the number 123); figment only does the layering, and
+/// the metadata name tells which layer a value came from.
+pub(super) struct Layer {
+    pub(super) kind: LayerKind,
+    pub(super) values: BTreeMap<String, String>,
+}
+
+impl Provider for Layer {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.kind.name())
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Serialized::defaults(&self.values).data()
+    }
+}
+
+/// A value as found, with a description of where it came from.
+pub(super) struct Raw {
+    pub(super) text: String,
+    pub(super) origin: String,
+}
+
+#[derive(Default)]
+pub(super) struct Loader {
+    pub(super) figment: Figment,
+    pub(super) config_file: Option<PathBuf>,
+    pub(super) problems: Vec<ConfigProblem>,
+    pub(super) warnings: Vec<String>,
+    /// Token settings that were present but empty, for the "no token" hint.
+    pub(super) empty_token_sources: Vec<String>,
+}
+
+impl Loader {
+    pub(super) fn problem(&mut self, setting: Option<&'static Setting>, message: String) {
+        self.problems.push(ConfigProblem { setting, message });
+    }
+
+    pub(super) fn env_layer(&mut self, env: &HashMap<String, String>) -> BTreeMap<String, String> {
+        let mut names: Vec<&String> = env.keys().filter(|k| k.starts_with(ENV_PREFIX)).collect();
+        names.sort();
+        let mut layer = BTreeMap::new();
+        for name in names {
+            if name == CONFIG_FILE_ENV {
+                continue;
+            }
+            let value = env.get(name).map(String::as_str).unwrap_or_default();
+            match SETTINGS.iter().find(|s| s.env == name.as_str()) {
+                Some(setting) => {
+                    // Like the Go version (configor): an empty variable counts as unset.
+                    if value.trim().is_empty() {
+                        if is_token_setting(setting) {
+                            self.empty_token_sources
+                                .push(format!("{name} is set but empty"));
+                        }
+                    } else {
+                        layer.insert(setting.key.to_owned(), value.to_owned());
+                    }
+                }
+                None => {
+                    let hint = suggestion(name, SETTINGS.iter().map(|s| s.env))
+                        .map(|s| format!("did you mean {s}?"))
+                        .unwrap_or_else(|| {
+                            format!(
+                                "known: {}",
+                                SETTINGS
+                                    .iter()
+                                    .map(|s| s.env)
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        });
+                    self.warnings.push(format!(
+                        "unknown environment variable {} is ignored; {hint}",
+                        quote(name)
+                    ));
+                }
+            }
+        }
+        layer
+    }
+
+    pub(super) fn file_layer(
+        &mut self,
+        path: &Path,
+        named_by: Option<&'static str>,
+    ) -> BTreeMap<String, String> {
+        let mut layer = BTreeMap::new();
+        let shown = path.display();
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => bytes,
+            // The implicit ./config.json may vanish between the check and the read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && named_by.is_none() => {
+                return layer
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let by = named_by.unwrap_or_default();
+                self.problem(
+                    None,
+                    format!("config file {shown} (named by {by}) does not exist; create it or correct {by}"),
+                );
+                return layer;
+            }
+            Err(e) => {
+                self.problem(None, format!("config file {shown} cannot be read: {e}"));
+                return layer;
+            }
+        };
+        self.config_file = Some(path.to_path_buf());
+        // Editors on Windows like to add a byte-order mark.
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            self.problem(None, format!("config file {shown} is not UTF-8 text"));
+            return layer;
+        };
+        if text.trim().is_empty() {
+            self.warnings.push(format!(
+                "config file {shown} is empty; only the environment and defaults are used"
+            ));
+            return layer;
+        }
+        // Syntax errors from serde_json never quote the content, so a token in
+        // the file cannot leak through them; they carry the line and column.
+        let document = match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(document) => document,
+            Err(e) => {
+                self.problem(None, format!("config file {shown} is not valid JSON: {e}"));
+                return layer;
+            }
+        };
+        if !document.is_object() {
+            self.problem(
+                None,
+                format!(
+                    "config file {shown} holds a JSON {}; it must hold one object such as {{\"LogLevel\": \"Info\"}}",
+                    json_type(&document)
+                ),
+            );
+            return layer;
+        }
+        // Parsed a second time to keep the document order, so that with keys
+        // repeated in different case the last one wins, as in Go.
+        let entries = match serde_json::from_str::<Entries>(text) {
+            Ok(Entries(entries)) => entries,
+            Err(_) => {
+                self.problem(
+                    None,
+                    format!("config file {shown} could not be read as a JSON object"),
+                );
+                return layer;
+            }
+        };
+        let mut written_as: BTreeMap<&'static str, String> = BTreeMap::new();
+        for (key, value) in entries {
+            let wanted = normalize(&key);
+            let Some(setting) = SETTINGS.iter().find(|s| normalize(s.key) == wanted) else {
+                let hint = suggestion(&key, SETTINGS.iter().map(|s| s.key))
+                    .map(|s| format!("did you mean {s}?"))
+                    .unwrap_or_else(|| {
+                        format!(
+                            "known keys: {}",
+                            SETTINGS
+                                .iter()
+                                .map(|s| s.key)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    });
+                self.warnings.push(format!(
+                    "config file {shown}: unknown key {} is ignored; {hint}",
+                    quote(&key)
+                ));
+                continue;
+            };
+            if let Some(earlier) = written_as.insert(setting.key, key.clone()) {
+                self.warnings.push(format!(
+                    "config file {shown} sets {} twice (as {} and {}); the last one is used",
+                    setting.key,
+                    quote(&earlier),
+                    quote(&key)
+                ));
+                layer.remove(setting.key);
+            }
+            match json_to_text(&value, accepts_object(setting)) {
+                Ok(Some(text)) if !text.trim().is_empty() => {
+                    layer.insert(setting.key.to_owned(), text);
+                }
+                Ok(_) => {
+                    if is_token_setting(setting) {
+                        self.empty_token_sources
+                            .push(format!("{} in config file {shown} is empty", setting.key));
+                    }
+                }
+                Err(kind) => {
+                    let expected = if accepts_object(setting) {
+                        "a JSON object or a string"
+                    } else {
+                        "a string"
+                    };
+                    self.problem(
+                        Some(setting),
+                        format!("config file {shown} gives a JSON {kind}; expected {expected}"),
+                    );
+                }
+            }
+        }
+        layer
+    }
+
+    /// Where the value of `setting` comes from, for messages.
+    pub(super) fn origin_of(&self, setting: &Setting) -> String {
+        let layer = self
+            .figment
+            .find_value(setting.key)
+            .ok()
+            .and_then(|value| self.figment.get_metadata(value.tag()))
+            .and_then(|m| LayerKind::ALL.into_iter().find(|k| k.name() == m.name));
+        match layer {
+            Some(LayerKind::Env) => format!("environment variable {}", setting.env),
+            Some(LayerKind::File) => match &self.config_file {
+                Some(path) => format!("config file {}", path.display()),
+                None => "config file".to_owned(),
+            },
+            Some(LayerKind::Defaults) => "the built-in default".to_owned(),
+            None => "an unknown source".to_owned(),
+        }
+    }
+
+    pub(super) fn raw(&mut self, setting: &'static Setting) -> Option<Raw> {
+        let value = self.figment.find_value(setting.key).ok()?;
+        let origin = self.origin_of(setting);
+        match value {
+            Value::String(_, text) => Some(Raw { text, origin }),
+            _ => {
+                self.problem(
+                    Some(setting),
+                    format!("the value from {origin} is not text"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Parses one setting; None when unset or invalid (then a problem is recorded).
+    pub(super) fn parse<T>(
+        &mut self,
+        setting: &'static Setting,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let raw = self.raw(setting)?;
+        match parse(&raw.text) {
+            Ok(value) => Some(value),
+            Err(reason) => {
+                self.problem(
+                    Some(setting),
+                    format!("{} (from {}) {reason}", quote(raw.text.trim()), raw.origin),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn token(&mut self) -> Option<TokenSource> {
+        let inline = self.raw(&HCLOUD_TOKEN);
+        let file = self.raw(&HCLOUD_TOKEN_FILE);
+        match (inline, file) {
+            (Some(inline), Some(file)) => {
+                self.problem(
+                    Some(&HCLOUD_TOKEN),
+                    format!(
+                        "a token (from {}) and a token file (from {}) are both set; set only one of {} and {}",
+                        inline.origin,
+                        file.origin,
+                        HCLOUD_TOKEN.label(),
+                        HCLOUD_TOKEN_FILE.label()
+                    ),
+                );
+                None
+            }
+            (None, None) => {
+                let mut message = format!(
+                    "no Hetzner Cloud API token is configured; set {} ({} in config.json), or set {} ({}) \
+                     to the path of a file holding it",
+                    HCLOUD_TOKEN.env, HCLOUD_TOKEN.key, HCLOUD_TOKEN_FILE.env, HCLOUD_TOKEN_FILE.key
+                );
+                if !self.empty_token_sources.is_empty() {
+                    message.push_str(&format!(" ({})", self.empty_token_sources.join("; ")));
+                }
+                self.problem(Some(&HCLOUD_TOKEN), message);
+                None
+            }
+            (Some(inline), None) => match check_token(&inline.text, None) {
+                Ok(secret) => Some(TokenSource::Inline(secret)),
+                Err(e) => {
+                    self.problem(
+                        Some(&HCLOUD_TOKEN),
+                        format!("{e} (set by {})", inline.origin),
+                    );
+                    None
+                }
+            },
+            (None, Some(file)) => {
+                let source = TokenSource::File(PathBuf::from(file.text.trim()));
+                match source.read() {
+                    Ok(_) => Some(source),
+                    Err(e) => {
+                        self.problem(
+                            Some(&HCLOUD_TOKEN_FILE),
+                            format!("{e} (path set by {})", file.origin),
+                        );
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn settings(mut self) -> Result<Settings, ConfigErrors> {
+        let log_level = self.parse(&LOG_LEVEL, |s| {
+            s.parse::<LogLevel>().map_err(|e| e.reason())
+        });
+        let log_format = self.parse(&LOG_FORMAT, |s| {
+            s.parse::<LogFormat>().map_err(|e| e.reason())
+        });
+        let label_selector = self.parse(&LABEL_SELECTOR, |s| {
+            s.parse::<LabelSelector>()
+                .map_err(|e| format!("is not a valid label selector: {e}"))
+        });
+        let token = self.token();
+        let hcloud_endpoint = self.parse(&HCLOUD_ENDPOINT, parse_endpoint);
+        let hcloud_allow_http = self.parse(&HCLOUD_ALLOW_HTTP, parse_bool).unwrap_or(false);
+        let hcloud_timeout = self.parse(&HCLOUD_TIMEOUT, |s| {
+            parse_bounded_duration(
+                s,
+                Duration::from_secs(1),
+                Duration::from_secs(120),
+                "a duration from 1s to 2m, e.g. 10s",
+            )
+        });
+        let pool_name = self.parse(&POOL_NAME, parse_pool_name);
+        let pool_annotations = self
+            .parse(&POOL_ANNOTATIONS, |s| parse_string_map(s, false))
+            .unwrap_or_default();
+        let pool_labels = self
+            .parse(&POOL_LABELS, |s| parse_string_map(s, true))
+            .unwrap_or_default();
+        let pool_service_selector = self
+            .parse(&POOL_SERVICE_SELECTOR, parse_service_selector)
+            .flatten();
+        let interval = self.parse(&INTERVAL, parse_interval);
+        let listen_address = self.parse(&LISTEN_ADDRESS, parse_listen_address);
+        let cilium_api_version = self.parse(&CILIUM_API_VERSION, |s| {
+            s.parse::<CiliumApiVersion>().map_err(|e| e.reason())
+        });
+        // A failed parse is already a recorded problem, so the fallback
+        // values below never reach a returned Settings.
+        let defaults = GuardSettings::default();
+        let guards = GuardSettings {
+            max_removal_ratio: self
+                .parse(&MAX_REMOVAL_RATIO, parse_ratio)
+                .unwrap_or(defaults.max_removal_ratio),
+            blocked_addresses: self
+                .parse(&BLOCKED_ADDRESSES, parse_blocked_addresses)
+                .unwrap_or(defaults.blocked_addresses),
+            hcloud_request_budget: self
+                .parse(&HCLOUD_REQUEST_BUDGET, parse_request_budget)
+                .unwrap_or(defaults.hcloud_request_budget),
+        };
+        let operate = self.operate_settings();
+
+        if let Some(endpoint) = &hcloud_endpoint {
+            let plain_http = endpoint.to_ascii_lowercase().starts_with("http://");
+            if plain_http
+                && (hcloud_allow_http || !crate::hetzner::is_plain_http_off_host(endpoint))
+            {
+                self.warnings.push(format!(
+                    "{} uses plain http, so the API token travels unencrypted; use https outside \
+                     tests",
+                    HCLOUD_ENDPOINT.label()
+                ));
+            } else if plain_http {
+                {
+                    let origin = self.origin_of(&HCLOUD_ENDPOINT);
+                    self.problem(
+                        Some(&HCLOUD_ENDPOINT),
+                        format!(
+                            "{} (from {origin}) uses plain http to a host that is not a \
+                             loopback address, so the API token would travel unencrypted; use \
+                             https, or set {} to true for a trusted proxy",
+                            quote(endpoint),
+                            HCLOUD_ALLOW_HTTP.label()
+                        ),
+                    );
+                }
+            }
+        }
+
+        match (
+            log_level,
+            log_format,
+            label_selector,
+            token,
+            hcloud_endpoint,
+            hcloud_timeout,
+            pool_name,
+            interval,
+            listen_address,
+            cilium_api_version,
+        ) {
+            (
+                Some(log_level),
+                Some(log_format),
+                Some(label_selector),
+                Some(token),
+                Some(hcloud_endpoint),
+                Some(hcloud_timeout),
+                Some(pool_name),
+                Some(interval),
+                Some(listen_address),
+                Some(cilium_api_version),
+            ) if self.problems.is_empty() => Ok(Settings {
+                log_level,
+                log_format,
+                label_selector,
+                token,
+                hcloud_endpoint,
+                hcloud_allow_http,
+                hcloud_timeout,
+                pool_name,
+                pool_annotations,
+                pool_labels,
+                pool_service_selector,
+                interval,
+                listen_address,
+                cilium_api_version,
+                guards,
+                operate,
+                config_file: self.config_file,
+                warnings: self.warnings,
+            }),
+            _ => {
+                if self.problems.is_empty() {
+                    // Only reachable if a built-in default is missing: a bug, but
+                    // reported rather than panicking.
+                    self.problem(
+                        None,
+                        "internal error: a setting with a default has no value".to_owned(),
+                    );
+                }
+                Err(ConfigErrors(self.problems))
+            }
+        }
+    }
+}
+
+impl Loader {
+    /// Like the guard settings: a failed parse is a recorded problem, so the
+    /// fallback defaults never reach a returned Settings.
+    pub(super) fn operate_settings(&mut self) -> OperateSettings {
+        let d = OperateSettings::default();
+        OperateSettings {
+            leader_election: self
+                .parse(&LEADER_ELECTION, parse_leader_election)
+                .unwrap_or(d.leader_election),
+            lease_name: self
+                .parse(&LEASE_NAME, |s| parse_object_name(s, "e.g. canada-kaktus"))
+                .unwrap_or(d.lease_name),
+            lease_namespace: self
+                .parse(&LEASE_NAMESPACE, parse_namespace)
+                .or(d.lease_namespace),
+            lease_duration: self
+                .parse(&LEASE_DURATION, parse_lease_duration)
+                .unwrap_or(d.lease_duration),
+            watch_nodes: self
+                .parse(&WATCH_NODES, parse_bool)
+                .unwrap_or(d.watch_nodes),
+            node_debounce: self
+                .parse(&NODE_DEBOUNCE, |s| {
+                    parse_bounded_duration(
+                        s,
+                        Duration::ZERO,
+                        Duration::from_secs(300),
+                        "0s to 5m, e.g. 2s",
+                    )
+                })
+                .unwrap_or(d.node_debounce),
+            node_min_gap: self
+                .parse(&NODE_MIN_GAP, |s| {
+                    parse_bounded_duration(
+                        s,
+                        Duration::from_secs(1),
+                        Duration::from_secs(3600),
+                        "1s to 1h, e.g. 30s",
+                    )
+                })
+                .unwrap_or(d.node_min_gap),
+            events: self.parse(&EVENTS, parse_bool).unwrap_or(d.events),
+        }
+    }
+}

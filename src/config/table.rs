@@ -1,0 +1,289 @@
+//! The settings table: every setting's environment variable, config.json
+//! key, default and description, in one list. The defaults live here and
+//! nowhere else; the README's table is generated from it.
+
+use super::*;
+
+/// One configurable setting: the single source for parsing, error messages
+/// and the README table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    pub env: &'static str,
+    pub key: &'static str,
+    pub default: SettingDefault,
+    pub description: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingDefault {
+    /// Used when nothing else sets the value; parsed like user input.
+    Value(&'static str),
+    /// No default; the text says what being unset means.
+    Unset(&'static str),
+}
+
+impl Setting {
+    /// How problems name the setting: `CANADA_KAKTUS_X / Key`.
+    pub fn label(&self) -> String {
+        format!("{} / {}", self.env, self.key)
+    }
+}
+
+pub const LOG_LEVEL: Setting = Setting {
+    env: "CANADA_KAKTUS_LOGLEVEL",
+    key: "LogLevel",
+    default: SettingDefault::Value("Info"),
+    description: "Log level: Debug, Info, Warn or Error (any case; Warning, Trace, Fatal and Panic are also accepted)",
+};
+pub const LOG_FORMAT: Setting = Setting {
+    env: "CANADA_KAKTUS_LOG_FORMAT",
+    key: "LogFormat",
+    default: SettingDefault::Value("json"),
+    description: "Log format: json (one JSON object per line) or text",
+};
+pub const LABEL_SELECTOR: Setting = Setting {
+    env: "CANADA_KAKTUS_LABELSELECTOR",
+    key: "LabelSelector",
+    default: SettingDefault::Value("kops.k8s.io/instance-role=Node"),
+    description:
+        "Hetzner label selector choosing the servers whose public IPv4s form the pool: \
+                  k=v, k!=v, k, !k, k in (a,b), k notin (a,b); a comma means AND; must not be empty",
+};
+pub const HCLOUD_TOKEN: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_TOKEN",
+    key: "HcloudToken",
+    default: SettingDefault::Unset("required, unless HcloudTokenFile is set"),
+    description: "Hetzner Cloud API token (read-only is enough); surrounding whitespace is trimmed",
+};
+pub const HCLOUD_TOKEN_FILE: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+    key: "HcloudTokenFile",
+    default: SettingDefault::Unset("unset"),
+    description:
+        "Path of a file holding the token (e.g. a mounted Secret), instead of HcloudToken; \
+                  re-read every cycle, so a rotated token is used without a restart",
+};
+pub const HCLOUD_ENDPOINT: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_ENDPOINT",
+    key: "HcloudEndpoint",
+    default: SettingDefault::Value("https://api.hetzner.cloud/v1"),
+    description: "Base URL of the Hetzner Cloud API (https; plain http only to a loopback \
+                  address or with HcloudAllowHttp; a trailing / is removed). Read at start only: \
+                  a live reload never sends the token elsewhere",
+};
+pub const HCLOUD_ALLOW_HTTP: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_ALLOW_HTTP",
+    key: "HcloudAllowHttp",
+    default: SettingDefault::Value("false"),
+    description: "Allow a plain-http HcloudEndpoint on a non-loopback host (true or false); the \
+                  token then travels unencrypted, so only for a trusted proxy or a test. Read at \
+                  start only",
+};
+pub const HCLOUD_TIMEOUT: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_TIMEOUT",
+    key: "HcloudTimeout",
+    default: SettingDefault::Value("10s"),
+    description: "Longest one Hetzner API request may take (connecting, sending, reading the \
+                  whole answer), 1s to 2m; a request that times out is retried once, so a \
+                  stalled API fails the cycle after about twice this",
+};
+pub const POOL_NAME: Setting = Setting {
+    env: "CANADA_KAKTUS_POOL_NAME",
+    key: "PoolName",
+    default: SettingDefault::Value("covidnetes-pool"),
+    description: "Name of the CiliumLoadBalancerIPPool to keep up to date (a DNS-1123 subdomain)",
+};
+pub const POOL_ANNOTATIONS: Setting = Setting {
+    env: "CANADA_KAKTUS_POOL_ANNOTATIONS",
+    key: "PoolAnnotations",
+    default: SettingDefault::Unset("none"),
+    description:
+        "Extra annotations for the pool, as a JSON object, e.g. {\"example.com/team\":\"platform\"}",
+};
+pub const POOL_LABELS: Setting = Setting {
+    env: "CANADA_KAKTUS_POOL_LABELS",
+    key: "PoolLabels",
+    default: SettingDefault::Unset("none"),
+    description: "Extra labels for the pool, as a JSON object, e.g. {\"team\":\"platform\"}",
+};
+pub const POOL_SERVICE_SELECTOR: Setting = Setting {
+    env: "CANADA_KAKTUS_POOL_SERVICE_SELECTOR",
+    key: "PoolServiceSelector",
+    default: SettingDefault::Unset("none: every LoadBalancer Service may use the pool"),
+    description: "Which Services may take addresses from the pool (spec.serviceSelector): \
+                  a JSON object of labels or a selector such as color=blue,env in (prod)",
+};
+pub const INTERVAL: Setting = Setting {
+    env: "CANADA_KAKTUS_INTERVAL",
+    key: "Interval",
+    default: SettingDefault::Value("15m"),
+    description: "Time between two Hetzner listings, e.g. 90s, 15m, 1h30m; between 1s and 24h (each listing spends ceil(servers/50) requests of the 3600/h budget the project shares)",
+};
+pub const LISTEN_ADDRESS: Setting = Setting {
+    env: "CANADA_KAKTUS_LISTEN_ADDRESS",
+    key: "ListenAddress",
+    default: SettingDefault::Value("0.0.0.0:8080"),
+    description: "Address and port of the HTTP server (health); :8080 means every IPv4 interface",
+};
+pub const CILIUM_API_VERSION: Setting = Setting {
+    env: "CANADA_KAKTUS_CILIUM_API_VERSION",
+    key: "CiliumApiVersion",
+    default: SettingDefault::Value("auto"),
+    description: "API version of the pool: auto (ask the API server, prefer v2), v2 or v2alpha1",
+};
+
+pub const MAX_REMOVAL_RATIO: Setting = Setting {
+    env: "CANADA_KAKTUS_MAX_REMOVAL_RATIO",
+    key: "MaxRemovalRatio",
+    default: SettingDefault::Value("0.5"),
+    description: "Shrink guard: a cycle that would remove this share of the pool's addresses \
+                  or more is held until a listing at least min(Interval, 60s) later confirms it \
+                  (0 holds every removal, 1 turns the guard off); additions are never held",
+};
+pub const BLOCKED_ADDRESSES: Setting = Setting {
+    env: "CANADA_KAKTUS_BLOCKED_ADDRESSES",
+    key: "BlockedAddresses",
+    default: SettingDefault::Value("keep"),
+    description: "What to do with an IPv4 that Hetzner's abuse team has blocked: keep (stay in \
+                  the pool, reported) or drop (left out of the pool)",
+};
+pub const HCLOUD_REQUEST_BUDGET: Setting = Setting {
+    env: "CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET",
+    key: "HcloudRequestBudget",
+    default: SettingDefault::Value("1200"),
+    description: "Most Hetzner API requests per hour this controller sends (the project's 3600/h \
+                  limit is shared with the cloud controller manager, CSI driver, autoscaler …); \
+                  10 to 100000",
+};
+
+pub const LEADER_ELECTION: Setting = Setting {
+    env: "CANADA_KAKTUS_LEADER_ELECTION",
+    key: "LeaderElection",
+    default: SettingDefault::Value("auto"),
+    description:
+        "Leader election on a coordination.k8s.io Lease, so that of several replicas only \
+                  one lists Hetzner and writes: auto (on when running in a pod, i.e. \
+                  KUBERNETES_SERVICE_HOST is set), true or false (a single replica or a run \
+                  outside the cluster)",
+};
+pub const LEASE_NAME: Setting = Setting {
+    env: "CANADA_KAKTUS_LEASE_NAME",
+    key: "LeaseName",
+    default: SettingDefault::Value("canada-kaktus"),
+    description: "Name of the leader-election Lease (must match resourceNames in deploy/rbac.yaml)",
+};
+pub const LEASE_NAMESPACE: Setting = Setting {
+    env: "CANADA_KAKTUS_LEASE_NAMESPACE",
+    key: "LeaseNamespace",
+    default: SettingDefault::Unset(
+        "POD_NAMESPACE (set by deploy/ from the downward API), else the namespace of the \
+         Kubernetes config (in a pod: its own)",
+    ),
+    description: "Namespace of the leader-election Lease",
+};
+pub const LEASE_DURATION: Setting = Setting {
+    env: "CANADA_KAKTUS_LEASE_DURATION",
+    key: "LeaseDuration",
+    default: SettingDefault::Value("15s"),
+    description: "How long the Lease is valid after each renewal, in whole seconds from 3s to \
+                  5m: a leader that dies is replaced within about this long (one that shuts \
+                  down releases the Lease at once); the leader renews after two thirds of it",
+};
+pub const WATCH_NODES: Setting = Setting {
+    env: "CANADA_KAKTUS_WATCH_NODES",
+    key: "WatchNodes",
+    default: SettingDefault::Value("true"),
+    description:
+        "Watch Kubernetes Nodes and list Hetzner at once when a node is added, removed or \
+                  changes its addresses (true or false); the interval poll stays as the safety net",
+};
+pub const NODE_DEBOUNCE: Setting = Setting {
+    env: "CANADA_KAKTUS_NODE_DEBOUNCE",
+    key: "NodeDebounce",
+    default: SettingDefault::Value("2s"),
+    description: "How long to gather further Node changes before one node-triggered listing, \
+                  0s to 5m",
+};
+pub const NODE_MIN_GAP: Setting = Setting {
+    env: "CANADA_KAKTUS_NODE_MIN_GAP",
+    key: "NodeMinGap",
+    default: SettingDefault::Value("30s"),
+    description: "Least time between two node-triggered listings, 1s to 1h, so a node storm \
+                  costs at most one listing per gap (120/h at 30s)",
+};
+pub const EVENTS: Setting = Setting {
+    env: "CANADA_KAKTUS_EVENTS",
+    key: "Events",
+    default: SettingDefault::Value("true"),
+    description: "Publish Kubernetes Events on the pool (kubectl describe shows them): true or \
+                  false",
+};
+
+/// Every setting, in the order the README lists them.
+pub const SETTINGS: &[Setting] = &[
+    LOG_LEVEL,
+    LOG_FORMAT,
+    LABEL_SELECTOR,
+    HCLOUD_TOKEN,
+    HCLOUD_TOKEN_FILE,
+    HCLOUD_ENDPOINT,
+    HCLOUD_ALLOW_HTTP,
+    HCLOUD_TIMEOUT,
+    POOL_NAME,
+    POOL_ANNOTATIONS,
+    POOL_LABELS,
+    POOL_SERVICE_SELECTOR,
+    INTERVAL,
+    LISTEN_ADDRESS,
+    CILIUM_API_VERSION,
+    MAX_REMOVAL_RATIO,
+    BLOCKED_ADDRESSES,
+    HCLOUD_REQUEST_BUDGET,
+    LEADER_ELECTION,
+    LEASE_NAME,
+    LEASE_NAMESPACE,
+    LEASE_DURATION,
+    WATCH_NODES,
+    NODE_DEBOUNCE,
+    NODE_MIN_GAP,
+    EVENTS,
+];
+
+/// The settings table as Markdown, for the README.
+pub fn settings_table_markdown() -> String {
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut out = String::from(
+        "| env var | config.json key | default | meaning |\n| --- | --- | --- | --- |\n",
+    );
+    for s in SETTINGS {
+        let default = match s.default {
+            SettingDefault::Value(v) => format!("`{v}`"),
+            SettingDefault::Unset(text) => text.to_owned(),
+        };
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | {} |\n",
+            s.env,
+            s.key,
+            cell(&default),
+            cell(s.description)
+        ));
+    }
+    out.push_str(&format!(
+        "| `{CONFIG_FILE_ENV}` (or `--config`) | — | `./{DEFAULT_CONFIG_FILE}` if it exists | \
+         Path of the JSON config file; a file named here must exist |\n"
+    ));
+    out
+}
+
+pub(super) fn is_token_setting(setting: &Setting) -> bool {
+    setting.key == HCLOUD_TOKEN.key || setting.key == HCLOUD_TOKEN_FILE.key
+}
+
+pub(super) fn accepts_object(setting: &Setting) -> bool {
+    [
+        POOL_ANNOTATIONS.key,
+        POOL_LABELS.key,
+        POOL_SERVICE_SELECTOR.key,
+    ]
+    .contains(&setting.key)
+}

@@ -1,0 +1,256 @@
+use super::*;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn implicit_config_json_is_read_when_present_and_skipped_when_absent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("config.json");
+    let vars = env(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "t")]);
+
+    let settings = load_with_default_file(None, &vars, &file).expect("no file is fine");
+    assert_eq!(settings.config_file, None);
+
+    std::fs::write(&file, r#"{"PoolName": "from-file"}"#).expect("write");
+    let settings = load_with_default_file(None, &vars, &file).expect("file is read");
+    assert_eq!(settings.pool_name, "from-file");
+    assert_eq!(settings.config_file.as_deref(), Some(file.as_path()));
+}
+
+#[test]
+fn names_are_unique_and_prefixed() {
+    for (i, a) in SETTINGS.iter().enumerate() {
+        assert!(a.env.starts_with(ENV_PREFIX), "{}", a.env);
+        for b in SETTINGS.iter().skip(i + 1) {
+            assert_ne!(a.env, b.env);
+            assert_ne!(normalize(a.key), normalize(b.key));
+        }
+    }
+}
+
+#[test]
+fn every_default_parses() {
+    let settings = load_with_default_file(
+        None,
+        &env(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "t")]),
+        Path::new("/nonexistent/config.json"),
+    )
+    .expect("defaults are valid");
+    assert_eq!(settings.interval, Duration::from_secs(900));
+}
+
+#[test]
+fn edit_distance_and_suggestions() {
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+    assert_eq!(edit_distance("", "abc"), 3);
+    assert_eq!(
+        suggestion("LogLevl", SETTINGS.iter().map(|s| s.key)),
+        Some("LogLevel")
+    );
+    assert_eq!(
+        suggestion("CANADA_KAKTUS_LOG_LEVEL", SETTINGS.iter().map(|s| s.env)),
+        Some("CANADA_KAKTUS_LOGLEVEL")
+    );
+    assert_eq!(suggestion("Whatever", SETTINGS.iter().map(|s| s.key)), None);
+}
+
+#[test]
+fn endpoints() {
+    assert_eq!(
+        parse_endpoint("https://api.hetzner.cloud/v1/").as_deref(),
+        Ok("https://api.hetzner.cloud/v1")
+    );
+    assert_eq!(
+        parse_endpoint(" HTTP://127.0.0.1:9000// ").as_deref(),
+        Ok("HTTP://127.0.0.1:9000")
+    );
+    for bad in [
+        "api.hetzner.cloud",
+        "ftp://x",
+        "https://",
+        "https:///v1",
+        "https://a b",
+        "https://u:p@h/v1",
+        "https://h/v1?x=1",
+    ] {
+        assert!(parse_endpoint(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn listen_addresses() {
+    assert_eq!(
+        parse_listen_address(":9090"),
+        Ok("0.0.0.0:9090".parse().expect("addr"))
+    );
+    assert_eq!(
+        parse_listen_address("[::]:8080"),
+        Ok("[::]:8080".parse().expect("addr"))
+    );
+    assert!(parse_listen_address("localhost:8080").is_err());
+    assert!(parse_listen_address("8080").is_err());
+    assert!(parse_listen_address(":99999").is_err());
+}
+
+#[test]
+fn choices_are_case_insensitive() {
+    assert_eq!("WARNING".parse::<LogLevel>(), Ok(LogLevel::Warn));
+    assert_eq!(" Debug ".parse::<LogLevel>(), Ok(LogLevel::Debug));
+    assert_eq!("TEXT".parse::<LogFormat>(), Ok(LogFormat::Text));
+    assert_eq!(
+        "cilium.io/v2".parse::<CiliumApiVersion>(),
+        Ok(CiliumApiVersion::V2)
+    );
+    assert_eq!(
+        "V2Alpha1".parse::<CiliumApiVersion>(),
+        Ok(CiliumApiVersion::V2Alpha1)
+    );
+    let e = "verbose".parse::<LogLevel>().expect_err("invalid");
+    assert_eq!(
+        e.to_string(),
+        "\"verbose\" is not a valid log level; use Debug, Info, Warn or Error (any case)"
+    );
+}
+
+#[test]
+fn string_maps() {
+    let map = parse_string_map(r#"{"a": 1, "b": true, "example.com/c": "x y"}"#, false)
+        .expect("annotations");
+    assert_eq!(map.get("a").map(String::as_str), Some("1"));
+    assert_eq!(map.get("b").map(String::as_str), Some("true"));
+    let e =
+        parse_string_map(r#"{"a b": "x", "c": "x y", "d": [1]}"#, true).expect_err("bad labels");
+    assert!(e.contains("key \"a b\""), "{e}");
+    assert!(e.contains("value \"x y\" of \"c\""), "{e}");
+    assert!(e.contains("\"d\" is a JSON array"), "{e}");
+    assert!(parse_string_map("[1]", false)
+        .expect_err("array")
+        .contains("is a JSON array"));
+    assert!(parse_string_map("a=b", false).is_err());
+}
+
+#[test]
+fn service_selectors() {
+    let s = parse_service_selector(r#"{"color": "blue"}"#)
+        .expect("object")
+        .expect("some");
+    assert_eq!(s.to_string(), "color=blue");
+    assert_eq!(parse_service_selector("{}"), Ok(None));
+    let s = parse_service_selector("color=blue,env in (prod)")
+        .expect("selector")
+        .expect("some");
+    assert_eq!(s.to_string(), "color=blue,env in (prod)");
+    assert!(parse_service_selector("color=").is_ok());
+    assert!(parse_service_selector("color=(").is_err());
+}
+
+#[test]
+fn token_checks() {
+    assert!(matches!(
+        check_token("  \n", None),
+        Err(TokenError::Empty { .. })
+    ));
+    assert!(matches!(
+        check_token("a b", None),
+        Err(TokenError::Malformed { .. })
+    ));
+    assert_eq!(
+        check_token(" abc\n", None)
+            .map(|s| s.expose().to_owned())
+            .ok(),
+        Some("abc".to_owned())
+    );
+    let e = check_token("hunter2 x", None)
+        .expect_err("malformed")
+        .to_string();
+    assert!(!e.contains("hunter2"), "{e}");
+}
+
+#[test]
+fn oversized_token_file_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("token");
+    std::fs::write(&path, vec![b'a'; (MAX_TOKEN_FILE_BYTES + 1) as usize]).expect("write");
+    assert!(matches!(
+        TokenSource::File(path).read(),
+        Err(TokenError::TooLarge { .. })
+    ));
+}
+
+mod operate_settings_tests {
+    use super::*;
+
+    fn load_env(pairs: &[(&str, &str)]) -> Result<Settings, ConfigErrors> {
+        let mut env: HashMap<String, String> =
+            HashMap::from([("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".to_owned())]);
+        env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        load_with_default_file(None, &env, Path::new("/nonexistent/config.json"))
+    }
+
+    #[test]
+    fn defaults_suit_a_deployment() {
+        let operate = load_env(&[]).expect("defaults").operate;
+        assert_eq!(operate, OperateSettings::default());
+        assert_eq!(operate.leader_election, LeaderElection::Auto);
+        assert_eq!(operate.lease_duration, Duration::from_secs(15));
+        assert!(operate.watch_nodes && operate.events);
+        let in_pod = HashMap::from([("KUBERNETES_SERVICE_HOST".to_owned(), "10.0.0.1".to_owned())]);
+        assert!(LeaderElection::Auto.enabled(&in_pod));
+        assert!(!LeaderElection::Auto.enabled(&HashMap::new()));
+        assert!(!LeaderElection::Off.enabled(&in_pod));
+    }
+
+    #[test]
+    fn values_are_parsed_and_bad_ones_reported_by_name() {
+        let operate = load_env(&[
+            ("CANADA_KAKTUS_LEADER_ELECTION", "TRUE"),
+            ("CANADA_KAKTUS_LEASE_NAME", "my-lease"),
+            ("CANADA_KAKTUS_LEASE_NAMESPACE", "ops"),
+            ("CANADA_KAKTUS_LEASE_DURATION", "1m"),
+            ("CANADA_KAKTUS_WATCH_NODES", "false"),
+            ("CANADA_KAKTUS_NODE_DEBOUNCE", "0s"),
+            ("CANADA_KAKTUS_NODE_MIN_GAP", "2m"),
+            ("CANADA_KAKTUS_EVENTS", "off"),
+        ])
+        .expect("valid")
+        .operate;
+        assert_eq!(operate.leader_election, LeaderElection::On);
+        assert_eq!(operate.lease_name, "my-lease");
+        assert_eq!(operate.lease_namespace.as_deref(), Some("ops"));
+        assert_eq!(operate.lease_duration, Duration::from_secs(60));
+        assert!(!operate.watch_nodes && !operate.events);
+        assert_eq!(operate.node_debounce, Duration::ZERO);
+        assert_eq!(operate.node_min_gap, Duration::from_secs(120));
+
+        let errors = load_env(&[
+            ("CANADA_KAKTUS_LEADER_ELECTION", "maybe"),
+            ("CANADA_KAKTUS_LEASE_DURATION", "2s"),
+            ("CANADA_KAKTUS_LEASE_NAMESPACE", "Not_Valid"),
+            ("CANADA_KAKTUS_WATCH_NODES", "sometimes"),
+            ("CANADA_KAKTUS_NODE_MIN_GAP", "0s"),
+        ])
+        .expect_err("invalid");
+        for setting in [
+            &LEADER_ELECTION,
+            &LEASE_DURATION,
+            &LEASE_NAMESPACE,
+            &WATCH_NODES,
+            &NODE_MIN_GAP,
+        ] {
+            assert!(
+                errors.concerns(setting),
+                "{} not reported: {errors}",
+                setting.key
+            );
+        }
+        assert!(load_env(&[("CANADA_KAKTUS_LEASE_DURATION", "4500ms")]).is_err());
+    }
+}

@@ -1,0 +1,493 @@
+//! The HTTP client: one GET per page with the token as a sensitive header,
+//! the request budget and rate limit before each request, retries with
+//! backoff after retryable failures, and a body size cap. It owns the
+//! connection pool and nothing else; paging rules live in `page`, error
+//! texts in `error`.
+
+use super::*;
+use crate::config::SecretString;
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION};
+use reqwest::{StatusCode, Url};
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Sent with every request so Hetzner (and proxies) can tell us apart from
+/// the other tools sharing the project's rate limit.
+pub const USER_AGENT: &str = concat!("canada-kaktus/", env!("CARGO_PKG_VERSION"));
+
+/// A page of 50 servers is a few hundred KiB; anything near this limit is not
+/// a Hetzner answer, and reading it whole would only waste memory.
+pub(super) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// How one HTTP request to Hetzner ended, as told to a [`RequestObserver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestOutcome {
+    /// An answer came, with this status and these rate-limit headers.
+    Status {
+        status: u16,
+        rate_limit: Option<RateLimit>,
+    },
+    /// No (complete) answer; `kind` is the transport error's metric label.
+    Failed { kind: &'static str },
+}
+
+/// Told about every HTTP request the client sends (retries included), for
+/// metrics. Sees only the outcome and the duration, never the token or URL.
+pub trait RequestObserver: Send + Sync + fmt::Debug {
+    fn request_finished(&self, outcome: &RequestOutcome, duration: Duration);
+}
+
+/// Client for the part of the Hetzner Cloud API we use. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct HetznerClient {
+    http: reqwest::Client,
+    /// The endpoint as configured (without a trailing slash); safe to print.
+    endpoint: String,
+    servers_url: Url,
+    /// `host[:port]` of the endpoint, for transport errors.
+    host: String,
+    retry: RetryPolicy,
+    /// Shared by clones, so every listing draws on the same hourly budget.
+    budget: Option<Arc<Mutex<RequestBudget>>>,
+    /// The `RateLimit-*` headers of the last response.
+    last_rate_limit: Arc<Mutex<Option<RateLimit>>>,
+    /// Told about every request (metrics); see [`HetznerClient::with_observer`].
+    observer: Option<Arc<dyn RequestObserver>>,
+    /// For the message of a timed-out request.
+    request_timeout: Duration,
+}
+
+impl HetznerClient {
+    pub fn new(options: HetznerOptions) -> Result<Self, HetznerError> {
+        if options.connect_timeout.is_zero() || options.request_timeout.is_zero() {
+            return Err(HetznerError::InvalidOptions {
+                reason: "connect and request timeouts must be greater than zero".to_owned(),
+            });
+        }
+        if options.retry.max_delay < options.retry.base_delay {
+            return Err(HetznerError::InvalidOptions {
+                reason: "the retry max_delay must not be shorter than base_delay".to_owned(),
+            });
+        }
+        let endpoint = options.endpoint.trim().trim_end_matches('/').to_owned();
+        let (servers_url, host) = parse_endpoint(&endpoint)?;
+
+        ensure_crypto_provider();
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        let http = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .default_headers(headers)
+            .connect_timeout(options.connect_timeout)
+            .timeout(options.request_timeout)
+            // A redirect would carry the token somewhere we were not told to
+            // send it, and the API never redirects: treat it as an error.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|error| HetznerError::ClientBuild {
+                reason: error_chain(&error.without_url()),
+            })?;
+
+        Ok(Self {
+            http,
+            endpoint,
+            servers_url,
+            host,
+            retry: options.retry,
+            budget: options.request_budget_per_hour.map(|per_hour| {
+                Arc::new(Mutex::new(RequestBudget::new(
+                    per_hour,
+                    tokio::time::Instant::now(),
+                )))
+            }),
+            last_rate_limit: Arc::new(Mutex::new(None)),
+            observer: None,
+            request_timeout: options.request_timeout,
+        })
+    }
+
+    /// Reports every request's outcome and duration to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn RequestObserver>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn observe(&self, outcome: RequestOutcome, started: Instant) {
+        if let Some(observer) = &self.observer {
+            observer.request_finished(&outcome, started.elapsed());
+        }
+    }
+
+    /// The configured endpoint (without a trailing slash).
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Lists every server matching `label_selector` (already validated,
+    /// canonical string), all pages or an error. An empty selector lists all
+    /// servers of the project.
+    pub async fn list_servers(
+        &self,
+        token: &SecretString,
+        label_selector: &str,
+    ) -> Result<ServerListing, HetznerError> {
+        let authorization = bearer(token)?;
+        let secret = token.expose().trim();
+        let mut listing = ServerListing::default();
+        let mut seen = HashSet::new();
+        let mut paging = PagingCheck::default();
+        let mut page: u32 = 1;
+        loop {
+            let response = self
+                .fetch_page(&authorization, secret, label_selector, page, &mut listing)
+                .await?;
+            listing.pages += 1;
+            if response.rate_limit.is_some() {
+                listing.rate_limit = response.rate_limit;
+            }
+            let decoded = decode_page(page, &response.body)?;
+            let pagination = decoded.meta.pagination;
+            paging.page(page, &pagination, decoded.servers.len())?;
+            absorb_servers(decoded.servers, &mut listing, &mut seen);
+            match next_page(page, &pagination, listing.pages)? {
+                Some(next) => page = next,
+                None => {
+                    paging.end(page, &pagination)?;
+                    break;
+                }
+            }
+        }
+        tracing::debug!(
+            servers = listing.servers.len(),
+            skipped = listing.skipped.len(),
+            pages = listing.pages,
+            requests = listing.requests,
+            "listed Hetzner servers"
+        );
+        Ok(listing)
+    }
+
+    /// One page, retried according to the policy. `requests` counts every
+    /// attempt, so the caller sees the true cost against the rate limit.
+    async fn fetch_page(
+        &self,
+        authorization: &HeaderValue,
+        secret: &str,
+        label_selector: &str,
+        page: u32,
+        listing: &mut ServerListing,
+    ) -> Result<PageResponse, HetznerError> {
+        let mut retries: u32 = 0;
+        loop {
+            listing.throttled += self.throttle(page).await?;
+            listing.requests = listing.requests.saturating_add(1);
+            let result = self
+                .send_once(authorization, secret, label_selector, page)
+                .await;
+            let rate_limit = match &result {
+                Ok(response) => response.rate_limit,
+                // A 429 means nothing remains until its reset.
+                Err(HetznerError::RateLimited { reset, .. }) => Some(RateLimit {
+                    limit: None,
+                    remaining: Some(0),
+                    reset: *reset,
+                }),
+                Err(_) => None,
+            };
+            if rate_limit.is_some() {
+                *lock(&self.last_rate_limit) = rate_limit;
+            }
+            let error = match result {
+                Ok(response) => return Ok(response),
+                Err(error) => error,
+            };
+            let reason = error.retry_reason();
+            let reset = error.rate_limit_reset();
+            let Some(delay) = retry_delay(&self.retry, retries, reason, reset, unix_now()) else {
+                if error.is_retryable() {
+                    tracing::warn!(page, attempts = retries + 1, error = %error, "giving up on the Hetzner API request");
+                }
+                return Err(error);
+            };
+            // A reset time is a fact about the budget, not a guess: waiting
+            // less than it would just earn another 429.
+            let delay = if reason == RetryReason::Status(429) && reset.is_some() {
+                delay
+            } else {
+                jitter(delay, rand::random::<f64>())
+            };
+            retries += 1;
+            tracing::warn!(
+                page,
+                retry = retries,
+                max_retries = self.retry.max_retries,
+                delay_ms = duration_millis(delay),
+                error = %error,
+                "Hetzner API request failed, retrying"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Waits until both our own budget and Hetzner's headers allow one more
+    /// request, and takes it; fails at once when the wait would be longer than
+    /// `max_rate_limit_wait`, so a cycle never hangs on it.
+    async fn throttle(&self, page: u32) -> Result<Duration, HetznerError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let header_wait = rate_limit_wait(lock(&self.last_rate_limit).as_ref(), unix_now());
+            let budget_wait = match &self.budget {
+                Some(budget) if header_wait.is_none() => {
+                    let mut budget = lock(budget);
+                    match budget.try_take(tokio::time::Instant::now()) {
+                        Ok(()) => None,
+                        Err(wait) => Some((wait, budget.per_hour())),
+                    }
+                }
+                _ => None,
+            };
+            let (wait, what) = match (header_wait, budget_wait) {
+                (None, None) => return Ok(waited),
+                (Some(wait), _) => (wait, "Hetzner's rate limit (RateLimit-Remaining is 0)"),
+                (None, Some((wait, _))) => (wait, "this controller's hourly request budget"),
+            };
+            if wait > self.retry.max_rate_limit_wait {
+                return Err(match (header_wait, budget_wait) {
+                    (None, Some((wait, per_hour))) => HetznerError::BudgetExhausted {
+                        per_hour,
+                        retry_in_secs: wait.as_secs().max(1),
+                    },
+                    _ => HetznerError::RateLimited {
+                        code: "rate_limit_exceeded".to_owned(),
+                        message: "RateLimit-Remaining is 0".to_owned(),
+                        reset: lock(&self.last_rate_limit).and_then(|r| r.reset),
+                    },
+                });
+            }
+            tracing::info!(page, wait_ms = duration_millis(wait), "waiting for {what}");
+            tokio::time::sleep(wait).await;
+            waited += wait;
+            // Our own budget was not charged when the headers made us wait;
+            // charge it on the next pass.
+            if header_wait.is_some() {
+                lock(&self.last_rate_limit).take();
+            }
+        }
+    }
+
+    async fn send_once(
+        &self,
+        authorization: &HeaderValue,
+        secret: &str,
+        label_selector: &str,
+        page: u32,
+    ) -> Result<PageResponse, HetznerError> {
+        let started = Instant::now();
+        let page_param = page.to_string();
+        let per_page_param = PER_PAGE.to_string();
+        let mut query: Vec<(&str, &str)> = Vec::with_capacity(3);
+        if !label_selector.is_empty() {
+            query.push(("label_selector", label_selector));
+        }
+        query.push(("per_page", &per_page_param));
+        query.push(("page", &page_param));
+
+        let result = self
+            .http
+            .get(self.servers_url.clone())
+            .header(AUTHORIZATION, authorization.clone())
+            .query(&query)
+            .send()
+            .await;
+        let response = match result {
+            Ok(response) => response,
+            Err(error) => {
+                let error = self.transport_error(page, error);
+                self.observe(
+                    RequestOutcome::Failed {
+                        kind: error.metric_label(),
+                    },
+                    started,
+                );
+                tracing::debug!(page, duration_ms = duration_millis(started.elapsed()), error = %error, "Hetzner API request failed");
+                return Err(error);
+            }
+        };
+        let status = response.status();
+        let rate_limit = RateLimit::from_headers(response.headers());
+        let body = read_body(response, page)
+            .await
+            .map_err(|error| match error {
+                ReadError::TooLarge => HetznerError::BodyTooLarge {
+                    page,
+                    limit: MAX_BODY_BYTES,
+                },
+                ReadError::Transport(error) => self.transport_error(page, error),
+            });
+        tracing::debug!(
+            page,
+            status = status.as_u16(),
+            duration_ms = duration_millis(started.elapsed()),
+            bytes = body.as_ref().map_or(0, Vec::len),
+            "Hetzner API request"
+        );
+        self.observe(
+            match &body {
+                Err(error @ HetznerError::Transport { .. }) => RequestOutcome::Failed {
+                    kind: error.metric_label(),
+                },
+                _ => RequestOutcome::Status {
+                    status: status.as_u16(),
+                    rate_limit,
+                },
+            },
+            started,
+        );
+        let body = body?;
+        if status.is_success() {
+            Ok(PageResponse { body, rate_limit })
+        } else {
+            Err(self.status_error(status, &body, rate_limit, label_selector, secret))
+        }
+    }
+
+    fn transport_error(&self, page: u32, error: reqwest::Error) -> HetznerError {
+        // Timeout first: a connect timeout is also a connect error, and the
+        // timeout is the more useful thing to report.
+        let kind = if error.is_timeout() {
+            TransportKind::Timeout
+        } else if error.is_connect() {
+            TransportKind::Connect
+        } else if error.is_request() || error.is_body() || error.is_decode() {
+            TransportKind::Interrupted
+        } else {
+            TransportKind::Other
+        };
+        let detail = if kind == TransportKind::Timeout {
+            format!(
+                "no complete answer within {}s (CANADA_KAKTUS_HCLOUD_TIMEOUT / HcloudTimeout)",
+                self.request_timeout.as_secs_f64()
+            )
+        } else {
+            // reqwest errors carry the URL (never headers); dropping it keeps
+            // the message short, the host is named separately.
+            error_chain(&error.without_url())
+        };
+        HetznerError::Transport {
+            host: self.host.clone(),
+            page,
+            kind,
+            detail,
+        }
+    }
+
+    fn status_error(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        rate_limit: Option<RateLimit>,
+        label_selector: &str,
+        secret: &str,
+    ) -> HetznerError {
+        let api = parse_api_error(body, secret);
+        let code = api.as_ref().and_then(|api| api.code.clone());
+        let message = api.as_ref().and_then(|api| api.message.clone());
+        let code_or = |fallback: &str| code.clone().unwrap_or_else(|| fallback.to_owned());
+        let message_or_default = || message_text(&message).to_owned();
+        match status.as_u16() {
+            401 => HetznerError::Unauthorized {
+                code: code_or("unauthorized"),
+                message: message_or_default(),
+            },
+            403 => HetznerError::Forbidden {
+                code: code_or("forbidden"),
+                message: message_or_default(),
+            },
+            404 => HetznerError::NotFound {
+                endpoint: self.endpoint.clone(),
+                code: code_or("not_found"),
+                message: message_or_default(),
+            },
+            422 if code.as_deref() == Some("invalid_input") => HetznerError::InvalidLabelSelector {
+                selector: label_selector.to_owned(),
+                message: api.map_or_else(message_or_default, |api| api.full_message(secret)),
+            },
+            429 => HetznerError::RateLimited {
+                code: code_or("rate_limit_exceeded"),
+                message: message_or_default(),
+                reset: rate_limit.and_then(|rate_limit| rate_limit.reset),
+            },
+            500..=599 => HetznerError::ServerError {
+                status: status.as_u16(),
+                code,
+                message,
+            },
+            other => HetznerError::UnexpectedStatus {
+                status: other,
+                code,
+                message,
+            },
+        }
+    }
+}
+
+/// Builds the `Authorization` header value, marked sensitive so that header
+/// dumps (e.g. `Debug` of a request) show it redacted.
+pub(super) fn bearer(token: &SecretString) -> Result<HeaderValue, HetznerError> {
+    // Tokens read from files or Secrets often end with a newline, which is
+    // never part of a Hetzner token but would make the header invalid.
+    let mut value = HeaderValue::try_from(format!("Bearer {}", token.expose().trim()))
+        .map_err(|_| HetznerError::InvalidToken)?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// reqwest built with `rustls-no-provider` panics when no process-wide
+/// crypto provider is installed; install ours (ring, the only one compiled
+/// in) if the binary has not done so yet, instead of panicking.
+pub(super) fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another thread installing one is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+pub(super) async fn read_body(
+    mut response: reqwest::Response,
+    page: u32,
+) -> Result<Vec<u8>, ReadError> {
+    let declared = response.content_length().unwrap_or(0);
+    if declared > MAX_BODY_BYTES as u64 {
+        return Err(ReadError::TooLarge);
+    }
+    let capacity = usize::try_from(declared).unwrap_or(0);
+    let mut body = Vec::with_capacity(capacity);
+    while let Some(chunk) = response.chunk().await.map_err(ReadError::Transport)? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            tracing::debug!(page, "Hetzner API response exceeds the body size limit");
+            return Err(ReadError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+pub(super) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+pub(super) fn duration_millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Locks a mutex, recovering from a panicked holder: the guarded values are
+/// plain numbers that stay valid.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

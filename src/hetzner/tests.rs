@@ -1,0 +1,375 @@
+use super::*;
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use crate::config::SecretString;
+
+fn policy() -> RetryPolicy {
+    RetryPolicy::default()
+}
+
+#[test]
+fn backoff_doubles_from_base_and_is_capped() {
+    let p = policy();
+    let delays: Vec<_> = (0..5)
+        .map(|attempt| retry_delay(&p, attempt, RetryReason::Status(503), None, 0))
+        .collect();
+    assert_eq!(
+        delays,
+        vec![
+            Some(Duration::from_secs(1)),
+            Some(Duration::from_secs(2)),
+            Some(Duration::from_secs(4)),
+            Some(Duration::from_secs(8)),
+            Some(Duration::from_secs(16)),
+        ]
+    );
+    let many = RetryPolicy {
+        max_retries: 100,
+        ..p
+    };
+    assert_eq!(
+        retry_delay(&many, 5, RetryReason::Connection, None, 0),
+        Some(Duration::from_secs(30))
+    );
+    // 2^40 overflows u32: still the cap, no panic.
+    assert_eq!(
+        retry_delay(&many, 40, RetryReason::Connection, None, 0),
+        Some(Duration::from_secs(30))
+    );
+}
+
+#[test]
+fn gives_up_after_max_retries() {
+    let p = policy();
+    assert!(retry_delay(&p, 4, RetryReason::Status(500), None, 0).is_some());
+    assert_eq!(retry_delay(&p, 5, RetryReason::Status(500), None, 0), None);
+    let none = RetryPolicy {
+        max_retries: 0,
+        ..p
+    };
+    assert_eq!(retry_delay(&none, 0, RetryReason::Timeout, None, 0), None);
+}
+
+#[test]
+fn retries_only_transient_failures() {
+    let p = policy();
+    for status in [429, 500, 502, 503, 504] {
+        assert!(
+            retry_delay(&p, 0, RetryReason::Status(status), None, 0).is_some(),
+            "{status}"
+        );
+    }
+    for status in [400, 401, 403, 404, 409, 410, 422, 423, 501, 505] {
+        assert_eq!(
+            retry_delay(&p, 0, RetryReason::Status(status), None, 0),
+            None,
+            "{status}"
+        );
+    }
+    for reason in [
+        RetryReason::Conflict,
+        RetryReason::Timeout,
+        RetryReason::Connection,
+    ] {
+        assert_eq!(
+            retry_delay(&p, 0, reason, None, 0),
+            Some(Duration::from_secs(1))
+        );
+    }
+    assert_eq!(retry_delay(&p, 0, RetryReason::NotRetryable, None, 0), None);
+}
+
+#[test]
+fn rate_limit_waits_for_one_request_not_for_the_full_reset() {
+    let p = policy();
+    let now = 1_700_000_000;
+    // RateLimit-Reset is when the budget is full again; one request is
+    // back after a second however far away that is.
+    for reset in [now + 42, now + 61, now + 3600] {
+        assert_eq!(
+            retry_delay(&p, 0, RetryReason::Status(429), Some(reset), now),
+            Some(ONE_REQUEST_REFILL)
+        );
+    }
+    // The reset is not an exponential backoff: attempt does not scale it.
+    assert_eq!(
+        retry_delay(&p, 3, RetryReason::Status(429), Some(now + 5), now),
+        Some(ONE_REQUEST_REFILL)
+    );
+    // Every wait is capped.
+    let tight = RetryPolicy {
+        max_rate_limit_wait: Duration::from_millis(10),
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+        ..p
+    };
+    assert_eq!(
+        retry_delay(&tight, 0, RetryReason::Status(429), Some(now + 3600), now),
+        Some(Duration::from_millis(10))
+    );
+}
+
+#[test]
+fn a_timeout_is_retried_once() {
+    let p = policy();
+    assert!(retry_delay(&p, 0, RetryReason::Timeout, None, 0).is_some());
+    assert_eq!(
+        retry_delay(&p, MAX_TIMEOUT_RETRIES, RetryReason::Timeout, None, 0),
+        None
+    );
+}
+
+#[test]
+fn rate_limit_reset_in_the_past_waits_the_base_delay() {
+    let p = policy();
+    let now = 1_700_000_000;
+    assert_eq!(
+        retry_delay(&p, 0, RetryReason::Status(429), Some(now), now),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(
+        retry_delay(&p, 0, RetryReason::Status(429), Some(now - 100), now),
+        Some(Duration::from_secs(1))
+    );
+}
+
+#[test]
+fn rate_limit_without_reset_backs_off() {
+    let p = policy();
+    assert_eq!(
+        retry_delay(&p, 2, RetryReason::Status(429), None, 0),
+        Some(Duration::from_secs(4))
+    );
+}
+
+#[test]
+fn jitter_stays_between_half_and_full_delay() {
+    let delay = Duration::from_secs(8);
+    assert_eq!(jitter(delay, 0.0), Duration::from_secs(4));
+    assert_eq!(jitter(delay, 1.0), delay);
+    assert_eq!(jitter(delay, 0.5), Duration::from_secs(6));
+    assert_eq!(jitter(delay, -3.0), Duration::from_secs(4));
+    assert_eq!(jitter(delay, 7.0), delay);
+    assert_eq!(jitter(delay, f64::NAN), delay);
+}
+
+#[test]
+fn error_retry_classification() {
+    let server = |status| HetznerError::ServerError {
+        status,
+        code: None,
+        message: None,
+    };
+    assert!(server(502).is_retryable());
+    assert!(!server(501).is_retryable());
+    let conflict = HetznerError::UnexpectedStatus {
+        status: 409,
+        code: Some("conflict".to_owned()),
+        message: None,
+    };
+    assert_eq!(conflict.retry_reason(), RetryReason::Conflict);
+    assert!(conflict.is_retryable());
+    let uniqueness = HetznerError::UnexpectedStatus {
+        status: 409,
+        code: Some("uniqueness_error".to_owned()),
+        message: None,
+    };
+    assert!(!uniqueness.is_retryable());
+    let unauthorized = HetznerError::Unauthorized {
+        code: "unauthorized".to_owned(),
+        message: "unable to authenticate".to_owned(),
+    };
+    assert!(!unauthorized.is_retryable());
+    assert_eq!(unauthorized.metric_label(), "unauthorized");
+    let decode = HetznerError::Decode {
+        page: 1,
+        reason: "x".to_owned(),
+    };
+    assert!(!decode.is_retryable());
+}
+
+#[test]
+fn parses_only_the_needed_fields() {
+    let body = br#"{
+        "servers": [
+            {"id": 1, "name": "a", "status": "running", "labels": {"x": "y"},
+             "public_net": {"ipv4": {"id": 9, "ip": "192.0.2.1", "blocked": true, "dns_ptr": "p"},
+                            "ipv6": null, "floating_ips": [], "something_new": {"deep": [1, 2]}},
+             "private_net": [{"network": 1, "ip": "10.0.0.2", "alias_ips": [], "mac_address": "x"}]},
+            {"id": 2, "name": "b", "public_net": {"ipv4": null}},
+            {"id": 3, "name": "c", "public_net": {"ipv4": {"ip": "0.0.0.0", "blocked": false}}},
+            {"id": 4, "name": "d", "public_net": {"ipv4": {"ip": "2001:db8::1"}}},
+            {"id": 5, "name": "e"}
+        ],
+        "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
+                                "next_page": null, "last_page": 1, "total_entries": 5}}
+    }"#;
+    let page = decode_page(1, body).unwrap();
+    assert_eq!(page.meta.pagination.next_page, None);
+    let mut listing = ServerListing::default();
+    absorb_servers(page.servers, &mut listing, &mut HashSet::new());
+    assert_eq!(
+        listing.servers,
+        vec![ServerAddress {
+            id: 1,
+            name: "a".to_owned(),
+            ipv4: Ipv4Addr::new(192, 0, 2, 1),
+            blocked: true,
+        }]
+    );
+    let reasons: Vec<_> = listing
+        .skipped
+        .iter()
+        .map(|s| (s.id, s.reason.clone()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (2, SkipReason::NoPublicIpv4),
+            (3, SkipReason::UnspecifiedIpv4),
+            (4, SkipReason::InvalidIpv4("2001:db8::1".to_owned())),
+            (5, SkipReason::NoPublicIpv4),
+        ]
+    );
+}
+
+#[test]
+fn duplicate_ids_across_pages_are_kept_once() {
+    let body =
+        br#"{"servers": [{"id": 7, "name": "a", "public_net": {"ipv4": {"ip": "192.0.2.7"}}}],
+                    "meta": {"pagination": {"next_page": null}}}"#;
+    let mut listing = ServerListing::default();
+    let mut seen = HashSet::new();
+    absorb_servers(
+        decode_page(1, body).unwrap().servers,
+        &mut listing,
+        &mut seen,
+    );
+    absorb_servers(
+        decode_page(2, body).unwrap().servers,
+        &mut listing,
+        &mut seen,
+    );
+    assert_eq!(listing.servers.len(), 1);
+}
+
+#[test]
+fn decode_errors_name_the_page() {
+    let error = decode_page(3, br#"{"servers": [{"id": 1,"#).err().unwrap();
+    assert_eq!(error.metric_label(), "decode");
+    assert!(error.to_string().contains("page 3"), "{error}");
+    let missing_meta = decode_page(1, br#"{"servers": []}"#).err().unwrap();
+    assert!(missing_meta.to_string().contains("meta"), "{missing_meta}");
+}
+
+#[test]
+fn paging_must_advance_one_page_at_a_time() {
+    let pagination = |next_page, last_page| Pagination {
+        per_page: None,
+        next_page,
+        last_page,
+        total_entries: None,
+    };
+    assert_eq!(next_page(1, &pagination(None, Some(1)), 1).unwrap(), None);
+    assert_eq!(
+        next_page(1, &pagination(Some(2), Some(3)), 1).unwrap(),
+        Some(2)
+    );
+    assert_eq!(
+        next_page(1, &pagination(Some(2), None), 1).unwrap(),
+        Some(2)
+    );
+    for bad in [
+        pagination(Some(1), Some(3)),
+        pagination(Some(0), None),
+        pagination(Some(3), Some(3)),
+        pagination(Some(2), Some(1)),
+    ] {
+        assert_eq!(
+            next_page(1, &bad, 1).unwrap_err().metric_label(),
+            "pagination"
+        );
+    }
+    assert!(next_page(MAX_PAGES, &pagination(Some(MAX_PAGES + 1), None), MAX_PAGES).is_err());
+    assert!(next_page(u32::MAX, &pagination(Some(u32::MAX), None), 1).is_err());
+}
+
+#[test]
+fn rate_limit_headers_are_parsed_leniently() {
+    let mut headers = HeaderMap::new();
+    assert_eq!(RateLimit::from_headers(&headers), None);
+    headers.insert("RateLimit-Limit", HeaderValue::from_static("3600"));
+    headers.insert("RateLimit-Remaining", HeaderValue::from_static(" 12 "));
+    headers.insert("RateLimit-Reset", HeaderValue::from_static("soon"));
+    assert_eq!(
+        RateLimit::from_headers(&headers),
+        Some(RateLimit {
+            limit: Some(3600),
+            remaining: Some(12),
+            reset: None,
+        })
+    );
+}
+
+#[test]
+fn endpoints_are_validated_without_echoing_credentials() {
+    assert!(parse_endpoint("https://api.hetzner.cloud/v1").is_ok());
+    let (url, host) = parse_endpoint("http://127.0.0.1:8080/v1").unwrap();
+    assert_eq!(url.as_str(), "http://127.0.0.1:8080/v1/servers");
+    assert_eq!(host, "127.0.0.1:8080");
+    for bad in [
+        "api.hetzner.cloud",
+        "ftp://api.hetzner.cloud/v1",
+        "https://api.hetzner.cloud/v1?x=1",
+    ] {
+        assert_eq!(
+            parse_endpoint(bad).unwrap_err().metric_label(),
+            "invalid_endpoint",
+            "{bad}"
+        );
+    }
+    let error = parse_endpoint("https://user:s3cr3t@api.hetzner.cloud/v1").unwrap_err();
+    assert!(!error.to_string().contains("s3cr3t"), "{error}");
+    assert!(!format!("{error:?}").contains("s3cr3t"), "{error:?}");
+}
+
+#[test]
+fn api_error_documents_become_clear_messages() {
+    let body = br#"{"error": {"code": "invalid_input", "message": "invalid input in field 'label_selector'",
+                    "details": {"fields": [{"name": "label_selector", "messages": ["unexpected token"]}]}}}"#;
+    let error = parse_api_error(body, "s3cr3t").unwrap();
+    assert_eq!(error.code.as_deref(), Some("invalid_input"));
+    assert_eq!(
+        error.full_message("s3cr3t"),
+        "invalid input in field 'label_selector'; label_selector: unexpected token"
+    );
+    assert!(parse_api_error(b"<html>bad gateway</html>", "tok").is_none());
+    assert!(parse_api_error(b"", "tok").is_none());
+    // details of another shape must not hide the code.
+    let odd = parse_api_error(
+        br#"{"error": {"code": "conflict", "message": "m", "details": "x"}}"#,
+        "tok",
+    )
+    .unwrap();
+    assert_eq!(odd.code.as_deref(), Some("conflict"));
+}
+
+#[test]
+fn bearer_header_is_sensitive_and_trimmed() {
+    let value = bearer(&SecretString::new("abc123\n")).unwrap();
+    assert_eq!(value.to_str().unwrap(), "Bearer abc123");
+    assert!(value.is_sensitive());
+    assert!(!format!("{value:?}").contains("abc123"));
+    let error = bearer(&SecretString::new("abc\u{0}123")).unwrap_err();
+    assert!(!error.to_string().contains("abc"));
+}
+
+#[test]
+fn shorten_respects_char_boundaries() {
+    assert_eq!(shorten("äöü", 2), "äö…");
+    assert_eq!(shorten("abc", 3), "abc");
+}

@@ -1,0 +1,349 @@
+use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+fn template() -> PoolTemplate {
+    PoolTemplate {
+        name: "covidnetes-pool".into(),
+        ..Default::default()
+    }
+}
+
+/// A live object as the API server would return it after our apply.
+fn applied(desired: &DesiredPool) -> DynamicObject {
+    let manifest = desired.manifest("cilium.io/v2");
+    let mut owned =
+        json!({"f:metadata": {"f:annotations": {}}, "f:spec": {"f:blocks": {}, "f:disabled": {}}});
+    for key in desired.annotations.keys() {
+        owned["f:metadata"]["f:annotations"][format!("f:{key}")] = json!({});
+    }
+    if !desired.labels.is_empty() {
+        owned["f:metadata"]["f:labels"] = json!({});
+        for key in desired.labels.keys() {
+            owned["f:metadata"]["f:labels"][format!("f:{key}")] = json!({});
+        }
+    }
+    if desired.service_selector.is_some() {
+        owned["f:spec"]["f:serviceSelector"] = json!({});
+    }
+    DynamicObject {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some(desired.name.clone()),
+            annotations: Some(desired.annotations.clone()),
+            labels: (!desired.labels.is_empty()).then(|| desired.labels.clone()),
+            resource_version: Some("7".into()),
+            managed_fields: Some(vec![ManagedFieldsEntry {
+                manager: Some(FIELD_MANAGER.into()),
+                operation: Some("Apply".into()),
+                fields_v1: Some(FieldsV1(owned)),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        data: json!({ "spec": manifest["spec"].clone() }),
+    }
+}
+
+#[test]
+fn render_deduplicates_and_sorts_numerically() {
+    let pool = render(
+        &template(),
+        [
+            ip("10.0.0.10"),
+            ip("10.0.0.9"),
+            ip("10.0.0.10"),
+            ip("9.255.255.255"),
+        ],
+    );
+    assert_eq!(
+        pool.addresses,
+        vec![ip("9.255.255.255"), ip("10.0.0.9"), ip("10.0.0.10")]
+    );
+    assert_eq!(
+        pool.blocks(),
+        vec![
+            json!({"cidr": "9.255.255.255/32"}),
+            json!({"cidr": "10.0.0.9/32"}),
+            json!({"cidr": "10.0.0.10/32"}),
+        ]
+    );
+}
+
+#[test]
+fn render_gives_the_same_bytes_for_the_same_servers_in_any_order() {
+    let a = render(&template(), [ip("1.2.3.4"), ip("5.6.7.8")]).manifest("cilium.io/v2");
+    let b = render(&template(), [ip("5.6.7.8"), ip("1.2.3.4")]).manifest("cilium.io/v2");
+    assert_eq!(
+        serde_json::to_vec(&a).unwrap(),
+        serde_json::to_vec(&b).unwrap()
+    );
+}
+
+#[test]
+fn manifest_holds_only_owned_fields_with_managed_by_and_configured_metadata() {
+    let mut t = template();
+    t.annotations
+        .insert("argocd.argoproj.io/tracking-id".into(), "x".into());
+    t.labels.insert("team".into(), "net".into());
+    let manifest = render(&t, [ip("192.168.1.100")]).manifest("cilium.io/v2alpha1");
+    assert_eq!(
+        manifest,
+        json!({
+            "apiVersion": "cilium.io/v2alpha1",
+            "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {
+                "name": "covidnetes-pool",
+                "annotations": {"argocd.argoproj.io/tracking-id": "x", "managed-by": "canada-kaktus"},
+                "labels": {"team": "net"},
+            },
+            "spec": {"blocks": [{"cidr": "192.168.1.100/32"}], "disabled": false},
+        })
+    );
+}
+
+#[test]
+fn the_apply_body_is_the_manifest() {
+    let mut t = template();
+    t.labels.insert("team".into(), "net".into());
+    t.service_selector = Some(KubeLabelSelector {
+        match_labels: Some(BTreeMap::from([("color".to_owned(), "blue".to_owned())])),
+        match_expressions: None,
+    });
+    for pool in [
+        render(&t, [ip("10.0.0.2"), ip("9.0.0.1")]),
+        render(&template(), [ip("1.1.1.1")]),
+    ] {
+        let body = serde_json::to_value(pool.apply_body("cilium.io/v2")).unwrap();
+        assert_eq!(body, pool.manifest("cilium.io/v2"));
+    }
+}
+
+#[test]
+fn blocks_match_agrees_with_comparing_json() {
+    let desired = render(&template(), [ip("1.1.1.1"), ip("2.2.2.2")]);
+    let wanted = Value::Array(desired.blocks());
+    for live in [
+        None,
+        Some(json!(null)),
+        Some(json!([])),
+        Some(json!({"cidr": "1.1.1.1/32"})),
+        Some(json!([{"cidr": "1.1.1.1/32"}])),
+        Some(json!([{"cidr": "1.1.1.1/32"}, {"cidr": "2.2.2.2/32"}])),
+        Some(json!([{"cidr": "2.2.2.2/32"}, {"cidr": "1.1.1.1/32"}])),
+        Some(json!([{"cidr": "1.1.1.1/32"}, {"cidr": "2.2.2.2/32", "start": "2.2.2.2"}])),
+        Some(json!([{"cidr": "1.1.1.1/32"}, {"start": "2.2.2.2"}])),
+        Some(json!([{"cidr": "1.1.1.1/32"}, "2.2.2.2/32"])),
+    ] {
+        let expected = live.as_ref() == Some(&wanted);
+        assert_eq!(
+            blocks_match(live.as_ref(), &desired.addresses),
+            expected,
+            "{live:?}"
+        );
+    }
+}
+
+#[test]
+fn managed_by_cannot_be_overridden_by_configuration() {
+    let mut t = template();
+    t.annotations
+        .insert(MANAGED_BY_KEY.into(), "someone-else".into());
+    let pool = render(&t, [ip("1.1.1.1")]);
+    assert_eq!(pool.annotations[MANAGED_BY_KEY], MANAGED_BY_VALUE);
+}
+
+#[test]
+fn manifest_carries_the_service_selector() {
+    let mut t = template();
+    t.service_selector = Some(KubeLabelSelector {
+        match_labels: Some(BTreeMap::from([("color".to_owned(), "blue".to_owned())])),
+        match_expressions: None,
+    });
+    let manifest = render(&t, [ip("1.1.1.1")]).manifest("cilium.io/v2");
+    assert_eq!(
+        manifest["spec"]["serviceSelector"],
+        json!({"matchLabels": {"color": "blue"}})
+    );
+}
+
+#[test]
+fn diff_names_added_removed_and_foreign_blocks() {
+    let live = DynamicObject {
+        types: None,
+        metadata: ObjectMeta::default(),
+        data: json!({"spec": {"blocks": [
+            {"cidr": "1.1.1.1/32"},
+            {"cidr": "2.2.2.2/32"},
+            {"start": "3.3.3.3"},
+            {"start": "4.4.4.4", "stop": "4.4.4.4"},
+            {"cidr": "10.0.0.0/24"},
+            {"start": "5.5.5.1", "stop": "5.5.5.9"},
+        ]}}),
+    };
+    let live = live_addresses(&live);
+    assert_eq!(live.foreign_blocks, 2);
+    let desired = render(&template(), [ip("2.2.2.2"), ip("3.3.3.3"), ip("6.6.6.6")]);
+    let d = diff(Some(&live), &desired);
+    assert_eq!(d.added, vec![ip("6.6.6.6")]);
+    assert_eq!(d.removed, vec![ip("1.1.1.1"), ip("4.4.4.4")]);
+    assert_eq!(d.foreign_blocks_removed, 2);
+    assert!(!d.is_empty());
+}
+
+#[test]
+fn diff_against_a_missing_pool_adds_everything() {
+    let desired = render(&template(), [ip("2.2.2.2")]);
+    let d = diff(None, &desired);
+    assert_eq!(d.added, vec![ip("2.2.2.2")]);
+    assert!(d.removed.is_empty());
+}
+
+#[test]
+fn no_write_when_the_live_pool_matches() {
+    let desired = render(&template(), [ip("1.1.1.1"), ip("2.2.2.2")]);
+    assert_eq!(write_reason(Some(&applied(&desired)), &desired), None);
+}
+
+#[test]
+fn missing_pool_is_written() {
+    let desired = render(&template(), [ip("1.1.1.1")]);
+    assert_eq!(write_reason(None, &desired), Some(WriteReason::Missing));
+}
+
+#[test]
+fn edited_or_reordered_blocks_are_written() {
+    let desired = render(&template(), [ip("1.1.1.1"), ip("2.2.2.2")]);
+    let mut live = applied(&desired);
+    live.data["spec"]["blocks"] = json!([{"cidr": "2.2.2.2/32"}, {"cidr": "1.1.1.1/32"}]);
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::BlocksDiffer)
+    );
+    live.data["spec"]["blocks"] = json!([{"cidr": "1.1.1.1/32"}]);
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::BlocksDiffer)
+    );
+}
+
+#[test]
+fn a_disabled_pool_is_written() {
+    let desired = render(&template(), [ip("1.1.1.1")]);
+    let mut live = applied(&desired);
+    live.data["spec"]["disabled"] = json!(true);
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::Disabled)
+    );
+}
+
+#[test]
+fn foreign_metadata_and_status_do_not_cause_a_write() {
+    let desired = render(&template(), [ip("1.1.1.1")]);
+    let mut live = applied(&desired);
+    live.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("argocd.argoproj.io/tracking-id".into(), "app:x".into());
+    live.metadata.labels = Some(BTreeMap::from([("owner".into(), "argocd".into())]));
+    live.data["status"] =
+        json!({"conditions": [{"type": "cilium.io/IPsTotal", "status": "Unknown"}]});
+    assert_eq!(write_reason(Some(&live), &desired), None);
+}
+
+#[test]
+fn a_changed_annotation_value_is_written() {
+    let mut t = template();
+    t.annotations.insert("team".into(), "a".into());
+    let desired = render(&t, [ip("1.1.1.1")]);
+    let mut live = applied(&desired);
+    live.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("team".into(), "b".into());
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::MetadataDiffers)
+    );
+}
+
+#[test]
+fn a_pool_never_applied_by_us_is_adopted_once() {
+    let desired = render(&template(), [ip("1.1.1.1")]);
+    let mut live = applied(&desired);
+    live.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+        manager: Some("canada-kaktus-go".into()),
+        operation: Some("Update".into()),
+        ..Default::default()
+    }]);
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::NotOwned)
+    );
+}
+
+#[test]
+fn an_annotation_we_applied_but_no_longer_want_is_removed_by_a_write() {
+    let mut before = template();
+    before.annotations.insert("old".into(), "x".into());
+    let live = applied(&render(&before, [ip("1.1.1.1")]));
+    let desired = render(&template(), [ip("1.1.1.1")]);
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::StaleOwnedField)
+    );
+}
+
+#[test]
+fn a_service_selector_we_applied_but_no_longer_want_is_removed_by_a_write() {
+    let mut before = template();
+    before.service_selector = Some(KubeLabelSelector::default());
+    let live = applied(&render(&before, [ip("1.1.1.1")]));
+    let desired = render(&template(), [ip("1.1.1.1")]);
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::StaleOwnedField)
+    );
+}
+
+#[test]
+fn a_changed_service_selector_is_written() {
+    let mut t = template();
+    t.service_selector = Some(KubeLabelSelector {
+        match_labels: Some(BTreeMap::from([("a".into(), "b".into())])),
+        match_expressions: None,
+    });
+    let desired = render(&t, [ip("1.1.1.1")]);
+    let mut live = applied(&desired);
+    live.data["spec"]["serviceSelector"] = json!({"matchLabels": {"a": "c"}});
+    assert_eq!(
+        write_reason(Some(&live), &desired),
+        Some(WriteReason::ServiceSelectorDiffers)
+    );
+}
+
+#[test]
+fn pool_conflict_is_read_only_when_true() {
+    let mut live = applied(&render(&template(), [ip("1.1.1.1")]));
+    live.data["status"] = json!({"conditions": [
+        {"type": "cilium.io/PoolConflict", "status": "False", "reason": "", "message": ""},
+    ]});
+    assert_eq!(pool_conflict(&live), None);
+    live.data["status"]["conditions"][0] = json!({
+        "type": "cilium.io/PoolConflict", "status": "True",
+        "reason": "cidr_overlap", "message": "Pool overlaps with CIDR of other-pool"
+    });
+    assert_eq!(
+        pool_conflict(&live),
+        Some(PoolConflict {
+            reason: "cidr_overlap".into(),
+            message: "Pool overlaps with CIDR of other-pool".into()
+        })
+    );
+}

@@ -1,0 +1,70 @@
+use super::*;
+use crate::pool::render::{render, FIELD_MANAGER};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+use serde_json::json;
+
+fn desired() -> DesiredPool {
+    render(
+        &PoolTemplate {
+            name: "p".into(),
+            ..Default::default()
+        },
+        ["1.1.1.1".parse().unwrap()],
+    )
+}
+
+fn live_matching(desired: &DesiredPool) -> DynamicObject {
+    DynamicObject {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some("p".into()),
+            annotations: Some(desired.annotations.clone()),
+            managed_fields: Some(vec![ManagedFieldsEntry {
+                manager: Some(FIELD_MANAGER.into()),
+                operation: Some("Apply".into()),
+                fields_v1: Some(FieldsV1(json!({
+                    "f:metadata": {"f:annotations": {"f:managed-by": {}}},
+                    "f:spec": {"f:blocks": {}, "f:disabled": {}}
+                }))),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        data: json!({"spec": desired.spec()}),
+    }
+}
+
+#[test]
+fn our_own_write_seen_by_the_watch_needs_no_repair() {
+    let d = desired();
+    assert!(!event_needs_repair(Some(&live_matching(&d)), &d, false));
+}
+
+#[test]
+fn a_status_only_change_by_cilium_needs_no_repair() {
+    let d = desired();
+    let mut live = live_matching(&d);
+    live.data["status"] = json!({"conditions": [{"type": "cilium.io/IPsUsed", "status": "True"}]});
+    assert!(!event_needs_repair(Some(&live), &d, false));
+}
+
+#[test]
+fn an_edit_or_a_delete_needs_a_repair() {
+    let d = desired();
+    let mut live = live_matching(&d);
+    live.data["spec"]["blocks"] = json!([]);
+    assert!(event_needs_repair(Some(&live), &d, false));
+    assert!(event_needs_repair(None, &d, false));
+}
+
+#[test]
+fn a_new_or_cleared_conflict_is_reported() {
+    let d = desired();
+    let mut live = live_matching(&d);
+    live.data["status"] = json!({"conditions": [
+        {"type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap", "message": "m"}
+    ]});
+    assert!(event_needs_repair(Some(&live), &d, false));
+    assert!(!event_needs_repair(Some(&live), &d, true));
+    assert!(event_needs_repair(Some(&live_matching(&d)), &d, true));
+}

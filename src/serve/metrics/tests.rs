@@ -1,0 +1,70 @@
+use super::*;
+
+#[test]
+fn renders_every_family_with_the_prefix() {
+    let metrics = Metrics::new();
+    metrics.set_leader(true);
+    metrics.config_reloaded(false);
+    metrics.record_skipped(["no_public_ipv4", "no_public_ipv4", "unknown"]);
+    let text = metrics.render();
+    for line in [
+        "canada_kaktus_leader 1",
+        "canada_kaktus_config_reloads_total{result=\"failure\"} 1",
+        "canada_kaktus_config_reloads_total{result=\"success\"} 0",
+        "canada_kaktus_servers_skipped{reason=\"no_public_ipv4\"} 2",
+        "canada_kaktus_servers_skipped{reason=\"invalid_ipv4\"} 0",
+        "canada_kaktus_hcloud_ratelimit_remaining -1",
+        "canada_kaktus_last_success_timestamp_seconds 0.0",
+        "canada_kaktus_pool_changes_total{change=\"added\"} 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing in:\n{text}"
+        );
+    }
+    assert!(
+        text.contains(&format!(
+            "canada_kaktus_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
+#[test]
+fn hetzner_requests_are_counted_by_code() {
+    let metrics = Metrics::new();
+    metrics.request_finished(
+        &RequestOutcome::Status {
+            status: 200,
+            rate_limit: Some(crate::hetzner::RateLimit {
+                limit: Some(3600),
+                remaining: Some(3599),
+                reset: None,
+            }),
+        },
+        Duration::from_millis(20),
+    );
+    metrics.request_finished(
+        &RequestOutcome::Failed { kind: "timeout" },
+        Duration::from_secs(30),
+    );
+    let text = metrics.render();
+    assert!(
+        text.contains("canada_kaktus_hcloud_requests_total{code=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("canada_kaktus_hcloud_requests_total{code=\"timeout\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("canada_kaktus_hcloud_ratelimit_remaining 3599"),
+        "{text}"
+    );
+    assert!(
+        text.contains("canada_kaktus_hcloud_request_duration_seconds_count 2"),
+        "{text}"
+    );
+}
