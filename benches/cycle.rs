@@ -40,6 +40,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use canada_kaktus::sync::lock;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -47,7 +48,7 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use canada_kaktus::pool::pool_resource;
@@ -884,10 +885,6 @@ fn cpu_ns(pid: u32) -> u64 {
         .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
         .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
         .sum()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 // ---------------------------------------------------------------------------

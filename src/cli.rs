@@ -48,12 +48,6 @@ pub enum Output {
     Json,
 }
 
-/// Installs the one TLS crypto provider compiled in (ring) for both the kube
-/// and the Hetzner client; rustls cannot pick one on its own otherwise.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 pub async fn run(cli: Cli) -> ExitCode {
     let env: HashMap<String, String> = std::env::vars().collect();
     let settings = match config::load(cli.config.as_deref(), &env) {
@@ -67,7 +61,7 @@ pub async fn run(cli: Cli) -> ExitCode {
     for warning in &settings.warnings {
         warn!(%warning, "config");
     }
-    install_crypto_provider();
+    crate::sync::install_crypto_provider();
     info!(
         version = env!("CARGO_PKG_VERSION"),
         label_selector = %settings.label_selector,

@@ -199,7 +199,7 @@ async fn run_bounded(
 
 #[tokio::test]
 async fn dry_run_against_a_stalled_api_fails_after_one_retry_naming_the_timeout() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
     let hetzner = FakeHetzner::start().await;
     hetzner.set_servers(vec![FakeServer::new(1, "192.0.2.1")]);
     hetzner.set_fault(Some(support::fake_hetzner::Fault::Delay(

@@ -94,7 +94,7 @@ async fn start_with(
     extra_env: &[(&str, &str)],
 ) -> Running {
     support::isolate_working_directory();
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
     canada_kaktus::serve::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
     let mut env: HashMap<String, String> = HashMap::from([
         ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
@@ -405,7 +405,7 @@ async fn a_reload_never_moves_the_token_to_another_endpoint() {
 #[tokio::test]
 async fn the_http_server_stops_on_shutdown_even_with_a_stuck_scraper() {
     use tokio::io::AsyncWriteExt;
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
     let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let address = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();

@@ -114,7 +114,7 @@ fn start_timed(
     adjust: impl FnOnce(&mut LoopTimings),
 ) -> Running {
     support::isolate_working_directory();
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
     let env: HashMap<String, String> = HashMap::from([
         ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
         ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),

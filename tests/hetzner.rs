@@ -21,7 +21,7 @@ const SELECTOR: &str = "kops.k8s.io/instance-role=Node";
 const MAX_RETRIES: u32 = 3;
 
 fn install_crypto() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
 }
 
 /// Short timeouts and a tiny backoff: retries happen, nothing waits long.

@@ -594,7 +594,7 @@ fn hostile_error_documents_give_short_messages_and_never_panic() {
         .build()
         .unwrap();
     let server = runtime.block_on(MockServer::start());
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
     let client = HetznerClient::new(HetznerOptions {
         request_timeout: Duration::from_secs(5),
         retry: RetryPolicy {

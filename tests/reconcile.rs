@@ -31,7 +31,7 @@ fn settings(hetzner: &FakeHetzner, extra: &[(&str, &str)]) -> Settings {
 }
 
 fn fast_hetzner(endpoint: String) -> HetznerClient {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
     HetznerClient::new(HetznerOptions {
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(2),

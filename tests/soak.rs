@@ -31,12 +31,13 @@
 
 mod support;
 
+use canada_kaktus::sync::lock;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::Ipv4Addr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -375,10 +376,6 @@ impl Model {
     }
 }
 
-fn lock(model: &Mutex<Model>) -> MutexGuard<'_, Model> {
-    model.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The in-memory API server, with every PATCH checked on its way in.
 #[derive(Clone)]
 struct Tap {
@@ -444,7 +441,7 @@ async fn thousands_of_cycles_with_random_faults_never_write_wrong() {
     let cycles = env_number("CANADA_KAKTUS_SOAK_CYCLES", 2500);
     let seed = env_number("CANADA_KAKTUS_SOAK_SEED", 0x5eed_ca1a);
     eprintln!("soak: {cycles} listings, seed {seed} (CANADA_KAKTUS_SOAK_SEED)");
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
     // A fixed mmap threshold (glibc otherwise raises it after the first large
     // free) hands the large page buffers straight back to the system, so
     // VmRSS tracks live memory rather than the allocator's free lists.

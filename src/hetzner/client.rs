@@ -6,11 +6,12 @@
 
 use super::*;
 use crate::config::SecretString;
+use crate::sync::lock;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION};
 use reqwest::{StatusCode, Url};
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Sent with every request so Hetzner (and proxies) can tell us apart from
@@ -74,7 +75,7 @@ impl HetznerClient {
         let endpoint = options.endpoint.trim().trim_end_matches('/').to_owned();
         let (servers_url, host) = parse_endpoint(&endpoint)?;
 
-        ensure_crypto_provider();
+        crate::sync::install_crypto_provider();
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         let http = reqwest::Client::builder()
@@ -444,16 +445,6 @@ pub(super) fn bearer(token: &SecretString) -> Result<HeaderValue, HetznerError> 
     Ok(value)
 }
 
-/// reqwest built with `rustls-no-provider` panics when no process-wide
-/// crypto provider is installed; install ours (ring, the only one compiled
-/// in) if the binary has not done so yet, instead of panicking.
-pub(super) fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race with another thread installing one is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
-
 pub(super) async fn read_body(
     mut response: reqwest::Response,
     page: u32,
@@ -482,12 +473,4 @@ pub(super) fn unix_now() -> u64 {
 
 pub(super) fn duration_millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Locks a mutex, recovering from a panicked holder: the guarded values are
-/// plain numbers that stay valid.
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

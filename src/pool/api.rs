@@ -174,9 +174,7 @@ impl PoolClient {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<ApiResource>> {
-        self.resource
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.resource)
     }
 
     fn api(&self, resource: &ApiResource) -> Api<DynamicObject> {

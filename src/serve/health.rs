@@ -90,15 +90,11 @@ impl Health {
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
-        self.inner
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::write(&self.inner)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
-        self.inner
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::read(&self.inner)
     }
 
     pub fn record_success(&self, pool_addresses: usize, notice: Option<String>) {

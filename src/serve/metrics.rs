@@ -358,10 +358,7 @@ impl Metrics {
 
     /// The OpenMetrics text exposition of every metric.
     pub fn render(&self) -> String {
-        let _guard = self
-            .render_lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _guard = crate::sync::lock(&self.render_lock);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);

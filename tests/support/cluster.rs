@@ -100,7 +100,7 @@ impl CrdFixture {
 
 /// Installs rustls' ring provider once; harmless when already installed.
 pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    canada_kaktus::sync::install_crypto_provider();
 }
 
 /// A kube client for a kubeconfig file (one the harness wrote, for example).

@@ -7,6 +7,7 @@
 //! documents, and renders server objects of realistic size (~2.5 KB) so that
 //! parsing costs measured against it mean something.
 
+use canada_kaktus::sync::lock;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -280,13 +281,6 @@ impl FakeHetzner {
     fn lock(&self) -> MutexGuard<'_, FakeState> {
         lock(&self.state)
     }
-}
-
-fn lock(state: &Mutex<FakeState>) -> MutexGuard<'_, FakeState> {
-    // A panicking test thread must not take every later request down with it.
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[derive(Default)]
