@@ -26,9 +26,11 @@
 //! - [`run`]: the loop, leader election, the Node watch and Events.
 //! - [`serve`]: health, metrics, the HTTP server and logging.
 //! - [`cli`]: the binary's entry points (`run`, `--once`, `--dry-run`).
-//! - [`sync`]: the poison-tolerant locks and the TLS provider, once.
+//! - [`sync`], [`backoff`]: the poison-tolerant locks, the TLS provider and
+//!   the exponential backoff, each written once.
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod hetzner;

@@ -77,12 +77,7 @@ pub fn retry_delay(
 }
 
 pub(super) fn backoff(policy: &RetryPolicy, attempt: u32) -> Duration {
-    let factor = 2u32.checked_pow(attempt).unwrap_or(u32::MAX);
-    policy
-        .base_delay
-        .checked_mul(factor)
-        .unwrap_or(policy.max_delay)
-        .min(policy.max_delay)
+    crate::backoff::exponential(policy.base_delay, attempt, policy.max_delay)
 }
 
 /// Spreads a backoff delay over `[delay / 2, delay]` so that many clients

@@ -53,9 +53,7 @@ impl RepairLimiter {
             return Duration::ZERO;
         }
         let beyond = self.in_fight - FREE_REPAIRS;
-        FIRST_BACKOFF
-            .saturating_mul(2u32.saturating_pow(beyond.min(16)))
-            .min(MAX_BACKOFF)
+        crate::backoff::exponential(FIRST_BACKOFF, beyond.min(16), MAX_BACKOFF)
     }
 
     /// A repair ran at `now`.

@@ -173,7 +173,8 @@ async fn run(
         });
     };
     let margin = Duration::from_millis(config.grace_secs() * 500);
-    let mut backoff = Duration::from_millis(500);
+    // Failed attempts in a row: the wait before the next one doubles.
+    let mut failures: u32 = 0;
     'manager: loop {
         let built = tokio::select! {
             _ = stop.cancelled() => break 'manager,
@@ -198,10 +199,10 @@ async fn run(
                     "cannot use the leader Lease (the ServiceAccount needs get and create on \
                      coordination.k8s.io leases in this namespace, deploy/rbac.yaml); retrying");
                 publish(false);
-                if sleep_or_stop(backoff, &stop).await {
+                if sleep_or_stop(retry_wait(failures), &stop).await {
                     break 'manager;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(15));
+                failures = failures.saturating_add(1);
                 continue 'manager;
             }
         };
@@ -245,7 +246,7 @@ async fn run(
                     Ok(now) => {
                         pending = Box::pin(manager.changed());
                         report(None);
-                        backoff = Duration::from_millis(500);
+                        failures = 0;
                         leader = now;
                         if now {
                             valid_until = SystemTime::now() + config.duration;
@@ -262,10 +263,10 @@ async fn run(
                         )));
                         warn!(%error, was_leader = leader, "leader election failed; standing by and retrying");
                         publish(false);
-                        if sleep_or_stop(backoff, &stop).await {
+                        if sleep_or_stop(retry_wait(failures), &stop).await {
                             break 'manager;
                         }
-                        backoff = (backoff * 2).min(Duration::from_secs(15));
+                        failures = failures.saturating_add(1);
                         continue 'manager;
                     }
                 },
@@ -301,6 +302,16 @@ async fn run(
         }
     }
     watch_task.abort();
+}
+
+/// The wait after `failures` failed Lease attempts in a row: 0.5 s,
+/// doubling up to 15 s.
+fn retry_wait(failures: u32) -> Duration {
+    crate::backoff::exponential(
+        Duration::from_millis(500),
+        failures,
+        Duration::from_secs(15),
+    )
 }
 
 /// Sleeps, or returns `true` at once when stopped.

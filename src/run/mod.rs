@@ -85,8 +85,7 @@ impl LoopTimings {
 
 /// When to try again after `failures` failed cycles in a row.
 pub fn retry_after(failures: u32, base: Duration, interval: Duration) -> Duration {
-    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
-    base.saturating_mul(factor).min(interval)
+    crate::backoff::exponential(base, failures.saturating_sub(1).min(16), interval)
 }
 
 /// The Hetzner client the settings describe: their endpoint, request
