@@ -75,12 +75,19 @@ pub enum CycleKind {
     Repair,
 }
 
-impl fmt::Display for CycleKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl CycleKind {
+    /// The name in logs and the `kind` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
             CycleKind::Full => "full",
             CycleKind::Repair => "repair",
-        })
+        }
+    }
+}
+
+impl fmt::Display for CycleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -49,11 +49,15 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// Every reason's label, in variant order (the metric's series).
+    pub const LABELS: [&'static str; 3] = ["no_public_ipv4", "unspecified_ipv4", "invalid_ipv4"];
+
+    /// The label of this reason: one of [`SkipReason::LABELS`].
     pub fn as_str(&self) -> &'static str {
         match self {
-            SkipReason::NoPublicIpv4 => "no_public_ipv4",
-            SkipReason::UnspecifiedIpv4 => "unspecified_ipv4",
-            SkipReason::InvalidIpv4(_) => "invalid_ipv4",
+            SkipReason::NoPublicIpv4 => Self::LABELS[0],
+            SkipReason::UnspecifiedIpv4 => Self::LABELS[1],
+            SkipReason::InvalidIpv4(_) => Self::LABELS[2],
         }
     }
 }

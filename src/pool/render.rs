@@ -286,6 +286,19 @@ impl WriteReason {
             WriteReason::StaleOwnedField => "a field canada-kaktus set earlier is no longer wanted",
         }
     }
+
+    /// The `reason` label of `canada_kaktus_pool_writes_total`.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            WriteReason::Missing => "missing",
+            WriteReason::BlocksDiffer => "blocks_differ",
+            WriteReason::Disabled => "disabled",
+            WriteReason::ServiceSelectorDiffers => "service_selector_differs",
+            WriteReason::MetadataDiffers => "metadata_differs",
+            WriteReason::NotOwned => "not_owned",
+            WriteReason::StaleOwnedField => "stale_owned_field",
+        }
+    }
 }
 
 /// Decides whether the live pool must be written to become `desired`.

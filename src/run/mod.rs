@@ -33,7 +33,7 @@ use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
 use crate::pool::repairs::{other_spec_writers, RepairLimiter};
 use crate::reconcile::{
-    event_needs_repair, join, template_from, CycleReport, ReconcileError, Reconciler,
+    event_needs_repair, join, template_from, CycleKind, CycleReport, ReconcileError, Reconciler,
 };
 use crate::run::operate::{next_node_change, while_leading, Operations};
 use crate::serve::health::Health;
@@ -215,7 +215,7 @@ impl Controller {
                     // Lost leadership mid-cycle: the leader arm takes over.
                     let Some(outcome) = while_leading(&ops.leader, self.cycle(false)).await else { continue };
                     let Some(result) = outcome else { break };
-                    self.observe(&mut ops, false, &result, started.elapsed());
+                    self.observe(&mut ops, CycleKind::Full, &result, started.elapsed());
                     failures = if result.is_ok() { 0 } else { failures + 1 };
                     known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
                     let holding = matches!(&result, Ok(report) if report.held.is_some());
@@ -237,7 +237,7 @@ impl Controller {
                     repairs.record(started);
                     let Some(outcome) = while_leading(&ops.leader, self.cycle(true)).await else { continue };
                     let Some(result) = outcome else { break };
-                    self.observe(&mut ops, true, &result, started.elapsed());
+                    self.observe(&mut ops, CycleKind::Repair, &result, started.elapsed());
                     known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
                 }
                 Some(change) = next_node_change(&mut ops.nodes) => {
@@ -346,11 +346,11 @@ impl Controller {
     fn observe(
         &self,
         ops: &mut Operations,
-        repair: bool,
+        kind: CycleKind,
         result: &Result<CycleReport, ReconcileError>,
         duration: Duration,
     ) {
-        self.metrics.record_cycle(repair, result, duration);
+        self.metrics.record_cycle(kind, result, duration);
         let mut planned = ops.planner.plan(result);
         if std::mem::take(&mut ops.announce_leadership) {
             planned.insert(0, events::leader_elected(&ops.identity));

@@ -18,8 +18,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::hetzner::{RequestObserver, RequestOutcome};
-use crate::reconcile::{CycleReport, ReconcileError};
+use crate::hetzner::{RequestObserver, RequestOutcome, SkipReason};
+use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -33,7 +33,6 @@ pub const SHRINK_GUARD: &str = "shrink";
 
 /// Skip reasons reported by the Hetzner client; each is always exported
 /// (0 when no server has it) so a dashboard sees the series disappear to 0.
-const SKIP_REASONS: [&str; 3] = ["no_public_ipv4", "unspecified_ipv4", "invalid_ipv4"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CycleLabels {
@@ -228,7 +227,7 @@ impl Metrics {
             "Matching servers left out of the last listing's pool, by reason",
             servers_skipped.clone(),
         );
-        for reason in SKIP_REASONS {
+        for reason in SkipReason::LABELS {
             let _ = servers_skipped.get_or_create(&ReasonLabels { reason });
         }
         let blocked_addresses = Gauge::default();
@@ -377,11 +376,11 @@ impl Metrics {
     /// Records a finished cycle (full or repair) and its duration.
     pub fn record_cycle(
         &self,
-        repair: bool,
+        kind: CycleKind,
         result: &Result<CycleReport, ReconcileError>,
         duration: Duration,
     ) {
-        let kind = if repair { "repair" } else { "full" };
+        let kind = kind.as_str();
         self.reconcile_duration
             .get_or_create(&KindLabels { kind })
             .observe(duration.as_secs_f64());
@@ -406,7 +405,7 @@ impl Metrics {
                 if let Some(reason) = report.written {
                     self.pool_writes_total
                         .get_or_create(&ReasonLabels {
-                            reason: write_reason_label(reason),
+                            reason: reason.metric_label(),
                         })
                         .inc();
                     self.pool_changes_total
@@ -443,14 +442,14 @@ impl Metrics {
     /// reason is set (0 when absent).
     pub fn record_skipped<'a>(&self, reasons: impl IntoIterator<Item = &'a str>) {
         let mut counts: std::collections::BTreeMap<&str, i64> =
-            SKIP_REASONS.iter().map(|r| (*r, 0)).collect();
+            SkipReason::LABELS.iter().map(|r| (*r, 0)).collect();
         for reason in reasons {
             if let Some(count) = counts.get_mut(reason) {
                 *count += 1;
             }
         }
         for (reason, count) in counts {
-            if let Some(known) = SKIP_REASONS.iter().find(|r| **r == reason) {
+            if let Some(known) = SkipReason::LABELS.iter().find(|r| **r == reason) {
                 self.servers_skipped
                     .get_or_create(&ReasonLabels { reason: known })
                     .set(count);
@@ -522,19 +521,6 @@ impl RequestObserver for Metrics {
         self.hcloud_requests_total
             .get_or_create(&CodeLabels { code })
             .inc();
-    }
-}
-
-fn write_reason_label(reason: crate::pool::render::WriteReason) -> &'static str {
-    use crate::pool::render::WriteReason;
-    match reason {
-        WriteReason::Missing => "missing",
-        WriteReason::BlocksDiffer => "blocks_differ",
-        WriteReason::Disabled => "disabled",
-        WriteReason::ServiceSelectorDiffers => "service_selector_differs",
-        WriteReason::MetadataDiffers => "metadata_differs",
-        WriteReason::NotOwned => "not_owned",
-        WriteReason::StaleOwnedField => "stale_owned_field",
     }
 }
 
