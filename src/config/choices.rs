@@ -174,7 +174,7 @@ impl BlockedAddresses {
 
 /// Whether to take part in leader election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LeaderElection {
+pub enum LeaderElectionMode {
     /// On when running in a pod (`KUBERNETES_SERVICE_HOST` is set).
     #[default]
     Auto,
@@ -182,21 +182,21 @@ pub enum LeaderElection {
     Off,
 }
 
-impl LeaderElection {
+impl LeaderElectionMode {
     pub fn as_str(self) -> &'static str {
         match self {
-            LeaderElection::Auto => "auto",
-            LeaderElection::On => "true",
-            LeaderElection::Off => "false",
+            LeaderElectionMode::Auto => "auto",
+            LeaderElectionMode::On => "true",
+            LeaderElectionMode::Off => "false",
         }
     }
 
     /// Resolves `auto` against the process environment.
     pub fn enabled(self, env: &HashMap<String, String>) -> bool {
         match self {
-            LeaderElection::On => true,
-            LeaderElection::Off => false,
-            LeaderElection::Auto => env
+            LeaderElectionMode::On => true,
+            LeaderElectionMode::Off => false,
+            LeaderElectionMode::Auto => env
                 .get("KUBERNETES_SERVICE_HOST")
                 .is_some_and(|v| !v.trim().is_empty()),
         }

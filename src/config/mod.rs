@@ -61,7 +61,7 @@ impl Default for GuardSettings {
 /// Kubernetes Events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperateSettings {
-    pub leader_election: LeaderElection,
+    pub leader_election: LeaderElectionMode,
     pub lease_name: String,
     /// `None`: POD_NAMESPACE, else the kube config's namespace.
     pub lease_namespace: Option<String>,
@@ -75,7 +75,7 @@ pub struct OperateSettings {
 impl Default for OperateSettings {
     fn default() -> Self {
         Self {
-            leader_election: LeaderElection::Auto,
+            leader_election: LeaderElectionMode::Auto,
             lease_name: "canada-kaktus".to_owned(),
             lease_namespace: None,
             lease_duration: Duration::from_secs(15),

@@ -199,13 +199,13 @@ mod operate_settings_tests {
     fn defaults_suit_a_deployment() {
         let operate = load_env(&[]).expect("defaults").operate;
         assert_eq!(operate, OperateSettings::default());
-        assert_eq!(operate.leader_election, LeaderElection::Auto);
+        assert_eq!(operate.leader_election, LeaderElectionMode::Auto);
         assert_eq!(operate.lease_duration, Duration::from_secs(15));
         assert!(operate.watch_nodes && operate.events);
         let in_pod = HashMap::from([("KUBERNETES_SERVICE_HOST".to_owned(), "10.0.0.1".to_owned())]);
-        assert!(LeaderElection::Auto.enabled(&in_pod));
-        assert!(!LeaderElection::Auto.enabled(&HashMap::new()));
-        assert!(!LeaderElection::Off.enabled(&in_pod));
+        assert!(LeaderElectionMode::Auto.enabled(&in_pod));
+        assert!(!LeaderElectionMode::Auto.enabled(&HashMap::new()));
+        assert!(!LeaderElectionMode::Off.enabled(&in_pod));
     }
 
     #[test]
@@ -222,7 +222,7 @@ mod operate_settings_tests {
         ])
         .expect("valid")
         .operate;
-        assert_eq!(operate.leader_election, LeaderElection::On);
+        assert_eq!(operate.leader_election, LeaderElectionMode::On);
         assert_eq!(operate.lease_name, "my-lease");
         assert_eq!(operate.lease_namespace.as_deref(), Some("ops"));
         assert_eq!(operate.lease_duration, Duration::from_secs(60));

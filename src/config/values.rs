@@ -19,12 +19,12 @@ pub(super) fn parse_bool(text: &str) -> Result<bool, String> {
     }
 }
 
-pub(super) fn parse_leader_election(text: &str) -> Result<LeaderElection, String> {
+pub(super) fn parse_leader_election(text: &str) -> Result<LeaderElectionMode, String> {
     match text.trim().to_ascii_lowercase().as_str() {
-        "auto" => Ok(LeaderElection::Auto),
+        "auto" => Ok(LeaderElectionMode::Auto),
         other => match parse_bool(other) {
-            Ok(true) => Ok(LeaderElection::On),
-            Ok(false) => Ok(LeaderElection::Off),
+            Ok(true) => Ok(LeaderElectionMode::On),
+            Ok(false) => Ok(LeaderElectionMode::Off),
             Err(_) => Err("is not a leader-election mode; use auto, true or false".to_owned()),
         },
     }

@@ -101,7 +101,7 @@ pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzn
 }
 
 /// A pool event from the watch: the object, or `None` when it is gone.
-type PoolEvent = Option<DynamicObject>;
+type PoolWatchEvent = Option<DynamicObject>;
 
 pub struct Controller {
     pub settings: Arc<Settings>,
@@ -130,7 +130,7 @@ impl Drop for PoolWatch {
 
 impl Controller {
     pub async fn run(mut self) {
-        let (events_tx, mut events) = mpsc::channel::<PoolEvent>(16);
+        let (events_tx, mut events) = mpsc::channel::<PoolWatchEvent>(16);
         let mut pool_watch: Option<PoolWatch> = None;
         let mut next_full = Instant::now();
         let mut pending_repair: Option<Instant> = None;
@@ -405,7 +405,7 @@ impl Controller {
 
     /// Starts (or restarts) the watch on the pool once its API version is
     /// known, and whenever the version or the pool name changes.
-    fn ensure_pool_watch(&self, current: &mut Option<PoolWatch>, events: &mpsc::Sender<PoolEvent>) {
+    fn ensure_pool_watch(&self, current: &mut Option<PoolWatch>, events: &mpsc::Sender<PoolWatchEvent>) {
         let Some(resource) = self.reconciler.resource() else {
             return;
         };
@@ -609,7 +609,7 @@ async fn watch_pool(
     client: Client,
     resource: ApiResource,
     name: String,
-    events: mpsc::Sender<PoolEvent>,
+    events: mpsc::Sender<PoolWatchEvent>,
 ) {
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
