@@ -451,3 +451,40 @@ async fn the_configured_request_budget_is_enforced() {
     );
     assert_eq!(kube.writes().len(), 1);
 }
+
+#[tokio::test]
+async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_settings() {
+    // The pool client was built while CiliumApiVersion was v2; a reload has
+    // set it to v2alpha1 since, and the full cycle ran with that.
+    let (hetzner, kube, _) = setup(&["v2", "v2alpha1"]).await;
+    hetzner.set_servers(numbered_servers(2));
+    let mut reconciler = Reconciler::new(
+        fast_hetzner(hetzner.endpoint()),
+        PoolClient::new(kube.client(), CiliumApiVersion::V2),
+    );
+    let reloaded = settings(
+        &hetzner,
+        &[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2alpha1")],
+    );
+    reconciler.full(&reloaded).await.unwrap();
+    let good = kube.pool("covidnetes-pool").unwrap();
+
+    // Someone edits the pool; the repair's write gets a 404 on the resource,
+    // so the client forgets the version it found and must discover again.
+    let mut edited = good.clone();
+    edited["spec"]["blocks"] = json!([{"cidr": "6.6.6.6/32"}]);
+    kube.insert_pool("covidnetes-pool", edited);
+    kube.fail_next_patch(404);
+    reconciler.repair().await.unwrap_err();
+    kube.take_requests();
+
+    reconciler.repair().await.unwrap().unwrap();
+    let writes = kube.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert!(
+        writes[0].path.starts_with("/apis/cilium.io/v2alpha1/"),
+        "the repair used the API version the client was built with: {}",
+        writes[0].path
+    );
+    assert_eq!(kube.pool("covidnetes-pool").unwrap()["spec"], good["spec"]);
+}
