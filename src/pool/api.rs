@@ -133,16 +133,26 @@ pub async fn discover(
 /// discovery found so a repair does not need to ask again.
 pub struct PoolClient {
     client: Client,
+    discovery: Mutex<Discovery>,
+}
+
+/// What the last discovery was asked for (the `CiliumApiVersion` setting of
+/// the last full cycle, so a reload reaches repairs too) and what it found.
+struct Discovery {
     configured: CiliumApiVersion,
-    resource: Mutex<Option<ApiResource>>,
+    found: Option<ApiResource>,
 }
 
 impl PoolClient {
+    /// `configured` is the setting at start; every full cycle passes the
+    /// current one to [`PoolClient::refresh_resource`].
     pub fn new(client: Client, configured: CiliumApiVersion) -> Self {
         Self {
             client,
-            configured,
-            resource: Mutex::new(None),
+            discovery: Mutex::new(Discovery {
+                configured,
+                found: None,
+            }),
         }
     }
 
@@ -157,24 +167,32 @@ impl PoolClient {
         configured: CiliumApiVersion,
     ) -> Result<ApiResource, PoolApiError> {
         let result = discover(&self.client, configured).await;
-        *self.lock() = result.as_ref().ok().cloned();
+        *self.lock() = Discovery {
+            configured,
+            found: result.as_ref().ok().cloned(),
+        };
         result
     }
 
-    /// The version found last, or a fresh discovery when there is none.
+    /// The version found last, or a fresh discovery (for the setting of the
+    /// last full cycle) when there is none.
     pub async fn resource(&self) -> Result<ApiResource, PoolApiError> {
-        if let Some(resource) = self.lock().clone() {
-            return Ok(resource);
-        }
-        self.refresh_resource(self.configured).await
+        let configured = {
+            let discovery = self.lock();
+            if let Some(resource) = &discovery.found {
+                return Ok(resource.clone());
+            }
+            discovery.configured
+        };
+        self.refresh_resource(configured).await
     }
 
     pub fn cached_resource(&self) -> Option<ApiResource> {
-        self.lock().clone()
+        self.lock().found.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<ApiResource>> {
-        crate::sync::lock(&self.resource)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Discovery> {
+        crate::sync::lock(&self.discovery)
     }
 
     fn api(&self, resource: &ApiResource) -> Api<DynamicObject> {
@@ -220,7 +238,7 @@ impl PoolClient {
     ) -> PoolApiError {
         if let kube::Error::Api(status) = &error {
             if status.code == 404 && verb != "get" {
-                self.lock().take();
+                self.lock().found = None;
                 return PoolApiError::CrdMissing {
                     tried: resource.api_version.clone(),
                 };

@@ -405,7 +405,11 @@ impl Controller {
 
     /// Starts (or restarts) the watch on the pool once its API version is
     /// known, and whenever the version or the pool name changes.
-    fn ensure_pool_watch(&self, current: &mut Option<PoolWatch>, events: &mpsc::Sender<PoolWatchEvent>) {
+    fn ensure_pool_watch(
+        &self,
+        current: &mut Option<PoolWatch>,
+        events: &mpsc::Sender<PoolWatchEvent>,
+    ) {
         let Some(resource) = self.reconciler.resource() else {
             return;
         };
