@@ -5,14 +5,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use kube::api::DynamicObject;
 use kube::core::ApiResource;
 
 use crate::config::{Settings, TokenError};
 use crate::hetzner::{HetznerClient, HetznerError, ServerListing};
 use crate::pool::api::{PoolApiError, PoolClient};
 use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
-use crate::pool::{self, DesiredPool, PoolConflict, PoolDiff, PoolTemplate, WriteReason};
+use crate::pool::{self, DesiredPool, Pool, PoolConflict, PoolDiff, PoolTemplate, WriteReason};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -280,7 +279,7 @@ impl Reconciler {
         &self,
         resource: &ApiResource,
         desired: &DesiredPool,
-        live: Option<DynamicObject>,
+        live: Option<Pool>,
         kind: CycleKind,
     ) -> Result<CycleReport, ReconcileError> {
         let reason = pool::write_reason(live.as_ref(), desired);
@@ -340,7 +339,7 @@ fn conflict_error(name: &str, conflict: PoolConflict) -> ReconcileError {
 /// Whether a watch event on the pool calls for a repair: someone changed a
 /// field we own, deleted the pool, or Cilium's conflict verdict changed.
 pub fn event_needs_repair(
-    live: Option<&DynamicObject>,
+    live: Option<&Pool>,
     desired: &DesiredPool,
     known_conflict: bool,
 ) -> bool {

@@ -2,11 +2,12 @@
 
 use std::sync::Mutex;
 
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::Client;
 
 use crate::config::CiliumApiVersion;
+use crate::pool::object::Pool;
 use crate::pool::render::{DesiredPool, FIELD_MANAGER, POOL_GROUP, POOL_KIND};
 
 pub const POOL_PLURAL: &str = "ciliumloadbalancerippools";
@@ -195,7 +196,7 @@ impl PoolClient {
         crate::sync::lock(&self.discovery)
     }
 
-    fn api(&self, resource: &ApiResource) -> Api<DynamicObject> {
+    fn api(&self, resource: &ApiResource) -> Api<Pool> {
         Api::all_with(self.client.clone(), resource)
     }
 
@@ -204,7 +205,7 @@ impl PoolClient {
         &self,
         resource: &ApiResource,
         name: &str,
-    ) -> Result<Option<DynamicObject>, PoolApiError> {
+    ) -> Result<Option<Pool>, PoolApiError> {
         self.api(resource)
             .get_opt(name)
             .await
@@ -217,7 +218,7 @@ impl PoolClient {
         &self,
         resource: &ApiResource,
         desired: &DesiredPool,
-    ) -> Result<DynamicObject, PoolApiError> {
+    ) -> Result<Pool, PoolApiError> {
         let manifest = desired.apply_body(&resource.api_version);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         self.api(resource)

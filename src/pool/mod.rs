@@ -1,5 +1,7 @@
 //! The Cilium pool: what it should hold and how it is written.
 //!
+//! - `object`: the pool as the API server holds it, typed (`Pool`), for
+//!   whichever API version discovery chose.
 //! - `render`: the desired pool from the listed servers (blocks, labels,
 //!   annotations, the apply body) and the comparison with the live pool
 //!   (diff, write reason, Cilium's conflict condition). Pure.
@@ -14,10 +16,12 @@
 
 pub(crate) mod api;
 pub(crate) mod guard;
+pub(crate) mod object;
 pub(crate) mod render;
 pub(crate) mod repairs;
 
 pub use api::*;
 pub use guard::*;
+pub use object::*;
 pub use render::*;
 pub use repairs::*;

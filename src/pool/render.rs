@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
-use kube::api::DynamicObject;
 use serde_json::{json, Map, Value};
+
+use super::object::{Block, Pool};
 
 /// The field manager name used for server-side apply. Kubernetes keys field
 /// ownership by it, so it must never change between releases.
@@ -101,24 +102,20 @@ impl DesiredPool {
 
 /// Whether the live `spec.blocks` is exactly `[{"cidr": "<ip>/32"}, …]` for
 /// `addresses`, in order: the answer comparing it with `desired.blocks()`
-/// would give, without building and cloning a JSON object per address
-/// (which dominated memory at 10,000 servers, see benches/RESULTS.md).
-fn blocks_match(live: Option<&Value>, addresses: &[Ipv4Addr]) -> bool {
+/// would give, without building a JSON object per address (which dominated
+/// memory at 10,000 servers, see benches/RESULTS.md).
+fn blocks_match(blocks: &[Block], addresses: &[Ipv4Addr]) -> bool {
     use std::fmt::Write as _;
-    let Some(Value::Array(blocks)) = live else {
-        return false;
-    };
     if blocks.len() != addresses.len() {
         return false;
     }
     let mut cidr = String::with_capacity(18);
     blocks.iter().zip(addresses).all(|(block, ip)| {
-        let Value::Object(map) = block else {
-            return false;
-        };
         cidr.clear();
         let _ = write!(cidr, "{ip}/32");
-        map.len() == 1 && map.get("cidr").and_then(Value::as_str) == Some(cidr.as_str())
+        block.start.is_none()
+            && block.stop.is_none()
+            && block.cidr.as_deref() == Some(cidr.as_str())
     })
 }
 
@@ -216,12 +213,9 @@ pub struct LiveAddresses {
 
 /// Reads `spec.blocks` of a live pool. `/32` CIDRs and `start`-only (or
 /// `start == stop`) blocks are single addresses; anything else is foreign.
-pub fn live_addresses(live: &DynamicObject) -> LiveAddresses {
+pub fn live_addresses(live: &Pool) -> LiveAddresses {
     let mut result = LiveAddresses::default();
-    let Some(blocks) = live.data.pointer("/spec/blocks").and_then(Value::as_array) else {
-        return result;
-    };
-    for block in blocks {
+    for block in &live.spec.blocks {
         match single_address(block) {
             Some(ip) => {
                 result.addresses.insert(ip);
@@ -232,13 +226,13 @@ pub fn live_addresses(live: &DynamicObject) -> LiveAddresses {
     result
 }
 
-fn single_address(block: &Value) -> Option<Ipv4Addr> {
-    if let Some(cidr) = block.get("cidr").and_then(Value::as_str) {
+fn single_address(block: &Block) -> Option<Ipv4Addr> {
+    if let Some(cidr) = &block.cidr {
         let (ip, prefix) = cidr.split_once('/')?;
         return (prefix == "32").then(|| ip.parse().ok()).flatten();
     }
-    let start: Ipv4Addr = block.get("start")?.as_str()?.parse().ok()?;
-    match block.get("stop").and_then(Value::as_str) {
+    let start: Ipv4Addr = block.start.as_deref()?.parse().ok()?;
+    match block.stop.as_deref() {
         None => Some(start),
         Some(stop) if stop.parse::<Ipv4Addr>().ok() == Some(start) => Some(start),
         Some(_) => None,
@@ -306,25 +300,20 @@ impl WriteReason {
 /// Fields written by others (ArgoCD annotations, Cilium's status) are
 /// ignored; fields we applied earlier but no longer want count as a change,
 /// because only a new apply removes them.
-pub fn write_reason(live: Option<&DynamicObject>, desired: &DesiredPool) -> Option<WriteReason> {
+pub fn write_reason(live: Option<&Pool>, desired: &DesiredPool) -> Option<WriteReason> {
     let Some(live) = live else {
         return Some(WriteReason::Missing);
     };
-    let spec = live.data.get("spec");
-    if !blocks_match(spec.and_then(|s| s.get("blocks")), &desired.addresses) {
+    let spec = &live.spec;
+    if !blocks_match(&spec.blocks, &desired.addresses) {
         return Some(WriteReason::BlocksDiffer);
     }
-    if spec
-        .and_then(|s| s.get("disabled"))
-        .and_then(Value::as_bool)
-        == Some(true)
-    {
+    if spec.disabled == Some(true) {
         return Some(WriteReason::Disabled);
     }
-    let live_selector = spec.and_then(|s| s.get("serviceSelector"));
     if let Some(selector) = &desired.service_selector {
         let wanted = serde_json::to_value(selector).unwrap_or(Value::Null);
-        if live_selector != Some(&wanted) {
+        if spec.service_selector.as_ref() != Some(&wanted) {
             return Some(WriteReason::ServiceSelectorDiffers);
         }
     }
@@ -361,7 +350,7 @@ fn key_set(map: &BTreeMap<String, String>) -> BTreeSet<&str> {
 }
 
 /// The `fieldsV1` set our apply owns, if we have applied this object before.
-fn owned_fields(live: &DynamicObject) -> Option<Value> {
+fn owned_fields(live: &Pool) -> Option<Value> {
     live.metadata
         .managed_fields
         .as_ref()?
@@ -392,26 +381,15 @@ pub struct PoolConflict {
 
 /// Returns the `cilium.io/PoolConflict` condition when it is `True`: Cilium
 /// then disables every block of the pool.
-pub fn pool_conflict(live: &DynamicObject) -> Option<PoolConflict> {
-    live.data
-        .pointer("/status/conditions")?
-        .as_array()?
+pub fn pool_conflict(live: &Pool) -> Option<PoolConflict> {
+    live.status
+        .as_ref()?
+        .conditions
         .iter()
-        .find(|c| {
-            c.get("type").and_then(Value::as_str) == Some("cilium.io/PoolConflict")
-                && c.get("status").and_then(Value::as_str) == Some("True")
-        })
+        .find(|c| c.type_ == "cilium.io/PoolConflict" && c.status == "True")
         .map(|c| PoolConflict {
-            reason: c
-                .get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            message: c
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
         })
 }
 

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use kube::api::DynamicObject;
+use super::object::Pool;
 use tokio::time::Instant;
 
 use crate::pool::render::FIELD_MANAGER;
@@ -82,7 +82,7 @@ impl RepairLimiter {
 
 /// The field managers other than ours that own something under `spec` of
 /// the pool (from `metadata.managedFields`), sorted, each once.
-pub fn other_spec_writers(live: &DynamicObject) -> Vec<String> {
+pub fn other_spec_writers(live: &Pool) -> Vec<String> {
     let mut writers: Vec<String> = live
         .metadata
         .managed_fields

@@ -21,8 +21,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::pool::Pool;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::core::ApiResource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
@@ -373,7 +374,7 @@ async fn reference(client: &Client, target: &Target) -> ObjectReference {
         .unwrap_or_else(|| format!("{POOL_GROUP}/v2"));
     let uid = match &target.resource {
         Some(resource) => {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+            let api: Api<Pool> = Api::all_with(client.clone(), resource);
             api.get_metadata_opt(&target.name)
                 .await
                 .ok()

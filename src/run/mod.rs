@@ -17,8 +17,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::pool::Pool;
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::core::ApiResource;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -101,7 +102,7 @@ pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzn
 }
 
 /// A pool event from the watch: the object, or `None` when it is gone.
-type PoolWatchEvent = Option<DynamicObject>;
+type PoolWatchEvent = Option<Pool>;
 
 pub struct Controller {
     pub settings: Arc<Settings>,
@@ -615,7 +616,7 @@ async fn watch_pool(
     name: String,
     events: mpsc::Sender<PoolWatchEvent>,
 ) {
-    let api: Api<DynamicObject> = Api::all_with(client, &resource);
+    let api: Api<Pool> = Api::all_with(client, &resource);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut seen_since_init = false;

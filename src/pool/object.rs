@@ -1,0 +1,111 @@
+//! The pool as the API server holds it, typed: only the fields the
+//! controller reads (metadata, `spec.blocks`, `disabled`, `serviceSelector`
+//! and Cilium's status conditions). Both API versions, `cilium.io/v2` and
+//! `cilium.io/v2alpha1`, have this shape; which one is used is chosen at run
+//! time by discovery, so [`Pool`] is a `kube::Resource` over an
+//! [`ApiResource`], like `DynamicObject`, but without its JSON tree: a
+//! 10,000-block pool is one `Vec<Block>`, deserialised in one pass.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::{ApiResource, DynamicResourceScope};
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// A `CiliumLoadBalancerIPPool` read from the API server.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct Pool {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub spec: PoolSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PoolStatus>,
+}
+
+/// The part of `spec` the controller reads; other fields are ignored.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSpec {
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub blocks: Vec<Block>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    /// Kept as JSON: it is compared with the configured selector as the
+    /// API server returns it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_selector: Option<serde_json::Value>,
+}
+
+/// One entry of `spec.blocks`: a CIDR, or a `start`–`stop` range.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Block {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cidr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
+}
+
+/// The status Cilium's operator writes.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct PoolStatus {
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A status condition (`cilium.io/PoolConflict`, `cilium.io/IPsUsed`, …).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Condition {
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// `null` reads as the default, as a missing field does.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+impl kube::Resource for Pool {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(resource: &ApiResource) -> Cow<'_, str> {
+        resource.kind.as_str().into()
+    }
+
+    fn group(resource: &ApiResource) -> Cow<'_, str> {
+        resource.group.as_str().into()
+    }
+
+    fn version(resource: &ApiResource) -> Cow<'_, str> {
+        resource.version.as_str().into()
+    }
+
+    fn api_version(resource: &ApiResource) -> Cow<'_, str> {
+        resource.api_version.as_str().into()
+    }
+
+    fn plural(resource: &ApiResource) -> Cow<'_, str> {
+        resource.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
