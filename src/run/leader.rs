@@ -21,8 +21,6 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::Client;
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
@@ -331,19 +329,12 @@ async fn watch_lease(
     views: watch::Sender<LeaseView>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-    while let Some(item) = stream.next().await {
-        let view = match item {
-            Ok(Event::Apply(lease)) | Ok(Event::InitApply(lease)) => LeaseView::of(&lease),
-            Ok(Event::Delete(_)) => LeaseView::default(),
-            Ok(Event::Init) | Ok(Event::InitDone) => continue,
-            Err(error) => {
-                debug!(%error, "watching the leader Lease failed; retrying");
-                continue;
-            }
-        };
-        views.send_replace(view);
+    let mut states = super::watch::watch_one(api, &name, |error| {
+        debug!(%error, "watching the leader Lease failed; retrying");
+    })
+    .boxed();
+    while let Some(state) = states.next().await {
+        views.send_replace(state.as_ref().map(LeaseView::of).unwrap_or_default());
     }
 }
 

@@ -11,6 +11,7 @@ pub mod events;
 pub mod leader;
 pub mod nodes;
 pub mod operate;
+pub mod watch;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,8 +22,6 @@ use crate::pool::Pool;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::core::ApiResource;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -617,30 +616,13 @@ async fn watch_pool(
     events: mpsc::Sender<PoolWatchEvent>,
 ) {
     let api: Api<Pool> = Api::all_with(client, &resource);
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-    let mut seen_since_init = false;
-    while let Some(item) = stream.next().await {
-        let event = match item {
-            Ok(Event::Apply(object)) | Ok(Event::InitApply(object)) => {
-                seen_since_init = true;
-                Some(object)
-            }
-            Ok(Event::Delete(_)) => None,
-            Ok(Event::Init) => {
-                seen_since_init = false;
-                continue;
-            }
-            // A relist that finds nothing means the pool was deleted while
-            // the watch was down.
-            Ok(Event::InitDone) if !seen_since_init => None,
-            Ok(Event::InitDone) => continue,
-            Err(error) => {
-                warn!(%error, pool = %name, "watching the pool failed; retrying with backoff");
-                continue;
-            }
-        };
-        if events.send(event).await.is_err() {
+    let pool = name.clone();
+    let mut states = watch::watch_one(api, &name, move |error| {
+        warn!(%error, pool = %pool, "watching the pool failed; retrying with backoff");
+    })
+    .boxed();
+    while let Some(state) = states.next().await {
+        if events.send(state).await.is_err() {
             return;
         }
     }
