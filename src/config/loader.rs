@@ -361,7 +361,7 @@ impl Loader {
                 .map_err(|e| format!("is not a valid label selector: {e}"))
         });
         let token = self.token();
-        let hcloud_endpoint = self.parse(&HCLOUD_ENDPOINT, parse_endpoint);
+        let hcloud_endpoint = self.parse(&HCLOUD_ENDPOINT, crate::hetzner::check_endpoint);
         let hcloud_allow_http = self.parse(&HCLOUD_ALLOW_HTTP, parse_bool).unwrap_or(false);
         let hcloud_timeout = self.parse(&HCLOUD_TIMEOUT, |s| {
             parse_bounded_duration(
@@ -386,19 +386,19 @@ impl Loader {
         let cilium_api_version = self.parse(&CILIUM_API_VERSION, |s| {
             s.parse::<CiliumApiVersion>().map_err(|e| e.reason())
         });
-        // A failed parse is already a recorded problem, so the fallback
-        // values below never reach a returned Settings.
-        let defaults = GuardSettings::default();
+        // Every setting has a default in the table, so `None` means a failed
+        // parse, which is a recorded problem: the placeholders below never
+        // reach a returned Settings.
         let guards = GuardSettings {
             max_removal_ratio: self
                 .parse(&MAX_REMOVAL_RATIO, parse_ratio)
-                .unwrap_or(defaults.max_removal_ratio),
+                .unwrap_or_default(),
             blocked_addresses: self
                 .parse(&BLOCKED_ADDRESSES, parse_blocked_addresses)
-                .unwrap_or(defaults.blocked_addresses),
+                .unwrap_or_default(),
             hcloud_request_budget: self
                 .parse(&HCLOUD_REQUEST_BUDGET, parse_request_budget)
-                .unwrap_or(defaults.hcloud_request_budget),
+                .unwrap_or_default(),
         };
         let operate = self.operate_settings();
 
@@ -488,26 +488,22 @@ impl Loader {
 }
 
 impl Loader {
-    /// Like the guard settings: a failed parse is a recorded problem, so the
-    /// fallback defaults never reach a returned Settings.
+    /// Like the guard settings: every setting has a table default, so a
+    /// `None` is a failed parse and a recorded problem; the placeholders
+    /// never reach a returned Settings.
     pub(super) fn operate_settings(&mut self) -> OperateSettings {
-        let d = OperateSettings::default();
         OperateSettings {
             leader_election: self
                 .parse(&LEADER_ELECTION, parse_leader_election)
-                .unwrap_or(d.leader_election),
+                .unwrap_or_default(),
             lease_name: self
                 .parse(&LEASE_NAME, |s| parse_object_name(s, "e.g. canada-kaktus"))
-                .unwrap_or(d.lease_name),
-            lease_namespace: self
-                .parse(&LEASE_NAMESPACE, parse_namespace)
-                .or(d.lease_namespace),
+                .unwrap_or_default(),
+            lease_namespace: self.parse(&LEASE_NAMESPACE, parse_namespace),
             lease_duration: self
                 .parse(&LEASE_DURATION, parse_lease_duration)
-                .unwrap_or(d.lease_duration),
-            watch_nodes: self
-                .parse(&WATCH_NODES, parse_bool)
-                .unwrap_or(d.watch_nodes),
+                .unwrap_or_default(),
+            watch_nodes: self.parse(&WATCH_NODES, parse_bool).unwrap_or_default(),
             node_debounce: self
                 .parse(&NODE_DEBOUNCE, |s| {
                     parse_bounded_duration(
@@ -517,7 +513,7 @@ impl Loader {
                         "0s to 5m, e.g. 2s",
                     )
                 })
-                .unwrap_or(d.node_debounce),
+                .unwrap_or_default(),
             node_min_gap: self
                 .parse(&NODE_MIN_GAP, |s| {
                     parse_bounded_duration(
@@ -527,8 +523,8 @@ impl Loader {
                         "1s to 1h, e.g. 30s",
                     )
                 })
-                .unwrap_or(d.node_min_gap),
-            events: self.parse(&EVENTS, parse_bool).unwrap_or(d.events),
+                .unwrap_or_default(),
+            events: self.parse(&EVENTS, parse_bool).unwrap_or_default(),
         }
     }
 }

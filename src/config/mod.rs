@@ -47,16 +47,6 @@ pub struct GuardSettings {
     pub hcloud_request_budget: u32,
 }
 
-impl Default for GuardSettings {
-    fn default() -> Self {
-        Self {
-            max_removal_ratio: 0.5,
-            blocked_addresses: BlockedAddresses::Keep,
-            hcloud_request_budget: 1200,
-        }
-    }
-}
-
 /// Settings for running in production: leader election, the Node watch and
 /// Kubernetes Events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,21 +60,6 @@ pub struct OperateSettings {
     pub node_debounce: Duration,
     pub node_min_gap: Duration,
     pub events: bool,
-}
-
-impl Default for OperateSettings {
-    fn default() -> Self {
-        Self {
-            leader_election: LeaderElectionMode::Auto,
-            lease_name: "canada-kaktus".to_owned(),
-            lease_namespace: None,
-            lease_duration: Duration::from_secs(15),
-            watch_nodes: true,
-            node_debounce: Duration::from_secs(2),
-            node_min_gap: Duration::from_secs(30),
-            events: true,
-        }
-    }
 }
 
 /// The effective configuration. `Debug` never shows the token.

@@ -66,7 +66,7 @@ pub const HCLOUD_TOKEN_FILE: Setting = Setting {
 pub const HCLOUD_ENDPOINT: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_ENDPOINT",
     key: "HcloudEndpoint",
-    default: SettingDefault::Value("https://api.hetzner.cloud/v1"),
+    default: SettingDefault::Value(crate::hetzner::DEFAULT_ENDPOINT),
     description: "Base URL of the Hetzner Cloud API (https; plain http only to a loopback \
                   address or with HcloudAllowHttp; a trailing / is removed). Read at start only: \
                   a live reload never sends the token elsewhere",

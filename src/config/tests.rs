@@ -64,6 +64,7 @@ fn edit_distance_and_suggestions() {
 
 #[test]
 fn endpoints() {
+    use crate::hetzner::check_endpoint as parse_endpoint;
     assert_eq!(
         parse_endpoint("https://api.hetzner.cloud/v1/").as_deref(),
         Ok("https://api.hetzner.cloud/v1")
@@ -198,7 +199,19 @@ mod operate_settings_tests {
     #[test]
     fn defaults_suit_a_deployment() {
         let operate = load_env(&[]).expect("defaults").operate;
-        assert_eq!(operate, OperateSettings::default());
+        assert_eq!(
+            operate,
+            OperateSettings {
+                leader_election: LeaderElectionMode::Auto,
+                lease_name: "canada-kaktus".to_owned(),
+                lease_namespace: None,
+                lease_duration: Duration::from_secs(15),
+                watch_nodes: true,
+                node_debounce: Duration::from_secs(2),
+                node_min_gap: Duration::from_secs(30),
+                events: true,
+            }
+        );
         assert_eq!(operate.leader_election, LeaderElectionMode::Auto);
         assert_eq!(operate.lease_duration, Duration::from_secs(15));
         assert!(operate.watch_nodes && operate.events);

@@ -182,41 +182,6 @@ impl<'de> serde::Deserialize<'de> for Entries {
     }
 }
 
-pub(super) fn parse_endpoint(text: &str) -> Result<String, String> {
-    const ACCEPTED: &str = "use an http(s) URL such as https://api.hetzner.cloud/v1";
-    let url = text.trim().trim_end_matches('/');
-    let lower = url.to_ascii_lowercase();
-    let scheme_len = if lower.starts_with("https://") {
-        8
-    } else if lower.starts_with("http://") {
-        7
-    } else {
-        return Err(format!("is not an http or https URL; {ACCEPTED}"));
-    };
-    let rest = url.get(scheme_len..).unwrap_or_default();
-    if rest.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "contains whitespace or control characters; {ACCEPTED}"
-        ));
-    }
-    if rest.contains(['?', '#']) {
-        return Err(format!(
-            "has a query or fragment; give only the base URL, {ACCEPTED}"
-        ));
-    }
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.contains('@') {
-        return Err(
-            "contains user credentials (\"@\"); remove them, the token is sent in a header"
-                .to_owned(),
-        );
-    }
-    if authority.is_empty() || authority.starts_with(':') {
-        return Err(format!("has no host name; {ACCEPTED}"));
-    }
-    Ok(url.to_owned())
-}
-
 pub(super) fn parse_pool_name(text: &str) -> Result<String, String> {
     let name = text.trim();
     check_dns_subdomain(name).map_err(|problem| {

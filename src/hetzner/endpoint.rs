@@ -7,29 +7,54 @@ use reqwest::Url;
 /// Hetzner's public API endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";
 
+/// The one check of an endpoint setting: an http(s) base URL with a host,
+/// without credentials, query or fragment. Returns it trimmed and without
+/// trailing slashes, or what is wrong (never echoing the value, which could
+/// hold credentials).
+pub fn check_endpoint(text: &str) -> Result<String, String> {
+    const ACCEPTED: &str = "use an http(s) URL such as https://api.hetzner.cloud/v1";
+    let url = text.trim().trim_end_matches('/');
+    let lower = url.to_ascii_lowercase();
+    let scheme_len = if lower.starts_with("https://") {
+        8
+    } else if lower.starts_with("http://") {
+        7
+    } else {
+        return Err(format!("is not an http or https URL; {ACCEPTED}"));
+    };
+    let rest = url.get(scheme_len..).unwrap_or_default();
+    if rest.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "contains whitespace or control characters; {ACCEPTED}"
+        ));
+    }
+    if rest.contains(['?', '#']) {
+        return Err(format!(
+            "has a query or fragment; give only the base URL, {ACCEPTED}"
+        ));
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(
+            "contains user credentials (\"@\"); remove them, the token is sent in a header"
+                .to_owned(),
+        );
+    }
+    if authority.is_empty() || authority.starts_with(':') {
+        return Err(format!("has no host name; {ACCEPTED}"));
+    }
+    Ok(url.to_owned())
+}
+
+/// The `/servers` URL and the `host[:port]` of an endpoint that passes
+/// [`check_endpoint`].
 pub(super) fn parse_endpoint(endpoint: &str) -> Result<(Url, String), HetznerError> {
     let invalid = |reason: String| HetznerError::InvalidEndpoint {
         endpoint: printable_endpoint(endpoint),
         reason,
     };
-    let url = Url::parse(endpoint).map_err(|error| invalid(format!("not a URL ({error})")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid(format!(
-            "the scheme must be https (or http), not {:?}",
-            url.scheme()
-        )));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(invalid(
-            "credentials in the URL are not supported; the token is sent as a bearer header"
-                .to_owned(),
-        ));
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err(invalid(
-            "the endpoint must not have a query string or fragment".to_owned(),
-        ));
-    }
+    let endpoint = check_endpoint(endpoint).map_err(|reason| invalid(format!("it {reason}")))?;
+    let url = Url::parse(&endpoint).map_err(|error| invalid(format!("not a URL ({error})")))?;
     let Some(host) = url.host_str() else {
         return Err(invalid("the URL has no host".to_owned()));
     };
