@@ -71,9 +71,11 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 /// the next cycle starts a whole interval (1 s) after the previous ended.
 const SETTLE: Duration = Duration::from_millis(400);
 
-// Issue 6's targets.
+// The targets (issues 6 and 10): memory at the largest N, idle memory at
+// N = 10 no worse than the 11.0 MiB measured before issue 10.
 const TARGET_PEAK_RSS_MIB: f64 = 20.0;
-const TARGET_IDLE_RSS_MIB: f64 = 10.0;
+const TARGET_IDLE_RSS_MIB: f64 = 15.0;
+const TARGET_IDLE_RSS_MIB_AT_10: f64 = 11.0;
 const TARGET_CPU_MS_AT_10K: f64 = 100.0;
 const TARGET_REPAIR_MS: f64 = 1000.0;
 const TARGET_BINARY_MB: f64 = 15.0;

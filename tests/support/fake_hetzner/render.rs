@@ -1,0 +1,175 @@
+//! A server as Hetzner's API documentation shows it: the full JSON object of
+//! about 2.4 KB, so pages weigh what real ones do.
+
+use super::*;
+use serde_json::json;
+
+// ---------------------------------------------------------------------------
+// Rendering: a server object shaped and sized like Hetzner's.
+
+pub(super) struct Location {
+    id: i64,
+    name: &'static str,
+    description: &'static str,
+    country: &'static str,
+    city: &'static str,
+    latitude: f64,
+    longitude: f64,
+    network_zone: &'static str,
+}
+
+pub(super) const LOCATIONS: [Location; 3] = [
+    Location {
+        id: 1,
+        name: "fsn1",
+        description: "Falkenstein DC Park 1",
+        country: "DE",
+        city: "Falkenstein",
+        latitude: 50.47612,
+        longitude: 12.370071,
+        network_zone: "eu-central",
+    },
+    Location {
+        id: 2,
+        name: "nbg1",
+        description: "Nuremberg DC Park 1",
+        country: "DE",
+        city: "Nuremberg",
+        latitude: 49.452102,
+        longitude: 11.076665,
+        network_zone: "eu-central",
+    },
+    Location {
+        id: 3,
+        name: "hel1",
+        description: "Helsinki DC Park 1",
+        country: "FI",
+        city: "Helsinki",
+        latitude: 60.169855,
+        longitude: 24.938379,
+        network_zone: "eu-central",
+    },
+];
+
+pub(super) fn render_server(server: &FakeServer) -> String {
+    let id = server.id;
+    let n = id.unsigned_abs();
+    let Location {
+        id: location_id,
+        name: location,
+        description,
+        country,
+        city,
+        latitude,
+        longitude,
+        network_zone: zone,
+    } = LOCATIONS[usize::try_from(n % 3).unwrap_or(0)];
+    let location_object = json!({
+        "id": location_id,
+        "name": location,
+        "description": description,
+        "country": country,
+        "city": city,
+        "latitude": latitude,
+        "longitude": longitude,
+        "network_zone": zone,
+    });
+    let ipv4 = server.ipv4.as_ref().map(|ip| {
+        json!({
+            "id": 40_000_000 + id,
+            "ip": ip,
+            "blocked": server.blocked,
+            "dns_ptr": format!("static.{ip}.clients.your-server.de"),
+        })
+    });
+    let ipv6_prefix = format!("2a01:4f8:c0c:{:x}::", n & 0xffff);
+    json!({
+        "id": id,
+        "name": server.name,
+        "status": "running",
+        "created": "2024-03-18T09:21:44+00:00",
+        "public_net": {
+            "ipv4": ipv4,
+            "ipv6": {
+                "id": 50_000_000 + id,
+                "ip": format!("{ipv6_prefix}/64"),
+                "blocked": false,
+                "dns_ptr": [{"ip": format!("{ipv6_prefix}1"), "dns_ptr": format!("{}.example.com", server.name)}],
+            },
+            "floating_ips": [],
+            "firewalls": [{"id": 1_200_042, "status": "applied"}],
+        },
+        "private_net": [{
+            "network": 4_711_042,
+            "ip": format!("10.0.{}.{}", (n >> 8) & 0xff, n & 0xff),
+            "alias_ips": [],
+            "mac_address": format!("86:00:00:{:02x}:{:02x}:{:02x}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
+        }],
+        "server_type": {
+            "id": 22,
+            "name": "cpx31",
+            "description": "CPX 31",
+            "cores": 4,
+            "memory": 8.0,
+            "disk": 160,
+            "deprecated": false,
+            "prices": [{
+                "location": location,
+                "price_hourly": {"net": "0.0238000000", "gross": "0.0283220000000000"},
+                "price_monthly": {"net": "14.8600000000", "gross": "17.6834000000000000"},
+                "included_traffic": 21_990_232_555_520_u64,
+                "price_per_tb_traffic": {"net": "1.0000000000", "gross": "1.1900000000000000"},
+            }],
+            "storage_type": "local",
+            "cpu_type": "shared",
+            "architecture": "x86",
+            "deprecation": null,
+        },
+        "datacenter": {
+            "id": location_id + 10,
+            "name": format!("{location}-dc{}", 10 + location_id),
+            "description": format!("{city} virtual DC {}", 10 + location_id),
+            "location": location_object.clone(),
+            "server_types": {
+                "supported": [1, 3, 5, 7, 9, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96, 97, 98],
+                "available": [1, 3, 5, 7, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96],
+                "available_for_migration": [1, 3, 5, 7, 9, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96, 97, 98],
+            },
+        },
+        "location": location_object,
+        "image": {
+            "id": 161_547_269,
+            "type": "system",
+            "status": "available",
+            "name": "ubuntu-24.04",
+            "description": "Ubuntu 24.04",
+            "image_size": null,
+            "disk_size": 5,
+            "created": "2024-04-25T09:39:35+00:00",
+            "created_from": null,
+            "bound_to": null,
+            "os_flavor": "ubuntu",
+            "os_version": "24.04",
+            "rapid_deploy": true,
+            "protection": {"delete": false},
+            "deprecated": null,
+            "deleted": null,
+            "labels": {},
+            "architecture": "x86",
+        },
+        "iso": null,
+        "rescue_enabled": false,
+        "locked": false,
+        "backup_window": null,
+        "outgoing_traffic": 123_456_789 + n,
+        "ingoing_traffic": 987_654_321 + n,
+        "included_traffic": 21_990_232_555_520_u64,
+        "protection": {"delete": false, "rebuild": false},
+        "labels": server.labels,
+        "volumes": [],
+        "load_balancers": [],
+        "primary_disk_size": 160,
+        "placement_group": null,
+    })
+    .to_string()
+}
