@@ -4,18 +4,14 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, ValueEnum};
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Settings};
 use crate::pool::api::{candidate_versions, PoolClient};
 use crate::reconcile::{self, Reconciler};
 use crate::run::{self, Controller, LoopTimings};
-use crate::serve::health::Health;
-use crate::serve::metrics::Metrics;
 use crate::serve::{http, telemetry};
 
 /// Exit status for invalid configuration, apart from runtime failures (1).
@@ -111,9 +107,6 @@ pub async fn run(cli: Cli) -> ExitCode {
         };
     }
 
-    let timings = LoopTimings::default();
-    let health = Arc::new(Health::new(timings.liveness_timeout()));
-    let metrics = Arc::new(Metrics::new());
     let listener = match http::bind(settings.listen_address).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -121,14 +114,15 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let controller = Controller::new(settings, reconciler, cli.config, env).with_log(log);
     if let Ok(address) = listener.local_addr() {
         // With port 0 the kernel picks one; this line says which.
         info!(address = %address, "health server listening");
     }
-    let shutdown = CancellationToken::new();
+    let shutdown = controller.shutdown_token();
     let server = tokio::spawn(http::serve(
         listener,
-        http::router(health.clone(), metrics.clone()),
+        http::router(controller.health(), controller.metrics()),
         shutdown.clone().cancelled_owned(),
     ));
     let signal_token = shutdown.clone();
@@ -138,19 +132,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         signal_token.cancel();
     });
 
-    Controller {
-        settings: Arc::new(settings),
-        reconciler,
-        health,
-        log,
-        timings,
-        shutdown: shutdown.clone(),
-        cli_config: cli.config,
-        env,
-        metrics,
-    }
-    .run()
-    .await;
+    controller.run().await;
     shutdown.cancel();
     match server.await {
         Ok(Ok(())) => ExitCode::SUCCESS,
@@ -203,7 +185,8 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
     );
     // Without a cluster there is no discovery: show the preferred version.
     let version = candidate_versions(settings.cilium_api_version)[0];
-    let manifest = desired.manifest(&format!("{}/{version}", crate::pool::render::POOL_GROUP));
+    let api_version = format!("{}/{version}", crate::pool::render::POOL_GROUP);
+    let manifest = desired.apply_body(&api_version);
     let text = match output {
         Output::Json => serde_json::to_string_pretty(&manifest)
             .map(|s| s + "\n")

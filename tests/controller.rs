@@ -16,7 +16,6 @@ use canada_kaktus::run::{Controller, LoopTimings};
 use canada_kaktus::serve::health::Health;
 use canada_kaktus::serve::http;
 use canada_kaktus::serve::metrics::Metrics;
-use canada_kaktus::serve::telemetry::LogControl;
 use serde_json::Value;
 use support::fake_hetzner::{numbered_servers, FakeHetzner, Fault};
 use support::fake_kube::FakeKube;
@@ -127,30 +126,19 @@ async fn start_with(
         interval_override: Some(Duration::from_millis(100)),
         confirm_delay: Duration::from_millis(100),
     };
-    let health = Arc::new(Health::new(timings.liveness_timeout()));
-    let metrics = Arc::new(Metrics::new());
-    let shutdown = CancellationToken::new();
+    let reconciler = Reconciler::new(
+        hetzner_client,
+        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+    );
+    let controller = Controller::new(settings, reconciler, cli_config, env).with_timings(timings);
+    let shutdown = controller.shutdown_token();
     let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let base_url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(http::serve(
         listener,
-        http::router(health.clone(), metrics.clone()),
+        http::router(controller.health(), controller.metrics()),
         shutdown.clone().cancelled_owned(),
     ));
-    let controller = Controller {
-        settings: Arc::new(settings),
-        reconciler: Reconciler::new(
-            hetzner_client,
-            PoolClient::new(kube.client(), CiliumApiVersion::Auto),
-        ),
-        health,
-        log: LogControl::detached(),
-        timings,
-        shutdown: shutdown.clone(),
-        cli_config,
-        env,
-        metrics,
-    };
     Running {
         base_url,
         shutdown,

@@ -19,7 +19,6 @@ use canada_kaktus::reconcile::Reconciler;
 use canada_kaktus::run::{Controller, LoopTimings};
 use canada_kaktus::serve::health::Health;
 use canada_kaktus::serve::metrics::Metrics;
-use canada_kaktus::serve::telemetry::LogControl;
 use serde_json::{json, Value};
 use support::fake_hetzner::{numbered_servers, FakeHetzner, Fault};
 use support::fake_kube::FakeKube;
@@ -131,27 +130,15 @@ fn start_timed(
     };
     let mut timings = timings;
     adjust(&mut timings);
-    let health = Arc::new(Health::new(timings.liveness_timeout()));
-    let metrics = Arc::new(Metrics::new());
-    let shutdown = CancellationToken::new();
-    let controller = Controller {
-        settings: Arc::new(settings),
-        reconciler: Reconciler::new(
-            HetznerClient::new(options).unwrap(),
-            PoolClient::new(kube.client(), CiliumApiVersion::Auto),
-        ),
-        health: health.clone(),
-        log: LogControl::detached(),
-        timings,
-        shutdown: shutdown.clone(),
-        cli_config: None,
-        env,
-        metrics: metrics.clone(),
-    };
+    let reconciler = Reconciler::new(
+        HetznerClient::new(options).unwrap(),
+        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+    );
+    let controller = Controller::new(settings, reconciler, None, env).with_timings(timings);
     Running {
-        health,
-        metrics,
-        shutdown,
+        health: controller.health(),
+        metrics: controller.metrics(),
+        shutdown: controller.shutdown_token(),
         task: tokio::spawn(controller.run()),
     }
 }

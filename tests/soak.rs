@@ -47,9 +47,6 @@ use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy, PER_PAG
 use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::Reconciler;
 use canada_kaktus::run::{Controller, LoopTimings};
-use canada_kaktus::serve::health::Health;
-use canada_kaktus::serve::metrics::Metrics;
-use canada_kaktus::serve::telemetry::LogControl;
 use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::BodyExt;
@@ -60,7 +57,6 @@ use serde_json::Value;
 use support::fake_hetzner::{Directive, FakeHetzner, FakeServer, Fault};
 use support::fake_kube::FakeKube;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "soak-token-5150";
 const POOL: &str = "covidnetes-pool";
@@ -509,22 +505,13 @@ async fn thousands_of_cycles_with_random_faults_never_write_wrong() {
         confirm_delay: Duration::from_millis(1),
         interval_override: Some(Duration::from_millis(1)),
     };
-    let health = Arc::new(Health::new(timings.liveness_timeout()));
-    let shutdown = CancellationToken::new();
-    let controller = Controller {
-        settings: Arc::new(settings),
-        reconciler: Reconciler::new(
-            hetzner_client,
-            PoolClient::new(kube::Client::new(tap, "default"), CiliumApiVersion::Auto),
-        ),
-        health: health.clone(),
-        log: LogControl::detached(),
-        timings,
-        shutdown: shutdown.clone(),
-        cli_config: None,
-        env,
-        metrics: Arc::new(Metrics::new()),
-    };
+    let reconciler = Reconciler::new(
+        hetzner_client,
+        PoolClient::new(kube::Client::new(tap, "default"), CiliumApiVersion::Auto),
+    );
+    let controller = Controller::new(settings, reconciler, None, env).with_timings(timings);
+    let health = controller.health();
+    let shutdown = controller.shutdown_token();
     let task = tokio::spawn(controller.run());
 
     let started = Instant::now();

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::object::{Block, Pool};
 
@@ -60,50 +60,10 @@ pub fn render(
     }
 }
 
-impl DesiredPool {
-    /// `spec.blocks` as written: one `/32` per address.
-    pub fn blocks(&self) -> Vec<Value> {
-        self.addresses
-            .iter()
-            .map(|ip| json!({ "cidr": format!("{ip}/32") }))
-            .collect()
-    }
-
-    /// The spec fields we own, and nothing else.
-    pub fn spec(&self) -> Value {
-        let mut spec = Map::new();
-        spec.insert("blocks".into(), Value::Array(self.blocks()));
-        spec.insert("disabled".into(), Value::Bool(false));
-        if let Some(selector) = &self.service_selector {
-            spec.insert(
-                "serviceSelector".into(),
-                serde_json::to_value(selector).unwrap_or(Value::Null),
-            );
-        }
-        Value::Object(spec)
-    }
-
-    /// The server-side apply body: apiVersion, kind, name and only the fields we own.
-    pub fn manifest(&self, api_version: &str) -> Value {
-        let mut metadata = Map::new();
-        metadata.insert("name".into(), Value::String(self.name.clone()));
-        metadata.insert("annotations".into(), json!(self.annotations));
-        if !self.labels.is_empty() {
-            metadata.insert("labels".into(), json!(self.labels));
-        }
-        json!({
-            "apiVersion": api_version,
-            "kind": POOL_KIND,
-            "metadata": Value::Object(metadata),
-            "spec": self.spec(),
-        })
-    }
-}
-
 /// Whether the live `spec.blocks` is exactly `[{"cidr": "<ip>/32"}, …]` for
-/// `addresses`, in order: the answer comparing it with `desired.blocks()`
-/// would give, without building a JSON object per address (which dominated
-/// memory at 10,000 servers, see benches/RESULTS.md).
+/// `addresses`, in order: what the apply body would write, compared without
+/// building a JSON object per address (which dominated memory at 10,000
+/// servers, see benches/RESULTS.md).
 fn blocks_match(blocks: &[Block], addresses: &[Ipv4Addr]) -> bool {
     use std::fmt::Write as _;
     if blocks.len() != addresses.len() {
@@ -119,9 +79,9 @@ fn blocks_match(blocks: &[Block], addresses: &[Ipv4Addr]) -> bool {
     })
 }
 
-/// The server-side apply body, serialised straight from the address list:
-/// the same document as [`DesiredPool::manifest`], without turning every
-/// address into a `serde_json::Value` map first.
+/// The pool as written: the server-side apply body (apiVersion, kind, name
+/// and only the fields we own), serialised straight from the address list.
+/// The one renderer: the apply and `--dry-run` both print it.
 #[derive(Debug, serde::Serialize)]
 pub struct ApplyBody<'a> {
     #[serde(rename = "apiVersion")]

@@ -43,7 +43,7 @@ fn live_matching(desired: &DesiredPool) -> Pool {
             }]),
             ..Default::default()
         },
-        json!({"spec": desired.spec()}),
+        json!({"spec": serde_json::to_value(desired.apply_body("cilium.io/v2")).unwrap()["spec"]}),
     )
 }
 

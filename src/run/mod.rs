@@ -104,17 +104,17 @@ pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzn
 type PoolWatchEvent = Option<Pool>;
 
 pub struct Controller {
-    pub settings: Arc<Settings>,
-    pub reconciler: Reconciler,
-    pub health: Arc<Health>,
-    pub log: LogControl,
-    pub timings: LoopTimings,
-    pub shutdown: CancellationToken,
+    settings: Arc<Settings>,
+    reconciler: Reconciler,
+    health: Arc<Health>,
+    log: LogControl,
+    timings: LoopTimings,
+    shutdown: CancellationToken,
     /// Inputs for reloading configuration.
-    pub cli_config: Option<PathBuf>,
-    pub env: HashMap<String, String>,
+    cli_config: Option<PathBuf>,
+    env: HashMap<String, String>,
     /// Shared with `/metrics` and the Hetzner client's request observer.
-    pub metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
 }
 
 struct PoolWatch {
@@ -129,6 +129,59 @@ impl Drop for PoolWatch {
 }
 
 impl Controller {
+    /// The one wiring of the controller, for the CLI and the tests alike:
+    /// the settings, the reconciler (its Hetzner and Kubernetes clients) and
+    /// what a config reload reads again (`--config` and the environment).
+    /// It owns fresh health and metrics (serve them with
+    /// [`Controller::health`] and [`Controller::metrics`]) and a shutdown
+    /// token; the production loop timings apply unless
+    /// [`Controller::with_timings`] replaces them.
+    pub fn new(
+        settings: Settings,
+        reconciler: Reconciler,
+        cli_config: Option<PathBuf>,
+        env: HashMap<String, String>,
+    ) -> Self {
+        let timings = LoopTimings::default();
+        Self {
+            settings: Arc::new(settings),
+            reconciler,
+            health: Arc::new(Health::new(timings.liveness_timeout())),
+            log: LogControl::detached(),
+            timings,
+            shutdown: CancellationToken::new(),
+            cli_config,
+            env,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// Other loop timings (the tests' fast ones); `/livez` follows them.
+    pub fn with_timings(mut self, timings: LoopTimings) -> Self {
+        self.health = Arc::new(Health::new(timings.liveness_timeout()));
+        self.timings = timings;
+        self
+    }
+
+    /// The handle that applies a reloaded log level.
+    pub fn with_log(mut self, log: LogControl) -> Self {
+        self.log = log;
+        self
+    }
+
+    pub fn health(&self) -> Arc<Health> {
+        self.health.clone()
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Cancelling it stops the loop (and whatever else the caller ties to it).
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
     pub async fn run(mut self) {
         let (events_tx, mut events) = mpsc::channel::<PoolWatchEvent>(16);
         let mut pool_watch: Option<PoolWatch> = None;
