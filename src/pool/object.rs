@@ -77,6 +77,24 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// Test constructors, next to the type (the controller-rs way).
+#[cfg(test)]
+impl Pool {
+    /// A pool from its metadata and the rest of the object as JSON.
+    pub(crate) fn from_json(metadata: ObjectMeta, rest: serde_json::Value) -> Pool {
+        let mut pool: Pool = serde_json::from_value(rest).expect("a pool's JSON");
+        pool.metadata = metadata;
+        pool
+    }
+
+    /// Changes the pool through its JSON form, as an admin's edit would.
+    pub(crate) fn edit(&mut self, change: impl FnOnce(&mut serde_json::Value)) {
+        let mut data = serde_json::to_value(&*self).expect("a pool serialises");
+        change(&mut data);
+        *self = serde_json::from_value(data).expect("the edited pool is still a pool");
+    }
+}
+
 impl kube::Resource for Pool {
     type DynamicType = ApiResource;
     type Scope = DynamicResourceScope;

@@ -3,20 +3,6 @@ use crate::pool::render::{render, FIELD_MANAGER};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde_json::json;
 
-/// Changes a live pool through its JSON form, as an admin's edit would.
-fn edit(live: &mut Pool, change: impl FnOnce(&mut serde_json::Value)) {
-    let mut data = serde_json::to_value(&*live).unwrap();
-    change(&mut data);
-    *live = serde_json::from_value(data).unwrap();
-}
-
-/// A live pool from its metadata and the rest of the object as JSON.
-fn pool_from(metadata: ObjectMeta, rest: serde_json::Value) -> Pool {
-    let mut pool: Pool = serde_json::from_value(rest).unwrap();
-    pool.metadata = metadata;
-    pool
-}
-
 fn desired() -> DesiredPool {
     render(
         &PoolTemplate {
@@ -28,7 +14,7 @@ fn desired() -> DesiredPool {
 }
 
 fn live_matching(desired: &DesiredPool) -> Pool {
-    pool_from(
+    Pool::from_json(
         ObjectMeta {
             name: Some("p".into()),
             annotations: Some(desired.annotations.clone()),
@@ -57,10 +43,9 @@ fn our_own_write_seen_by_the_watch_needs_no_repair() {
 fn a_status_only_change_by_cilium_needs_no_repair() {
     let d = desired();
     let mut live = live_matching(&d);
-    edit(
-        &mut live,
-        |d| d["status"] = json!({"conditions": [{"type": "cilium.io/IPsUsed", "status": "True"}]}),
-    );
+    live.edit(|d| {
+        d["status"] = json!({"conditions": [{"type": "cilium.io/IPsUsed", "status": "True"}]})
+    });
     assert!(!event_needs_repair(Some(&live), &d, false));
 }
 
@@ -68,7 +53,7 @@ fn a_status_only_change_by_cilium_needs_no_repair() {
 fn an_edit_or_a_delete_needs_a_repair() {
     let d = desired();
     let mut live = live_matching(&d);
-    edit(&mut live, |d| d["spec"]["blocks"] = json!([]));
+    live.edit(|d| d["spec"]["blocks"] = json!([]));
     assert!(event_needs_repair(Some(&live), &d, false));
     assert!(event_needs_repair(None, &d, false));
 }
@@ -77,7 +62,7 @@ fn an_edit_or_a_delete_needs_a_repair() {
 fn a_new_or_cleared_conflict_is_reported() {
     let d = desired();
     let mut live = live_matching(&d);
-    edit(&mut live, |d| {
+    live.edit(|d| {
         d["status"] = json!({"conditions": [
             {"type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap", "message": "m"}
         ]})

@@ -3,20 +3,6 @@ use crate::pool::object::PoolSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde_json::json;
 
-/// Changes a live pool through its JSON form, as an admin's edit would.
-fn edit(live: &mut Pool, change: impl FnOnce(&mut serde_json::Value)) {
-    let mut data = serde_json::to_value(&*live).unwrap();
-    change(&mut data);
-    *live = serde_json::from_value(data).unwrap();
-}
-
-/// A live pool from its metadata and the rest of the object as JSON.
-fn pool_from(metadata: ObjectMeta, rest: serde_json::Value) -> Pool {
-    let mut pool: Pool = serde_json::from_value(rest).unwrap();
-    pool.metadata = metadata;
-    pool
-}
-
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
 }
@@ -50,7 +36,7 @@ fn applied(desired: &DesiredPool) -> Pool {
     if desired.service_selector.is_some() {
         owned["f:spec"]["f:serviceSelector"] = json!({});
     }
-    pool_from(
+    Pool::from_json(
         ObjectMeta {
             name: Some(desired.name.clone()),
             annotations: Some(desired.annotations.clone()),
@@ -184,7 +170,7 @@ fn manifest_carries_the_service_selector() {
 
 #[test]
 fn diff_names_added_removed_and_foreign_blocks() {
-    let live = pool_from(
+    let live = Pool::from_json(
         ObjectMeta::default(),
         json!({"spec": {"blocks": [
             {"cidr": "1.1.1.1/32"},
@@ -229,16 +215,12 @@ fn missing_pool_is_written() {
 fn edited_or_reordered_blocks_are_written() {
     let desired = render(&template(), [ip("1.1.1.1"), ip("2.2.2.2")]);
     let mut live = applied(&desired);
-    edit(&mut live, |d| {
-        d["spec"]["blocks"] = json!([{"cidr": "2.2.2.2/32"}, {"cidr": "1.1.1.1/32"}])
-    });
+    live.edit(|d| d["spec"]["blocks"] = json!([{"cidr": "2.2.2.2/32"}, {"cidr": "1.1.1.1/32"}]));
     assert_eq!(
         write_reason(Some(&live), &desired),
         Some(WriteReason::BlocksDiffer)
     );
-    edit(&mut live, |d| {
-        d["spec"]["blocks"] = json!([{"cidr": "1.1.1.1/32"}])
-    });
+    live.edit(|d| d["spec"]["blocks"] = json!([{"cidr": "1.1.1.1/32"}]));
     assert_eq!(
         write_reason(Some(&live), &desired),
         Some(WriteReason::BlocksDiffer)
@@ -249,7 +231,7 @@ fn edited_or_reordered_blocks_are_written() {
 fn a_disabled_pool_is_written() {
     let desired = render(&template(), [ip("1.1.1.1")]);
     let mut live = applied(&desired);
-    edit(&mut live, |d| d["spec"]["disabled"] = json!(true));
+    live.edit(|d| d["spec"]["disabled"] = json!(true));
     assert_eq!(
         write_reason(Some(&live), &desired),
         Some(WriteReason::Disabled)
@@ -266,13 +248,9 @@ fn foreign_metadata_and_status_do_not_cause_a_write() {
         .unwrap()
         .insert("argocd.argoproj.io/tracking-id".into(), "app:x".into());
     live.metadata.labels = Some(BTreeMap::from([("owner".into(), "argocd".into())]));
-    edit(
-        &mut live,
-        |d| {
-            d["status"] =
-                json!({"conditions": [{"type": "cilium.io/IPsTotal", "status": "Unknown"}]})
-        },
-    );
+    live.edit(|d| {
+        d["status"] = json!({"conditions": [{"type": "cilium.io/IPsTotal", "status": "Unknown"}]})
+    });
     assert_eq!(write_reason(Some(&live), &desired), None);
 }
 
@@ -341,9 +319,7 @@ fn a_changed_service_selector_is_written() {
     });
     let desired = render(&t, [ip("1.1.1.1")]);
     let mut live = applied(&desired);
-    edit(&mut live, |d| {
-        d["spec"]["serviceSelector"] = json!({"matchLabels": {"a": "c"}})
-    });
+    live.edit(|d| d["spec"]["serviceSelector"] = json!({"matchLabels": {"a": "c"}}));
     assert_eq!(
         write_reason(Some(&live), &desired),
         Some(WriteReason::ServiceSelectorDiffers)
@@ -353,13 +329,13 @@ fn a_changed_service_selector_is_written() {
 #[test]
 fn pool_conflict_is_read_only_when_true() {
     let mut live = applied(&render(&template(), [ip("1.1.1.1")]));
-    edit(&mut live, |d| {
+    live.edit(|d| {
         d["status"] = json!({"conditions": [
             {"type": "cilium.io/PoolConflict", "status": "False", "reason": "", "message": ""},
         ]})
     });
     assert_eq!(pool_conflict(&live), None);
-    edit(&mut live, |d| {
+    live.edit(|d| {
         d["status"]["conditions"][0] = json!({
             "type": "cilium.io/PoolConflict", "status": "True",
             "reason": "cidr_overlap", "message": "Pool overlaps with CIDR of other-pool"

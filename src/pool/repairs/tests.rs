@@ -1,13 +1,6 @@
 use super::*;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use serde_json::json;
-
-/// A live pool from its metadata and the rest of the object as JSON.
-fn pool_from(metadata: ObjectMeta, rest: serde_json::Value) -> Pool {
-    let mut pool: Pool = serde_json::from_value(rest).unwrap();
-    pool.metadata = metadata;
-    pool
-}
 
 #[test]
 fn a_few_repairs_go_through_at_once_then_each_waits_twice_as_long() {
@@ -62,7 +55,7 @@ fn other_writers_of_the_spec_are_named() {
         fields_v1: Some(FieldsV1(fields)),
         ..Default::default()
     };
-    let mut live = pool_from(Default::default(), json!({}));
+    let mut live = Pool::from_json(Default::default(), json!({}));
     live.metadata.managed_fields = Some(vec![
         entry(FIELD_MANAGER, json!({"f:spec": {"f:blocks": {}}})),
         entry("argocd-controller", json!({"f:spec": {"f:blocks": {}}})),
