@@ -12,29 +12,28 @@
 //! the test process (`PR_SET_PDEATHSIG`), even when it is killed.
 
 use std::{
-    fs, io,
-    net::TcpListener,
-    os::unix::process::CommandExt,
+    fs,
     path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
-    sync::{mpsc, OnceLock},
     time::{Duration, Instant},
 };
 
 use base64::Engine as _;
-use k8s_openapi::{
-    api::{
-        authentication::v1::{TokenRequest, TokenRequestSpec},
-        core::v1::{Namespace, ServiceAccount},
-    },
-    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+use k8s_openapi::api::{
+    authentication::v1::{TokenRequest, TokenRequestSpec},
+    core::v1::{Namespace, ServiceAccount},
 };
 use kube::{
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
     Api, Client, Config,
 };
 use serde_json::json;
+
+mod crd;
+mod process;
+pub use crd::*;
+use process::*;
 
 /// The environment variable naming the directory with `etcd`,
 /// `kube-apiserver` and `kubectl`.
@@ -53,50 +52,6 @@ const CRD_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Attempts to start when a port picked as free was taken meanwhile.
 const START_ATTEMPTS: usize = 3;
-
-/// Which CiliumLoadBalancerIPPool CRD to install (`tests/fixtures/crds/`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CrdFixture {
-    /// Cilium 1.18+: `v2` served and stored, `v2alpha1` served and deprecated.
-    V2,
-    /// Cilium 1.15–1.17: only `v2alpha1`.
-    V2Alpha1Only,
-}
-
-impl CrdFixture {
-    /// The fixture file.
-    pub fn path(self) -> PathBuf {
-        let file = match self {
-            CrdFixture::V2 => "cilium-v2.yaml",
-            CrdFixture::V2Alpha1Only => "cilium-v2alpha1.yaml",
-        };
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/crds")
-            .join(file)
-    }
-
-    /// The versions of `cilium.io` discovery lists once this CRD is installed
-    /// (the preferred version first).
-    pub fn served_versions(self) -> &'static [&'static str] {
-        match self {
-            CrdFixture::V2 => &["v2", "v2alpha1"],
-            CrdFixture::V2Alpha1Only => &["v2alpha1"],
-        }
-    }
-
-    /// The version discovery prefers.
-    pub fn preferred_version(self) -> &'static str {
-        self.served_versions()[0]
-    }
-
-    /// The parsed CustomResourceDefinition.
-    pub fn crd(self) -> CustomResourceDefinition {
-        let path = self.path();
-        let text =
-            fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
-    }
-}
 
 /// Installs rustls' ring provider once; harmless when already installed.
 pub fn install_crypto_provider() {
@@ -453,129 +408,6 @@ impl TestCluster {
         }
     }
 
-    /// Installs (server-side applies) a CiliumLoadBalancerIPPool CRD and
-    /// waits until it is Established and discovery serves exactly the
-    /// fixture's versions with the right preferred version.
-    ///
-    /// Going from `V2Alpha1Only` to `V2` is an upgrade and works in place;
-    /// the other way round the API server refuses to drop the stored `v2`,
-    /// so call [`TestCluster::delete_crd`] first.
-    pub async fn install_crd(&self, fixture: CrdFixture) {
-        self.install_crd_object(fixture.crd(), fixture.served_versions())
-            .await;
-    }
-
-    /// Applies a CiliumLoadBalancerIPPool CRD (a fixture's, or the one a
-    /// Cilium release ships) and waits until discovery serves `served`
-    /// (the preferred version first).
-    pub async fn install_crd_object(&self, mut crd: CustomResourceDefinition, served: &[&str]) {
-        let crds: Api<CustomResourceDefinition> = Api::all(self.admin_client());
-        crd.metadata.managed_fields = None;
-        crd.metadata.resource_version = None;
-        crd.metadata.creation_timestamp = None;
-        crd.status = None;
-        crds.patch(
-            POOL_CRD_NAME,
-            &PatchParams::apply(HARNESS_MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying the CRD serving {served:?}: {e}"));
-
-        let deadline = Instant::now() + CRD_TIMEOUT;
-        loop {
-            let Err(last) = self.crd_state(served).await else {
-                return;
-            };
-            if Instant::now() > deadline {
-                panic!(
-                    "the CRD serving {served:?} was not established and served within {CRD_TIMEOUT:?}: {last}\n\
-                     --- kube-apiserver log (tail) ---\n{}",
-                    self.apiserver_log_tail(40)
-                );
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-    }
-
-    async fn crd_state(&self, want: &[&str]) -> Result<(), String> {
-        let client = self.admin_client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let crd = crds.get(POOL_CRD_NAME).await.map_err(|e| e.to_string())?;
-        let established = crd
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if !established {
-            return Err("not Established yet".into());
-        }
-        let groups = client.list_api_groups().await.map_err(|e| e.to_string())?;
-        let group = groups
-            .groups
-            .iter()
-            .find(|g| g.name == "cilium.io")
-            .ok_or("cilium.io not in discovery yet")?;
-        let served: Vec<&str> = group.versions.iter().map(|v| v.version.as_str()).collect();
-        let preferred = group.preferred_version.as_ref().map(|v| v.version.as_str());
-        if served != want || preferred != want.first().copied() {
-            return Err(format!(
-                "discovery serves {served:?} preferring {preferred:?}, want {want:?} (the first preferred)"
-            ));
-        }
-        for version in want {
-            let resources = client
-                .list_api_group_resources(&format!("cilium.io/{version}"))
-                .await
-                .map_err(|e| format!("cilium.io/{version}: {e}"))?;
-            if !resources
-                .resources
-                .iter()
-                .any(|r| r.name == "ciliumloadbalancerippools")
-            {
-                return Err(format!(
-                    "cilium.io/{version} lists no ciliumloadbalancerippools"
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes the CiliumLoadBalancerIPPool CRD (and so every pool) and waits
-    /// until it and the `cilium.io` group are gone from discovery.
-    pub async fn delete_crd(&self) {
-        let client = self.admin_client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        match crds.delete(POOL_CRD_NAME, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
-            Err(e) => panic!("deleting the CRD: {e}"),
-        }
-        let deadline = Instant::now() + CRD_TIMEOUT;
-        loop {
-            let crd_gone = matches!(crds.get_opt(POOL_CRD_NAME).await, Ok(None));
-            let group_gone = client
-                .list_api_groups()
-                .await
-                .is_ok_and(|g| g.groups.iter().all(|g| g.name != "cilium.io"));
-            if crd_gone && group_gone {
-                return;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "the CRD was still there {CRD_TIMEOUT:?} after deleting it \
-                     (CRD gone: {crd_gone}, group gone from discovery: {group_gone})\n\
-                     --- kube-apiserver log (tail) ---\n{}",
-                    self.apiserver_log_tail(40)
-                );
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
-    }
-
     /// Runs the built kubectl with the admin kubeconfig.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(self.bin_dir.join("kubectl"))
@@ -664,149 +496,4 @@ enum StartError {
     /// A port we picked was taken by someone else before the server bound it.
     PortTaken(String),
     Fatal(String),
-}
-
-async fn try_client_from_kubeconfig(path: &Path) -> Result<Client, String> {
-    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    Client::try_from(config).map_err(|e| e.to_string())
-}
-
-fn write_kubeconfig(path: &Path, server: &str, ca_pem: &[u8], user: &str, token: &str) {
-    let ca_data = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let kubeconfig = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{
-            "name": "test",
-            "cluster": { "server": server, "certificate-authority-data": ca_data },
-        }],
-        "users": [{ "name": user, "user": { "token": token } }],
-        "contexts": [{
-            "name": "test",
-            "context": { "cluster": "test", "user": user, "namespace": "default" },
-        }],
-        "current-context": "test",
-    });
-    let text = serde_yaml_ng::to_string(&kubeconfig).expect("serialising a kubeconfig");
-    fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-}
-
-/// A port that was free a moment ago (the OS picks it).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("binding 127.0.0.1:0")
-        .port()
-}
-
-fn random_token() -> String {
-    use rand::Rng as _;
-    let bytes: [u8; 24] = rand::rng().random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A fresh ECDSA P-256 key pair as PEM: the private key (PKCS#8), with which
-/// kube-apiserver signs service-account tokens (ES256), and the public key
-/// (SubjectPublicKeyInfo), with which it verifies them. kube-apiserver does
-/// not read a public key out of a PKCS#8 file, hence two files.
-fn service_account_key_pems() -> (String, String) {
-    use ring::{
-        rand::SystemRandom,
-        signature::{EcdsaKeyPair, KeyPair as _, ECDSA_P256_SHA256_FIXED_SIGNING},
-    };
-    // DER of SEQUENCE { SEQUENCE { id-ecPublicKey, prime256v1 }, BIT STRING
-    // (65 bytes follow) }: the fixed start of every P-256 SubjectPublicKeyInfo.
-    const P256_SPKI_PREFIX: [u8; 26] = [
-        0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08,
-        0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
-    ];
-    let rng = SystemRandom::new();
-    let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng)
-        .expect("generating an ECDSA key");
-    let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-        .expect("reading back the ECDSA key");
-    let point = pair.public_key().as_ref();
-    assert_eq!(point.len(), 65, "an uncompressed P-256 point");
-    let spki = [&P256_SPKI_PREFIX[..], point].concat();
-    (pem("PRIVATE KEY", pkcs8.as_ref()), pem("PUBLIC KEY", &spki))
-}
-
-fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut pem = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        pem.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-        pem.push('\n');
-    }
-    pem.push_str(&format!("-----END {label}-----\n"));
-    pem
-}
-
-fn log_tail(path: &Path, lines: usize) -> String {
-    match fs::read_to_string(path) {
-        Ok(text) => {
-            let all: Vec<&str> = text.lines().collect();
-            all[all.len().saturating_sub(lines)..].join("\n")
-        }
-        Err(e) => format!("(cannot read {}: {e})", path.display()),
-    }
-}
-
-/// Starts `cmd` with stdout and stderr appended to `log`, so that it is
-/// killed when the test process dies.
-fn spawn_logged(mut cmd: Command, log: &Path) -> Child {
-    let file = fs::File::create(log).unwrap_or_else(|e| panic!("creating {}: {e}", log.display()));
-    let err = file.try_clone().expect("cloning a file handle");
-    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {program}: {e}"))
-}
-
-/// Spawns `cmd` so that it gets SIGKILL when the test process dies.
-///
-/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits,
-/// not the process, and libtest runs each test on its own short-lived
-/// thread. So every child is forked by one helper thread that lives as long
-/// as the process.
-fn spawn_owned(mut cmd: Command) -> io::Result<Child> {
-    type Request = (Command, mpsc::Sender<io::Result<Child>>);
-    static SPAWNER: OnceLock<mpsc::Sender<Request>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Request>();
-        std::thread::Builder::new()
-            .name("test-cluster-spawner".into())
-            .spawn(move || {
-                for (mut cmd, reply) in rx {
-                    let _ = reply.send(cmd.spawn());
-                }
-            })
-            .expect("starting the spawner thread");
-        tx
-    });
-
-    let parent = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec and only
-    // makes async-signal-safe system calls (prctl, getppid, _exit).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect.
-            if libc::getppid() as u32 != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-    let (reply_tx, reply_rx) = mpsc::channel();
-    spawner
-        .send((cmd, reply_tx))
-        .map_err(|_| io::Error::other("the spawner thread is gone"))?;
-    reply_rx
-        .recv()
-        .map_err(|_| io::Error::other("the spawner thread is gone"))?
 }
