@@ -7,26 +7,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum LogLevel {
-    Debug,
-    #[default]
-    Info,
-    Warn,
-    Error,
-}
-
-impl LogLevel {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogLevel::Debug => "debug",
-            LogLevel::Info => "info",
-            LogLevel::Warn => "warn",
-            LogLevel::Error => "error",
-        }
-    }
-}
-
 /// A value that is not one of the accepted words.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} is not a valid {what}; use {accepted}", quote(.value))]
@@ -43,31 +23,66 @@ impl ChoiceError {
     }
 }
 
-impl FromStr for LogLevel {
-    type Err = ChoiceError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        // logrus (the Go version's logger) accepted these words too; mapping
-        // them keeps an old config.json working.
-        match s.trim().to_ascii_lowercase().as_str() {
-            "debug" | "trace" => Ok(LogLevel::Debug),
-            "info" => Ok(LogLevel::Info),
-            "warn" | "warning" => Ok(LogLevel::Warn),
-            "error" | "fatal" | "panic" => Ok(LogLevel::Error),
-            _ => Err(ChoiceError {
-                value: s.to_owned(),
-                what: "log level",
-                accepted: "Debug, Info, Warn or Error (any case)",
-            }),
+/// A setting that is one of a few words, written once: `as_str` (the
+/// canonical word), `Display`, and `FromStr` taking the canonical word and
+/// its aliases in any case, after an optional prefix people copy along.
+macro_rules! choice {
+    (
+        $name:ident, what: $what:literal, accepted: $accepted:literal,
+        $(strip: $prefix:literal,)?
+        { $($variant:ident => $word:literal $(| $alias:literal)*),+ $(,)? }
+    ) => {
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word),+
+                }
+            }
         }
-    }
+
+        impl FromStr for $name {
+            type Err = ChoiceError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                let lower = s.trim().to_ascii_lowercase();
+                let word = lower.as_str();
+                $(let word = word.strip_prefix($prefix).unwrap_or(word);)?
+                match word {
+                    $($word $(| $alias)* => Ok($name::$variant),)+
+                    _ => Err(ChoiceError {
+                        value: s.to_owned(),
+                        what: $what,
+                        accepted: $accepted,
+                    }),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
 }
 
-impl fmt::Display for LogLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LogLevel {
+    Debug,
+    #[default]
+    Info,
+    Warn,
+    Error,
 }
+
+// logrus (the Go version's logger) accepted the aliases too; mapping them
+// keeps an old config.json working.
+choice!(LogLevel, what: "log level", accepted: "Debug, Info, Warn or Error (any case)", {
+    Debug => "debug" | "trace",
+    Info => "info",
+    Warn => "warn" | "warning",
+    Error => "error" | "fatal" | "panic",
+});
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum LogFormat {
@@ -76,36 +91,10 @@ pub enum LogFormat {
     Text,
 }
 
-impl LogFormat {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogFormat::Json => "json",
-            LogFormat::Text => "text",
-        }
-    }
-}
-
-impl FromStr for LogFormat {
-    type Err = ChoiceError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "json" => Ok(LogFormat::Json),
-            "text" => Ok(LogFormat::Text),
-            _ => Err(ChoiceError {
-                value: s.to_owned(),
-                what: "log format",
-                accepted: "json or text (any case)",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for LogFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+choice!(LogFormat, what: "log format", accepted: "json or text (any case)", {
+    Json => "json",
+    Text => "text",
+});
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CiliumApiVersion {
@@ -116,41 +105,13 @@ pub enum CiliumApiVersion {
     V2Alpha1,
 }
 
-impl CiliumApiVersion {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CiliumApiVersion::Auto => "auto",
-            CiliumApiVersion::V2 => "v2",
-            CiliumApiVersion::V2Alpha1 => "v2alpha1",
-        }
-    }
-}
-
-impl FromStr for CiliumApiVersion {
-    type Err = ChoiceError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let lower = s.trim().to_ascii_lowercase();
-        // People copy the apiVersion line from a manifest.
-        let version = lower.strip_prefix("cilium.io/").unwrap_or(&lower);
-        match version {
-            "auto" => Ok(CiliumApiVersion::Auto),
-            "v2" => Ok(CiliumApiVersion::V2),
-            "v2alpha1" => Ok(CiliumApiVersion::V2Alpha1),
-            _ => Err(ChoiceError {
-                value: s.to_owned(),
-                what: "Cilium API version",
-                accepted: "auto, v2 or v2alpha1 (any case)",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for CiliumApiVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+// People copy the apiVersion line from a manifest.
+choice!(CiliumApiVersion, what: "Cilium API version",
+    accepted: "auto, v2 or v2alpha1 (any case)", strip: "cilium.io/", {
+    Auto => "auto",
+    V2 => "v2",
+    V2Alpha1 => "v2alpha1",
+});
 
 /// What a blocked (abuse-locked) Hetzner IPv4 does to the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -400,17 +400,22 @@ pub fn check_dns_subdomain(name: &str) -> Result<(), LabelProblem> {
     check_dns(name, LabelPart::DnsName, MAX_PREFIX)
 }
 
-fn check_word(text: &str, part: LabelPart, max: usize) -> Result<(), LabelProblem> {
-    for (i, ch) in text.chars().enumerate() {
-        if !(ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_' | '.')) {
-            return Err(LabelProblem::BadCharacter {
-                part,
-                ch,
-                index: i + 1,
-            });
-        }
+/// The first character `allowed` refuses, then a length over `max`. Both
+/// callers allow only ASCII, so past the first check the byte length is the
+/// character count.
+fn check_characters(
+    text: &str,
+    part: LabelPart,
+    max: usize,
+    allowed: impl Fn(char) -> bool,
+) -> Result<(), LabelProblem> {
+    if let Some((i, ch)) = text.chars().enumerate().find(|(_, ch)| !allowed(*ch)) {
+        return Err(LabelProblem::BadCharacter {
+            part,
+            ch,
+            index: i + 1,
+        });
     }
-    // All ASCII from here on, so byte length equals character count.
     if text.len() > max {
         return Err(LabelProblem::TooLong {
             part,
@@ -418,6 +423,13 @@ fn check_word(text: &str, part: LabelPart, max: usize) -> Result<(), LabelProble
             max,
         });
     }
+    Ok(())
+}
+
+fn check_word(text: &str, part: LabelPart, max: usize) -> Result<(), LabelProblem> {
+    check_characters(text, part, max, |ch| {
+        ch.is_ascii_alphanumeric() || matches!(ch, '-' | '_' | '.')
+    })?;
     let alnum_edges = text
         .bytes()
         .next()
@@ -433,22 +445,9 @@ fn check_word(text: &str, part: LabelPart, max: usize) -> Result<(), LabelProble
 }
 
 fn check_dns(text: &str, part: LabelPart, max: usize) -> Result<(), LabelProblem> {
-    for (i, ch) in text.chars().enumerate() {
-        if !(ch.is_ascii_lowercase() || ch.is_ascii_digit() || matches!(ch, '-' | '.')) {
-            return Err(LabelProblem::BadCharacter {
-                part,
-                ch,
-                index: i + 1,
-            });
-        }
-    }
-    if text.len() > max {
-        return Err(LabelProblem::TooLong {
-            part,
-            len: text.len(),
-            max,
-        });
-    }
+    check_characters(text, part, max, |ch| {
+        ch.is_ascii_lowercase() || ch.is_ascii_digit() || matches!(ch, '-' | '.')
+    })?;
     for piece in text.split('.') {
         if piece.is_empty() {
             return Err(LabelProblem::EmptyDnsPart);
