@@ -1,6 +1,7 @@
-//! The README's settings table is generated from the code's one table of
-//! settings; this keeps the two from drifting. Run with
-//! `UPDATE_README=1 cargo test --test docs` to rewrite the table in place.
+//! The README against the code: its settings table is generated from the
+//! code's one table of settings (run `UPDATE_README=1 cargo test --test docs`
+//! to rewrite it in place), and every message its Troubleshooting table
+//! quotes must still be text the code writes.
 
 use canada_kaktus::config::settings_table_markdown;
 
@@ -31,4 +32,243 @@ fn readme_settings_table_matches_the_code() {
     panic!(
         "README.md's settings table is out of date; run `UPDATE_README=1 cargo test --test docs`.\nExpected:\n{generated}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// The messages the README's Troubleshooting table quotes still exist.
+
+/// One piece of a string literal in `src/`: text, or a `{…}` placeholder.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Item {
+    Char(char),
+    Any,
+}
+
+/// Every string literal of the library's non-test sources, with `\`
+/// line continuations joined and format placeholders as [`Item::Any`].
+fn source_templates() -> Vec<Vec<Item>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && path.file_name().is_some_and(|n| n != "tests.rs")
+            {
+                files.push(std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    let mut templates = Vec::new();
+    for text in files {
+        let mut chars = text.chars().peekable();
+        let mut in_comment = false;
+        while let Some(c) = chars.next() {
+            if in_comment {
+                in_comment = c != '\n';
+                continue;
+            }
+            if c == '/' && chars.peek() == Some(&'/') {
+                in_comment = true;
+                continue;
+            }
+            if c == '\'' {
+                // A char literal such as '"' must not open a string.
+                let rest: String = chars.clone().take(3).collect();
+                if rest.starts_with("\"'") || rest.starts_with("\\\"'") {
+                    chars.nth(rest.find('\'').unwrap());
+                }
+                continue;
+            }
+            if c != '"' {
+                continue;
+            }
+            let mut items = Vec::new();
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => break,
+                    '\\' => match chars.next() {
+                        Some('\n') => {
+                            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                                chars.next();
+                            }
+                        }
+                        Some('n') => items.push(Item::Char('\n')),
+                        Some(other) => items.push(Item::Char(other)),
+                        None => break,
+                    },
+                    '{' if chars.peek() == Some(&'{') => {
+                        chars.next();
+                        items.push(Item::Char('{'));
+                    }
+                    '}' if chars.peek() == Some(&'}') => {
+                        chars.next();
+                        items.push(Item::Char('}'));
+                    }
+                    '{' => {
+                        for c in chars.by_ref() {
+                            if c == '}' {
+                                break;
+                            }
+                        }
+                        items.push(Item::Any);
+                    }
+                    other => items.push(Item::Char(other)),
+                }
+            }
+            templates.push(items);
+        }
+    }
+    templates
+}
+
+/// Whether `fragment` is a substring of some rendering of `template` (each
+/// placeholder standing for one or more characters), with at least half of
+/// its characters matched by the template's own text.
+fn explains(template: &[Item], fragment: &str) -> bool {
+    let n = template.len();
+    // best[i]: the most literal characters matched on a path that is now
+    // before item i; a fragment may start anywhere.
+    let mut best: Vec<Option<usize>> = vec![Some(0); n + 1];
+    for c in fragment.chars() {
+        let mut next: Vec<Option<usize>> = vec![None; n + 1];
+        let offer = |slot: &mut Option<usize>, value: usize| {
+            *slot = Some(slot.map_or(value, |v| v.max(value)));
+        };
+        for i in 0..n {
+            let Some(count) = best[i] else { continue };
+            match template[i] {
+                Item::Char(t) if t == c => offer(&mut next[i + 1], count + 1),
+                Item::Char(_) => {}
+                Item::Any => {
+                    offer(&mut next[i], count);
+                    offer(&mut next[i + 1], count);
+                }
+            }
+        }
+        best = next;
+        if best.iter().all(Option::is_none) {
+            return false;
+        }
+    }
+    let literal = best.iter().flatten().max().copied().unwrap_or(0);
+    literal * 2 >= fragment.chars().count()
+}
+
+/// The messages (backtick-quoted sentences) in the first column of the
+/// Troubleshooting table, cut at the README's placeholders (`…`, `NAME`,
+/// `N`) into the fragments that must appear as written.
+fn troubleshooting_fragments(readme: &str) -> Vec<(String, String)> {
+    let start = readme
+        .find("\n## Troubleshooting")
+        .expect("a Troubleshooting section");
+    let end = readme[start + 1..]
+        .find("\n## ")
+        .map_or(readme.len(), |e| start + 1 + e);
+    let mut fragments = Vec::new();
+    for row in readme[start..end].lines().filter(|l| l.starts_with("| ")) {
+        let symptom = row.split(" | ").next().unwrap_or_default();
+        for (i, quoted) in symptom.split('`').enumerate() {
+            let is_message = i % 2 == 1
+                && quoted.split(' ').count() >= 4
+                && !quoted.starts_with("kubectl")
+                && !quoted.starts_with('/');
+            if !is_message {
+                continue;
+            }
+            let cut: String = quoted
+                .split(' ')
+                .map(|word| {
+                    if word.contains("NAME") || word == "N" || word == "Ns" || word == "N/h," {
+                        "…"
+                    } else {
+                        word
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            for piece in cut.split('…') {
+                let piece = piece.trim_matches(|c: char| c.is_whitespace() || ".,;:(".contains(c));
+                if piece.chars().count() >= 12 {
+                    fragments.push((quoted.to_owned(), piece.to_owned()));
+                }
+            }
+        }
+    }
+    fragments
+}
+
+/// Whether `fragment` is the code's text: one literal explains it, or two
+/// (a message and the error it wraps, a log line and its argument) explain
+/// its two halves.
+fn in_the_code(templates: &[Vec<Item>], fragment: &str) -> bool {
+    // Only literals sharing six characters in a row with the fragment.
+    let candidates: Vec<&Vec<Item>> = templates
+        .iter()
+        .filter(|t| {
+            t.split(|i| *i == Item::Any).any(|run| {
+                let run: Vec<char> = run
+                    .iter()
+                    .map(|i| match i {
+                        Item::Char(c) => *c,
+                        Item::Any => ' ',
+                    })
+                    .collect();
+                run.windows(6)
+                    .any(|w| fragment.contains(&w.iter().collect::<String>()))
+            })
+        })
+        .collect();
+    let whole = |f: &str| candidates.iter().any(|t| explains(t, f));
+    if whole(fragment) {
+        return true;
+    }
+    let chars: Vec<char> = fragment.chars().collect();
+    (6..chars.len().saturating_sub(5)).any(|k| {
+        let head: String = chars[..k].iter().collect();
+        let tail: String = chars[k..].iter().collect();
+        whole(&head) && whole(&tail)
+    })
+}
+
+#[test]
+fn every_message_the_troubleshooting_table_quotes_is_in_the_code() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let templates = source_templates();
+    let fragments = troubleshooting_fragments(&readme);
+    assert!(
+        fragments.len() >= 30,
+        "the Troubleshooting table should quote the messages: found {} fragments",
+        fragments.len()
+    );
+    let missing: Vec<String> = fragments
+        .iter()
+        .filter(|(_, fragment)| !in_the_code(&templates, fragment))
+        .map(|(quoted, fragment)| format!("  {fragment:?}\n    (in `{quoted}`)"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "README.md's Troubleshooting table quotes text the code no longer has:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_message_check_can_fail() {
+    let templates = source_templates();
+    let ok = |f: &str| in_the_code(&templates, f);
+    assert!(ok("refusing to write an empty pool"));
+    assert!(ok(
+        "the Hetzner API token is invalid or revoked (401 unauthorized)"
+    ));
+    assert!(!ok(
+        "the Hetzner API token is perfectly fine and nothing is wrong"
+    ));
+    assert!(!ok("a message nobody ever wrote into canada-kaktus"));
 }
