@@ -1,0 +1,164 @@
+//! Config reloads: the loop polls the config file and, when it changed,
+//! loads the settings again from it and the environment. A bad, unreadable
+//! or vanished file keeps the last good settings (reported in `/health`).
+//! Settings that apply only at start (log format, listen address, leader
+//! election, the endpoint) draw a warning, and the running endpoint is kept
+//! so an edited ConfigMap cannot send the token elsewhere. A reload never
+//! lists Hetzner or writes the pool itself.
+
+use super::*;
+
+impl Controller {
+    /// Why the config file as it is now cannot replace the running config:
+    /// it cannot be read, or it disappeared although the running config came
+    /// from it (a deleted optional ConfigMap must not silently bring back the
+    /// built-in defaults, such as the default label selector).
+    pub(super) fn unusable_config_file(
+        &self,
+        file: &ConfigFile,
+        path: &std::path::Path,
+    ) -> Option<String> {
+        match file {
+            ConfigFile::Unreadable(reason) => Some(format!(
+                "config file {} cannot be read ({reason}); fix its permissions or the volume",
+                path.display()
+            )),
+            ConfigFile::Missing if self.settings.config_file.is_some() => Some(format!(
+                "config file {} disappeared; the configuration read from it stays in force \
+                 (restore the file, or restart to run without it)",
+                path.display()
+            )),
+            ConfigFile::Missing | ConfigFile::Present(_) => None,
+        }
+    }
+
+    /// Loads the config again (off the async runtime: a slow volume must
+    /// not stall the loop); a valid change takes effect at once, an invalid
+    /// one is logged and the last good config stays in force.
+    pub(super) async fn reload_config(&mut self, path: &std::path::Path) -> bool {
+        let cli_config = self.cli_config.clone();
+        let env = self.env.clone();
+        let loaded = tokio::task::spawn_blocking(move || config::load(cli_config.as_deref(), &env))
+            .await
+            .unwrap_or_else(|panicked| {
+                Err(config::ConfigErrors(vec![config::ConfigProblem {
+                    setting: None,
+                    message: format!("loading the config failed: {panicked}"),
+                }]))
+            });
+        match loaded {
+            Ok(mut new) => {
+                if new.log_format != self.settings.log_format {
+                    warn!(
+                        setting = "LogFormat",
+                        "the log format changes only after a restart"
+                    );
+                }
+                if new.listen_address != self.settings.listen_address {
+                    warn!(
+                        setting = "ListenAddress",
+                        "the listen address changes only after a restart"
+                    );
+                }
+                let operate = (&new.operate, &self.settings.operate);
+                if (
+                    operate.0.leader_election,
+                    &operate.0.lease_name,
+                    &operate.0.lease_namespace,
+                    operate.0.lease_duration,
+                    operate.0.watch_nodes,
+                    operate.0.events,
+                ) != (
+                    operate.1.leader_election,
+                    &operate.1.lease_name,
+                    &operate.1.lease_namespace,
+                    operate.1.lease_duration,
+                    operate.1.watch_nodes,
+                    operate.1.events,
+                ) {
+                    warn!(
+                        settings = "LeaderElection, LeaseName, LeaseNamespace, LeaseDuration, WatchNodes, Events",
+                        "these settings change only after a restart (NodeDebounce and NodeMinGap apply at once)"
+                    );
+                }
+                // Whoever can edit the ConfigMap must not be able to send the
+                // token somewhere else: the endpoint is fixed at start.
+                if new.hcloud_endpoint != self.settings.hcloud_endpoint
+                    || new.hcloud_allow_http != self.settings.hcloud_allow_http
+                {
+                    warn!(
+                        settings = "HcloudEndpoint, HcloudAllowHttp",
+                        endpoint = %self.settings.hcloud_endpoint,
+                        "these settings change only after a restart; the running endpoint stays"
+                    );
+                    new.hcloud_endpoint = self.settings.hcloud_endpoint.clone();
+                    new.hcloud_allow_http = self.settings.hcloud_allow_http;
+                }
+                // A new client starts with a full budget: acceptable for the
+                // rare reload that changes the budget or the timeout.
+                if new.hcloud_timeout != self.settings.hcloud_timeout
+                    || new.guards.hcloud_request_budget
+                        != self.settings.guards.hcloud_request_budget
+                {
+                    match hetzner_client(&new) {
+                        Ok(client) => self
+                            .reconciler
+                            .set_hetzner(client.with_observer(self.metrics.clone())),
+                        Err(e) => {
+                            error!(error = %e, "config reload rejected; keeping the previous config");
+                            self.health.record_config_reload(Some(e.to_string()));
+                            return false;
+                        }
+                    }
+                }
+                for warning in &new.warnings {
+                    warn!(%warning, "config");
+                }
+                self.log.set_level(new.log_level);
+                self.health.record_config_reload(None);
+                info!(path = %path.display(), "configuration reloaded");
+                if changes_what_a_listing_means(&self.settings, &new) {
+                    // A hold or a pool rendered under the old selector or
+                    // template must not be confirmed or re-applied.
+                    self.reconciler.forget();
+                }
+                self.settings = Arc::new(new);
+                true
+            }
+            Err(errors) => {
+                error!(path = %path.display(), errors = %errors, "config reload rejected; keeping the previous config");
+                self.health.record_config_reload(Some(errors.to_string()));
+                false
+            }
+        }
+    }
+}
+
+/// The config file as the poll last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ConfigFile {
+    Missing,
+    /// It exists but could not be read (permissions, I/O error, a directory).
+    Unreadable(String),
+    Present(Vec<u8>),
+}
+
+impl ConfigFile {
+    /// Reads the file off the async runtime (tokio's file I/O runs on the
+    /// blocking pool).
+    pub(super) async fn read(path: &std::path::Path) -> Self {
+        match tokio::fs::read(path).await {
+            Ok(bytes) => ConfigFile::Present(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => ConfigFile::Missing,
+            Err(e) => ConfigFile::Unreadable(e.to_string()),
+        }
+    }
+}
+
+/// Whether a reload changes which servers a listing selects or what pool it
+/// renders, so that what was listed or held before no longer applies.
+fn changes_what_a_listing_means(old: &Settings, new: &Settings) -> bool {
+    old.label_selector != new.label_selector
+        || template_from(old) != template_from(new)
+        || old.guards != new.guards
+}
