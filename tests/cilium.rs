@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_deploy, blocks, blocks_of, edit_blocks, hetzner_with, phases, pools, record_pool_history,
-    set_ips, wait_cycles, wait_history_ends_with, wait_pool, Controller, NAMESPACE, POOL,
+    replica, set_ips, set_of, wait_cycles, wait_history_ends_with, wait_pool, Controller, POOL,
 };
 use support::fake_hetzner::{numbered_servers, FakeServer, Fault};
 use tokio::time::Instant;
@@ -388,27 +388,6 @@ async fn v2alpha1_services_get_keep_and_move_addresses_as_servers_come_and_go() 
     services_get_keep_and_move_addresses(Release::of("v2alpha1")).await;
 }
 
-/// A replica with leader election (4 s Lease) against the shared fake.
-async fn replica(
-    cluster: &TestCluster,
-    hetzner: &support::fake_hetzner::FakeHetzner,
-    name: &str,
-) -> Controller {
-    Controller::start_with(
-        cluster,
-        hetzner,
-        "1s",
-        &[
-            ("CANADA_KAKTUS_LEADER_ELECTION", "true"),
-            ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
-            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000"),
-            ("POD_NAME", name),
-            ("POD_NAMESPACE", NAMESPACE),
-        ],
-    )
-    .await
-}
-
 /// Scenarios 5 and 8: a hand edit the controller repairs, then two
 /// failovers (SIGTERM, then SIGKILL past the Lease), with Services holding
 /// addresses throughout. No Service ever holds a second address, and the
@@ -443,11 +422,8 @@ async fn a_hand_edit_and_failovers_move_no_service(release: Release) {
         .unwrap();
         holders.insert(name, ip);
     }
-    let set = |ips: &[&str]| -> std::collections::BTreeSet<String> {
-        ips.iter().map(|ip| format!("{ip}/32")).collect()
-    };
     // The recorder has seen the pool (its first list may come late).
-    wait_history_ends_with(&pool_history, &set(&all)).await;
+    wait_history_ends_with(&pool_history, &set_of(&all)).await;
 
     // 5. An admin edits the pool by hand: the address no Service holds is
     //    gone and a stray one is added. The controller repairs it at once
@@ -485,12 +461,12 @@ async fn a_hand_edit_and_failovers_move_no_service(release: Release) {
     let pool = api.get(POOL).await.unwrap();
     assert_no_conflict(&pool);
     assert_eq!(blocks_of(&pool), blocks(&all));
-    wait_history_ends_with(&pool_history, &set(&all)).await;
+    wait_history_ends_with(&pool_history, &set_of(&all)).await;
     pool_task.abort();
     service_task.abort();
     assert_eq!(
         phases(&pool_history),
-        vec![set(&all), set(&edited), set(&all)],
+        vec![set_of(&all), set_of(&edited), set_of(&all)],
         "the pool went through other states than written, edited, repaired: {:?}",
         pool_history.lock().unwrap()
     );

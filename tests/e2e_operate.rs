@@ -8,7 +8,6 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +21,8 @@ use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     blocks, blocks_of, cluster, edit_blocks, established, hetzner_with, phases, pools,
-    record_pool_history, set_ips, wait_cycles, wait_history_ends_with, wait_pool, Controller,
-    NAMESPACE, POOL,
+    record_pool_history, replica, set_ips, set_of, wait_cycles, wait_history_ends_with, wait_pool,
+    Controller, NAMESPACE, POOL,
 };
 use support::fake_hetzner::{FakeHetzner, Fault};
 use tokio::time::Instant;
@@ -230,10 +229,6 @@ async fn events_on_the_pool_tell_the_story_and_metrics_follow() {
     controller.assert_running();
 }
 
-fn set_of(ips: &[&str]) -> BTreeSet<String> {
-    ips.iter().map(|ip| format!("{ip}/32")).collect()
-}
-
 /// Polls both processes' `canada_kaktus_leader` until `want` (a dead
 /// process counts as 0); returns how long it took.
 async fn wait_leaders(
@@ -307,23 +302,6 @@ async fn two_replicas(cluster: &TestCluster, x: &[&str], y: &[&str]) -> TwoRepli
         a,
         b,
     }
-}
-
-async fn replica(cluster: &TestCluster, hetzner: &FakeHetzner, name: &str) -> Controller {
-    Controller::start_with(
-        cluster,
-        hetzner,
-        "1s",
-        &[
-            ("CANADA_KAKTUS_LEADER_ELECTION", "true"),
-            ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
-            ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
-            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000"),
-            ("POD_NAME", name),
-            ("POD_NAMESPACE", NAMESPACE),
-        ],
-    )
-    .await
 }
 
 #[tokio::test]

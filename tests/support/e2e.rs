@@ -408,6 +408,31 @@ pub fn limit_pool_verbs(cluster: &TestCluster, verbs: &[&str]) {
     );
 }
 
+/// The pool's blocks for `ips`, as the history records them.
+pub fn set_of(ips: &[&str]) -> BTreeSet<String> {
+    ips.iter().map(|ip| format!("{ip}/32")).collect()
+}
+
+/// A replica with leader election (a 4 s Lease), as the shipped
+/// ServiceAccount, cycling every second with the shrink guard off and a
+/// request budget that never runs out.
+pub async fn replica(cluster: &TestCluster, hetzner: &FakeHetzner, name: &str) -> Controller {
+    Controller::start_with(
+        cluster,
+        hetzner,
+        "1s",
+        &[
+            ("CANADA_KAKTUS_LEADER_ELECTION", "true"),
+            ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
+            ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
+            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000"),
+            ("POD_NAME", name),
+            ("POD_NAMESPACE", NAMESPACE),
+        ],
+    )
+    .await
+}
+
 /// Every state the pool passed through, recorded by an admin watch:
 /// (resourceVersion, the set of addresses).
 pub type History = Arc<Mutex<Vec<(String, BTreeSet<String>)>>>;
