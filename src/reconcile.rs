@@ -11,7 +11,9 @@ use crate::config::{Settings, TokenError};
 use crate::hetzner::{HetznerClient, HetznerError, ServerListing};
 use crate::pool::api::{PoolApiError, PoolClient};
 use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
-use crate::pool::{self, DesiredPool, Pool, PoolConflict, PoolDiff, PoolTemplate, WriteReason};
+use crate::pool::{
+    self, DesiredPool, LiveAddresses, Pool, PoolConflict, PoolDiff, PoolTemplate, WriteReason,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -252,7 +254,7 @@ impl Reconciler {
         // later repair fall back to an older listing.
         self.last_desired = Some(desired.clone());
         let mut report = self
-            .converge(&resource, &desired, live, CycleKind::Full)
+            .converge(&resource, &desired, live, &live_addresses, CycleKind::Full)
             .await?;
         report.listing = Some(summary);
         report.held = held;
@@ -268,8 +270,15 @@ impl Reconciler {
         };
         let resource = self.pools.resource().await?;
         let live = self.pools.get(&resource, &desired.name).await?;
+        let live_addresses = live.as_ref().map(pool::live_addresses).unwrap_or_default();
         let mut report = self
-            .converge(&resource, &desired, live, CycleKind::Repair)
+            .converge(
+                &resource,
+                &desired,
+                live,
+                &live_addresses,
+                CycleKind::Repair,
+            )
             .await?;
         report.held = self.held.clone();
         Ok(Some(report))
@@ -280,10 +289,11 @@ impl Reconciler {
         resource: &ApiResource,
         desired: &DesiredPool,
         live: Option<Pool>,
+        live_addresses: &LiveAddresses,
         kind: CycleKind,
     ) -> Result<CycleReport, ReconcileError> {
         let reason = pool::write_reason(live.as_ref(), desired);
-        let diff = pool::diff(live.as_ref().map(pool::live_addresses).as_ref(), desired);
+        let diff = pool::diff(Some(live_addresses), desired);
         match reason {
             Some(reason) => {
                 self.pools.apply(resource, desired).await?;
