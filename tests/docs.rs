@@ -1,7 +1,8 @@
 //! The README against the code: its settings table is generated from the
 //! code's one table of settings (run `UPDATE_README=1 cargo test --test docs`
-//! to rewrite it in place), and every message its Troubleshooting table
-//! quotes must still be text the code writes.
+//! to rewrite it in place), every message its Troubleshooting table
+//! quotes must still be text the code writes, and the fault matrix names
+//! causes instead of explaining the same messages a second time.
 
 use canada_kaktus::config::settings_table_markdown;
 
@@ -271,4 +272,76 @@ fn the_message_check_can_fail() {
         "the Hetzner API token is perfectly fine and nothing is wrong"
     ));
     assert!(!ok("a message nobody ever wrote into canada-kaktus"));
+}
+
+// ---------------------------------------------------------------------------
+// Each message is explained once: the fault matrix names causes, the
+// Troubleshooting table explains them.
+
+/// The README section that starts with `heading`, up to the next `## `.
+fn section<'a>(readme: &'a str, heading: &str) -> &'a str {
+    let start = readme
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("README has a {heading:?} section"));
+    let end = readme[start + 1..]
+        .find("\n## ")
+        .map_or(readme.len(), |e| start + 1 + e);
+    &readme[start..end]
+}
+
+/// Every `cause \`label\`` a text names.
+fn causes(text: &str) -> Vec<String> {
+    text.split("cause `")
+        .skip(1)
+        .filter_map(|rest| rest.split('`').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_fault_matrix_names_causes_that_troubleshooting_explains() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let matrix = section(&readme, "## Fault matrix");
+    let explained = causes(section(&readme, "## Troubleshooting"));
+    let named = causes(matrix);
+    assert!(
+        named.len() >= 25,
+        "the fault matrix should name the cause of each failing row: found {}",
+        named.len()
+    );
+    let mut sources = String::new();
+    let mut dirs = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                sources.push_str(&std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    let mut problems = Vec::new();
+    for cause in &named {
+        if !explained.contains(cause) {
+            problems.push(format!("cause `{cause}` has no Troubleshooting row"));
+        }
+        if !sources.contains(&format!("=> \"{cause}\"")) {
+            problems.push(format!("cause `{cause}` is no metric label in src/"));
+        }
+    }
+    // The matrix quotes no message at length: a quoted sentence of six
+    // words or more belongs in the Troubleshooting table.
+    for row in matrix.lines().filter(|l| l.starts_with("| ")) {
+        for (i, quoted) in row.split('"').enumerate() {
+            if i % 2 == 1 && quoted.split(' ').count() >= 6 {
+                problems.push(format!("the fault matrix quotes a message: {quoted:?}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
