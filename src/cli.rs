@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use tracing::{error, info, warn};
 
-use crate::config::{self, Settings};
+use crate::config::{self, NodeRules, Settings};
+use crate::members::{NodeView, Unhealthy};
 use crate::pool::api::{candidate_versions, PoolClient};
-use crate::reconcile::{self, Reconciler};
+use crate::reconcile::{self, shared_selector, Reconciler};
 use crate::run::{self, Controller, LoopTimings};
 use crate::serve::{http, telemetry};
 
@@ -60,8 +61,8 @@ pub async fn run(cli: Cli) -> ExitCode {
     crate::sync::install_crypto_provider();
     info!(
         version = env!("CARGO_PKG_VERSION"),
-        label_selector = %settings.label_selector,
-        pool = %settings.pool_name,
+        label_selector = %shared_selector(&settings.pools).unwrap_or_else(|| "(one per pool)".into()),
+        pool = %settings.pools.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(","),
         interval_seconds = settings.interval.as_secs(),
         config_file = %settings.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "none".into()),
         "starting canada-kaktus"
@@ -90,21 +91,29 @@ pub async fn run(cli: Cli) -> ExitCode {
     );
 
     if cli.once {
-        let result = bounded(reconciler.full(&settings)).await;
-        return match result {
-            Ok(report) => {
-                info!(
+        let outcomes = match bounded(reconciler.full(&settings)).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
+                return ExitCode::FAILURE;
+            }
+        };
+        let mut code = ExitCode::SUCCESS;
+        for outcome in outcomes {
+            match outcome.result {
+                Ok(report) => info!(
+                    pool = %report.pool,
                     addresses = report.addresses,
                     written = report.written.is_some(),
                     "reconcile finished"
-                );
-                ExitCode::SUCCESS
+                ),
+                Err(e) => {
+                    error!(pool = %outcome.pool, error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
+                    code = ExitCode::FAILURE;
+                }
             }
-            Err(e) => {
-                error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
-                ExitCode::FAILURE
-            }
-        };
+        }
+        return code;
     }
 
     let listener = match http::bind(settings.listen_address).await {
@@ -168,30 +177,63 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (desired, summary) =
-        match bounded(reconcile::desired_from_hetzner(&hetzner, settings)).await {
-            Ok(result) => result,
-            Err(e) => {
-                error!(error = %e, cause = e.metric_label(), "dry run failed");
-                return ExitCode::FAILURE;
-            }
-        };
-    info!(
-        servers_matched = summary.servers_matched,
-        servers_skipped = summary.servers_skipped,
-        hetzner_requests = summary.hetzner_requests,
-        addresses = desired.addresses.len(),
-        "dry run: rendered the pool; nothing was written"
+    let listing = match bounded(reconcile::list_hetzner(&hetzner, settings)).await {
+        Ok(listing) => listing,
+        Err(e) => {
+            error!(error = %e, cause = e.metric_label(), "dry run failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Without a cluster there are no Nodes: the node rules are not applied.
+    let mut unbound = settings.clone();
+    for pool in &mut unbound.pools {
+        if pool.nodes != NodeRules::default() {
+            info!(pool = %pool.name, "dry run: the pool's node rules are not applied (no cluster)");
+            pool.nodes = NodeRules::default();
+        }
+    }
+    let rendered = reconcile::render_pools(
+        &unbound,
+        &listing,
+        &NodeView::default(),
+        &mut Unhealthy::default(),
+        tokio::time::Instant::now(),
     );
+    let mut pools = Vec::with_capacity(rendered.len());
+    for (members, desired, verdict) in rendered {
+        if let Err(e) = verdict {
+            error!(pool = %desired.name, error = %e, cause = e.metric_label(), "dry run failed");
+            return ExitCode::FAILURE;
+        }
+        info!(
+            pool = %desired.name,
+            servers_matched = members.servers_matched,
+            servers_skipped = members.without_address,
+            hetzner_requests = listing.requests,
+            addresses = desired.addresses.len(),
+            "dry run: rendered the pool; nothing was written"
+        );
+        pools.push(desired);
+    }
     // Without a cluster there is no discovery: show the preferred version.
     let version = candidate_versions(settings.cilium_api_version)[0];
     let api_version = format!("{}/{version}", crate::pool::render::POOL_GROUP);
-    let manifest = desired.apply_body(&api_version);
-    let text = match output {
-        Output::Json => serde_json::to_string_pretty(&manifest)
+    let manifests: Vec<_> = pools.iter().map(|p| p.apply_body(&api_version)).collect();
+    // One pool prints as one object, as it always did; `Pools` prints a
+    // YAML stream or a JSON list.
+    let text = match (output, settings.pools_listed) {
+        (Output::Json, false) => serde_json::to_string_pretty(&manifests[0])
             .map(|s| s + "\n")
             .map_err(|e| e.to_string()),
-        Output::Yaml => serde_yaml_ng::to_string(&manifest).map_err(|e| e.to_string()),
+        (Output::Json, true) => serde_json::to_string_pretty(&manifests)
+            .map(|s| s + "\n")
+            .map_err(|e| e.to_string()),
+        (Output::Yaml, _) => manifests
+            .iter()
+            .map(serde_yaml_ng::to_string)
+            .collect::<Result<Vec<_>, _>>()
+            .map(|docs| docs.join("---\n"))
+            .map_err(|e| e.to_string()),
     };
     match text {
         Ok(text) => {

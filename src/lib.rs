@@ -1,6 +1,7 @@
-//! canada-kaktus keeps a Cilium `CiliumLoadBalancerIPPool` equal to the
-//! public IPv4 addresses of the Hetzner Cloud servers that match a label
-//! selector, so LoadBalancer Services get addresses of servers that serve.
+//! canada-kaktus keeps Cilium `CiliumLoadBalancerIPPool`s equal to the
+//! addresses (public IPv4 and IPv6, private, Floating IPs) of the Hetzner
+//! Cloud servers that match each pool's label selector and should serve, so
+//! LoadBalancer Services get addresses of servers that serve.
 //!
 //! The data path, one module per step, arrows pointing one way:
 //!
@@ -8,9 +9,10 @@
 //! config ──► run (the loop: when to cycle, leadership, Node watch, Events)
 //!             │
 //!             ▼
-//!         reconcile::Reconciler   list → render → guard → apply → report
+//!         reconcile::Reconciler   list → split → render → guard → apply → report
 //!             │
 //!             ├─► hetzner   the token on the wire, every page or an error
+//!             ├─► members   which address goes into which pool (pure)
 //!             ├─► pool      render, diff, guards (pure); PoolClient (apply)
 //!             └─► serve     what happened: health, metrics, logs
 //! ```
@@ -19,6 +21,8 @@
 //!   over defaults) and the token source.
 //! - [`hetzner`]: the API client (paging, retries, rate limit and request
 //!   budget inside it), the server model and the label selector.
+//! - [`members`]: each pool's share of a listing: the address kinds, the
+//!   node rules, an address in one pool only (the pool order, other pools).
 //! - [`pool`]: the pool as Cilium reads it; the pure decisions (render, diff,
 //!   guards, repair limiter) and the Kubernetes discovery, GET and apply.
 //! - [`reconcile`]: one cycle, the only place that calls both Hetzner and
@@ -34,6 +38,7 @@ pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod hetzner;
+pub mod members;
 pub mod pool;
 pub mod reconcile;
 pub mod run;

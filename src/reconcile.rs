@@ -1,14 +1,21 @@
-//! One reconcile: Hetzner listing → desired pool → guards → apply if changed.
+//! One reconcile: list Hetzner once → split the servers' addresses among the
+//! pools (`members`) → render each pool → guards → apply what changed,
+//! never putting an address into two pools → report per pool.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use kube::core::ApiResource;
 
-use crate::config::{Settings, TokenError};
-use crate::hetzner::{HetznerClient, HetznerError, ServerListing};
+use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings, TokenError};
+use crate::hetzner::{FloatingIp, HetznerClient, HetznerError, Network, Server};
+use crate::members::{
+    members, write_target, Claimed, Excluded, ForeignPools, Listed, Members, NodeView, Unhealthy,
+};
 use crate::pool::api::{PoolApiError, PoolClient};
 use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
 use crate::pool::{
@@ -36,6 +43,17 @@ pub enum ReconcileError {
     },
     #[error("the cycle took longer than {seconds}s and was abandoned; pool left unchanged")]
     TimedOut { seconds: u64 },
+    #[error(
+        "the Node watch has not listed the Nodes yet, so which servers are Nodes is not known \
+         (Nodes.RequireNode); pool left unchanged"
+    )]
+    NodesUnknown,
+    /// A problem of one pool of `Pools`, named.
+    #[error("pool {pool}: {source}")]
+    Pool {
+        pool: String,
+        source: Box<ReconcileError>,
+    },
 }
 
 impl ReconcileError {
@@ -48,14 +66,26 @@ impl ReconcileError {
             ReconcileError::Kube(e) => e.metric_label(),
             ReconcileError::PoolConflict { .. } => "pool_conflict",
             ReconcileError::TimedOut { .. } => "cycle_timeout",
+            ReconcileError::NodesUnknown => "nodes_unknown",
+            ReconcileError::Pool { source, .. } => source.metric_label(),
+        }
+    }
+
+    /// The error itself, without the pool it concerns.
+    pub fn inner(&self) -> &ReconcileError {
+        match self {
+            ReconcileError::Pool { source, .. } => source.inner(),
+            other => other,
         }
     }
 }
 
-/// What a full cycle or a repair did.
-#[derive(Debug, Clone, PartialEq)]
+/// What a full cycle or a repair did to one pool.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct CycleReport {
     pub kind: CycleKind,
+    /// The pool's name.
+    pub pool: String,
     /// `None` for a repair, which reuses the last listing.
     pub listing: Option<ListingSummary>,
     pub addresses: usize,
@@ -66,14 +96,37 @@ pub struct CycleReport {
     pub held: Option<HeldRemoval>,
     /// A removal held earlier that this cycle's listing confirmed and wrote.
     pub confirmed: Option<HeldRemoval>,
+    /// Servers a node rule left out of the pool.
+    pub excluded: Vec<Excluded>,
+    /// Addresses the pool did not get because an earlier pool has them.
+    pub claimed: Vec<Claimed>,
+    /// Addresses not added because another pool covers them, or holds them
+    /// until it lets go of them.
+    pub withheld: Vec<Withheld>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An address a pool wants but is not written with (yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Withheld {
+    pub address: IpAddr,
+    /// The pool that has it.
+    pub by: String,
+    /// That pool is not one of ours: the address is not added while it
+    /// covers it. Otherwise one of ours still holds it and lets go of it in
+    /// this cycle or a later one.
+    pub foreign: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CycleKind {
     /// Listed Hetzner, then converged the pool.
+    #[default]
     Full,
     /// Re-applied the last good listing after someone changed the pool.
     Repair,
+    /// Applied a change of the Nodes to the last listing: removals only,
+    /// no Hetzner request.
+    Nodes,
 }
 
 impl CycleKind {
@@ -82,6 +135,7 @@ impl CycleKind {
         match self {
             CycleKind::Full => "full",
             CycleKind::Repair => "repair",
+            CycleKind::Nodes => "nodes",
         }
     }
 }
@@ -92,77 +146,195 @@ impl fmt::Display for CycleKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ListingSummary {
+    /// Servers the pool's selector matched.
     pub servers_matched: usize,
+    /// Matched servers without an address of the pool's kinds.
     pub servers_skipped: usize,
+    /// Requests of the whole listing (shared by every pool).
     pub hetzner_requests: u32,
     /// Addresses Hetzner reports as blocked by its abuse team.
-    pub blocked: Vec<std::net::Ipv4Addr>,
+    pub blocked: Vec<IpAddr>,
     /// Why each skipped server was skipped (`SkipReason::as_str`), for metrics.
     pub skip_reasons: Vec<&'static str>,
 }
 
-impl ListingSummary {
-    fn of(listing: &ServerListing, blocked: Vec<std::net::Ipv4Addr>) -> Self {
-        Self {
-            servers_matched: listing.servers.len() + listing.skipped.len(),
-            servers_skipped: listing.skipped.len(),
-            hetzner_requests: listing.requests,
-            blocked,
-            skip_reasons: listing.skipped.iter().map(|s| s.reason.as_str()).collect(),
+/// One pool's outcome in a cycle.
+#[derive(Debug)]
+pub struct PoolOutcome {
+    pub pool: String,
+    pub result: Result<CycleReport, ReconcileError>,
+}
+
+/// The outcome of a single-pool configuration, as one result: what
+/// `--once`, the tests of one pool and the single-pool callers read.
+pub fn single(
+    outcomes: Result<Vec<PoolOutcome>, ReconcileError>,
+) -> Result<CycleReport, ReconcileError> {
+    let mut outcomes = outcomes?;
+    match outcomes.len() {
+        1 => outcomes.remove(0).result,
+        _ => match outcomes.iter().position(|o| o.result.is_err()) {
+            Some(failed) => outcomes.remove(failed).result,
+            None => outcomes.remove(0).result,
+        },
+    }
+}
+
+pub fn template_from(pool: &PoolConfig) -> PoolTemplate {
+    PoolTemplate {
+        name: pool.name.clone(),
+        annotations: pool.annotations.clone(),
+        labels: pool.labels.clone(),
+        service_selector: pool.service_selector.as_ref().map(|s| s.to_kubernetes()),
+    }
+}
+
+/// A complete listing of everything the configured pools read.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub servers: Vec<Server>,
+    /// The Hetzner API matched the servers (every pool has one selector).
+    pub prefiltered: bool,
+    pub floating_ips: Vec<FloatingIp>,
+    pub networks: Vec<Network>,
+    pub requests: u32,
+}
+
+impl Listing {
+    fn listed(&self) -> Listed<'_> {
+        Listed {
+            servers: &self.servers,
+            prefiltered: self.prefiltered,
+            floating_ips: &self.floating_ips,
+            networks: &self.networks,
         }
     }
 }
 
-pub fn template_from(settings: &Settings) -> PoolTemplate {
-    PoolTemplate {
-        name: settings.pool_name.clone(),
-        annotations: settings.pool_annotations.clone(),
-        labels: settings.pool_labels.clone(),
-        service_selector: settings
-            .pool_service_selector
-            .as_ref()
-            .map(|s| s.to_kubernetes()),
-    }
+/// The selector the Hetzner API can match for every pool at once: the
+/// pools' one selector, or none (an unfiltered listing matched here) when
+/// they differ. Either way no server is listed twice in a cycle.
+pub fn shared_selector(pools: &[PoolConfig]) -> Option<String> {
+    let first = pools.first()?.label_selector.to_string();
+    pools
+        .iter()
+        .all(|p| p.label_selector.to_string() == first)
+        .then_some(first)
 }
 
-/// Lists Hetzner and renders the desired pool, or fails without touching anything.
-pub async fn desired_from_hetzner(
+/// Lists everything the pools need from Hetzner, or fails without touching
+/// anything: the servers, and the Floating IPs and networks when a pool
+/// uses them. A failure of any listing fails the whole cycle.
+pub async fn list_hetzner(
     hetzner: &HetznerClient,
     settings: &Settings,
-) -> Result<(DesiredPool, ListingSummary), ReconcileError> {
+) -> Result<Listing, ReconcileError> {
     let token = settings.token.read_async().await?;
-    let listing = hetzner
-        .list_servers(&token, &settings.label_selector.to_string())
+    let selector = shared_selector(&settings.pools);
+    let servers = hetzner
+        .list_servers(&token, selector.as_deref().unwrap_or(""))
         .await?;
-    let usable = guard::usable_addresses(&listing.servers, settings.guards.blocked_addresses);
-    if !usable.blocked.is_empty() {
-        tracing::warn!(
-            blocked_addresses = %join(&usable.blocked),
-            policy = settings.guards.blocked_addresses.as_str(),
-            "Hetzner reports addresses blocked by its abuse team (CANADA_KAKTUS_BLOCKED_ADDRESSES)"
-        );
+    let mut listing = Listing {
+        requests: servers.requests,
+        servers: servers.servers,
+        prefiltered: selector.is_some(),
+        ..Listing::default()
+    };
+    if settings
+        .pools
+        .iter()
+        .any(|p| p.wants(AddressKind::FloatingIp))
+    {
+        let floating = hetzner.list_floating_ips(&token).await?;
+        listing.requests += floating.requests;
+        listing.floating_ips = floating.floating_ips;
     }
-    let summary = ListingSummary::of(&listing, usable.blocked);
-    let desired = pool::render(&template_from(settings), usable.addresses);
-    let unusable = summary
-        .servers_matched
-        .saturating_sub(desired.addresses.len());
-    guard::check(&desired, summary.servers_matched, unusable)?;
-    Ok((desired, summary))
+    let named_network = settings
+        .pools
+        .iter()
+        .any(|p| matches!(p.private_network, Some(NetworkRef::Name(_))));
+    if named_network {
+        let (networks, requests) = hetzner.list_networks(&token).await?;
+        listing.requests += requests;
+        listing.networks = networks;
+    }
+    Ok(listing)
 }
 
-/// Owns the clients and the last desired pool; driven by the controller loop
-/// one call at a time.
-pub struct Reconciler {
-    hetzner: HetznerClient,
-    pools: PoolClient,
-    /// The pool rendered from the last complete listing, used to repair the
-    /// pool at once after someone edits it without spending Hetzner requests.
+/// Renders every pool from a listing (for `--dry-run` and the cycle): the
+/// members, the desired pool, and the empty-pool guard's verdict.
+pub fn render_pools(
+    settings: &Settings,
+    listing: &Listing,
+    nodes: &NodeView,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+) -> Vec<(Members, DesiredPool, Result<(), ReconcileError>)> {
+    let all = members(
+        &settings.pools,
+        listing.listed(),
+        nodes,
+        settings.guards.blocked_addresses,
+        unhealthy,
+        now,
+    );
+    settings
+        .pools
+        .iter()
+        .zip(all)
+        .map(|(pool, members)| {
+            if !members.blocked.is_empty() {
+                tracing::warn!(
+                    pool = %pool.name,
+                    blocked_addresses = %join(&members.blocked),
+                    policy = settings.guards.blocked_addresses.as_str(),
+                    "Hetzner reports addresses blocked by its abuse team (CANADA_KAKTUS_BLOCKED_ADDRESSES)"
+                );
+            }
+            let desired = pool::render(&template_from(pool), members.addresses.iter().copied());
+            let mut verdict = guard::check(&desired, &members, &pool.addresses)
+                .map_err(ReconcileError::from);
+            if verdict.is_ok() && pool.nodes.require_node && !nodes.complete {
+                verdict = Err(ReconcileError::NodesUnknown);
+            }
+            (members, desired, verdict)
+        })
+        .collect()
+}
+
+/// What the reconciler remembers of one pool between cycles.
+#[derive(Debug, Clone, Default)]
+struct PoolState {
+    /// What the pool was last written with (or found to hold) in this
+    /// leadership term, from a complete listing: repaired back to at once
+    /// after someone edits the pool, without spending Hetzner requests.
     last_desired: Option<DesiredPool>,
     /// The removal the shrink guard is holding, awaiting confirmation.
     held: Option<HeldRemoval>,
+}
+
+/// One pool during a cycle, between planning and reporting.
+struct Planned {
+    index: usize,
+    report: CycleReport,
+    /// What the pool should hold (the listing, plus held removals).
+    wanted: Option<DesiredPool>,
+    live: Option<Pool>,
+    failed: Option<ReconcileError>,
+}
+
+/// Owns the clients and what each pool was last written with; driven by
+/// the controller loop one call at a time.
+pub struct Reconciler {
+    hetzner: HetznerClient,
+    pools: PoolClient,
+    state: BTreeMap<String, PoolState>,
+    /// The last complete listing of this term, for Node changes.
+    last_listing: Option<Listing>,
+    nodes: NodeView,
+    unhealthy: Unhealthy,
     /// How long a held removal waits before a listing may confirm it.
     confirm_after: Duration,
 }
@@ -175,8 +347,10 @@ impl Reconciler {
         Self {
             hetzner,
             pools,
-            last_desired: None,
-            held: None,
+            state: BTreeMap::new(),
+            last_listing: None,
+            nodes: NodeView::default(),
+            unhealthy: Unhealthy::default(),
             confirm_after: Duration::ZERO,
         }
     }
@@ -185,14 +359,20 @@ impl Reconciler {
         self.confirm_after = confirm_after;
     }
 
-    /// Forgets the last listing and any held removal. Called when a
-    /// leadership term begins or ends, and when the configuration changes
-    /// what a listing means (selector, pool template, guard): another leader
-    /// may have written since, so nothing from before may be re-applied or
+    /// What the Node watch knows now; used by the next cycle.
+    pub fn set_nodes(&mut self, nodes: NodeView) {
+        self.nodes = nodes;
+    }
+
+    /// Forgets every listing and held removal. Called when a leadership
+    /// term begins or ends, and when the configuration changes what a
+    /// listing means (selector, pool template, guard): another leader may
+    /// have written since, so nothing from before may be re-applied or
     /// confirm a removal. The next write needs a fresh, successful listing.
     pub fn forget(&mut self) {
-        self.last_desired = None;
-        self.held = None;
+        self.state.clear();
+        self.last_listing = None;
+        self.unhealthy.clear();
     }
 
     pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
@@ -207,8 +387,9 @@ impl Reconciler {
         &self.pools
     }
 
-    pub fn last_desired(&self) -> Option<&DesiredPool> {
-        self.last_desired.as_ref()
+    /// What `pool` was last written with in this term, if anything.
+    pub fn last_desired(&self, pool: &str) -> Option<&DesiredPool> {
+        self.state.get(pool)?.last_desired.as_ref()
     }
 
     /// The API version found by the last discovery.
@@ -216,62 +397,296 @@ impl Reconciler {
         self.pools.cached_resource()
     }
 
-    pub async fn full(&mut self, settings: &Settings) -> Result<CycleReport, ReconcileError> {
-        let (listed, summary) = desired_from_hetzner(&self.hetzner, settings).await?;
+    /// One full cycle: list Hetzner once for every pool, read the pools
+    /// (ours and every other one), and write each pool that differs. `Err`
+    /// when nothing could be decided (the listing or discovery failed);
+    /// otherwise one outcome per configured pool, in order.
+    pub async fn full(&mut self, settings: &Settings) -> Result<Vec<PoolOutcome>, ReconcileError> {
+        let listing = list_hetzner(&self.hetzner, settings).await?;
         let resource = self
             .pools
             .refresh_resource(settings.cilium_api_version)
             .await?;
-        let live = self.pools.get(&resource, &listed.name).await?;
-        let live_addresses = live.as_ref().map(pool::live_addresses).unwrap_or_default();
-        let verdict = guard::shrink_guard(
+        let outcomes = self
+            .converge_all(settings, &resource, &listing, CycleKind::Full)
+            .await?;
+        self.last_listing = Some(listing);
+        Ok(outcomes)
+    }
+
+    /// Applies a change of the Nodes to the last listing of this term:
+    /// servers newly left out by a node rule go (under the shrink guard),
+    /// nothing is added (an addition waits for a fresh listing). `None`
+    /// when there is no listing to apply it to.
+    pub async fn nodes_changed(
+        &mut self,
+        settings: &Settings,
+    ) -> Result<Option<Vec<PoolOutcome>>, ReconcileError> {
+        let Some(listing) = self.last_listing.take() else {
+            return Ok(None);
+        };
+        let resource = self.pools.resource().await;
+        let result = match resource {
+            Ok(resource) => {
+                self.converge_all(settings, &resource, &listing, CycleKind::Nodes)
+                    .await
+            }
+            Err(e) => Err(e.into()),
+        };
+        self.last_listing = Some(listing);
+        result.map(Some)
+    }
+
+    async fn converge_all(
+        &mut self,
+        settings: &Settings,
+        resource: &ApiResource,
+        listing: &Listing,
+        kind: CycleKind,
+    ) -> Result<Vec<PoolOutcome>, ReconcileError> {
+        let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+        let foreign =
+            ForeignPools::new(&self.pools.list_others(resource, &managed).await?, &managed);
+        self.state
+            .retain(|name, _| managed.contains(&name.as_str()));
+        let rendered = render_pools(
+            settings,
+            listing,
+            &self.nodes,
+            &mut self.unhealthy,
+            Instant::now(),
+        );
+        let summary = |members: &Members| ListingSummary {
+            servers_matched: members.servers_matched,
+            servers_skipped: members.without_address,
+            hetzner_requests: listing.requests,
+            blocked: members.blocked.clone(),
+            skip_reasons: members.skip_reasons.clone(),
+        };
+        let mut planned = Vec::with_capacity(rendered.len());
+        for (index, ((members, listed, verdict), pool)) in
+            rendered.into_iter().zip(&settings.pools).enumerate()
+        {
+            let report = CycleReport {
+                kind,
+                pool: pool.name.clone(),
+                listing: (kind == CycleKind::Full).then(|| summary(&members)),
+                api_version: resource.api_version.clone(),
+                excluded: members.excluded.clone(),
+                claimed: members.claimed.clone(),
+                ..CycleReport::default()
+            };
+            for excluded in &members.excluded {
+                tracing::info!(pool = %pool.name, server = %excluded.server, reason = excluded.reason.as_str(), "server left out of the pool: {}", excluded.reason.describe());
+            }
+            for claimed in &members.claimed {
+                tracing::warn!(pool = %pool.name, address = %claimed.address, earlier_pool = %claimed.by, "address left to an earlier pool in Pools; an address may be in one pool only");
+            }
+            let mut entry = Planned {
+                index,
+                report,
+                wanted: None,
+                live: None,
+                failed: None,
+            };
+            if let Err(e) = verdict {
+                entry.failed = Some(e);
+                planned.push(entry);
+                continue;
+            }
+            match self.pools.get(resource, &listed.name).await {
+                Err(e) => entry.failed = Some(e.into()),
+                Ok(live) => {
+                    let listed = if kind == CycleKind::Nodes {
+                        // Removals only: what the pool was written with, less
+                        // the servers now left out.
+                        let Some(last) = self.last_desired(&pool.name) else {
+                            planned.push(entry);
+                            continue;
+                        };
+                        let kept = last
+                            .addresses
+                            .iter()
+                            .filter(|a| listed.addresses.contains(a))
+                            .copied();
+                        pool::render(&template_from(pool), kept)
+                    } else {
+                        listed
+                    };
+                    let (wanted, held, confirmed) = self.shrink(pool, listed, live.as_ref());
+                    entry.report.held = held.clone();
+                    entry.report.confirmed = confirmed;
+                    self.state.entry(pool.name.clone()).or_default().held = held;
+                    entry.wanted = Some(wanted);
+                    entry.live = live;
+                }
+            }
+            planned.push(entry);
+        }
+        self.write_planned(&mut planned, resource, &foreign).await;
+        Ok(planned
+            .into_iter()
+            .map(|entry| {
+                let name = settings.pools[entry.index].name.clone();
+                let result = match entry.failed {
+                    Some(e) if settings.pools_listed => Err(ReconcileError::Pool {
+                        pool: name.clone(),
+                        source: Box::new(e),
+                    }),
+                    Some(e) => Err(e),
+                    None => Ok(entry.report),
+                };
+                PoolOutcome { pool: name, result }
+            })
+            .collect())
+    }
+
+    /// The shrink guard for one pool: what to write (the listing, or the
+    /// listing plus a held removal), the removal held, the one confirmed.
+    fn shrink(
+        &self,
+        pool: &PoolConfig,
+        listed: DesiredPool,
+        live: Option<&Pool>,
+    ) -> (DesiredPool, Option<HeldRemoval>, Option<HeldRemoval>) {
+        let live_addresses = live.map(pool::live_addresses).unwrap_or_default();
+        let held = self.state.get(&pool.name).and_then(|s| s.held.as_ref());
+        match guard::shrink_guard(
             &live_addresses.addresses,
             &listed.addresses,
-            settings.guards.max_removal_ratio,
-            self.held.as_ref(),
+            pool.max_removal_ratio,
+            held,
             Instant::now(),
             self.confirm_after,
-        );
-        let (desired, held, confirmed) = match verdict {
+        ) {
             ShrinkVerdict::Proceed => (listed, None, None),
             ShrinkVerdict::Confirmed(removal) => (listed, None, Some(removal)),
             ShrinkVerdict::Hold(removal) => {
-                tracing::warn!(held = %removal.describe(), "shrink guard held a removal");
+                tracing::warn!(pool = %pool.name, held = %removal.describe(), "shrink guard held a removal");
                 let kept = listed
                     .addresses
                     .iter()
                     .chain(removal.addresses.iter())
                     .copied();
                 (
-                    pool::render(&template_from(settings), kept),
+                    pool::render(&template_from(pool), kept),
                     Some(removal),
                     None,
                 )
             }
-        };
-        self.held = held.clone();
-        // Remember the pool before writing: a failed write must not make a
-        // later repair fall back to an older listing.
-        self.last_desired = Some(desired.clone());
-        let mut report = self
-            .converge(&resource, &desired, live, &live_addresses, CycleKind::Full)
-            .await?;
-        report.listing = Some(summary);
-        report.held = held;
-        report.confirmed = confirmed;
-        Ok(report)
+        }
     }
 
-    /// Re-applies the last desired pool; `None` when no listing succeeded yet
-    /// (the caller then runs a full cycle).
-    pub async fn repair(&mut self) -> Result<Option<CycleReport>, ReconcileError> {
-        let Some(desired) = self.last_desired.clone() else {
+    /// Writes the planned pools so that no address is ever in two pools:
+    /// each pool first gets what no other pool holds; a second pass adds
+    /// what another pool let go of in the first.
+    async fn write_planned(
+        &mut self,
+        planned: &mut [Planned],
+        resource: &ApiResource,
+        foreign: &ForeignPools,
+    ) {
+        let names: Vec<String> = planned.iter().map(|p| p.report.pool.clone()).collect();
+        // What each managed pool holds (or may hold, after a failed write).
+        let mut holds: Vec<BTreeSet<IpAddr>> = planned
+            .iter()
+            .map(|p| {
+                p.live
+                    .as_ref()
+                    .map(|live| pool::live_addresses(live).addresses)
+                    .unwrap_or_default()
+            })
+            .collect();
+        for pass in 0..2 {
+            for i in 0..planned.len() {
+                let entry = &mut planned[i];
+                let Some(wanted) = entry.wanted.as_ref() else {
+                    continue;
+                };
+                if entry.failed.is_some() || (pass == 1 && entry.report.withheld.is_empty()) {
+                    continue;
+                }
+                let others: BTreeSet<IpAddr> = holds
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .flat_map(|(_, h)| h.iter().copied())
+                    .collect();
+                let wanted_set: BTreeSet<IpAddr> = wanted.addresses.iter().copied().collect();
+                let target = write_target(&wanted_set, &holds[i], &others, foreign);
+                entry.report.withheld = wanted_set
+                    .difference(&target)
+                    .map(|address| {
+                        let ours = holds
+                            .iter()
+                            .enumerate()
+                            .find(|(j, h)| *j != i && h.contains(address))
+                            .map(|(j, _)| names[j].clone());
+                        Withheld {
+                            address: *address,
+                            foreign: ours.is_none(),
+                            by: ours
+                                .or_else(|| foreign.covering(*address).map(str::to_owned))
+                                .unwrap_or_default(),
+                        }
+                    })
+                    .collect();
+                let mut desired = wanted.clone();
+                desired.addresses = target.iter().copied().collect();
+                if desired.addresses.is_empty() {
+                    // Everything it wants is held elsewhere for now; an empty
+                    // pool is never written.
+                    continue;
+                }
+                let live_addresses = entry
+                    .live
+                    .as_ref()
+                    .map(pool::live_addresses)
+                    .unwrap_or_default();
+                // Remember the pool before writing: a failed write must not
+                // make a later repair fall back to an older listing.
+                self.state
+                    .entry(desired.name.clone())
+                    .or_default()
+                    .last_desired = Some(desired.clone());
+                match self
+                    .converge(
+                        resource,
+                        &desired,
+                        entry.live.take(),
+                        &live_addresses,
+                        entry.report.kind,
+                    )
+                    .await
+                {
+                    Ok((report, live)) => {
+                        entry.report.addresses = report.addresses;
+                        entry.report.written = report.written.or(entry.report.written);
+                        if pass == 0 || report.written.is_some() {
+                            entry.report.diff = merge_diff(&entry.report.diff, report.diff, pass);
+                        }
+                        entry.live = live;
+                        holds[i] = target;
+                    }
+                    Err(e) => {
+                        holds[i].extend(target);
+                        entry.failed = Some(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Re-applies what `pool` was last written with; `None` when this term
+    /// has no listing yet (the caller then runs a full cycle).
+    pub async fn repair(&mut self, pool: &str) -> Result<Option<CycleReport>, ReconcileError> {
+        let Some(desired) = self.last_desired(pool).cloned() else {
             return Ok(None);
         };
         let resource = self.pools.resource().await?;
         let live = self.pools.get(&resource, &desired.name).await?;
         let live_addresses = live.as_ref().map(pool::live_addresses).unwrap_or_default();
-        let mut report = self
+        let (mut report, _) = self
             .converge(
                 &resource,
                 &desired,
@@ -280,7 +695,7 @@ impl Reconciler {
                 CycleKind::Repair,
             )
             .await?;
-        report.held = self.held.clone();
+        report.held = self.state.get(pool).and_then(|s| s.held.clone());
         Ok(Some(report))
     }
 
@@ -291,22 +706,22 @@ impl Reconciler {
         live: Option<Pool>,
         live_addresses: &LiveAddresses,
         kind: CycleKind,
-    ) -> Result<CycleReport, ReconcileError> {
+    ) -> Result<(CycleReport, Option<Pool>), ReconcileError> {
         let reason = pool::write_reason(live.as_ref(), desired);
         let diff = pool::diff(Some(live_addresses), desired);
+        let report = CycleReport {
+            kind,
+            pool: desired.name.clone(),
+            addresses: desired.addresses.len(),
+            diff,
+            written: reason,
+            api_version: resource.api_version.clone(),
+            ..CycleReport::default()
+        };
         match reason {
-            Some(reason) => {
-                self.pools.apply(resource, desired).await?;
-                Ok(CycleReport {
-                    kind,
-                    listing: None,
-                    addresses: desired.addresses.len(),
-                    diff,
-                    written: Some(reason),
-                    api_version: resource.api_version.clone(),
-                    held: None,
-                    confirmed: None,
-                })
+            Some(_) => {
+                let written = self.pools.apply(resource, desired).await?;
+                Ok((report, Some(written)))
             }
             None => {
                 // Cilium's status describes the spec we would have written, so a
@@ -314,23 +729,26 @@ impl Reconciler {
                 if let Some(conflict) = live.as_ref().and_then(pool::pool_conflict) {
                     return Err(conflict_error(&desired.name, conflict));
                 }
-                Ok(CycleReport {
-                    kind,
-                    listing: None,
-                    addresses: desired.addresses.len(),
-                    diff,
-                    written: None,
-                    api_version: resource.api_version.clone(),
-                    held: None,
-                    confirmed: None,
-                })
+                Ok((report, live))
             }
         }
     }
 }
 
+/// The diff of a second write joined to the first's.
+fn merge_diff(first: &PoolDiff, second: PoolDiff, pass: usize) -> PoolDiff {
+    if pass == 0 {
+        return second;
+    }
+    let mut merged = first.clone();
+    merged.added.extend(second.added);
+    merged.added.sort();
+    merged.added.dedup();
+    merged
+}
+
 /// Addresses as a comma-separated list, for logs.
-pub fn join(addresses: &[std::net::Ipv4Addr]) -> String {
+pub fn join(addresses: &[IpAddr]) -> String {
     addresses
         .iter()
         .map(ToString::to_string)

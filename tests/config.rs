@@ -571,6 +571,7 @@ fn every_problem_is_reported_at_once() {
         ("CANADA_KAKTUS_NODE_DEBOUNCE", "10m"),
         ("CANADA_KAKTUS_NODE_MIN_GAP", "0s"),
         ("CANADA_KAKTUS_EVENTS", "perhaps"),
+        ("CANADA_KAKTUS_POOLS", r#"[{"Name": "edge"}]"#),
     ]);
     let e = fails(Some(&config), &env);
     for setting in SETTINGS.iter().filter(|s| s.key != "HcloudTokenFile") {
@@ -967,4 +968,196 @@ fn the_hetzner_timeout_defaults_to_10s_and_is_bounded() {
         let e = fails(None, &with_token(&[("CANADA_KAKTUS_HCLOUD_TIMEOUT", bad)]));
         assert!(e.concerns(&config::HCLOUD_TIMEOUT), "{bad}: {e}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Pools
+
+#[test]
+fn without_pools_the_single_pool_settings_describe_one_pool() {
+    let s = ok(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_POOL_NAME", "edge"),
+            ("CANADA_KAKTUS_LABELSELECTOR", "role=edge"),
+            ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "0.25"),
+        ]),
+    );
+    assert!(!s.pools_listed);
+    assert_eq!(s.pools.len(), 1);
+    let pool = &s.pools[0];
+    assert_eq!(pool.name, "edge");
+    assert_eq!(pool.label_selector.to_string(), "role=edge");
+    assert_eq!(pool.addresses, vec![config::AddressKind::PublicIpv4]);
+    assert_eq!(pool.max_removal_ratio, 0.25);
+}
+
+#[test]
+fn pools_from_config_json_with_every_field() {
+    let files = Files::new();
+    let path = files.write(
+        "config.json",
+        r#"{"Pools": [
+            {"Name": "edge", "LabelSelector": "role=edge",
+             "Addresses": ["public-ipv4", "public-ipv6", "floating-ip"],
+             "Ipv6HostPart": "::a:1", "FloatingIpSelector": "use=ingress",
+             "ServiceSelector": {"tier": "edge"}, "Annotations": {"example.com/x": "y"},
+             "Labels": {"team": "net"}, "MaxRemovalRatio": 0.2,
+             "Nodes": {"ExcludeUnhealthyAfter": "5m", "RequireNode": true}},
+            {"name": "internal", "labelselector": "role in (node,edge)",
+             "Addresses": ["private-ipv4"], "PrivateNetwork": "k8s", "IncludeAliasIps": true}
+        ]}"#,
+    );
+    let s = ok(Some(&path), &with_token(&[]));
+    assert!(s.pools_listed);
+    let [edge, internal] = &s.pools[..] else {
+        panic!("two pools: {:?}", s.pools)
+    };
+    assert_eq!(edge.name, "edge");
+    assert_eq!(
+        edge.addresses,
+        vec![
+            config::AddressKind::PublicIpv4,
+            config::AddressKind::PublicIpv6,
+            config::AddressKind::FloatingIp
+        ]
+    );
+    assert_eq!(edge.ipv6_host_part.to_string(), "::a:1");
+    assert_eq!(
+        edge.floating_ip_selector.as_ref().map(ToString::to_string),
+        Some("use=ingress".to_owned())
+    );
+    assert!(edge.service_selector.is_some());
+    assert_eq!(edge.labels.get("team").map(String::as_str), Some("net"));
+    assert_eq!(edge.max_removal_ratio, 0.2);
+    assert_eq!(
+        edge.nodes.exclude_unhealthy_after,
+        Some(Duration::from_secs(300))
+    );
+    assert!(edge.nodes.require_node);
+    assert_eq!(internal.name, "internal");
+    assert_eq!(
+        internal.private_network,
+        Some(config::NetworkRef::Name("k8s".into()))
+    );
+    assert!(internal.include_alias_ips);
+    assert_eq!(internal.max_removal_ratio, 0.5, "the table's default");
+    assert_eq!(internal.ipv6_host_part.to_string(), "::1");
+}
+
+#[test]
+fn pools_from_the_environment_are_json_text() {
+    let s = ok(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "a", "LabelSelector": "x=1", "PrivateNetwork": 42, "Addresses": ["private-ipv4"]}]"#,
+        )]),
+    );
+    assert_eq!(s.pools[0].private_network, Some(config::NetworkRef::Id(42)));
+}
+
+#[test]
+fn every_problem_of_every_pool_is_reported_at_once_with_index_and_name() {
+    let e = fails(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "Edge_Pool", "LabelSelector": "role in (a", "Addresses": ["public-ipv5"]},
+                {"LabelSelector": "x", "Adresses": ["public-ipv4"]},
+                {"Name": "b", "LabelSelector": "x", "Ipv6HostPart": "2001:db8::1",
+                 "Addresses": ["public-ipv6"], "Nodes": {"RequireNode": "perhaps"}},
+                {"Name": "b", "LabelSelector": "y", "PrivateNetwork": "n"},
+                "just text"]"#,
+        )]),
+    );
+    let text = e.to_string();
+    for expected in [
+        r#"pool 1 ("Edge_Pool"): Name "Edge_Pool" is not a valid Kubernetes object name"#,
+        r#"pool 1 ("Edge_Pool"): LabelSelector "role in (a" is not a valid label selector"#,
+        r#"pool 1 ("Edge_Pool"): Addresses: "public-ipv5" is not a valid address kind; use public-ipv4, public-ipv6, private-ipv4 or floating-ip"#,
+        "pool 2: Name is missing",
+        r#"pool 2: unknown key "Adresses"; did you mean Addresses?"#,
+        r#"pool 3 ("b"): Ipv6HostPart "2001:db8::1" sets bits of the /64 network"#,
+        r#"pool 3 ("b"): Nodes.RequireNode "perhaps" is not a boolean"#,
+        r#"pool 4 ("b"): PrivateNetwork is set, but Addresses has no private-ipv4"#,
+        r#"pool 5: is a JSON string"#,
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing in:\n{text}");
+    }
+    assert!(
+        text.lines().all(|l| l.starts_with(
+            "CANADA_KAKTUS_POOLS / Pools: (from environment variable CANADA_KAKTUS_POOLS)"
+        )),
+        "{text}"
+    );
+    // A duplicate name is found only among valid pools; pool 4 is invalid,
+    // so here the first valid "b" stands alone.
+    let dup = fails(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "a", "LabelSelector": "x"}, {"Name": "a", "LabelSelector": "y"}]"#,
+        )]),
+    );
+    assert!(
+        dup.to_string()
+            .contains(r#"pool 2 ("a"): Name "a" is already used by pool 1"#),
+        "{dup}"
+    );
+}
+
+#[test]
+fn pools_and_a_single_pool_setting_together_name_both() {
+    let files = Files::new();
+    let path = files.write(
+        "config.json",
+        r#"{"Pools": [{"Name": "a", "LabelSelector": "x"}], "PoolName": "old"}"#,
+    );
+    let e = fails(
+        Some(&path),
+        &with_token(&[("CANADA_KAKTUS_LABELSELECTOR", "role=node")]),
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("Pools (from config file")
+            && text.contains("CANADA_KAKTUS_POOL_NAME / PoolName (from config file")
+            && text.contains("describe every pool in Pools and remove PoolName"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "CANADA_KAKTUS_LABELSELECTOR / LabelSelector (from environment variable \
+             CANADA_KAKTUS_LABELSELECTOR)"
+        ),
+        "{text}"
+    );
+    // The shared settings go with Pools.
+    ok(
+        Some(&files.write(
+            "shared.json",
+            r#"{"Pools": [{"Name": "a", "LabelSelector": "x"}], "Interval": "5m",
+                "BlockedAddresses": "drop", "CiliumApiVersion": "v2"}"#,
+        )),
+        &with_token(&[]),
+    );
+}
+
+#[test]
+fn node_rules_need_the_node_watch() {
+    let e = fails(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_WATCH_NODES", "false"),
+            (
+                "CANADA_KAKTUS_POOLS",
+                r#"[{"Name": "a", "LabelSelector": "x", "Nodes": {"RequireNode": true}}]"#,
+            ),
+        ]),
+    );
+    assert!(
+        e.to_string()
+            .contains(r#"pool 1 ("a"): Nodes needs the Node watch"#),
+        "{e}"
+    );
 }

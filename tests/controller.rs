@@ -577,7 +577,7 @@ impl Running {
 }
 
 /// The value of one series in an OpenMetrics text, e.g.
-/// `canada_kaktus_reconcile_total{kind="full",result="success"}`.
+/// `canada_kaktus_reconcile_total{pool="covidnetes-pool",kind="full",result="success"}`.
 fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
@@ -594,26 +594,45 @@ async fn metrics_follow_cycles_writes_failures_guards_and_hetzner_requests() {
     let running = start(&hetzner, &kube, None).await;
     running.wait_health(200).await;
 
-    let ok = r#"canada_kaktus_reconcile_total{kind="full",result="success"}"#;
+    let ok =
+        r#"canada_kaktus_reconcile_total{pool="covidnetes-pool",kind="full",result="success"}"#;
     running.wait_metric(ok, |v| v >= 1.0).await;
     let text = running.metrics().await;
     for (series, want) in [
-        ("canada_kaktus_pool_addresses", 3.0),
-        ("canada_kaktus_servers_matched", 4.0),
         (
-            r#"canada_kaktus_servers_skipped{reason="no_public_ipv4"}"#,
+            r#"canada_kaktus_pool_addresses{pool="covidnetes-pool"}"#,
+            3.0,
+        ),
+        (
+            r#"canada_kaktus_servers_matched{pool="covidnetes-pool"}"#,
+            4.0,
+        ),
+        (
+            r#"canada_kaktus_servers_skipped{pool="covidnetes-pool",reason="no_public_ipv4"}"#,
             1.0,
         ),
         (
-            r#"canada_kaktus_servers_skipped{reason="invalid_ipv4"}"#,
+            r#"canada_kaktus_servers_skipped{pool="covidnetes-pool",reason="invalid_ipv4"}"#,
             0.0,
         ),
-        (r#"canada_kaktus_pool_writes_total{reason="missing"}"#, 1.0),
-        (r#"canada_kaktus_pool_changes_total{change="added"}"#, 3.0),
-        (r#"canada_kaktus_pool_changes_total{change="removed"}"#, 0.0),
+        (
+            r#"canada_kaktus_pool_writes_total{pool="covidnetes-pool",reason="missing"}"#,
+            1.0,
+        ),
+        (
+            r#"canada_kaktus_pool_changes_total{pool="covidnetes-pool",change="added"}"#,
+            3.0,
+        ),
+        (
+            r#"canada_kaktus_pool_changes_total{pool="covidnetes-pool",change="removed"}"#,
+            0.0,
+        ),
         ("canada_kaktus_leader", 1.0),
         ("canada_kaktus_interval_seconds", 0.1),
-        ("canada_kaktus_blocked_addresses", 0.0),
+        (
+            r#"canada_kaktus_blocked_addresses{pool="covidnetes-pool"}"#,
+            0.0,
+        ),
     ] {
         assert_eq!(metric(&text, series), Some(want), "{series} in:\n{text}");
     }
@@ -625,7 +644,11 @@ async fn metrics_follow_cycles_writes_failures_guards_and_hetzner_requests() {
         Some(3600.0)
     );
     assert!(metric(&text, "canada_kaktus_hcloud_request_duration_seconds_count").unwrap() >= 1.0);
-    let last_success = metric(&text, "canada_kaktus_last_success_timestamp_seconds").unwrap();
+    let last_success = metric(
+        &text,
+        r#"canada_kaktus_last_success_timestamp_seconds{pool="covidnetes-pool"}"#,
+    )
+    .unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -661,29 +684,38 @@ async fn metrics_follow_cycles_writes_failures_guards_and_hetzner_requests() {
     hetzner.set_servers(servers);
     running
         .wait_metric(
-            r#"canada_kaktus_pool_changes_total{change="removed"}"#,
+            r#"canada_kaktus_pool_changes_total{pool="covidnetes-pool",change="removed"}"#,
             |v| v == 1.0,
         )
         .await;
     let text = running.metrics().await;
     assert_eq!(
-        metric(&text, r#"canada_kaktus_pool_changes_total{change="added"}"#),
+        metric(
+            &text,
+            r#"canada_kaktus_pool_changes_total{pool="covidnetes-pool",change="added"}"#
+        ),
         Some(4.0)
     );
     assert_eq!(
         metric(
             &text,
-            r#"canada_kaktus_pool_writes_total{reason="blocks_differ"}"#
+            r#"canada_kaktus_pool_writes_total{pool="covidnetes-pool",reason="blocks_differ"}"#
         ),
         Some(1.0)
     );
-    assert_eq!(metric(&text, "canada_kaktus_servers_matched"), Some(3.0));
+    assert_eq!(
+        metric(
+            &text,
+            r#"canada_kaktus_servers_matched{pool="covidnetes-pool"}"#
+        ),
+        Some(3.0)
+    );
 
     // Hetzner fails: failures by cause, and the 500s by code.
     hetzner.set_fault(Some(Fault::status(500)));
     running
         .wait_metric(
-            r#"canada_kaktus_reconcile_errors_total{cause="server_error"}"#,
+            r#"canada_kaktus_reconcile_errors_total{pool="covidnetes-pool",cause="server_error"}"#,
             |v| v >= 2.0,
         )
         .await;
@@ -691,7 +723,7 @@ async fn metrics_follow_cycles_writes_failures_guards_and_hetzner_requests() {
     assert!(
         metric(
             &text,
-            r#"canada_kaktus_reconcile_total{kind="full",result="failure"}"#
+            r#"canada_kaktus_reconcile_total{pool="covidnetes-pool",kind="full",result="failure"}"#
         )
         .unwrap()
             >= 2.0
@@ -703,7 +735,7 @@ async fn metrics_follow_cycles_writes_failures_guards_and_hetzner_requests() {
     hetzner.set_servers(vec![]);
     running
         .wait_metric(
-            r#"canada_kaktus_guard_held_total{guard="empty_pool"}"#,
+            r#"canada_kaktus_guard_held_total{pool="covidnetes-pool",guard="empty_pool"}"#,
             |v| v >= 1.0,
         )
         .await;

@@ -219,11 +219,21 @@ async fn events_on_the_pool_tell_the_story_and_metrics_follow() {
         value(r#"canada_kaktus_kube_events_total{result="failure"}"#),
         None
     );
-    assert!(value(r#"canada_kaktus_reconcile_errors_total{cause="unauthorized"}"#).unwrap() >= 2.0);
+    assert!(
+        value(
+            r#"canada_kaktus_reconcile_errors_total{pool="covidnetes-pool",cause="unauthorized"}"#
+        )
+        .unwrap()
+            >= 2.0
+    );
     assert!(value(r#"canada_kaktus_hcloud_requests_total{code="401"}"#).unwrap() >= 2.0);
-    assert!(value(r#"canada_kaktus_guard_held_total{guard="empty_pool"}"#).unwrap() >= 1.0);
+    assert!(
+        value(r#"canada_kaktus_guard_held_total{pool="covidnetes-pool",guard="empty_pool"}"#)
+            .unwrap()
+            >= 1.0
+    );
     assert_eq!(
-        value(r#"canada_kaktus_pool_changes_total{change="removed"}"#),
+        value(r#"canada_kaktus_pool_changes_total{pool="covidnetes-pool",change="removed"}"#),
         Some(1.0)
     );
     controller.assert_running();

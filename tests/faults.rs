@@ -390,7 +390,7 @@ async fn a_held_removal_whose_write_failed_still_waits_the_confirmation_delay() 
     // the held pool in between; the first successful full cycle is the retry.)
     running
         .wait_metric(
-            r#"canada_kaktus_reconcile_total{kind="full",result="success"}"#,
+            r#"canada_kaktus_reconcile_total{pool="covidnetes-pool",kind="full",result="success"}"#,
             1.0,
         )
         .await;

@@ -10,7 +10,7 @@ use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::pool::PoolClient;
 use canada_kaktus::pool::WriteReason;
-use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{single, CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
 use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
 use support::fake_kube::FakeKube;
@@ -66,7 +66,7 @@ async fn a_missing_pool_is_created_with_one_exact_server_side_apply() {
         FakeServer::new(3, "192.168.1.100").named("same-address"),
         FakeServer::without_ipv4(4),
     ]);
-    let report = reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    let report = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
 
     assert_eq!(report.kind, CycleKind::Full);
     assert_eq!(report.written, Some(WriteReason::Missing));
@@ -106,11 +106,11 @@ async fn nothing_is_written_when_the_pool_already_matches() {
     let (hetzner, kube, mut reconciler) = setup(&["v2", "v2alpha1"]).await;
     hetzner.set_servers(numbered_servers(3));
     let settings = settings(&hetzner, &[]);
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
 
     for _ in 0..3 {
-        let report = reconciler.full(&settings).await.unwrap();
+        let report = single(reconciler.full(&settings).await).unwrap();
         assert_eq!(report.written, None);
         assert!(report.diff.is_empty());
     }
@@ -129,13 +129,13 @@ async fn servers_joining_and_leaving_are_added_and_removed() {
         FakeServer::new(1, "1.0.0.1"),
         FakeServer::new(2, "1.0.0.2"),
     ]);
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
 
     hetzner.set_servers(vec![
         FakeServer::new(2, "1.0.0.2"),
         FakeServer::new(3, "1.0.0.3"),
     ]);
-    let report = reconciler.full(&settings).await.unwrap();
+    let report = single(reconciler.full(&settings).await).unwrap();
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     assert_eq!(
         report.diff.added,
@@ -156,11 +156,11 @@ async fn no_servers_leaves_the_pool_untouched() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(2));
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
 
     hetzner.set_servers(vec![]);
-    let error = reconciler.full(&settings).await.unwrap_err();
+    let error = single(reconciler.full(&settings).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
     assert!(
         error
@@ -173,7 +173,7 @@ async fn no_servers_leaves_the_pool_untouched() {
         FakeServer::without_ipv4(1),
         FakeServer::without_ipv4(2),
     ]);
-    let error = reconciler.full(&settings).await.unwrap_err();
+    let error = single(reconciler.full(&settings).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
 
     assert_eq!(kube.writes().len(), 1);
@@ -185,14 +185,14 @@ async fn a_failed_second_page_leaves_the_pool_untouched() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(120));
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
     assert_eq!(before["spec"]["blocks"].as_array().unwrap().len(), 120);
 
     // 40 servers are gone, but page 2 fails: nothing may be removed.
     hetzner.set_servers(numbered_servers(80));
     hetzner.set_fault(Some(Fault::FailPage(2, 500)));
-    let error = reconciler.full(&settings).await.unwrap_err();
+    let error = single(reconciler.full(&settings).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Hetzner(_)), "{error}");
     assert!(error.to_string().contains("pool left unchanged"), "{error}");
     assert_eq!(kube.writes().len(), 1);
@@ -204,7 +204,7 @@ async fn a_bad_token_fails_without_a_write_or_a_leak() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(2));
     hetzner.expect_token("some-other-token");
-    let error = reconciler.full(&settings(&hetzner, &[])).await.unwrap_err();
+    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
     let text = format!("{error} {error:?}");
     assert!(text.contains("invalid or revoked"), "{text}");
     assert!(!text.contains(TOKEN), "the token leaked: {text}");
@@ -215,7 +215,7 @@ async fn a_bad_token_fails_without_a_write_or_a_leak() {
 async fn the_v2alpha1_api_is_used_when_v2_is_not_served() {
     let (hetzner, kube, mut reconciler) = setup(&["v2alpha1"]).await;
     hetzner.set_servers(numbered_servers(1));
-    let report = reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    let report = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
     assert_eq!(report.api_version, "cilium.io/v2alpha1");
     let writes = kube.writes();
     assert_eq!(
@@ -240,7 +240,7 @@ async fn a_configured_api_version_is_used_as_is() {
         fast_hetzner(hetzner.endpoint()),
         PoolClient::new(kube.client(), settings.cilium_api_version),
     );
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
     assert!(kube.writes()[0]
         .path
         .starts_with("/apis/cilium.io/v2alpha1/"));
@@ -250,7 +250,7 @@ async fn a_configured_api_version_is_used_as_is() {
 async fn a_cluster_without_the_crd_says_cilium_lb_ipam_is_missing() {
     let (hetzner, kube, mut reconciler) = setup(&[]).await;
     hetzner.set_servers(numbered_servers(1));
-    let error = reconciler.full(&settings(&hetzner, &[])).await.unwrap_err();
+    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
     assert_eq!(error.metric_label(), "crd_missing");
     assert!(
         error
@@ -266,7 +266,7 @@ async fn a_forbidden_patch_names_the_rbac_fix() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(1));
     kube.fail_patches(Some(403));
-    let error = reconciler.full(&settings(&hetzner, &[])).await.unwrap_err();
+    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
     assert_eq!(error.metric_label(), "kube_forbidden");
     assert!(error.to_string().contains("deploy/rbac.yaml"), "{error}");
 }
@@ -293,7 +293,7 @@ async fn configured_metadata_and_selector_are_applied_and_foreign_metadata_kept(
             ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
         ],
     );
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
     let pool = kube.pool("covidnetes-pool").unwrap();
     assert_eq!(pool["metadata"]["annotations"]["team"], "net");
     assert_eq!(
@@ -317,17 +317,21 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(2));
     assert!(
-        reconciler.repair().await.unwrap().is_none(),
+        reconciler
+            .repair("covidnetes-pool")
+            .await
+            .unwrap()
+            .is_none(),
         "nothing to repair before a listing"
     );
-    reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
     let good = kube.pool("covidnetes-pool").unwrap();
     let hetzner_requests = hetzner.requests();
 
     let mut edited = good.clone();
     edited["spec"]["blocks"] = json!([{"cidr": "6.6.6.6/32"}]);
     kube.insert_pool("covidnetes-pool", edited);
-    let report = reconciler.repair().await.unwrap().unwrap();
+    let report = reconciler.repair("covidnetes-pool").await.unwrap().unwrap();
     assert_eq!(report.kind, CycleKind::Repair);
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     assert_eq!(kube.pool("covidnetes-pool").unwrap()["spec"], good["spec"]);
@@ -343,14 +347,14 @@ async fn a_pool_conflict_reported_by_cilium_fails_the_cycle() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(1));
     let settings = settings(&hetzner, &[]);
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
     let mut pool = kube.pool("covidnetes-pool").unwrap();
     pool["status"] = json!({"conditions": [{
         "type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap",
         "message": "Pool overlaps with CIDR of other-pool"
     }]});
     kube.insert_pool("covidnetes-pool", pool);
-    let error = reconciler.full(&settings).await.unwrap_err();
+    let error = single(reconciler.full(&settings).await).unwrap_err();
     assert_eq!(error.metric_label(), "pool_conflict");
     assert!(error.to_string().contains("other-pool"), "{error}");
     assert_eq!(kube.writes().len(), 1);
@@ -365,14 +369,14 @@ async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(40));
-    reconciler.full(&settings).await.unwrap();
+    single(reconciler.full(&settings).await).unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 40);
 
     // 40 → 3, plus one new server: the addition goes through, the removal waits.
     let mut servers = numbered_servers(3);
     servers.push(FakeServer::new(99, "203.0.113.99"));
     hetzner.set_servers(servers);
-    let report = reconciler.full(&settings).await.unwrap();
+    let report = single(reconciler.full(&settings).await).unwrap();
     let held = report.held.clone().expect("the removal is held");
     assert_eq!(held.addresses.len(), 37);
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
@@ -387,10 +391,10 @@ async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
     let mut edited = kube.pool("covidnetes-pool").unwrap();
     edited["spec"]["blocks"] = json!([]);
     kube.insert_pool("covidnetes-pool", edited);
-    reconciler.repair().await.unwrap().unwrap();
+    reconciler.repair("covidnetes-pool").await.unwrap().unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 41);
 
-    let report = reconciler.full(&settings).await.unwrap();
+    let report = single(reconciler.full(&settings).await).unwrap();
     assert_eq!(report.held, None);
     assert_eq!(report.confirmed.map(|c| c.addresses.len()), Some(37));
     assert_eq!(report.diff.removed.len(), 37);
@@ -404,7 +408,7 @@ async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
         FakeServer::new(1, "203.0.113.1"),
         FakeServer::new(2, "203.0.113.2").blocked(),
     ]);
-    let report = reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    let report = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
     assert_eq!(
         report.listing.unwrap().blocked,
         vec!["203.0.113.2".parse::<std::net::Ipv4Addr>().unwrap()]
@@ -420,7 +424,7 @@ async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
             ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
         ],
     );
-    reconciler.full(&drop).await.unwrap();
+    single(reconciler.full(&drop).await).unwrap();
     assert_eq!(
         kube.pool("covidnetes-pool").unwrap()["spec"]["blocks"],
         json!([{"cidr": "203.0.113.1/32"}])
@@ -440,9 +444,9 @@ async fn the_configured_request_budget_is_enforced() {
         PoolClient::new(kube.client(), CiliumApiVersion::Auto),
     );
     for _ in 0..3 {
-        reconciler.full(&settings).await.unwrap();
+        single(reconciler.full(&settings).await).unwrap();
     }
-    let error = reconciler.full(&settings).await.unwrap_err();
+    let error = single(reconciler.full(&settings).await).unwrap_err();
     assert_eq!(error.metric_label(), "budget_exhausted", "{error}");
     assert_eq!(
         hetzner.requests(),
@@ -466,7 +470,7 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
         &hetzner,
         &[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2alpha1")],
     );
-    reconciler.full(&reloaded).await.unwrap();
+    single(reconciler.full(&reloaded).await).unwrap();
     let good = kube.pool("covidnetes-pool").unwrap();
 
     // Someone edits the pool; the repair's write gets a 404 on the resource,
@@ -475,10 +479,10 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
     edited["spec"]["blocks"] = json!([{"cidr": "6.6.6.6/32"}]);
     kube.insert_pool("covidnetes-pool", edited);
     kube.fail_next_patch(404);
-    reconciler.repair().await.unwrap_err();
+    reconciler.repair("covidnetes-pool").await.unwrap_err();
     kube.take_requests();
 
-    reconciler.repair().await.unwrap().unwrap();
+    reconciler.repair("covidnetes-pool").await.unwrap().unwrap();
     let writes = kube.writes();
     assert_eq!(writes.len(), 1, "{writes:?}");
     assert!(

@@ -163,3 +163,24 @@ impl LeaderElectionMode {
         }
     }
 }
+
+/// A kind of address a pool takes from each matching server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AddressKind {
+    /// The public IPv4 (the single-pool behaviour).
+    PublicIpv4,
+    /// One `/128` from the server's public `/64`.
+    PublicIpv6,
+    /// The server's address in a private network.
+    PrivateIpv4,
+    /// Floating IPs assigned to the server.
+    FloatingIp,
+}
+
+choice!(AddressKind, what: "address kind",
+    accepted: "public-ipv4, public-ipv6, private-ipv4 or floating-ip", {
+    PublicIpv4 => "public-ipv4",
+    PublicIpv6 => "public-ipv6",
+    PrivateIpv4 => "private-ipv4",
+    FloatingIp => "floating-ip",
+});

@@ -226,7 +226,9 @@ impl Loader {
                     }
                 }
                 Err(kind) => {
-                    let expected = if accepts_object(setting) {
+                    let expected = if accepts_list(setting) {
+                        "a JSON list or a string"
+                    } else if accepts_object(setting) {
                         "a JSON object or a string"
                     } else {
                         "a string"
@@ -243,13 +245,7 @@ impl Loader {
 
     /// Where the value of `setting` comes from, for messages.
     pub(super) fn origin_of(&self, setting: &Setting) -> String {
-        let layer = self
-            .figment
-            .find_value(setting.key)
-            .ok()
-            .and_then(|value| self.figment.get_metadata(value.tag()))
-            .and_then(|m| LayerKind::ALL.into_iter().find(|k| k.name() == m.name));
-        match layer {
+        match self.layer_of(setting) {
             Some(LayerKind::Env) => format!("environment variable {}", setting.env),
             Some(LayerKind::File) => match &self.config_file {
                 Some(path) => format!("config file {}", path.display()),
@@ -258,6 +254,15 @@ impl Loader {
             Some(LayerKind::Defaults) => "the built-in default".to_owned(),
             None => "an unknown source".to_owned(),
         }
+    }
+
+    /// The layer the value of `setting` comes from; `None` when unset.
+    pub(super) fn layer_of(&self, setting: &Setting) -> Option<LayerKind> {
+        self.figment
+            .find_value(setting.key)
+            .ok()
+            .and_then(|value| self.figment.get_metadata(value.tag()))
+            .and_then(|m| LayerKind::ALL.into_iter().find(|k| k.name() == m.name))
     }
 
     pub(super) fn raw(&mut self, setting: &'static Setting) -> Option<Raw> {
@@ -401,6 +406,8 @@ impl Loader {
                 .unwrap_or_default(),
         };
         let operate = self.operate_settings();
+        let listed_pools = self.listed_pools(operate.watch_nodes);
+        let pools_listed = listed_pools.is_some();
 
         if let Some(endpoint) = &hcloud_endpoint {
             let plain_http = endpoint.to_ascii_lowercase().starts_with("http://");
@@ -453,6 +460,23 @@ impl Loader {
                 Some(listen_address),
                 Some(cilium_api_version),
             ) if self.problems.is_empty() => Ok(Settings {
+                pools: listed_pools.unwrap_or_else(|| {
+                    vec![PoolConfig {
+                        name: pool_name.clone(),
+                        label_selector: label_selector.clone(),
+                        addresses: vec![AddressKind::PublicIpv4],
+                        ipv6_host_part: DEFAULT_IPV6_HOST_PART,
+                        private_network: None,
+                        include_alias_ips: false,
+                        floating_ip_selector: None,
+                        service_selector: pool_service_selector.clone(),
+                        annotations: pool_annotations.clone(),
+                        labels: pool_labels.clone(),
+                        max_removal_ratio: guards.max_removal_ratio,
+                        nodes: NodeRules::default(),
+                    }]
+                }),
+                pools_listed,
                 log_level,
                 log_format,
                 label_selector,
@@ -488,6 +512,60 @@ impl Loader {
 }
 
 impl Loader {
+    /// The pools of `Pools`, `None` when it is unset or invalid (then every
+    /// problem is recorded). Setting it together with a single-pool setting
+    /// is a problem naming both.
+    fn listed_pools(&mut self, watch_nodes: bool) -> Option<Vec<PoolConfig>> {
+        let raw = self.raw(&POOLS)?;
+        for setting in SINGLE_POOL_SETTINGS {
+            let set = matches!(
+                self.layer_of(setting),
+                Some(LayerKind::File | LayerKind::Env)
+            );
+            if set {
+                let origin = self.origin_of(setting);
+                self.problem(
+                    Some(&POOLS),
+                    format!(
+                        "Pools (from {}) and {} (from {origin}) are both set; describe every \
+                         pool in Pools and remove {}",
+                        raw.origin,
+                        setting.label(),
+                        setting.key
+                    ),
+                );
+            }
+        }
+        match parse_pools(&raw.text) {
+            Ok(pools) => {
+                let mut ok = true;
+                for (index, pool) in pools.iter().enumerate() {
+                    if pool.nodes != NodeRules::default() && !watch_nodes {
+                        ok = false;
+                        self.problem(
+                            Some(&POOLS),
+                            format!(
+                                "(from {}) pool {} ({}): Nodes needs the Node watch, but {} is \
+                                 false; set it to true or remove Nodes",
+                                raw.origin,
+                                index + 1,
+                                quote(&pool.name),
+                                WATCH_NODES.label()
+                            ),
+                        );
+                    }
+                }
+                ok.then_some(pools)
+            }
+            Err(problems) => {
+                for problem in problems {
+                    self.problem(Some(&POOLS), format!("(from {}) {problem}", raw.origin));
+                }
+                None
+            }
+        }
+    }
+
     /// Like the guard settings: every setting has a table default, so a
     /// `None` is a failed parse and a recorded problem; the placeholders
     /// never reach a returned Settings.

@@ -10,11 +10,13 @@ pub(crate) mod secret;
 pub use secret::*;
 mod choices;
 mod loader;
+mod pools;
 mod table;
 mod token;
 mod values;
 pub use choices::*;
 use loader::*;
+pub use pools::*;
 pub use table::*;
 pub use token::*;
 use values::*;
@@ -78,6 +80,11 @@ pub struct Settings {
     pub pool_annotations: BTreeMap<String, String>,
     pub pool_labels: BTreeMap<String, String>,
     pub pool_service_selector: Option<LabelSelector>,
+    /// The pools to keep, in order: those of `Pools`, or the one the
+    /// single-pool settings describe.
+    pub pools: Vec<PoolConfig>,
+    /// `Pools` was set (rather than the single-pool settings).
+    pub pools_listed: bool,
     pub interval: Duration,
     pub listen_address: SocketAddr,
     pub cilium_api_version: CiliumApiVersion,

@@ -113,6 +113,20 @@ pub const POOL_SERVICE_SELECTOR: Setting = Setting {
     description: "Which Services may take addresses from the pool (spec.serviceSelector): \
                   a JSON object of labels or a selector such as color=blue,env in (prod)",
 };
+pub const POOLS: Setting = Setting {
+    env: "CANADA_KAKTUS_POOLS",
+    key: "Pools",
+    default: SettingDefault::Unset(
+        "none: LabelSelector, PoolName, PoolAnnotations, PoolLabels, PoolServiceSelector and \
+         MaxRemovalRatio describe one pool",
+    ),
+    description: "Several pools, as a JSON list (in config.json a list, in the environment its \
+                  JSON text); each entry has Name and LabelSelector, and optionally Addresses \
+                  (public-ipv4, public-ipv6, private-ipv4, floating-ip), Ipv6HostPart, \
+                  PrivateNetwork, IncludeAliasIps, FloatingIpSelector, ServiceSelector, \
+                  Annotations, Labels, MaxRemovalRatio and Nodes (see Several pools). Cannot \
+                  be combined with the single-pool settings",
+};
 pub const INTERVAL: Setting = Setting {
     env: "CANADA_KAKTUS_INTERVAL",
     key: "Interval",
@@ -233,6 +247,7 @@ pub const SETTINGS: &[Setting] = &[
     POOL_ANNOTATIONS,
     POOL_LABELS,
     POOL_SERVICE_SELECTOR,
+    POOLS,
     INTERVAL,
     LISTEN_ADDRESS,
     CILIUM_API_VERSION,
@@ -284,6 +299,21 @@ pub(super) fn accepts_object(setting: &Setting) -> bool {
         POOL_ANNOTATIONS.key,
         POOL_LABELS.key,
         POOL_SERVICE_SELECTOR.key,
+        POOLS.key,
     ]
     .contains(&setting.key)
+}
+
+/// The settings that describe the one pool when `Pools` is not set.
+pub const SINGLE_POOL_SETTINGS: &[Setting] = &[
+    LABEL_SELECTOR,
+    POOL_NAME,
+    POOL_ANNOTATIONS,
+    POOL_LABELS,
+    POOL_SERVICE_SELECTOR,
+    MAX_REMOVAL_RATIO,
+];
+
+pub(super) fn accepts_list(setting: &Setting) -> bool {
+    setting.key == POOLS.key
 }

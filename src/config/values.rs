@@ -149,7 +149,9 @@ pub(super) fn json_to_text(
         serde_json::Value::String(s) => Ok(Some(s.clone())),
         serde_json::Value::Bool(b) => Ok(Some(b.to_string())),
         serde_json::Value::Number(n) => Ok(Some(n.to_string())),
-        serde_json::Value::Object(_) if object_ok => Ok(Some(value.to_string())),
+        serde_json::Value::Object(_) | serde_json::Value::Array(_) if object_ok => {
+            Ok(Some(value.to_string()))
+        }
         other => Err(json_type(other)),
     }
 }

@@ -134,35 +134,23 @@ impl HetznerClient {
         token: &SecretString,
         label_selector: &str,
     ) -> Result<ServerListing, HetznerError> {
-        let authorization = bearer(token)?;
-        let secret = token.expose().trim();
         let mut listing = ServerListing::default();
         let mut seen = HashSet::new();
-        let mut paging = PagingCheck::default();
-        let mut page: u32 = 1;
-        loop {
-            let response = self
-                .fetch_page(&authorization, secret, label_selector, page, &mut listing)
-                .await?;
-            listing.pages += 1;
-            if response.rate_limit.is_some() {
-                listing.rate_limit = response.rate_limit;
-            }
-            let decoded = decode_page(page, &response.body)?;
-            let pagination = decoded.meta.pagination;
-            paging.page(page, &pagination, decoded.servers.len())?;
-            absorb_servers(decoded.servers, &mut listing, &mut seen);
-            match next_page(page, &pagination, listing.pages)? {
-                Some(next) => page = next,
-                None => {
-                    paging.end(page, &pagination)?;
-                    break;
-                }
-            }
-        }
+        // An unfiltered listing serves several pools whose selectors are
+        // matched here, so it keeps the labels; a filtered one needs none.
+        let with_labels = label_selector.is_empty();
+        let cost = self
+            .list_pages(token, Collection::Servers, label_selector, |page, body| {
+                let decoded: ServersPage = decode(Collection::Servers, page, body)?;
+                let count = decoded.servers.len();
+                absorb_servers(decoded.servers, &mut listing, &mut seen, with_labels);
+                Ok((decoded.meta.pagination, count))
+            })
+            .await?;
+        listing.add_cost(&cost);
         tracing::debug!(
             servers = listing.servers.len(),
-            skipped = listing.skipped.len(),
+            without_ipv4 = listing.skipped().count(),
             pages = listing.pages,
             requests = listing.requests,
             "listed Hetzner servers"
@@ -170,23 +158,103 @@ impl HetznerClient {
         Ok(listing)
     }
 
-    /// One page, retried according to the policy. `requests` counts every
-    /// attempt, so the caller sees the true cost against the rate limit.
+    /// Every Floating IP of the project (there are few; the pools' own
+    /// selectors are matched by the caller), every page or an error.
+    pub async fn list_floating_ips(
+        &self,
+        token: &SecretString,
+    ) -> Result<FloatingIpListing, HetznerError> {
+        let mut listing = FloatingIpListing::default();
+        let mut seen = HashSet::new();
+        let cost = self
+            .list_pages(token, Collection::FloatingIps, "", |page, body| {
+                let decoded: FloatingIpsPage = decode(Collection::FloatingIps, page, body)?;
+                let count = decoded.floating_ips.len();
+                absorb_floating_ips(decoded.floating_ips, &mut listing, &mut seen);
+                Ok((decoded.meta.pagination, count))
+            })
+            .await?;
+        listing.requests = cost.requests;
+        Ok(listing)
+    }
+
+    /// Every private network's ID and name, for pools that name theirs.
+    pub async fn list_networks(
+        &self,
+        token: &SecretString,
+    ) -> Result<(Vec<Network>, u32), HetznerError> {
+        let mut networks = Vec::new();
+        let cost = self
+            .list_pages(token, Collection::Networks, "", |page, body| {
+                let decoded: NetworksPage = decode(Collection::Networks, page, body)?;
+                let count = decoded.networks.len();
+                absorb_networks(decoded.networks, &mut networks);
+                Ok((decoded.meta.pagination, count))
+            })
+            .await?;
+        Ok((networks, cost.requests))
+    }
+
+    /// Reads every page of `collection` (the paging checked as for servers)
+    /// and hands each body to `absorb`, which returns the page's pagination
+    /// and entry count.
+    async fn list_pages(
+        &self,
+        token: &SecretString,
+        collection: Collection,
+        label_selector: &str,
+        mut absorb: impl FnMut(u32, &[u8]) -> Result<(Pagination, usize), HetznerError>,
+    ) -> Result<ListingCost, HetznerError> {
+        let authorization = bearer(token)?;
+        let secret = token.expose().trim();
+        let url = self.url(collection);
+        let mut cost = ListingCost::default();
+        let mut paging = PagingCheck::default();
+        let mut page: u32 = 1;
+        loop {
+            let request = Request {
+                url: &url,
+                authorization: &authorization,
+                secret,
+                label_selector,
+                page,
+            };
+            let response = self.fetch_page(&request, &mut cost).await?;
+            cost.pages += 1;
+            if response.rate_limit.is_some() {
+                cost.rate_limit = response.rate_limit;
+            }
+            let (pagination, entries) = absorb(page, &response.body)?;
+            paging.page(page, &pagination, entries)?;
+            match next_page(page, &pagination, cost.pages)? {
+                Some(next) => page = next,
+                None => {
+                    paging.end(page, &pagination)?;
+                    return Ok(cost);
+                }
+            }
+        }
+    }
+
+    fn url(&self, collection: Collection) -> Url {
+        let mut url = self.servers_url.clone();
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop().push(collection.path());
+        }
+        url
+    }
+
     async fn fetch_page(
         &self,
-        authorization: &HeaderValue,
-        secret: &str,
-        label_selector: &str,
-        page: u32,
-        listing: &mut ServerListing,
+        request: &Request<'_>,
+        cost: &mut ListingCost,
     ) -> Result<PageResponse, HetznerError> {
+        let page = request.page;
         let mut retries: u32 = 0;
         loop {
-            listing.throttled += self.throttle(page).await?;
-            listing.requests = listing.requests.saturating_add(1);
-            let result = self
-                .send_once(authorization, secret, label_selector, page)
-                .await;
+            cost.throttled += self.throttle(page).await?;
+            cost.requests = cost.requests.saturating_add(1);
+            let result = self.send_once(request).await;
             let rate_limit = match &result {
                 Ok(response) => response.rate_limit,
                 // A 429 means nothing remains until its reset.
@@ -278,13 +346,14 @@ impl HetznerClient {
         }
     }
 
-    async fn send_once(
-        &self,
-        authorization: &HeaderValue,
-        secret: &str,
-        label_selector: &str,
-        page: u32,
-    ) -> Result<PageResponse, HetznerError> {
+    async fn send_once(&self, request: &Request<'_>) -> Result<PageResponse, HetznerError> {
+        let Request {
+            url,
+            authorization,
+            secret,
+            label_selector,
+            page,
+        } = *request;
         let started = Instant::now();
         let page_param = page.to_string();
         let per_page_param = PER_PAGE.to_string();
@@ -297,7 +366,7 @@ impl HetznerClient {
 
         let result = self
             .http
-            .get(self.servers_url.clone())
+            .get(url.clone())
             .header(AUTHORIZATION, authorization.clone())
             .query(&query)
             .send()
@@ -436,6 +505,16 @@ impl HetznerClient {
 
 /// Builds the `Authorization` header value, marked sensitive so that header
 /// dumps (e.g. `Debug` of a request) show it redacted.
+/// One page request of a listing.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    url: &'a Url,
+    authorization: &'a HeaderValue,
+    secret: &'a str,
+    label_selector: &'a str,
+    page: u32,
+}
+
 pub(super) fn bearer(token: &SecretString) -> Result<HeaderValue, HetznerError> {
     // Tokens read from files or Secrets often end with a newline, which is
     // never part of a Hetzner token but would make the header invalid.

@@ -107,8 +107,13 @@ pub enum HetznerError {
     )]
     BudgetExhausted { per_hour: u32, retry_in_secs: u64 },
 
-    #[error("could not decode the Hetzner server list, page {page}: {reason}")]
-    Decode { page: u32, reason: String },
+    #[error("could not decode the Hetzner {list} list, page {page}: {reason}")]
+    Decode {
+        /// What was listed: `server`, `Floating IP`, `network`.
+        list: &'static str,
+        page: u32,
+        reason: String,
+    },
 
     #[error("the Hetzner API response for page {page} is larger than {limit} bytes")]
     BodyTooLarge { page: u32, limit: usize },

@@ -1,18 +1,17 @@
-//! What a listing yields: the servers' usable addresses, the servers
-//! skipped and why. Plain data shared by the client and the pool.
+//! What a listing yields: every matched server with each kind of address it
+//! has (public IPv4 and IPv6, private networks), its status and, for an
+//! unfiltered listing, its labels; and the Floating IPs. Plain data shared
+//! by the client and the pool membership rules.
 
 use super::*;
+use std::collections::BTreeMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-/// The result of one complete listing.
+/// What a paged listing cost.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ServerListing {
-    /// Servers with a usable public IPv4, in API order, each id once.
-    pub servers: Vec<ServerAddress>,
-    /// Servers that matched the selector but have no usable public IPv4.
-    pub skipped: Vec<SkippedServer>,
+pub(super) struct ListingCost {
     /// HTTP requests sent, including retries.
     pub requests: u32,
     pub pages: u32,
@@ -22,20 +21,214 @@ pub struct ServerListing {
     pub throttled: Duration,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ServerAddress {
+/// The result of one complete `GET /servers` listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerListing {
+    /// Every server the selector matched, in API order, each id once.
+    pub servers: Vec<Server>,
+    /// HTTP requests sent, including retries.
+    pub requests: u32,
+    pub pages: u32,
+    /// From the last response's `RateLimit-*` headers.
+    pub rate_limit: Option<RateLimit>,
+    /// Time spent waiting for the request budget or Hetzner's rate limit.
+    pub throttled: Duration,
+}
+
+impl ServerListing {
+    /// The servers without a usable public IPv4, and why.
+    pub fn skipped(&self) -> impl Iterator<Item = (&Server, &SkipReason)> {
+        self.servers
+            .iter()
+            .filter_map(|s| s.ipv4.as_ref().err().map(|reason| (s, reason)))
+    }
+
+    /// The servers with a usable public IPv4, with it.
+    pub fn with_ipv4(&self) -> impl Iterator<Item = (&Server, Ipv4Addr)> {
+        self.servers
+            .iter()
+            .filter_map(|s| s.ipv4.as_ref().ok().map(|ip| (s, *ip)))
+    }
+
+    pub(super) fn add_cost(&mut self, cost: &ListingCost) {
+        self.requests = self.requests.saturating_add(cost.requests);
+        self.pages += cost.pages;
+        if cost.rate_limit.is_some() {
+            self.rate_limit = cost.rate_limit;
+        }
+        self.throttled += cost.throttled;
+    }
+}
+
+/// One server as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
     pub id: i64,
     pub name: String,
-    pub ipv4: Ipv4Addr,
-    /// Hetzner's abuse team blocked the address; the caller decides what to do.
+    pub status: ServerStatus,
+    /// The public IPv4, or why there is no usable one.
+    pub ipv4: Result<Ipv4Addr, SkipReason>,
+    /// Hetzner's abuse team blocked the public IPv4; the caller decides.
+    pub blocked: bool,
+    /// The public IPv6 network (`public_net.ipv6.ip`, a `/64`).
+    pub ipv6: Option<Ipv6Net>,
+    /// Attachments to private networks, in API order.
+    pub private_net: Vec<PrivateNet>,
+    /// The server's labels; filled only by an unfiltered listing (no label
+    /// selector), whose servers are matched locally.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Server {
+    /// A running server with a usable public IPv4 and nothing else; for tests
+    /// and benchmarks.
+    pub fn with_ipv4(id: i64, name: impl Into<String>, ipv4: Ipv4Addr) -> Self {
+        Self {
+            id,
+            name: name.into(),
+            status: ServerStatus::Running,
+            ipv4: Ok(ipv4),
+            blocked: false,
+            ipv6: None,
+            private_net: Vec::new(),
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
+/// A public IPv6 network as Hetzner assigns it to a server or a Floating IP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Net {
+    pub network: Ipv6Addr,
+    pub prefix: u8,
     pub blocked: bool,
 }
 
+impl Ipv6Net {
+    /// Parses Hetzner's CIDR text (`2001:db8:1::/64`); a bare address counts
+    /// as a `/128`.
+    pub fn parse(text: &str, blocked: bool) -> Option<Self> {
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, prefix.parse::<u8>().ok()?),
+            None => (text, 128),
+        };
+        let address: Ipv6Addr = address.parse().ok()?;
+        if prefix > 128 || address.is_unspecified() {
+            return None;
+        }
+        let mask = if prefix == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(prefix))
+        };
+        Some(Self {
+            network: Ipv6Addr::from(u128::from(address) & mask),
+            prefix,
+            blocked,
+        })
+    }
+
+    /// The address with `host` in the bits below the prefix (the network's
+    /// own bits of `host` are ignored): `2001:db8:1::/64` with `::1` is
+    /// `2001:db8:1::1`.
+    pub fn host(&self, host: Ipv6Addr) -> Ipv6Addr {
+        let host_mask = if self.prefix >= 128 {
+            0
+        } else {
+            u128::MAX >> u32::from(self.prefix)
+        };
+        Ipv6Addr::from(u128::from(self.network) | (u128::from(host) & host_mask))
+    }
+}
+
+/// A server's attachment to a private network.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedServer {
+pub struct PrivateNet {
+    /// The network's ID.
+    pub network: i64,
+    /// The server's primary address in it (`None` while it is being assigned).
+    pub ip: Option<Ipv4Addr>,
+    /// Further addresses routed to the server in this network.
+    pub alias_ips: Vec<Ipv4Addr>,
+}
+
+/// A server's `status`. Only `running` serves; `deleting` never will again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerStatus {
+    Running,
+    Initializing,
+    Starting,
+    Stopping,
+    Off,
+    Deleting,
+    Migrating,
+    Rebuilding,
+    /// Missing or a status this version does not know.
+    Unknown,
+}
+
+impl ServerStatus {
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "running" => Self::Running,
+            "initializing" => Self::Initializing,
+            "starting" => Self::Starting,
+            "stopping" => Self::Stopping,
+            "off" => Self::Off,
+            "deleting" => Self::Deleting,
+            "migrating" => Self::Migrating,
+            "rebuilding" => Self::Rebuilding,
+            _ => Self::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Initializing => "initializing",
+            Self::Starting => "starting",
+            Self::Stopping => "stopping",
+            Self::Off => "off",
+            Self::Deleting => "deleting",
+            Self::Migrating => "migrating",
+            Self::Rebuilding => "rebuilding",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// The result of one complete `GET /floating_ips` listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FloatingIpListing {
+    pub floating_ips: Vec<FloatingIp>,
+    /// HTTP requests sent, including retries.
+    pub requests: u32,
+}
+
+/// A Floating IP and the server it is assigned to, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FloatingIp {
     pub id: i64,
     pub name: String,
-    pub reason: SkipReason,
+    pub address: FloatingAddress,
+    pub blocked: bool,
+    /// The server it is assigned to; `None` while unassigned.
+    pub server: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloatingAddress {
+    V4(Ipv4Addr),
+    /// An IPv6 Floating IP is a network (a `/64`).
+    V6(Ipv6Net),
+}
+
+/// A private network's ID and name, from `GET /networks`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Network {
+    pub id: i64,
+    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

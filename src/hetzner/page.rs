@@ -4,8 +4,9 @@
 
 use super::*;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
 
 pub(super) struct PageResponse {
@@ -18,14 +19,28 @@ pub(super) enum ReadError {
     Transport(reqwest::Error),
 }
 
-// The minimal shape of a server list page. Everything else Hetzner sends
-// (status, labels, private_net, ipv6, server_type, …) is skipped by serde
-// without being materialised, which keeps a 10,000-server listing cheap.
+// The minimal shapes of the list pages. Everything else Hetzner sends
+// (server_type, image, dns_ptr, …) is skipped by serde without being
+// materialised, and labels stay raw JSON text until an unfiltered listing
+// needs them, which keeps a 10,000-server listing cheap.
 
 #[derive(Deserialize)]
 pub(super) struct ServersPage<'a> {
     #[serde(borrow)]
     pub(super) servers: Vec<RawServer<'a>>,
+    pub(super) meta: Meta,
+}
+
+#[derive(Deserialize)]
+pub(super) struct FloatingIpsPage<'a> {
+    #[serde(borrow)]
+    pub(super) floating_ips: Vec<RawFloatingIp<'a>>,
+    pub(super) meta: Meta,
+}
+
+#[derive(Deserialize)]
+pub(super) struct NetworksPage {
+    pub(super) networks: Vec<RawNetwork>,
     pub(super) meta: Meta,
 }
 
@@ -118,25 +133,76 @@ pub(super) struct RawServer<'a> {
     #[serde(default)]
     pub(super) name: String,
     #[serde(default, borrow)]
+    pub(super) status: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
     pub(super) public_net: Option<RawPublicNet<'a>>,
+    #[serde(default, borrow)]
+    pub(super) private_net: Option<Vec<RawPrivateNet<'a>>>,
+    #[serde(default, borrow)]
+    pub(super) labels: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
 pub(super) struct RawPublicNet<'a> {
     #[serde(default, borrow)]
-    ipv4: Option<RawIpv4<'a>>,
+    ipv4: Option<RawIp<'a>>,
+    #[serde(default, borrow)]
+    ipv6: Option<RawIp<'a>>,
 }
 
+/// `public_net.ipv4` or `public_net.ipv6`.
 #[derive(Deserialize)]
-pub(super) struct RawIpv4<'a> {
+pub(super) struct RawIp<'a> {
     #[serde(default, borrow)]
     pub(super) ip: Option<Cow<'a, str>>,
     #[serde(default)]
     pub(super) blocked: bool,
 }
 
+#[derive(Deserialize)]
+pub(super) struct RawPrivateNet<'a> {
+    #[serde(default)]
+    network: i64,
+    #[serde(default, borrow)]
+    ip: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    alias_ips: Vec<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawFloatingIp<'a> {
+    id: i64,
+    #[serde(default)]
+    name: String,
+    #[serde(borrow)]
+    ip: Cow<'a, str>,
+    #[serde(default)]
+    blocked: bool,
+    #[serde(default)]
+    server: Option<i64>,
+    #[serde(default, borrow)]
+    labels: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawNetwork {
+    id: i64,
+    #[serde(default)]
+    name: String,
+}
+
 pub(super) fn decode_page(page: u32, body: &[u8]) -> Result<ServersPage<'_>, HetznerError> {
+    decode(Collection::Servers, page, body)
+}
+
+/// Decodes one page of a listing.
+pub(super) fn decode<'a, T: Deserialize<'a>>(
+    collection: Collection,
+    page: u32,
+    body: &'a [u8],
+) -> Result<T, HetznerError> {
     serde_json::from_slice(body).map_err(|error| HetznerError::Decode {
+        list: collection.noun(),
         page,
         reason: error.to_string(),
     })
@@ -153,7 +219,7 @@ pub fn parse_servers_page(
     let decoded = decode_page(page, body)?;
     let mut listing = ServerListing::default();
     PagingCheck::default().page(page, &decoded.meta.pagination, decoded.servers.len())?;
-    absorb_servers(decoded.servers, &mut listing, &mut HashSet::new());
+    absorb_servers(decoded.servers, &mut listing, &mut HashSet::new(), true);
     let next = next_page(page, &decoded.meta.pagination, 1)?;
     Ok((listing, next))
 }
@@ -162,6 +228,7 @@ pub(super) fn absorb_servers(
     servers: Vec<RawServer<'_>>,
     listing: &mut ServerListing,
     seen: &mut HashSet<i64>,
+    with_labels: bool,
 ) {
     listing.servers.reserve(servers.len());
     for server in servers {
@@ -174,31 +241,99 @@ pub(super) fn absorb_servers(
             );
             continue;
         }
-        match classify(server.public_net.and_then(|net| net.ipv4)) {
-            Ok((ipv4, blocked)) => listing.servers.push(ServerAddress {
-                id: server.id,
-                name: server.name,
-                ipv4,
-                blocked,
-            }),
-            Err(reason) => {
-                tracing::warn!(
-                    server_id = server.id,
-                    server_name = %server.name,
-                    reason = %reason,
-                    "skipping Hetzner server without a usable public IPv4"
-                );
-                listing.skipped.push(SkippedServer {
-                    id: server.id,
-                    name: server.name,
-                    reason,
-                });
-            }
+        let (ipv4, ipv6) = match server.public_net {
+            Some(net) => (net.ipv4, net.ipv6),
+            None => (None, None),
+        };
+        let blocked = ipv4.as_ref().is_some_and(|ip| ip.blocked);
+        let ipv4 = classify(ipv4);
+        if let Err(reason) = &ipv4 {
+            tracing::debug!(
+                server_id = server.id,
+                server_name = %server.name,
+                reason = %reason,
+                "Hetzner server without a usable public IPv4"
+            );
         }
+        listing.servers.push(Server {
+            id: server.id,
+            name: server.name,
+            status: ServerStatus::parse(server.status.as_deref().unwrap_or_default()),
+            ipv4,
+            blocked,
+            ipv6: ipv6.and_then(|ip| Ipv6Net::parse(ip.ip.as_deref()?, ip.blocked)),
+            private_net: server
+                .private_net
+                .unwrap_or_default()
+                .into_iter()
+                .map(|net| PrivateNet {
+                    network: net.network,
+                    ip: net.ip.and_then(|ip| ip.parse().ok()),
+                    alias_ips: net
+                        .alias_ips
+                        .iter()
+                        .filter_map(|ip| ip.parse().ok())
+                        .collect(),
+                })
+                .collect(),
+            labels: if with_labels {
+                labels(server.labels)
+            } else {
+                BTreeMap::new()
+            },
+        });
     }
 }
 
-pub(super) fn classify(ipv4: Option<RawIpv4<'_>>) -> Result<(Ipv4Addr, bool), SkipReason> {
+/// Labels from their raw JSON text; anything but an object of strings
+/// counts as no labels (such a server matches only selectors that want
+/// labels absent).
+fn labels(raw: Option<&RawValue>) -> BTreeMap<String, String> {
+    raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .unwrap_or_default()
+}
+
+pub(super) fn absorb_floating_ips(
+    floating_ips: Vec<RawFloatingIp<'_>>,
+    listing: &mut FloatingIpListing,
+    seen: &mut HashSet<i64>,
+) {
+    for raw in floating_ips {
+        if !seen.insert(raw.id) {
+            continue;
+        }
+        let address = match raw.ip.parse::<Ipv4Addr>() {
+            Ok(ip) if !ip.is_unspecified() => Some(FloatingAddress::V4(ip)),
+            Ok(_) => None,
+            Err(_) => Ipv6Net::parse(&raw.ip, raw.blocked).map(FloatingAddress::V6),
+        };
+        let Some(address) = address else {
+            tracing::warn!(
+                floating_ip_id = raw.id,
+                value = %shorten(&raw.ip, 64),
+                "skipping a Floating IP whose address is not an IP address"
+            );
+            continue;
+        };
+        listing.floating_ips.push(FloatingIp {
+            id: raw.id,
+            name: raw.name,
+            address,
+            blocked: raw.blocked,
+            server: raw.server,
+            labels: labels(raw.labels),
+        });
+    }
+}
+
+pub(super) fn absorb_networks(networks: Vec<RawNetwork>, into: &mut Vec<Network>) {
+    into.extend(networks.into_iter().map(|n| Network {
+        id: n.id,
+        name: n.name,
+    }));
+}
+
+pub(super) fn classify(ipv4: Option<RawIp<'_>>) -> Result<Ipv4Addr, SkipReason> {
     let Some(ipv4) = ipv4 else {
         return Err(SkipReason::NoPublicIpv4);
     };
@@ -207,7 +342,7 @@ pub(super) fn classify(ipv4: Option<RawIpv4<'_>>) -> Result<(Ipv4Addr, bool), Sk
     };
     match text.parse::<Ipv4Addr>() {
         Ok(address) if address.is_unspecified() => Err(SkipReason::UnspecifiedIpv4),
-        Ok(address) => Ok((address, ipv4.blocked)),
+        Ok(address) => Ok(address),
         Err(_) => Err(SkipReason::InvalidIpv4(shorten(&text, 64))),
     }
 }
@@ -243,4 +378,32 @@ pub(super) fn next_page(
         });
     }
     Ok(Some(next))
+}
+
+/// What a listing reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Collection {
+    Servers,
+    FloatingIps,
+    Networks,
+}
+
+impl Collection {
+    /// The path below the endpoint.
+    pub(super) fn path(self) -> &'static str {
+        match self {
+            Collection::Servers => "servers",
+            Collection::FloatingIps => "floating_ips",
+            Collection::Networks => "networks",
+        }
+    }
+
+    /// How messages name one entry.
+    pub(super) fn noun(self) -> &'static str {
+        match self {
+            Collection::Servers => "server",
+            Collection::FloatingIps => "Floating IP",
+            Collection::Networks => "network",
+        }
+    }
 }

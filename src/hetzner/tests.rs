@@ -186,6 +186,7 @@ fn error_retry_classification() {
     assert!(!unauthorized.is_retryable());
     assert_eq!(unauthorized.metric_label(), "unauthorized");
     let decode = HetznerError::Decode {
+        list: "server",
         page: 1,
         reason: "x".to_owned(),
     };
@@ -198,9 +199,12 @@ fn parses_only_the_needed_fields() {
         "servers": [
             {"id": 1, "name": "a", "status": "running", "labels": {"x": "y"},
              "public_net": {"ipv4": {"id": 9, "ip": "192.0.2.1", "blocked": true, "dns_ptr": "p"},
-                            "ipv6": null, "floating_ips": [], "something_new": {"deep": [1, 2]}},
-             "private_net": [{"network": 1, "ip": "10.0.0.2", "alias_ips": [], "mac_address": "x"}]},
-            {"id": 2, "name": "b", "public_net": {"ipv4": null}},
+                            "ipv6": {"id": 10, "ip": "2001:db8:1::/64", "blocked": false,
+                                     "dns_ptr": []},
+                            "floating_ips": [], "something_new": {"deep": [1, 2]}},
+             "private_net": [{"network": 1, "ip": "10.0.0.2", "alias_ips": ["10.0.0.9"],
+                              "mac_address": "x"}]},
+            {"id": 2, "name": "b", "status": "deleting", "public_net": {"ipv4": null, "ipv6": null}},
             {"id": 3, "name": "c", "public_net": {"ipv4": {"ip": "0.0.0.0", "blocked": false}}},
             {"id": 4, "name": "d", "public_net": {"ipv4": {"ip": "2001:db8::1"}}},
             {"id": 5, "name": "e"}
@@ -211,20 +215,35 @@ fn parses_only_the_needed_fields() {
     let page = decode_page(1, body).unwrap();
     assert_eq!(page.meta.pagination.next_page, None);
     let mut listing = ServerListing::default();
-    absorb_servers(page.servers, &mut listing, &mut HashSet::new());
+    absorb_servers(page.servers, &mut listing, &mut HashSet::new(), true);
     assert_eq!(
-        listing.servers,
-        vec![ServerAddress {
+        listing.servers[0],
+        Server {
             id: 1,
             name: "a".to_owned(),
-            ipv4: Ipv4Addr::new(192, 0, 2, 1),
+            status: ServerStatus::Running,
+            ipv4: Ok(Ipv4Addr::new(192, 0, 2, 1)),
             blocked: true,
-        }]
+            ipv6: Some(Ipv6Net {
+                network: "2001:db8:1::".parse().unwrap(),
+                prefix: 64,
+                blocked: false,
+            }),
+            private_net: vec![PrivateNet {
+                network: 1,
+                ip: Some(Ipv4Addr::new(10, 0, 0, 2)),
+                alias_ips: vec![Ipv4Addr::new(10, 0, 0, 9)],
+            }],
+            labels: [("x".to_owned(), "y".to_owned())].into(),
+        }
     );
+    assert_eq!(listing.servers[1].status, ServerStatus::Deleting);
+    assert_eq!(listing.servers[1].ipv6, None);
+    let usable: Vec<_> = listing.with_ipv4().map(|(s, ip)| (s.id, ip)).collect();
+    assert_eq!(usable, vec![(1, Ipv4Addr::new(192, 0, 2, 1))]);
     let reasons: Vec<_> = listing
-        .skipped
-        .iter()
-        .map(|s| (s.id, s.reason.clone()))
+        .skipped()
+        .map(|(s, reason)| (s.id, reason.clone()))
         .collect();
     assert_eq!(
         reasons,
@@ -234,6 +253,43 @@ fn parses_only_the_needed_fields() {
             (4, SkipReason::InvalidIpv4("2001:db8::1".to_owned())),
             (5, SkipReason::NoPublicIpv4),
         ]
+    );
+    // A filtered listing leaves the labels raw and unread.
+    let mut filtered = ServerListing::default();
+    absorb_servers(
+        decode_page(1, body).unwrap().servers,
+        &mut filtered,
+        &mut HashSet::new(),
+        false,
+    );
+    assert!(filtered.servers[0].labels.is_empty());
+}
+
+#[test]
+fn ipv6_networks_give_one_address_per_host_part() {
+    let net = Ipv6Net::parse("2001:db8:1:2::/64", false).unwrap();
+    assert_eq!(
+        net.host("::1".parse().unwrap()).to_string(),
+        "2001:db8:1:2::1"
+    );
+    assert_eq!(
+        net.host("::a:1".parse().unwrap()).to_string(),
+        "2001:db8:1:2::a:1"
+    );
+    // Host bits in the network text are dropped; network bits of the host
+    // part are ignored.
+    let sloppy = Ipv6Net::parse("2001:db8:1:2::5/64", false).unwrap();
+    assert_eq!(sloppy.network, net.network);
+    assert_eq!(
+        net.host("ffff::1".parse().unwrap()).to_string(),
+        "2001:db8:1:2::1"
+    );
+    assert_eq!(Ipv6Net::parse("::/64", false), None);
+    assert_eq!(Ipv6Net::parse("2001:db8::/129", false), None);
+    assert_eq!(Ipv6Net::parse("not-an-ip/64", false), None);
+    assert_eq!(
+        Ipv6Net::parse("2001:db8::7", true).map(|n| (n.prefix, n.blocked)),
+        Some((128, true))
     );
 }
 
@@ -248,11 +304,13 @@ fn duplicate_ids_across_pages_are_kept_once() {
         decode_page(1, body).unwrap().servers,
         &mut listing,
         &mut seen,
+        false,
     );
     absorb_servers(
         decode_page(2, body).unwrap().servers,
         &mut listing,
         &mut seen,
+        false,
     );
     assert_eq!(listing.servers.len(), 1);
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Mutex;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
 use kube::Client;
 
@@ -29,6 +29,12 @@ pub enum PoolApiError {
         name: String,
         message: String,
     },
+    #[error(
+        "permission denied to list {POOL_PLURAL}: {message}; the ServiceAccount needs list on \
+         every {POOL_KIND} (the rule without resourceNames in deploy/rbac.yaml) to keep its \
+         pools from overlapping the others"
+    )]
+    ListForbidden { message: String },
     #[error("the API server refused to {verb} {POOL_PLURAL}/{name} ({code} {reason}): {message}")]
     Rejected {
         verb: &'static str,
@@ -49,7 +55,7 @@ impl PoolApiError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             PoolApiError::CrdMissing { .. } => "crd_missing",
-            PoolApiError::Forbidden { .. } => "kube_forbidden",
+            PoolApiError::Forbidden { .. } | PoolApiError::ListForbidden { .. } => "kube_forbidden",
             PoolApiError::Rejected { .. } => "kube_rejected",
             PoolApiError::Unreachable { .. } => "kube_unreachable",
         }
@@ -57,6 +63,11 @@ impl PoolApiError {
 
     fn from_kube(verb: &'static str, name: &str, error: kube::Error) -> Self {
         match error {
+            kube::Error::Api(status) if status.code == 403 && verb == "list" => {
+                PoolApiError::ListForbidden {
+                    message: status.message,
+                }
+            }
             kube::Error::Api(status) if status.code == 403 => PoolApiError::Forbidden {
                 verb,
                 name: name.to_owned(),
@@ -210,6 +221,27 @@ impl PoolClient {
             .get_opt(name)
             .await
             .map_err(|e| self.classify(resource, "get", name, e))
+    }
+
+    /// Every pool but those named in `managed` (a field selector; the
+    /// caller leaves out the managed ones again, whatever the answer), for
+    /// the overlap check. Needs `list` on every pool, not only ours.
+    pub async fn list_others(
+        &self,
+        resource: &ApiResource,
+        managed: &[&str],
+    ) -> Result<Vec<Pool>, PoolApiError> {
+        let selector = managed
+            .iter()
+            .map(|name| format!("metadata.name!={name}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let params = ListParams::default().fields(&selector);
+        self.api(resource)
+            .list(&params)
+            .await
+            .map(|list| list.items)
+            .map_err(|e| self.classify(resource, "list", "*", e))
     }
 
     /// Server-side apply with `force`: creates the pool when missing, takes

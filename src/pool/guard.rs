@@ -3,13 +3,13 @@
 //! a running Service, so when in doubt these refuse to write or hold back.
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::BlockedAddresses;
-use crate::hetzner::ServerAddress;
+use crate::config::AddressKind;
+use crate::members::Members;
 use crate::pool::render::DesiredPool;
 
 /// Why a write was refused. The live pool is left exactly as it was.
@@ -17,10 +17,18 @@ use crate::pool::render::DesiredPool;
 pub enum Refusal {
     #[error(
         "no usable server: Hetzner returned {matched} server(s) for the label selector \
-         ({skipped} without a usable public IPv4); refusing to write an empty pool, which would \
-         take every LoadBalancer IP away"
+         ({skipped} without a usable {what}{}); refusing to write an empty pool, which would \
+         take every LoadBalancer IP away",
+        excluded_text(*excluded)
     )]
-    EmptyPool { matched: usize, skipped: usize },
+    EmptyPool {
+        matched: usize,
+        skipped: usize,
+        /// What the pool takes: `public IPv4`, or the list of kinds.
+        what: String,
+        /// Servers left out by a node rule.
+        excluded: usize,
+    },
 }
 
 impl Refusal {
@@ -34,40 +42,50 @@ impl Refusal {
 /// Checks a desired pool built from a complete listing. (A failed or partial
 /// listing never reaches this point: the Hetzner client returns all pages or
 /// an error.)
-pub fn check(desired: &DesiredPool, matched: usize, skipped: usize) -> Result<(), Refusal> {
+pub fn check(
+    desired: &DesiredPool,
+    members: &Members,
+    kinds: &[AddressKind],
+) -> Result<(), Refusal> {
     if desired.addresses.is_empty() {
-        return Err(Refusal::EmptyPool { matched, skipped });
+        return Err(Refusal::EmptyPool {
+            matched: members.servers_matched,
+            skipped: members.without_address,
+            what: kinds_text(kinds),
+            excluded: members.excluded.len(),
+        });
     }
     Ok(())
 }
 
-/// The addresses a listing contributes to the pool, and the blocked ones it
-/// reports, under the configured policy.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct UsableAddresses {
-    pub addresses: Vec<Ipv4Addr>,
-    /// Addresses Hetzner reports as blocked by its abuse team, kept or not.
-    pub blocked: Vec<Ipv4Addr>,
+/// `public IPv4` for the single-pool kind (the message it always had),
+/// else the kinds by name.
+fn kinds_text(kinds: &[AddressKind]) -> String {
+    match kinds {
+        [AddressKind::PublicIpv4] => "public IPv4".to_owned(),
+        kinds => format!(
+            "address of the kinds {}",
+            kinds
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
-pub fn usable_addresses(servers: &[ServerAddress], policy: BlockedAddresses) -> UsableAddresses {
-    let mut usable = UsableAddresses::default();
-    for server in servers {
-        if server.blocked {
-            usable.blocked.push(server.ipv4);
-            if policy == BlockedAddresses::Drop {
-                continue;
-            }
-        }
-        usable.addresses.push(server.ipv4);
+fn excluded_text(excluded: usize) -> String {
+    if excluded == 0 {
+        String::new()
+    } else {
+        format!(", {excluded} left out by node rules")
     }
-    usable
 }
 
 /// A removal the shrink guard is holding back until a later listing agrees.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldRemoval {
-    pub addresses: BTreeSet<Ipv4Addr>,
+    pub addresses: BTreeSet<IpAddr>,
     /// Addresses in the pool when the removal was first seen.
     pub pool_size: usize,
     /// When the removal was first held; only a listing at least the
@@ -114,15 +132,15 @@ pub enum ShrinkVerdict {
 /// (more or fewer removals) starts a new hold, so a flapping or partial API
 /// answer never shrinks the pool.
 pub fn shrink_guard(
-    live: &BTreeSet<Ipv4Addr>,
-    listed: &[Ipv4Addr],
+    live: &BTreeSet<IpAddr>,
+    listed: &[IpAddr],
     max_ratio: f64,
     held: Option<&HeldRemoval>,
     now: Instant,
     confirm_after: Duration,
 ) -> ShrinkVerdict {
-    let wanted: BTreeSet<Ipv4Addr> = listed.iter().copied().collect();
-    let removing: BTreeSet<Ipv4Addr> = live.difference(&wanted).copied().collect();
+    let wanted: BTreeSet<IpAddr> = listed.iter().copied().collect();
+    let removing: BTreeSet<IpAddr> = live.difference(&wanted).copied().collect();
     if live.is_empty() || removing.is_empty() || max_ratio >= 1.0 {
         return ShrinkVerdict::Proceed;
     }

@@ -4,7 +4,7 @@
 //! answers, so each decision is tested without a cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
 use serde_json::Value;
@@ -38,17 +38,17 @@ pub struct DesiredPool {
     pub annotations: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
     /// Distinct and in numeric order, so the same servers always give the same bytes.
-    pub addresses: Vec<Ipv4Addr>,
+    pub addresses: Vec<IpAddr>,
     pub service_selector: Option<KubeLabelSelector>,
 }
 
 /// Builds the desired pool. Duplicates collapse to one block, because a
 /// repeated address makes Cilium disable the whole pool.
-pub fn render(
+pub fn render<A: Into<IpAddr>>(
     template: &PoolTemplate,
-    addresses: impl IntoIterator<Item = Ipv4Addr>,
+    addresses: impl IntoIterator<Item = A>,
 ) -> DesiredPool {
-    let addresses: BTreeSet<Ipv4Addr> = addresses.into_iter().collect();
+    let addresses: BTreeSet<IpAddr> = addresses.into_iter().map(Into::into).collect();
     let mut annotations = template.annotations.clone();
     annotations.insert(MANAGED_BY_KEY.to_owned(), MANAGED_BY_VALUE.to_owned());
     DesiredPool {
@@ -64,15 +64,15 @@ pub fn render(
 /// `addresses`, in order: what the apply body would write, compared without
 /// building a JSON object per address (which dominated memory at 10,000
 /// servers, see benches/RESULTS.md).
-fn blocks_match(blocks: &[Block], addresses: &[Ipv4Addr]) -> bool {
+fn blocks_match(blocks: &[Block], addresses: &[IpAddr]) -> bool {
     use std::fmt::Write as _;
     if blocks.len() != addresses.len() {
         return false;
     }
-    let mut cidr = String::with_capacity(18);
+    let mut cidr = String::with_capacity(44);
     blocks.iter().zip(addresses).all(|(block, ip)| {
         cidr.clear();
-        let _ = write!(cidr, "{ip}/32");
+        let _ = write!(cidr, "{ip}/{}", host_prefix(*ip));
         block.start.is_none()
             && block.stop.is_none()
             && block.cidr.as_deref() == Some(cidr.as_str())
@@ -108,16 +108,16 @@ struct ApplySpec<'a> {
 }
 
 #[derive(Debug)]
-struct Blocks<'a>(&'a [Ipv4Addr]);
+struct Blocks<'a>(&'a [IpAddr]);
 
 impl serde::Serialize for Blocks<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::{SerializeMap, SerializeSeq};
-        struct Cidr(Ipv4Addr);
+        struct Cidr(IpAddr);
         impl serde::Serialize for Cidr {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 let mut map = serializer.serialize_map(Some(1))?;
-                map.serialize_entry("cidr", &format_args!("{}/32", self.0))?;
+                map.serialize_entry("cidr", &format_args!("{}/{}", self.0, host_prefix(self.0)))?;
                 map.end()
             }
         }
@@ -151,8 +151,8 @@ impl DesiredPool {
 /// Addresses that a write would add and remove.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PoolDiff {
-    pub added: Vec<Ipv4Addr>,
-    pub removed: Vec<Ipv4Addr>,
+    pub added: Vec<IpAddr>,
+    pub removed: Vec<IpAddr>,
     /// Blocks the live pool has that are not single addresses (ranges, wider
     /// CIDRs, unparsable entries); applying our list replaces them.
     pub foreign_blocks_removed: usize,
@@ -167,7 +167,7 @@ impl PoolDiff {
 /// The single addresses a live pool holds, and how many other blocks it has.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveAddresses {
-    pub addresses: BTreeSet<Ipv4Addr>,
+    pub addresses: BTreeSet<IpAddr>,
     pub foreign_blocks: usize,
 }
 
@@ -186,15 +186,25 @@ pub fn live_addresses(live: &Pool) -> LiveAddresses {
     result
 }
 
-fn single_address(block: &Block) -> Option<Ipv4Addr> {
+/// The prefix of a one-address block: 32 for IPv4, 128 for IPv6.
+pub fn host_prefix(ip: IpAddr) -> u8 {
+    if ip.is_ipv4() {
+        32
+    } else {
+        128
+    }
+}
+
+fn single_address(block: &Block) -> Option<IpAddr> {
     if let Some(cidr) = &block.cidr {
         let (ip, prefix) = cidr.split_once('/')?;
-        return (prefix == "32").then(|| ip.parse().ok()).flatten();
+        let ip: IpAddr = ip.parse().ok()?;
+        return (prefix.parse::<u8>().ok() == Some(host_prefix(ip))).then_some(ip);
     }
-    let start: Ipv4Addr = block.start.as_deref()?.parse().ok()?;
+    let start: IpAddr = block.start.as_deref()?.parse().ok()?;
     match block.stop.as_deref() {
         None => Some(start),
-        Some(stop) if stop.parse::<Ipv4Addr>().ok() == Some(start) => Some(start),
+        Some(stop) if stop.parse::<IpAddr>().ok() == Some(start) => Some(start),
         Some(_) => None,
     }
 }
@@ -203,7 +213,7 @@ fn single_address(block: &Block) -> Option<Ipv4Addr> {
 pub fn diff(live: Option<&LiveAddresses>, desired: &DesiredPool) -> PoolDiff {
     let empty = LiveAddresses::default();
     let live = live.unwrap_or(&empty);
-    let wanted: BTreeSet<Ipv4Addr> = desired.addresses.iter().copied().collect();
+    let wanted: BTreeSet<IpAddr> = desired.addresses.iter().copied().collect();
     PoolDiff {
         added: wanted.difference(&live.addresses).copied().collect(),
         removed: live.addresses.difference(&wanted).copied().collect(),

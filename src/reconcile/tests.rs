@@ -9,7 +9,7 @@ fn desired() -> DesiredPool {
             name: "p".into(),
             ..Default::default()
         },
-        ["1.1.1.1".parse().unwrap()],
+        ["1.1.1.1".parse::<IpAddr>().unwrap()],
     )
 }
 

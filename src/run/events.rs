@@ -94,7 +94,7 @@ fn truncate(mut note: String) -> String {
     note
 }
 
-fn list(addresses: &[std::net::Ipv4Addr]) -> String {
+fn list(addresses: &[std::net::IpAddr]) -> String {
     let mut text = addresses
         .iter()
         .take(MAX_LISTED_ADDRESSES)
@@ -124,6 +124,10 @@ fn plural(n: usize) -> &'static str {
 pub struct EventPlanner {
     /// The dedupe key of the last Warning published and when.
     last_warning: Option<(String, Instant)>,
+    /// The servers left out by node rules, as last announced.
+    last_excluded: Vec<(String, &'static str)>,
+    /// The addresses withheld because another pool has them, as last announced.
+    last_withheld: Vec<(std::net::IpAddr, String)>,
 }
 
 impl EventPlanner {
@@ -132,10 +136,14 @@ impl EventPlanner {
     }
 
     /// The events for one finished cycle, in the order to publish them.
-    pub fn plan(&mut self, result: &Result<CycleReport, ReconcileError>) -> Vec<PoolEvent> {
+    pub fn plan(&mut self, result: Result<&CycleReport, &ReconcileError>) -> Vec<PoolEvent> {
         match result {
             Ok(report) => {
                 let mut events = changes(report);
+                if report.kind != CycleKind::Repair {
+                    events.extend(self.exclusions(report));
+                    events.extend(self.conflicts(report));
+                }
                 match &report.held {
                     Some(held) => {
                         let key = format!("held:{:?}", held.addresses);
@@ -152,7 +160,7 @@ impl EventPlanner {
                 events
             }
             Err(error) => {
-                let (reason, key) = match error {
+                let (reason, key) = match error.inner() {
                     ReconcileError::PoolConflict { .. } => ("PoolConflict", "pool_conflict"),
                     ReconcileError::Refused(refusal) => ("ChangeHeld", refusal.metric_label()),
                     other => ("ReconcileFailed", other.metric_label()),
@@ -160,7 +168,7 @@ impl EventPlanner {
                 if !self.warning_due(key.to_owned()) {
                     return Vec::new();
                 }
-                let note = match error {
+                let note = match error.inner() {
                     ReconcileError::Refused(refusal) => {
                         format!("{error} (guard {})", refusal.metric_label())
                     }
@@ -169,6 +177,83 @@ impl EventPlanner {
                 vec![PoolEvent::warning(reason, "Reconcile", note)]
             }
         }
+    }
+
+    /// A Normal event when the servers left out by node rules change.
+    fn exclusions(&mut self, report: &CycleReport) -> Vec<PoolEvent> {
+        let now: Vec<(String, &'static str)> = report
+            .excluded
+            .iter()
+            .map(|e| (e.server.clone(), e.reason.as_str()))
+            .collect();
+        if now == self.last_excluded {
+            return Vec::new();
+        }
+        self.last_excluded = now;
+        if report.excluded.is_empty() {
+            return vec![PoolEvent::normal(
+                "ServersIncluded",
+                "Reconcile",
+                "No server is left out by a node rule any more".to_owned(),
+            )];
+        }
+        let named: Vec<String> = report
+            .excluded
+            .iter()
+            .take(MAX_LISTED_ADDRESSES)
+            .map(|e| format!("{} ({})", e.server, e.reason.describe()))
+            .collect();
+        let more = report.excluded.len().saturating_sub(MAX_LISTED_ADDRESSES);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        vec![PoolEvent::normal(
+            "ServersExcluded",
+            "Reconcile",
+            format!(
+                "Left out of the pool, taking no new traffic: {}{more}",
+                named.join("; ")
+            ),
+        )]
+    }
+
+    /// A Warning when addresses the pool should have are in another pool.
+    fn conflicts(&mut self, report: &CycleReport) -> Vec<PoolEvent> {
+        let now: Vec<(std::net::IpAddr, String)> = report
+            .claimed
+            .iter()
+            .map(|c| (c.address, c.by.clone()))
+            .chain(
+                report
+                    .withheld
+                    .iter()
+                    .filter(|w| w.foreign)
+                    .map(|w| (w.address, w.by.clone())),
+            )
+            .collect();
+        if now == self.last_withheld {
+            return Vec::new();
+        }
+        self.last_withheld = now.clone();
+        if now.is_empty() {
+            return Vec::new();
+        }
+        let named: Vec<String> = now
+            .iter()
+            .take(MAX_LISTED_ADDRESSES)
+            .map(|(address, by)| format!("{address} (in pool {by})"))
+            .collect();
+        vec![PoolEvent::warning(
+            "AddressConflict",
+            "Reconcile",
+            format!(
+                "Not added, because another pool has them and Cilium disables one of two \
+                 overlapping pools: {}",
+                named.join(", ")
+            ),
+        )]
     }
 
     /// Whether a Warning with this key is due: it differs from the last one,

@@ -16,7 +16,7 @@ pub mod watch;
 
 use reload::ConfigFile;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +36,7 @@ use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
 use crate::pool::repairs::{other_spec_writers, RepairLimiter};
 use crate::reconcile::{
-    event_needs_repair, join, template_from, CycleKind, CycleReport, ReconcileError, Reconciler,
+    event_needs_repair, join, CycleKind, CycleReport, PoolOutcome, ReconcileError, Reconciler,
 };
 use crate::run::operate::{next_node_change, while_leading, Operations};
 use crate::serve::health::Health;
@@ -103,8 +103,9 @@ pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzn
     })
 }
 
-/// A pool event from the watch: the object, or `None` when it is gone.
-type PoolWatchEvent = Option<Pool>;
+/// A pool event from a watch: the pool's name, and the object or `None`
+/// when it is gone.
+type PoolWatchEvent = (String, Option<Pool>);
 
 pub struct Controller {
     settings: Arc<Settings>,
@@ -187,11 +188,15 @@ impl Controller {
 
     pub async fn run(mut self) {
         let (events_tx, mut events) = mpsc::channel::<PoolWatchEvent>(16);
-        let mut pool_watch: Option<PoolWatch> = None;
+        let mut pool_watches: BTreeMap<String, PoolWatch> = BTreeMap::new();
         let mut next_full = Instant::now();
+        // The pools to repair, and when.
         let mut pending_repair: Option<Instant> = None;
+        let mut to_repair: BTreeSet<String> = BTreeSet::new();
+        // When to apply a Node change to the last listing.
+        let mut pending_nodes: Option<Instant> = None;
         let mut failures = 0u32;
-        let mut known_conflict = false;
+        let mut known_conflict: BTreeSet<String> = BTreeSet::new();
         let mut heartbeat = tokio::time::interval(self.timings.heartbeat);
         let mut config_poll = tokio::time::interval(self.timings.config_poll);
         // The file `config::load` reads, watched even while it does not exist
@@ -205,6 +210,7 @@ impl Controller {
             .with_observer(self.metrics.clone());
         self.reconciler.set_hetzner(observed);
         self.metrics.set_interval(self.interval());
+        self.announce_pools();
         let mut ops = Operations::start(
             self.reconciler.pools().client(),
             &self.settings,
@@ -220,7 +226,7 @@ impl Controller {
         // Said once per leadership term: a pool event came before this term
         // had a successful listing, so there is nothing to repair from.
         let mut told_no_listing = false;
-        let mut repairs = RepairLimiter::default();
+        let mut repairs: BTreeMap<String, RepairLimiter> = BTreeMap::new();
 
         loop {
             tokio::select! {
@@ -236,8 +242,9 @@ impl Controller {
                     // A new term starts from a fresh listing: while we did
                     // not lead, another replica may have written the pool.
                     self.reconciler.forget();
-                    repairs.reset();
+                    repairs.clear();
                     told_no_listing = false;
+                    pending_nodes = None;
                     if now {
                         next_full = Instant::now();
                         trigger = Trigger::Leadership;
@@ -245,6 +252,7 @@ impl Controller {
                         ops.announce_leadership = true;
                     } else {
                         pending_repair = None;
+                        to_repair.clear();
                         self.health.record_standby();
                     }
                 }
@@ -254,7 +262,7 @@ impl Controller {
                         // A standby that cannot take part could not take
                         // over either: not ready, with the reason.
                         match problem {
-                            Some(problem) => self.health.record_failure(problem),
+                            Some(problem) => self.health.record_problem(problem),
                             None => self.health.record_standby(),
                         }
                     }
@@ -267,14 +275,16 @@ impl Controller {
                     trigger = Trigger::Interval;
                     self.reconciler
                         .set_confirm_after(self.timings.confirm_delay.min(self.interval()));
+                    self.reconciler.set_nodes(ops.node_view());
                     let started = Instant::now();
                     // Lost leadership mid-cycle: the leader arm takes over.
-                    let Some(outcome) = while_leading(&ops.leader, self.cycle(false)).await else { continue };
+                    let Some(outcome) = while_leading(&ops.leader, self.cycle(Work::Full)).await else { continue };
                     let Some(result) = outcome else { break };
                     self.observe(&mut ops, CycleKind::Full, &result, started.elapsed());
-                    failures = if result.is_ok() { 0 } else { failures + 1 };
-                    known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
-                    let holding = matches!(&result, Ok(report) if report.held.is_some());
+                    let all_ok = matches!(&result, Ok(o) if o.iter().all(|o| o.result.is_ok()));
+                    failures = if all_ok { 0 } else { failures + 1 };
+                    known_conflict = conflicts(&result);
+                    let holding = matches!(&result, Ok(o) if o.iter().any(|o| matches!(&o.result, Ok(r) if r.held.is_some())));
                     let interval = self.timings.interval_override.unwrap_or(self.settings.interval);
                     next_full = Instant::now() + if holding {
                         // Confirm (or drop) a held removal soon rather than
@@ -285,22 +295,48 @@ impl Controller {
                     } else {
                         retry_after(failures, self.timings.retry_base, interval)
                     };
-                    self.ensure_pool_watch(&mut pool_watch, &events_tx);
+                    self.ensure_pool_watches(&mut pool_watches, &events_tx);
                 }
                 _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() && leading => {
                     pending_repair = None;
                     let started = Instant::now();
-                    repairs.record(started);
-                    let Some(outcome) = while_leading(&ops.leader, self.cycle(true)).await else { continue };
+                    let pools: Vec<String> = std::mem::take(&mut to_repair).into_iter().collect();
+                    for pool in &pools {
+                        repairs.entry(pool.clone()).or_default().record(started);
+                    }
+                    let Some(outcome) = while_leading(&ops.leader, self.cycle(Work::Repair(pools))).await else { continue };
                     let Some(result) = outcome else { break };
                     self.observe(&mut ops, CycleKind::Repair, &result, started.elapsed());
-                    known_conflict = matches!(result, Err(ReconcileError::PoolConflict { .. }));
+                    known_conflict.extend(conflicts(&result));
+                    if let Ok(outcomes) = &result {
+                        for outcome in outcomes {
+                            if outcome.result.is_ok() {
+                                known_conflict.remove(&outcome.pool);
+                            }
+                        }
+                    }
+                }
+                _ = sleep_until(pending_nodes.unwrap_or_else(Instant::now)), if pending_nodes.is_some() && leading => {
+                    pending_nodes = None;
+                    self.reconciler.set_nodes(ops.node_view());
+                    let started = Instant::now();
+                    let Some(outcome) = while_leading(&ops.leader, self.cycle(Work::Nodes)).await else { continue };
+                    let Some(result) = outcome else { break };
+                    if matches!(&result, Ok(outcomes) if !outcomes.is_empty()) || result.is_err() {
+                        self.observe(&mut ops, CycleKind::Nodes, &result, started.elapsed());
+                    }
                 }
                 Some(change) = next_node_change(&mut ops.nodes) => {
                     if !leading {
                         continue;
                     }
                     let operate = &self.settings.operate;
+                    // The Nodes' own state applies at once to the last
+                    // listing (removals only, no Hetzner request) ...
+                    if pending_nodes.is_none() {
+                        pending_nodes = Some(Instant::now() + operate.node_debounce);
+                    }
+                    // ... and a fresh listing comes early, for additions.
                     let at = ops.node_listing_at(Instant::now(), operate.node_debounce, operate.node_min_gap);
                     if at < next_full {
                         info!(node = %change.node, change = change.what, in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64, "node changed; listing Hetzner early");
@@ -310,13 +346,14 @@ impl Controller {
                         debug!(node = %change.node, change = change.what, "node changed; a listing is already due");
                     }
                 }
-                Some(event) = events.recv() => {
+                Some((pool, event)) = events.recv() => {
                     if !leading {
                         continue;
                     }
-                    let Some(desired) = self.reconciler.last_desired() else {
+                    let Some(desired) = self.reconciler.last_desired(&pool) else {
                         if !std::mem::replace(&mut told_no_listing, true) {
                             info!(
+                                pool = %pool,
                                 deleted = event.is_none(),
                                 "the pool changed, but this leadership term has no successful \
                                  Hetzner listing yet; it is repaired after the next listing succeeds"
@@ -324,36 +361,43 @@ impl Controller {
                         }
                         continue;
                     };
-                    if pending_repair.is_none() && event_needs_repair(event.as_ref(), desired, known_conflict) {
-                        let now = Instant::now();
-                        let soonest = now + self.timings.debounce;
-                        pending_repair = Some(match repairs.earliest(now) {
-                            None => {
-                                debug!(deleted = event.is_none(), "pool changed by someone else; repairing");
-                                soonest
-                            }
-                            Some(allowed) => {
-                                let writers = event
-                                    .as_ref()
-                                    .map(other_spec_writers)
-                                    .filter(|writers| !writers.is_empty())
-                                    .unwrap_or_else(|| vec!["unknown".to_owned()]);
-                                let wait = allowed.saturating_duration_since(now);
-                                warn!(
-                                    field_managers = %writers.join(","),
-                                    deleted = event.is_none(),
-                                    wait_s = wait.as_secs(),
-                                    "another writer keeps changing the pool; repairs back off while this goes on"
-                                );
-                                self.metrics.repair_backed_off(&writers);
-                                ops.events.publish(
-                                    self.event_target(),
-                                    vec![events::repair_backoff(&writers, wait)],
-                                );
-                                allowed.max(soonest)
-                            }
-                        });
+                    if to_repair.contains(&pool)
+                        || !event_needs_repair(event.as_ref(), desired, known_conflict.contains(&pool))
+                    {
+                        continue;
                     }
+                    let now = Instant::now();
+                    let soonest = now + self.timings.debounce;
+                    let at = match repairs.entry(pool.clone()).or_default().earliest(now) {
+                        None => {
+                            debug!(pool = %pool, deleted = event.is_none(), "pool changed by someone else; repairing");
+                            soonest
+                        }
+                        Some(allowed) => {
+                            let writers = event
+                                .as_ref()
+                                .map(other_spec_writers)
+                                .filter(|writers| !writers.is_empty())
+                                .unwrap_or_else(|| vec!["unknown".to_owned()]);
+                            let wait = allowed.saturating_duration_since(now);
+                            warn!(
+                                pool = %pool,
+                                field_managers = %writers.join(","),
+                                deleted = event.is_none(),
+                                wait_s = wait.as_secs(),
+                                "another writer keeps changing the pool; repairs back off while this goes on"
+                            );
+                            self.metrics.repair_backed_off(&writers);
+                            ops.events.publish(
+                                self.event_target(&pool),
+                                vec![events::repair_backoff(&writers, wait)],
+                            );
+                            allowed.max(soonest)
+                        }
+                    };
+                    to_repair.insert(pool);
+                    // One repair run for every pool due by then.
+                    pending_repair = Some(pending_repair.map_or(at, |p| p.max(at)));
                 }
                 _ = heartbeat.tick() => self.health.heartbeat(),
                 _ = config_poll.tick() => {
@@ -371,9 +415,13 @@ impl Controller {
                         self.metrics.config_reloaded(reloaded);
                         if reloaded {
                             self.metrics.set_interval(self.interval());
+                            self.announce_pools();
                             next_full = Instant::now();
                             trigger = Trigger::Config;
                             told_no_listing = false;
+                            let names: Vec<&str> = self.settings.pools.iter().map(|p| p.name.as_str()).collect();
+                            pool_watches.retain(|name, _| names.contains(&name.as_str()));
+                            to_repair.retain(|name| names.contains(&name.as_str()));
                         }
                     }
                 }
@@ -391,45 +439,93 @@ impl Controller {
             .unwrap_or(self.settings.interval)
     }
 
-    fn event_target(&self) -> Target {
+    /// Tells health and metrics which pools are configured.
+    fn announce_pools(&self) {
+        let names = self.settings.pools.iter().map(|p| p.name.as_str());
+        self.health
+            .set_pools(names.clone(), self.settings.pools_listed);
+        self.metrics.set_pools(names);
+    }
+
+    fn event_target(&self, pool: &str) -> Target {
         Target {
-            name: self.settings.pool_name.clone(),
+            name: pool.to_owned(),
             resource: self.reconciler.resource(),
         }
     }
 
-    /// Metrics and Kubernetes Events for a finished cycle.
+    /// Metrics, health and Kubernetes Events for a finished cycle: per pool,
+    /// and a failure that concerns every pool (the listing) for each one.
     fn observe(
         &self,
         ops: &mut Operations,
         kind: CycleKind,
-        result: &Result<CycleReport, ReconcileError>,
+        result: &Result<Vec<PoolOutcome>, ReconcileError>,
         duration: Duration,
     ) {
-        self.metrics.record_cycle(kind, result, duration);
-        let mut planned = ops.planner.plan(result);
-        if std::mem::take(&mut ops.announce_leadership) {
-            planned.insert(0, events::leader_elected(&ops.identity));
+        self.metrics.record_duration(kind, duration);
+        let per_pool: Vec<(&str, Result<&CycleReport, &ReconcileError>)> = match result {
+            Ok(outcomes) => outcomes
+                .iter()
+                .map(|o| (o.pool.as_str(), o.result.as_ref()))
+                .collect(),
+            Err(e) => self
+                .settings
+                .pools
+                .iter()
+                .map(|p| (p.name.as_str(), Err(e)))
+                .collect(),
+        };
+        let announce = std::mem::take(&mut ops.announce_leadership);
+        for (pool, result) in per_pool {
+            self.metrics.record_cycle(pool, kind, result);
+            match result {
+                Ok(report) => {
+                    let notice = report.held.as_ref().map(|held| held.describe());
+                    self.health.record_success(pool, report.addresses, notice);
+                }
+                Err(e) => self.health.record_failure(pool, e.to_string()),
+            }
+            let mut planned = ops.planner(pool).plan(result);
+            if announce {
+                planned.insert(0, events::leader_elected(&ops.identity));
+            }
+            ops.events.publish(self.event_target(pool), planned);
         }
-        ops.events.publish(self.event_target(), planned);
     }
 
-    /// Runs one full cycle or repair, bounded by the cycle timeout and
-    /// abandoned at once on shutdown (`None`).
-    async fn cycle(&mut self, repair: bool) -> Option<Result<CycleReport, ReconcileError>> {
+    /// Runs one cycle, bounded by the cycle timeout and abandoned at once
+    /// on shutdown (`None`).
+    async fn cycle(&mut self, work: Work) -> Option<Result<Vec<PoolOutcome>, ReconcileError>> {
         let timeout = self.timings.cycle_timeout;
         let started = Instant::now();
         let settings = self.settings.clone();
         let shutdown = self.shutdown.clone();
         let work = async {
-            if repair {
-                match self.reconciler.repair().await {
-                    Ok(Some(report)) => Ok(report),
-                    Ok(None) => self.reconciler.full(&settings).await,
-                    Err(e) => Err(e),
+            match work {
+                Work::Full => self.reconciler.full(&settings).await,
+                Work::Nodes => Ok(self
+                    .reconciler
+                    .nodes_changed(&settings)
+                    .await?
+                    .unwrap_or_default()),
+                Work::Repair(pools) => {
+                    let mut outcomes = Vec::with_capacity(pools.len());
+                    for pool in pools {
+                        let result = match self.reconciler.repair(&pool).await {
+                            Ok(Some(report)) => Ok(report),
+                            // No listing in this term: a full cycle instead.
+                            Ok(None) => return self.reconciler.full(&settings).await,
+                            Err(e) if settings.pools_listed => Err(ReconcileError::Pool {
+                                pool: pool.clone(),
+                                source: Box::new(e),
+                            }),
+                            Err(e) => Err(e),
+                        };
+                        outcomes.push(PoolOutcome { pool, result });
+                    }
+                    Ok(outcomes)
                 }
-            } else {
-                self.reconciler.full(&settings).await
             }
         };
         let result = tokio::select! {
@@ -439,50 +535,82 @@ impl Controller {
         let result = result.unwrap_or(Err(ReconcileError::TimedOut {
             seconds: timeout.as_secs(),
         }));
-        Some(match result {
-            Ok(report) => {
-                log_report(&report, started.elapsed());
-                let notice = report.held.as_ref().map(|held| held.describe());
-                self.health.record_success(report.addresses, notice);
-                Ok(report)
+        let duration = started.elapsed();
+        match &result {
+            Ok(outcomes) => {
+                for outcome in outcomes {
+                    match &outcome.result {
+                        Ok(report) => log_report(report, duration),
+                        Err(e) => log_failure(&outcome.pool, e, duration),
+                    }
+                }
             }
-            Err(e) => {
-                error!(
-                    error = %e,
-                    cause = e.metric_label(),
-                    duration_ms = started.elapsed().as_millis() as u64,
-                    "reconcile failed; pool left unchanged"
-                );
-                self.health.record_failure(e.to_string());
-                Err(e)
-            }
-        })
+            Err(e) => log_failure("", e, duration),
+        }
+        Some(result)
     }
 
-    /// Starts (or restarts) the watch on the pool once its API version is
-    /// known, and whenever the version or the pool name changes.
-    fn ensure_pool_watch(
+    /// Starts (or restarts) a watch on each configured pool once its API
+    /// version is known, and whenever the version changes.
+    fn ensure_pool_watches(
         &self,
-        current: &mut Option<PoolWatch>,
+        current: &mut BTreeMap<String, PoolWatch>,
         events: &mpsc::Sender<PoolWatchEvent>,
     ) {
         let Some(resource) = self.reconciler.resource() else {
             return;
         };
-        let key = (
-            resource.api_version.clone(),
-            self.settings.pool_name.clone(),
-        );
-        if current
-            .as_ref()
-            .is_some_and(|w| w.key == key && !w.task.is_finished())
-        {
-            return;
+        for pool in &self.settings.pools {
+            let key = (resource.api_version.clone(), pool.name.clone());
+            if current
+                .get(&pool.name)
+                .is_some_and(|w| w.key == key && !w.task.is_finished())
+            {
+                continue;
+            }
+            let client = self.reconciler.pools().client().clone();
+            let task = tokio::spawn(watch_pool(
+                client,
+                resource.clone(),
+                pool.name.clone(),
+                events.clone(),
+            ));
+            current.insert(pool.name.clone(), PoolWatch { key, task });
         }
-        let client = self.reconciler.pools().client().clone();
-        let task = tokio::spawn(watch_pool(client, resource, key.1.clone(), events.clone()));
-        *current = Some(PoolWatch { key, task });
     }
+}
+
+/// What one run of [`Controller::cycle`] does.
+enum Work {
+    Full,
+    /// Re-apply these pools' last write.
+    Repair(Vec<String>),
+    /// Apply a Node change to the last listing.
+    Nodes,
+}
+
+/// The pools whose last cycle ended in Cilium's conflict verdict.
+fn conflicts(result: &Result<Vec<PoolOutcome>, ReconcileError>) -> BTreeSet<String> {
+    match result {
+        Ok(outcomes) => outcomes
+            .iter()
+            .filter(|o| {
+                matches!(&o.result, Err(e) if matches!(e.inner(), ReconcileError::PoolConflict { .. }))
+            })
+            .map(|o| o.pool.clone())
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+fn log_failure(pool: &str, e: &ReconcileError, duration: Duration) {
+    error!(
+        pool = (!pool.is_empty()).then_some(pool),
+        error = %e,
+        cause = e.metric_label(),
+        duration_ms = duration.as_millis() as u64,
+        "reconcile failed; pool left unchanged"
+    );
 }
 
 fn log_report(report: &CycleReport, duration: Duration) {
@@ -493,7 +621,19 @@ fn log_report(report: &CycleReport, duration: Duration) {
             .map(|r| r.addresses.iter().copied().collect::<Vec<_>>())
             .unwrap_or_default()
     };
+    let excluded: Vec<String> = report
+        .excluded
+        .iter()
+        .map(|e| format!("{}={}", e.server, e.reason.as_str()))
+        .collect();
+    let withheld: Vec<std::net::IpAddr> = report
+        .claimed
+        .iter()
+        .map(|c| c.address)
+        .chain(report.withheld.iter().map(|w| w.address))
+        .collect();
     info!(
+        pool = %report.pool,
         kind = %report.kind,
         servers_matched = listing.map(|l| l.servers_matched),
         servers_skipped = listing.map(|l| l.servers_skipped),
@@ -506,6 +646,8 @@ fn log_report(report: &CycleReport, duration: Duration) {
         held_removals = %join(&held(&report.held)),
         confirmed_removals = %join(&held(&report.confirmed)),
         blocked_addresses = %listing.map(|l| join(&l.blocked)).unwrap_or_default(),
+        excluded_servers = %excluded.join(","),
+        withheld_addresses = %join(&withheld),
         outcome = if report.written.is_some() { "written" } else { "unchanged" },
         reason = report.written.map(|r| r.as_str()),
         api_version = %report.api_version,
@@ -514,8 +656,8 @@ fn log_report(report: &CycleReport, duration: Duration) {
     );
 }
 
-/// Watches the single pool object (a field selector on its name, which also
-/// sees deletes) and forwards every state of it to the loop.
+/// Watches one pool object (a field selector on its name, which also sees
+/// deletes) and forwards every state of it to the loop.
 async fn watch_pool(
     client: Client,
     resource: ApiResource,
@@ -529,7 +671,7 @@ async fn watch_pool(
     })
     .boxed();
     while let Some(state) = states.next().await {
-        if events.send(state).await.is_err() {
+        if events.send((name.clone(), state)).await.is_err() {
             return;
         }
     }

@@ -3,11 +3,17 @@
 //! minute of booting, so listing Hetzner then puts its address in the pool
 //! in seconds rather than at the next poll.
 //!
-//! Only those three changes count; the frequent status updates (conditions,
-//! images, heartbeats) are ignored. The loop debounces the notices and keeps
-//! a minimum gap between node-triggered listings (see `controller`).
+//! It also keeps what each Node says for the node rules (`members::nodes`):
+//! a Node being deleted, labelled out of load balancers, tainted for
+//! deletion by the autoscaler, or turning (not) Ready is a change too, and
+//! the loop applies it to the pools without a Hetzner request.
+//!
+//! Only those changes count; the frequent status updates (images,
+//! heartbeats) are ignored. The loop debounces the notices and keeps a
+//! minimum gap between node-triggered listings (see `run`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -15,7 +21,9 @@ use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+
+use crate::members::{NodeFacts, NodeView};
 use tracing::{debug, info, warn};
 
 /// What the loop is told.
@@ -25,8 +33,18 @@ pub struct NodeChange {
     pub what: &'static str,
 }
 
-/// Node name → its addresses (`type=address`, sorted).
-type Known = BTreeMap<String, Vec<String>>;
+/// Node name → its addresses (`type=address`, sorted) and what the node
+/// rules read.
+type Known = BTreeMap<String, (Vec<String>, NodeFacts)>;
+
+fn entry(node: &Node) -> (Vec<String>, NodeFacts) {
+    (addresses(node), NodeFacts::of(node))
+}
+
+/// The view the node rules read, from what the watch knows.
+fn view(known: &Known, complete: bool) -> NodeView {
+    NodeView::new(known.values().map(|(_, facts)| facts.clone()), complete)
+}
 
 fn addresses(node: &Node) -> Vec<String> {
     let mut list: Vec<String> = node
@@ -60,10 +78,7 @@ fn fold(
         }
         Event::InitApply(node) => {
             if let Some(relist) = relist.as_mut() {
-                relist.insert(
-                    node.metadata.name.clone().unwrap_or_default(),
-                    addresses(&node),
-                );
+                relist.insert(node.metadata.name.clone().unwrap_or_default(), entry(&node));
             }
             None
         }
@@ -83,15 +98,19 @@ fn fold(
         }
         Event::Apply(node) => {
             let name = node.metadata.name.clone().unwrap_or_default();
-            let now = addresses(&node);
+            let now = entry(&node);
             match known.insert(name.clone(), now.clone()) {
                 None => Some(NodeChange {
                     node: name,
                     what: "added",
                 }),
-                Some(before) if before != now => Some(NodeChange {
+                Some(before) if before.0 != now.0 => Some(NodeChange {
                     node: name,
                     what: "addresses changed",
+                }),
+                Some(before) if before.1 != now.1 => Some(NodeChange {
+                    node: name,
+                    what: "state changed",
                 }),
                 Some(_) => None,
             }
@@ -123,9 +142,11 @@ fn describe_difference(before: &Known, after: &Known) -> String {
 }
 
 /// Watches every Node until the receiver is dropped. Changes are coalesced:
-/// while one notice waits, further ones are dropped.
-pub fn start(client: Client) -> mpsc::Receiver<NodeChange> {
+/// while one notice waits, further ones are dropped. The view always holds
+/// the latest state (incomplete until the first list is done).
+pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc<NodeView>>) {
     let (tx, rx) = mpsc::channel(1);
+    let (view_tx, view_rx) = watch::channel(Arc::new(NodeView::default()));
     tokio::spawn(async move {
         let api: Api<Node> = Api::all(client);
         let mut stream = watcher::watcher(api, watcher::Config::default())
@@ -166,13 +187,16 @@ pub fn start(client: Client) -> mpsc::Receiver<NodeChange> {
                     "watching Nodes: the first list is complete"
                 );
             }
+            if initialised && (change.is_some() || !was_initialised) {
+                view_tx.send_replace(Arc::new(view(&known, true)));
+            }
             if let Some(change) = change {
                 debug!(node = %change.node, what = change.what, "node change");
                 let _ = tx.try_send(change);
             }
         }
     });
-    rx
+    (rx, view_rx)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! itself: leader election, the Node watch and Kubernetes Events, set up
 //! from the settings in one place.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::config::Settings;
+use crate::members::NodeView;
 use crate::run::events::{EventPlanner, EventSink};
 use crate::run::leader::{self, LeaderElection, LeaseConfig};
 use crate::run::nodes::{self, NodeChange};
@@ -32,8 +33,11 @@ pub struct Operations {
     pub announce_leadership: bool,
     /// Node changes; `None` when the Node watch is off.
     pub nodes: Option<mpsc::Receiver<NodeChange>>,
+    /// What the Node watch knows now; `None` when it is off.
+    pub node_view: Option<watch::Receiver<Arc<NodeView>>>,
     pub events: EventSink,
-    pub planner: EventPlanner,
+    /// One per pool: each pool's Warnings are deduplicated on their own.
+    pub planners: BTreeMap<String, EventPlanner>,
     pub identity: String,
     /// When the last node-triggered listing started.
     pub last_node_listing: Option<Instant>,
@@ -83,7 +87,10 @@ impl Operations {
             Some(election) => election.problems(),
             None => watch::channel(None).1,
         };
-        let nodes = operate.watch_nodes.then(|| nodes::start(client.clone()));
+        let (nodes, node_view) = match operate.watch_nodes.then(|| nodes::start(client.clone())) {
+            Some((changes, view)) => (Some(changes), Some(view)),
+            None => (None, None),
+        };
         let events = if operate.events {
             EventSink::start(client.clone(), identity.clone(), metrics)
         } else {
@@ -96,8 +103,9 @@ impl Operations {
             election_problem,
             announce_leadership: false,
             nodes,
+            node_view,
             events,
-            planner: EventPlanner::new(),
+            planners: BTreeMap::new(),
             identity,
             last_node_listing: None,
         }
@@ -111,6 +119,21 @@ impl Operations {
             Some(last) => debounced.max(last + min_gap),
             None => debounced,
         }
+    }
+
+    /// What the Node watch knows now: everything it has seen, complete once
+    /// its first list is done. With the watch off, an empty view that counts
+    /// as complete (no node rules can apply).
+    pub fn node_view(&self) -> NodeView {
+        match &self.node_view {
+            Some(view) => (**view.borrow()).clone(),
+            None => NodeView::new([], true),
+        }
+    }
+
+    /// The event planner of `pool`.
+    pub fn planner(&mut self, pool: &str) -> &mut EventPlanner {
+        self.planners.entry(pool.to_owned()).or_default()
     }
 
     /// Leaves the election, releasing the Lease if held. Call after the

@@ -117,6 +117,14 @@ impl Controller {
                 self.log.set_level(new.log_level);
                 self.health.record_config_reload(None);
                 info!(path = %path.display(), "configuration reloaded");
+                for pool in dropped_pools(&self.settings, &new) {
+                    info!(
+                        pool = %pool,
+                        "the pool is no longer in the configuration: it is no longer managed and \
+                         is left as it is (never deleted); delete it yourself when no Service \
+                         needs its addresses"
+                    );
+                }
                 if changes_what_a_listing_means(&self.settings, &new) {
                     // A hold or a pool rendered under the old selector or
                     // template must not be confirmed or re-applied.
@@ -155,10 +163,17 @@ impl ConfigFile {
     }
 }
 
-/// Whether a reload changes which servers a listing selects or what pool it
-/// renders, so that what was listed or held before no longer applies.
+/// Whether a reload changes which servers a listing selects or what the
+/// pools render, so that what was listed or held before no longer applies.
 fn changes_what_a_listing_means(old: &Settings, new: &Settings) -> bool {
-    old.label_selector != new.label_selector
-        || template_from(old) != template_from(new)
-        || old.guards != new.guards
+    old.pools != new.pools || old.guards != new.guards
+}
+
+/// The pools `old` manages that `new` does not: they are left as they are.
+fn dropped_pools<'a>(old: &'a Settings, new: &Settings) -> Vec<&'a str> {
+    old.pools
+        .iter()
+        .map(|p| p.name.as_str())
+        .filter(|name| !new.pools.iter().any(|p| p.name == *name))
+        .collect()
 }

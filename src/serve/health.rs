@@ -41,6 +41,21 @@ pub struct HealthReport {
     /// configuration is still in force. Does not affect the status code.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub config_error: Option<String>,
+    /// Each pool of `Pools` (absent with the single-pool settings, whose
+    /// one pool the fields above describe).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolHealth>,
+}
+
+/// One pool's part of `/health`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolHealth {
+    pub name: String,
+    pub state: Phase,
+    pub addresses: Option<usize>,
+    pub last_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
 }
 
 impl HealthReport {
@@ -60,6 +75,10 @@ pub struct LivenessReport {
 struct Inner {
     report: HealthReport,
     heartbeat: Instant,
+    /// Every configured pool, in order.
+    pools: Vec<PoolHealth>,
+    /// Show `pools` in the report (`Pools` is set).
+    listed: bool,
 }
 
 /// Shared between the loop and the web server.
@@ -82,8 +101,11 @@ impl Health {
                     pool_addresses: None,
                     notice: None,
                     config_error: None,
+                    pools: Vec::new(),
                 },
                 heartbeat: Instant::now(),
+                pools: Vec::new(),
+                listed: false,
             }),
             liveness_timeout,
         }
@@ -97,30 +119,133 @@ impl Health {
         crate::sync::read(&self.inner)
     }
 
-    pub fn record_success(&self, pool_addresses: usize, notice: Option<String>) {
+    /// The configured pools (kept: the state of a pool that stays); with
+    /// `listed`, `/health` shows each one.
+    pub fn set_pools<'a>(&self, names: impl IntoIterator<Item = &'a str>, listed: bool) {
         let mut inner = self.write();
-        inner.report.state = Phase::Healthy;
-        inner.report.last_success = Some(OffsetDateTime::now_utc());
-        inner.report.last_error = None;
-        inner.report.pool_addresses = Some(pool_addresses);
-        inner.report.notice = notice;
-        inner.heartbeat = Instant::now();
+        let before = std::mem::take(&mut inner.pools);
+        inner.pools = names
+            .into_iter()
+            .map(|name| {
+                before
+                    .iter()
+                    .find(|p| p.name == name)
+                    .cloned()
+                    .unwrap_or_else(|| PoolHealth {
+                        name: name.to_owned(),
+                        state: Phase::Starting,
+                        addresses: None,
+                        last_error: None,
+                        notice: None,
+                    })
+            })
+            .collect();
+        inner.listed = listed;
+        Self::summarise(&mut inner);
     }
 
-    pub fn record_failure(&self, error: String) {
+    /// A cycle succeeded for `pool`.
+    pub fn record_success(&self, pool: &str, addresses: usize, notice: Option<String>) {
+        let mut inner = self.write();
+        let entry = Self::pool(&mut inner, pool);
+        entry.state = Phase::Healthy;
+        entry.addresses = Some(addresses);
+        entry.last_error = None;
+        entry.notice = notice;
+        inner.heartbeat = Instant::now();
+        if Self::summarise(&mut inner) == Phase::Healthy {
+            inner.report.last_success = Some(OffsetDateTime::now_utc());
+        }
+    }
+
+    /// A cycle failed for `pool`.
+    pub fn record_failure(&self, pool: &str, error: String) {
+        let mut inner = self.write();
+        let entry = Self::pool(&mut inner, pool);
+        entry.state = Phase::Failing;
+        entry.last_error = Some(error);
+        inner.heartbeat = Instant::now();
+        Self::summarise(&mut inner);
+    }
+
+    /// Something failed that concerns no pool in particular (leader
+    /// election as a standby): not ready, with the reason.
+    pub fn record_problem(&self, error: String) {
         let mut inner = self.write();
         inner.report.state = Phase::Failing;
         inner.report.last_error = Some(error);
         inner.heartbeat = Instant::now();
     }
 
+    fn pool<'a>(inner: &'a mut Inner, pool: &str) -> &'a mut PoolHealth {
+        let index = match inner.pools.iter().position(|p| p.name == pool) {
+            Some(index) => index,
+            None => {
+                inner.pools.push(PoolHealth {
+                    name: pool.to_owned(),
+                    state: Phase::Starting,
+                    addresses: None,
+                    last_error: None,
+                    notice: None,
+                });
+                inner.pools.len() - 1
+            }
+        };
+        &mut inner.pools[index]
+    }
+
+    /// The top-level fields from the pools: failing when one is, healthy
+    /// when every pool is; the first error, every notice, the addresses of
+    /// all pools together.
+    fn summarise(inner: &mut Inner) -> Phase {
+        let pools = &inner.pools;
+        if pools.is_empty() {
+            return inner.report.state;
+        }
+        let state = if pools.iter().any(|p| p.state == Phase::Failing) {
+            Phase::Failing
+        } else if pools.iter().all(|p| p.state == Phase::Healthy) {
+            Phase::Healthy
+        } else if inner.report.state == Phase::Standby {
+            Phase::Standby
+        } else {
+            Phase::Starting
+        };
+        let report = &mut inner.report;
+        report.state = state;
+        report.last_error = pools.iter().find_map(|p| p.last_error.clone());
+        if let Some(total) = pools
+            .iter()
+            .map(|p| p.addresses)
+            .try_fold(0usize, |sum, n| n.map(|n| sum + n))
+        {
+            report.pool_addresses = Some(total);
+        }
+        let notices: Vec<&str> = pools.iter().filter_map(|p| p.notice.as_deref()).collect();
+        report.notice = (!notices.is_empty()).then(|| notices.join("; "));
+        report.pools = if inner.listed {
+            pools.clone()
+        } else {
+            Vec::new()
+        };
+        state
+    }
+
     /// This replica is not (or no longer) the leader: it stands by. The last
     /// error is cleared; `last_success` and the pool size stay as they were.
     pub fn record_standby(&self) {
         let mut inner = self.write();
+        for pool in &mut inner.pools {
+            pool.state = Phase::Standby;
+            pool.last_error = None;
+            pool.notice = None;
+        }
         inner.report.state = Phase::Standby;
         inner.report.last_error = None;
         inner.report.notice = None;
+        if inner.listed {
+            inner.report.pools = inner.pools.clone();
+        }
         inner.heartbeat = Instant::now();
     }
 

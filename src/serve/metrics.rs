@@ -19,6 +19,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::hetzner::{RequestObserver, RequestOutcome, SkipReason};
+use crate::members::Exclusion;
 use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
@@ -36,28 +37,43 @@ pub const SHRINK_GUARD: &str = "shrink";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CycleLabels {
+    pool: String,
     kind: &'static str,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabels {
-    kind: &'static str,
+struct PoolLabels {
+    pool: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CauseLabels {
+struct PoolCauseLabels {
+    pool: String,
     cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
+struct PoolReasonLabels {
+    pool: String,
     reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ChangeLabels {
+struct PoolChangeLabels {
+    pool: String,
     change: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolGuardLabels {
+    pool: String,
+    guard: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -68,11 +84,6 @@ struct FieldManagerLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabels {
     code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GuardLabels {
-    guard: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -130,22 +141,24 @@ fn histogram() -> Histogram {
 pub struct Metrics {
     registry: Registry,
     reconcile_total: Family<CycleLabels, Counter>,
-    reconcile_errors_total: Family<CauseLabels, Counter>,
+    reconcile_errors_total: Family<PoolCauseLabels, Counter>,
     reconcile_duration: Family<KindLabels, Histogram, fn() -> Histogram>,
     full_cycles_total: Family<TriggerLabels, Counter>,
-    last_success: Gauge<f64, AtomicU64>,
+    last_success: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     interval_seconds: Gauge<f64, AtomicU64>,
-    pool_addresses: Gauge,
-    servers_matched: Gauge,
-    servers_skipped: Family<ReasonLabels, Gauge>,
-    blocked_addresses: Gauge,
-    pool_writes_total: Family<ReasonLabels, Counter>,
-    pool_changes_total: Family<ChangeLabels, Counter>,
+    pool_addresses: Family<PoolLabels, Gauge>,
+    servers_matched: Family<PoolLabels, Gauge>,
+    servers_skipped: Family<PoolReasonLabels, Gauge>,
+    servers_excluded: Family<PoolReasonLabels, Gauge>,
+    addresses_withheld: Family<PoolReasonLabels, Gauge>,
+    blocked_addresses: Family<PoolLabels, Gauge>,
+    pool_writes_total: Family<PoolReasonLabels, Counter>,
+    pool_changes_total: Family<PoolChangeLabels, Counter>,
     hcloud_requests_total: Family<CodeLabels, Counter>,
     hcloud_request_duration: Histogram,
     hcloud_ratelimit_remaining: Gauge,
     hcloud_ratelimit_limit: Gauge,
-    guard_held_total: Family<GuardLabels, Counter>,
+    guard_held_total: Family<PoolGuardLabels, Counter>,
     leader: Gauge,
     config_reloads_total: Family<ResultLabels, Counter>,
     events_total: Family<ResultLabels, Counter>,
@@ -177,7 +190,7 @@ impl Metrics {
              pool was changed by someone else) and result (success or failure)",
             reconcile_total.clone(),
         );
-        let reconcile_errors_total = Family::<CauseLabels, Counter>::default();
+        let reconcile_errors_total = Family::<PoolCauseLabels, Counter>::default();
         registry.register(
             "reconcile_errors",
             "Failed cycles by cause (the same short cause the logs and /health report)",
@@ -197,10 +210,10 @@ impl Metrics {
              and retries), node, config or leadership",
             full_cycles_total.clone(),
         );
-        let last_success = Gauge::<f64, AtomicU64>::default();
+        let last_success = Family::<PoolLabels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "last_success_timestamp_seconds",
-            "UNIX time of the last successful cycle (0 before the first one)",
+            "UNIX time of the pool's last successful cycle (0 before the first one)",
             last_success.clone(),
         );
         let interval_seconds = Gauge::<f64, AtomicU64>::default();
@@ -209,49 +222,58 @@ impl Metrics {
             "The configured time between two Hetzner listings (CANADA_KAKTUS_INTERVAL)",
             interval_seconds.clone(),
         );
-        let pool_addresses = Gauge::default();
+        let pool_addresses = Family::<PoolLabels, Gauge>::default();
         registry.register(
             "pool_addresses",
             "Addresses in the pool after the last successful cycle",
             pool_addresses.clone(),
         );
-        let servers_matched = Gauge::default();
+        let servers_matched = Family::<PoolLabels, Gauge>::default();
         registry.register(
             "servers_matched",
-            "Hetzner servers that matched the label selector in the last listing",
+            "Hetzner servers that matched the pool's label selector in the last listing",
             servers_matched.clone(),
         );
-        let servers_skipped = Family::<ReasonLabels, Gauge>::default();
+        let servers_skipped = Family::<PoolReasonLabels, Gauge>::default();
         registry.register(
             "servers_skipped",
-            "Matching servers left out of the last listing's pool, by reason",
+            "Matching servers without a usable public IPv4 in the last listing, by reason \
+             (pools with public-ipv4)",
             servers_skipped.clone(),
         );
-        for reason in SkipReason::LABELS {
-            let _ = servers_skipped.get_or_create(&ReasonLabels { reason });
-        }
-        let blocked_addresses = Gauge::default();
+        let servers_excluded = Family::<PoolReasonLabels, Gauge>::default();
+        registry.register(
+            "servers_excluded",
+            "Matching servers left out of the pool by a node rule in the last cycle, by rule",
+            servers_excluded.clone(),
+        );
+        let addresses_withheld = Family::<PoolReasonLabels, Gauge>::default();
+        registry.register(
+            "addresses_withheld",
+            "Addresses the pool did not get in the last cycle because another pool has them: \
+             earlier_pool (an earlier pool in Pools), other_pool (a pool of ours still holding \
+             it) or foreign_pool (a pool this controller does not manage)",
+            addresses_withheld.clone(),
+        );
+        let blocked_addresses = Family::<PoolLabels, Gauge>::default();
         registry.register(
             "blocked_addresses",
             "Matching servers whose IPv4 Hetzner reports as blocked by its abuse team, in the \
              last listing (CANADA_KAKTUS_BLOCKED_ADDRESSES decides whether they stay in the pool)",
             blocked_addresses.clone(),
         );
-        let pool_writes_total = Family::<ReasonLabels, Counter>::default();
+        let pool_writes_total = Family::<PoolReasonLabels, Counter>::default();
         registry.register(
             "pool_writes",
             "Server-side applies of the pool, by why the write was needed",
             pool_writes_total.clone(),
         );
-        let pool_changes_total = Family::<ChangeLabels, Counter>::default();
+        let pool_changes_total = Family::<PoolChangeLabels, Counter>::default();
         registry.register(
             "pool_changes",
             "Addresses added to or removed from the pool by our writes",
             pool_changes_total.clone(),
         );
-        for change in ["added", "removed"] {
-            let _ = pool_changes_total.get_or_create(&ChangeLabels { change });
-        }
         let hcloud_requests_total = Family::<CodeLabels, Counter>::default();
         registry.register(
             "hcloud_requests",
@@ -281,7 +303,7 @@ impl Metrics {
             hcloud_ratelimit_limit.clone(),
         );
         hcloud_ratelimit_limit.set(-1);
-        let guard_held_total = Family::<GuardLabels, Counter>::default();
+        let guard_held_total = Family::<PoolGuardLabels, Counter>::default();
         registry.register(
             "guard_held",
             "Cycles in which a safety guard held back (part of) a change, by guard",
@@ -339,6 +361,8 @@ impl Metrics {
             pool_addresses,
             servers_matched,
             servers_skipped,
+            servers_excluded,
+            addresses_withheld,
             blocked_addresses,
             pool_writes_total,
             pool_changes_total,
@@ -373,74 +397,153 @@ impl Metrics {
             .inc();
     }
 
-    /// Records a finished cycle (full or repair) and its duration.
+    /// Exports every per-pool series of `pools` (at 0 until a cycle says
+    /// otherwise), so a dashboard sees each one from the start.
+    pub fn set_pools<'a>(&self, pools: impl IntoIterator<Item = &'a str>) {
+        for pool in pools {
+            let pool = pool.to_owned();
+            let _ = self
+                .last_success
+                .get_or_create(&PoolLabels { pool: pool.clone() });
+            for reason in SkipReason::LABELS {
+                let _ = self.servers_skipped.get_or_create(&PoolReasonLabels {
+                    pool: pool.clone(),
+                    reason,
+                });
+            }
+            for change in ["added", "removed"] {
+                let _ = self.pool_changes_total.get_or_create(&PoolChangeLabels {
+                    pool: pool.clone(),
+                    change,
+                });
+            }
+        }
+    }
+
+    /// How long a cycle took (all pools together), by kind.
+    pub fn record_duration(&self, kind: CycleKind, duration: Duration) {
+        self.reconcile_duration
+            .get_or_create(&KindLabels {
+                kind: kind.as_str(),
+            })
+            .observe(duration.as_secs_f64());
+    }
+
+    /// Records what a finished cycle (full, repair or nodes) did to `pool`.
     pub fn record_cycle(
         &self,
+        pool: &str,
         kind: CycleKind,
-        result: &Result<CycleReport, ReconcileError>,
-        duration: Duration,
+        result: Result<&CycleReport, &ReconcileError>,
     ) {
         let kind = kind.as_str();
-        self.reconcile_duration
-            .get_or_create(&KindLabels { kind })
-            .observe(duration.as_secs_f64());
+        let owned = || pool.to_owned();
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         match result {
             Ok(report) => {
                 self.reconcile_total
                     .get_or_create(&CycleLabels {
+                        pool: owned(),
                         kind,
                         result: "success",
                     })
                     .inc();
-                self.last_success.set(unix_seconds(SystemTime::now()));
+                self.last_success
+                    .get_or_create(&PoolLabels { pool: owned() })
+                    .set(unix_seconds(SystemTime::now()));
                 self.pool_addresses
-                    .set(i64::try_from(report.addresses).unwrap_or(i64::MAX));
+                    .get_or_create(&PoolLabels { pool: owned() })
+                    .set(count(report.addresses));
                 if let Some(listing) = &report.listing {
                     self.servers_matched
-                        .set(i64::try_from(listing.servers_matched).unwrap_or(i64::MAX));
-                    self.record_skipped(listing.skip_reasons.iter().copied());
+                        .get_or_create(&PoolLabels { pool: owned() })
+                        .set(count(listing.servers_matched));
+                    self.record_skipped(pool, listing.skip_reasons.iter().copied());
                     self.blocked_addresses
-                        .set(i64::try_from(listing.blocked.len()).unwrap_or(i64::MAX));
+                        .get_or_create(&PoolLabels { pool: owned() })
+                        .set(count(listing.blocked.len()));
+                }
+                if report.kind != CycleKind::Repair {
+                    self.record_exclusions(pool, report);
                 }
                 if let Some(reason) = report.written {
                     self.pool_writes_total
-                        .get_or_create(&ReasonLabels {
+                        .get_or_create(&PoolReasonLabels {
+                            pool: owned(),
                             reason: reason.metric_label(),
                         })
                         .inc();
-                    self.pool_changes_total
-                        .get_or_create(&ChangeLabels { change: "added" })
-                        .inc_by(report.diff.added.len() as u64);
-                    self.pool_changes_total
-                        .get_or_create(&ChangeLabels { change: "removed" })
-                        .inc_by(report.diff.removed.len() as u64);
+                    for (change, n) in [
+                        ("added", report.diff.added.len()),
+                        ("removed", report.diff.removed.len()),
+                    ] {
+                        self.pool_changes_total
+                            .get_or_create(&PoolChangeLabels {
+                                pool: owned(),
+                                change,
+                            })
+                            .inc_by(n as u64);
+                    }
                 }
                 if report.held.is_some() {
-                    self.guard_held(SHRINK_GUARD);
+                    self.guard_held(pool, SHRINK_GUARD);
                 }
             }
             Err(error) => {
                 self.reconcile_total
                     .get_or_create(&CycleLabels {
+                        pool: owned(),
                         kind,
                         result: "failure",
                     })
                     .inc();
                 self.reconcile_errors_total
-                    .get_or_create(&CauseLabels {
+                    .get_or_create(&PoolCauseLabels {
+                        pool: owned(),
                         cause: error.metric_label(),
                     })
                     .inc();
-                if let ReconcileError::Refused(refusal) = error {
-                    self.guard_held(refusal.metric_label());
+                if let ReconcileError::Refused(refusal) = error.inner() {
+                    self.guard_held(pool, refusal.metric_label());
                 }
             }
         }
     }
 
-    /// Sets `servers_skipped{reason}` from the last listing: every known
-    /// reason is set (0 when absent).
-    pub fn record_skipped<'a>(&self, reasons: impl IntoIterator<Item = &'a str>) {
+    /// Sets `servers_excluded{reason}` and `addresses_withheld{reason}` of
+    /// the pool from the last cycle: every known reason is set.
+    fn record_exclusions(&self, pool: &str, report: &CycleReport) {
+        for (i, reason) in Exclusion::LABELS.iter().enumerate() {
+            let n = report
+                .excluded
+                .iter()
+                .filter(|e| e.reason as usize == i)
+                .count();
+            self.servers_excluded
+                .get_or_create(&PoolReasonLabels {
+                    pool: pool.to_owned(),
+                    reason,
+                })
+                .set(n as i64);
+        }
+        let foreign = report.withheld.iter().filter(|w| w.foreign).count();
+        for (reason, n) in [
+            ("earlier_pool", report.claimed.len()),
+            ("other_pool", report.withheld.len() - foreign),
+            ("foreign_pool", foreign),
+        ] {
+            self.addresses_withheld
+                .get_or_create(&PoolReasonLabels {
+                    pool: pool.to_owned(),
+                    reason,
+                })
+                .set(n as i64);
+        }
+    }
+
+    /// Sets `servers_skipped{reason}` of the pool from the last listing:
+    /// every known reason is set (0 when absent).
+    pub fn record_skipped<'a>(&self, pool: &str, reasons: impl IntoIterator<Item = &'a str>) {
         let mut counts: std::collections::BTreeMap<&str, i64> =
             SkipReason::LABELS.iter().map(|r| (*r, 0)).collect();
         for reason in reasons {
@@ -451,15 +554,21 @@ impl Metrics {
         for (reason, count) in counts {
             if let Some(known) = SkipReason::LABELS.iter().find(|r| **r == reason) {
                 self.servers_skipped
-                    .get_or_create(&ReasonLabels { reason: known })
+                    .get_or_create(&PoolReasonLabels {
+                        pool: pool.to_owned(),
+                        reason: known,
+                    })
                     .set(count);
             }
         }
     }
 
-    pub fn guard_held(&self, guard: &'static str) {
+    pub fn guard_held(&self, pool: &str, guard: &'static str) {
         self.guard_held_total
-            .get_or_create(&GuardLabels { guard })
+            .get_or_create(&PoolGuardLabels {
+                pool: pool.to_owned(),
+                guard,
+            })
             .inc();
     }
 

@@ -41,6 +41,8 @@ struct State {
     /// Delete the pool right after serving the next GET of it (a delete
     /// that lands between the controller's read and its write).
     delete_after_get: bool,
+    /// Every pool's `spec.blocks` after each successful PATCH, in order.
+    snapshots: Vec<BTreeMap<String, Value>>,
 }
 
 #[derive(Clone)]
@@ -61,6 +63,7 @@ impl FakeKube {
                 next_patch_status: None,
                 events: Vec::new(),
                 delete_after_get: false,
+                snapshots: Vec::new(),
             })),
         }
     }
@@ -71,6 +74,12 @@ impl FakeKube {
 
     pub fn pool(&self, name: &str) -> Option<Value> {
         self.state.lock().unwrap().pools.get(name).cloned()
+    }
+
+    /// Every pool's `spec.blocks` after each successful write, oldest
+    /// first, emptying the record: each state the cluster went through.
+    pub fn take_snapshots(&self) -> Vec<BTreeMap<String, Value>> {
+        std::mem::take(&mut self.state.lock().unwrap().snapshots)
     }
 
     pub fn insert_pool(&self, name: &str, object: Value) {
@@ -219,6 +228,12 @@ impl FakeKube {
                 let body = request.body.unwrap_or(Value::Null);
                 let merged = apply(state.pools.get(*name), &body, version, &rv);
                 state.pools.insert(name.to_string(), merged.clone());
+                let snapshot = state
+                    .pools
+                    .iter()
+                    .map(|(name, pool)| (name.clone(), pool["spec"]["blocks"].clone()))
+                    .collect();
+                state.snapshots.push(snapshot);
                 (StatusCode::OK, Some(merged))
             }
             _ => not_found(),

@@ -1,11 +1,13 @@
 use super::*;
 use crate::pool::render::{render, PoolTemplate};
 
-fn ips(range: std::ops::RangeInclusive<u8>) -> Vec<Ipv4Addr> {
-    range.map(|n| Ipv4Addr::new(198, 51, 100, n)).collect()
+fn ips(range: std::ops::RangeInclusive<u8>) -> Vec<IpAddr> {
+    range
+        .map(|n| IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, n)))
+        .collect()
 }
 
-fn set(v: &[Ipv4Addr]) -> BTreeSet<Ipv4Addr> {
+fn set(v: &[IpAddr]) -> BTreeSet<IpAddr> {
     v.iter().copied().collect()
 }
 
@@ -65,24 +67,65 @@ fn a_hold_is_confirmed_only_after_the_confirmation_delay() {
 
 #[test]
 fn an_empty_pool_is_refused_and_says_why() {
-    let desired = render(&PoolTemplate::default(), []);
-    let refusal = check(&desired, 2, 2).unwrap_err();
+    let desired = render(&PoolTemplate::default(), Vec::<IpAddr>::new());
+    let members = Members {
+        servers_matched: 2,
+        without_address: 2,
+        ..Members::default()
+    };
+    let refusal = check(&desired, &members, &[AddressKind::PublicIpv4]).unwrap_err();
     assert_eq!(
         refusal,
         Refusal::EmptyPool {
             matched: 2,
-            skipped: 2
+            skipped: 2,
+            what: "public IPv4".into(),
+            excluded: 0,
         }
     );
-    assert!(refusal
-        .to_string()
-        .contains("refusing to write an empty pool"));
+    assert_eq!(
+        refusal.to_string(),
+        "no usable server: Hetzner returned 2 server(s) for the label selector (2 without a \
+         usable public IPv4); refusing to write an empty pool, which would take every \
+         LoadBalancer IP away"
+    );
+    // Other kinds are named; servers left out by node rules are counted.
+    let members = Members {
+        excluded: vec![crate::members::Excluded {
+            server: "a".into(),
+            reason: crate::members::Exclusion::NodeDeleting,
+        }],
+        ..members
+    };
+    let refusal = check(
+        &desired,
+        &members,
+        &[AddressKind::PublicIpv6, AddressKind::FloatingIp],
+    )
+    .unwrap_err();
+    assert!(
+        refusal.to_string().contains(
+            "(2 without a usable address of the kinds public-ipv6, floating-ip, 1 left out by \
+             node rules)"
+        ),
+        "{refusal}"
+    );
 }
 
 #[test]
 fn a_pool_with_addresses_passes() {
-    let desired = render(&PoolTemplate::default(), ["1.2.3.4".parse().unwrap()]);
-    assert_eq!(check(&desired, 1, 0), Ok(()));
+    let desired = render(
+        &PoolTemplate::default(),
+        ["1.2.3.4".parse::<IpAddr>().unwrap()],
+    );
+    let members = Members {
+        servers_matched: 1,
+        ..Members::default()
+    };
+    assert_eq!(
+        check(&desired, &members, &[AddressKind::PublicIpv4]),
+        Ok(())
+    );
 }
 
 #[test]
@@ -153,28 +196,4 @@ fn the_ratio_bounds_turn_the_guard_fully_on_or_off() {
         shrink_guard(&live, &ips(1..=1), 1.0, None, now(), Duration::ZERO),
         ShrinkVerdict::Proceed
     );
-}
-
-#[test]
-fn blocked_addresses_are_reported_and_kept_or_dropped_by_policy() {
-    let servers = vec![
-        ServerAddress {
-            id: 1,
-            name: "a".into(),
-            ipv4: "1.1.1.1".parse().unwrap(),
-            blocked: false,
-        },
-        ServerAddress {
-            id: 2,
-            name: "b".into(),
-            ipv4: "2.2.2.2".parse().unwrap(),
-            blocked: true,
-        },
-    ];
-    let keep = usable_addresses(&servers, BlockedAddresses::Keep);
-    assert_eq!(keep.addresses.len(), 2);
-    assert_eq!(keep.blocked, vec!["2.2.2.2".parse::<Ipv4Addr>().unwrap()]);
-    let drop = usable_addresses(&servers, BlockedAddresses::Drop);
-    assert_eq!(drop.addresses, vec!["1.1.1.1".parse::<Ipv4Addr>().unwrap()]);
-    assert_eq!(drop.blocked, keep.blocked);
 }

@@ -5,17 +5,21 @@ fn renders_every_family_with_the_prefix() {
     let metrics = Metrics::new();
     metrics.set_leader(true);
     metrics.config_reloaded(false);
-    metrics.record_skipped(["no_public_ipv4", "no_public_ipv4", "unknown"]);
+    metrics.set_pools(["covidnetes-pool"]);
+    metrics.record_skipped(
+        "covidnetes-pool",
+        ["no_public_ipv4", "no_public_ipv4", "unknown"],
+    );
     let text = metrics.render();
     for line in [
         "canada_kaktus_leader 1",
         "canada_kaktus_config_reloads_total{result=\"failure\"} 1",
         "canada_kaktus_config_reloads_total{result=\"success\"} 0",
-        "canada_kaktus_servers_skipped{reason=\"no_public_ipv4\"} 2",
-        "canada_kaktus_servers_skipped{reason=\"invalid_ipv4\"} 0",
+        "canada_kaktus_servers_skipped{pool=\"covidnetes-pool\",reason=\"no_public_ipv4\"} 2",
+        "canada_kaktus_servers_skipped{pool=\"covidnetes-pool\",reason=\"invalid_ipv4\"} 0",
         "canada_kaktus_hcloud_ratelimit_remaining -1",
-        "canada_kaktus_last_success_timestamp_seconds 0.0",
-        "canada_kaktus_pool_changes_total{change=\"added\"} 0",
+        "canada_kaktus_last_success_timestamp_seconds{pool=\"covidnetes-pool\"} 0.0",
+        "canada_kaktus_pool_changes_total{pool=\"covidnetes-pool\",change=\"added\"} 0",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -45,24 +45,67 @@ pub struct FakeHetzner {
 pub struct FakeServer {
     pub id: i64,
     pub name: String,
+    /// `running`, `off`, `deleting`, …
+    pub status: String,
     /// `None` renders `"ipv4": null`; any string (also invalid ones) is sent as is.
     pub ipv4: Option<String>,
     pub blocked: bool,
+    /// The public IPv6 network in CIDR form (`public_net.ipv6.ip`); `None`
+    /// renders `"ipv6": null` (a server created without one).
+    pub ipv6: Option<String>,
+    /// `private_net`, in order.
+    pub private_net: Vec<FakePrivateNet>,
     pub labels: BTreeMap<String, String>,
 }
 
+/// A server's attachment to a private network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakePrivateNet {
+    pub network: i64,
+    pub ip: String,
+    pub alias_ips: Vec<String>,
+}
+
+/// The network every fake server is attached to unless told otherwise.
+pub const DEFAULT_NETWORK: i64 = 4_711_042;
+
 impl FakeServer {
-    /// A running node: name `node-<id>`, label `kops.k8s.io/instance-role=Node`.
+    /// A running node: name `node-<id>`, label `kops.k8s.io/instance-role=Node`,
+    /// an IPv6 /64 and an address in network [`DEFAULT_NETWORK`] derived
+    /// from its id.
     pub fn new(id: i64, ipv4: &str) -> Self {
         let mut labels = BTreeMap::new();
         labels.insert("kops.k8s.io/instance-role".to_owned(), "Node".to_owned());
+        let n = id.unsigned_abs();
         Self {
             id,
             name: format!("node-{id}"),
+            status: "running".to_owned(),
             ipv4: Some(ipv4.to_owned()),
             blocked: false,
+            ipv6: Some(format!("2a01:4f8:c0c:{:x}::/64", n & 0xffff)),
+            private_net: vec![FakePrivateNet {
+                network: DEFAULT_NETWORK,
+                ip: format!("10.0.{}.{}", (n >> 8) & 0xff, n & 0xff),
+                alias_ips: Vec::new(),
+            }],
             labels,
         }
+    }
+
+    pub fn with_status(mut self, status: &str) -> Self {
+        self.status = status.to_owned();
+        self
+    }
+
+    pub fn with_ipv6(mut self, network: Option<&str>) -> Self {
+        self.ipv6 = network.map(str::to_owned);
+        self
+    }
+
+    pub fn with_private_net(mut self, nets: Vec<FakePrivateNet>) -> Self {
+        self.private_net = nets;
+        self
     }
 
     /// Like [`FakeServer::new`], created without a primary IPv4.
@@ -106,6 +149,32 @@ pub fn numbered_servers(count: usize) -> Vec<FakeServer> {
         .collect()
 }
 
+/// A Floating IP as the fake stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeFloatingIp {
+    pub id: i64,
+    /// An IPv4, or an IPv6 network in CIDR form (`2001:db8::/64`).
+    pub ip: String,
+    pub server: Option<i64>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl FakeFloatingIp {
+    pub fn new(id: i64, ip: &str, server: Option<i64>) -> Self {
+        Self {
+            id,
+            ip: ip.to_owned(),
+            server,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    pub fn with_label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+}
+
 /// What the fake saw of one `/servers` request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeRequest {
@@ -140,6 +209,16 @@ impl FakeHetzner {
             })
             .mount(&self.server)
             .await;
+        for collection in [Collection::FloatingIps, Collection::Networks] {
+            Mock::given(method("GET"))
+                .and(path(collection.path()))
+                .respond_with(CollectionResponder {
+                    state: Arc::clone(&self.state),
+                    collection,
+                })
+                .mount(&self.server)
+                .await;
+        }
         // Everything else gets Hetzner's 404 document, like a wrong endpoint.
         Mock::given(any())
             .respond_with(error_response(404, Some("not_found"), "not found", None))
@@ -179,6 +258,27 @@ impl FakeHetzner {
 
     pub fn set_fault(&self, fault: Option<Fault>) {
         self.lock().fault = fault;
+    }
+
+    /// Replaces the Floating IPs `/floating_ips` serves.
+    pub fn set_floating_ips(&self, floating_ips: Vec<FakeFloatingIp>) {
+        self.lock().floating_ips = floating_ips;
+    }
+
+    /// Replaces the private networks `/networks` serves (id, name).
+    pub fn set_networks(&self, networks: Vec<(i64, String)>) {
+        self.lock().networks = networks;
+    }
+
+    /// Makes every `/floating_ips` and `/networks` request fail with this
+    /// status (None: succeed again).
+    pub fn fail_collections(&self, status: Option<u16>) {
+        self.lock().collection_status = status;
+    }
+
+    /// `/floating_ips` and `/networks` requests served so far.
+    pub fn collection_requests(&self) -> usize {
+        self.lock().collection_requests
     }
 
     /// Lets `script` decide the server list and the fault of every request
@@ -236,6 +336,10 @@ struct FakeState {
     script: Option<Script>,
     /// `requests` when the rate-limit budget was last refilled.
     rate_base: usize,
+    floating_ips: Vec<FakeFloatingIp>,
+    networks: Vec<(i64, String)>,
+    collection_status: Option<u16>,
+    collection_requests: usize,
 }
 
 impl FakeState {
@@ -391,6 +495,79 @@ impl Respond for Responder {
                 body.into_response(status).apply(&rate)
             }
         }
+    }
+}
+
+/// The collections besides `/servers`, served whole-or-error and paged.
+#[derive(Debug, Clone, Copy)]
+enum Collection {
+    FloatingIps,
+    Networks,
+}
+
+impl Collection {
+    fn path(self) -> &'static str {
+        match self {
+            Collection::FloatingIps => "/v1/floating_ips",
+            Collection::Networks => "/v1/networks",
+        }
+    }
+}
+
+struct CollectionResponder {
+    state: Arc<Mutex<FakeState>>,
+    collection: Collection,
+}
+
+impl Respond for CollectionResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        state.collection_requests += 1;
+        let rate = RateHeaders::for_request(state.requests + state.collection_requests);
+        if let Some(status) = state.collection_status {
+            let code = default_code(status);
+            return error_response(status, code, code.map_or("", message_for), None).apply(&rate);
+        }
+        let query = Query::from_request(request);
+        let page = query.page_number().unwrap_or(1).max(1) as usize;
+        let per_page = query
+            .per_page
+            .as_deref()
+            .and_then(|p| p.parse::<usize>().ok())
+            .unwrap_or(DEFAULT_PER_PAGE)
+            .clamp(1, MAX_PER_PAGE);
+        let (key, items): (&str, Vec<serde_json::Value>) = match self.collection {
+            Collection::FloatingIps => (
+                "floating_ips",
+                state.floating_ips.iter().map(render_floating_ip).collect(),
+            ),
+            Collection::Networks => (
+                "networks",
+                state
+                    .networks
+                    .iter()
+                    .map(|(id, name)| render_network(*id, name))
+                    .collect(),
+            ),
+        };
+        let total = items.len();
+        let last_page = total.div_ceil(per_page).max(1);
+        let start = (page - 1).saturating_mul(per_page).min(total);
+        let end = (start + per_page).min(total);
+        let body = json!({
+            key: items[start..end],
+            "meta": {"pagination": {
+                "page": page,
+                "per_page": per_page,
+                "previous_page": (page > 1).then(|| page - 1),
+                "next_page": (page < last_page).then_some(page + 1),
+                "last_page": last_page,
+                "total_entries": total,
+            }},
+        });
+        ResponseTemplate::new(200)
+            .set_body_raw(body.to_string(), "application/json")
+            .apply(&rate)
     }
 }
 

@@ -82,29 +82,39 @@ pub(super) fn render_server(server: &FakeServer) -> String {
             "dns_ptr": format!("static.{ip}.clients.your-server.de"),
         })
     });
-    let ipv6_prefix = format!("2a01:4f8:c0c:{:x}::", n & 0xffff);
+    let ipv6 = server.ipv6.as_ref().map(|network| {
+        let prefix = network.split('/').next().unwrap_or_default();
+        json!({
+            "id": 50_000_000 + id,
+            "ip": network,
+            "blocked": false,
+            "dns_ptr": [{"ip": format!("{prefix}1"), "dns_ptr": format!("{}.example.com", server.name)}],
+        })
+    });
+    let private_net: Vec<serde_json::Value> = server
+        .private_net
+        .iter()
+        .map(|net| {
+            json!({
+                "network": net.network,
+                "ip": net.ip,
+                "alias_ips": net.alias_ips,
+                "mac_address": format!("86:00:00:{:02x}:{:02x}:{:02x}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
+            })
+        })
+        .collect();
     json!({
         "id": id,
         "name": server.name,
-        "status": "running",
+        "status": server.status,
         "created": "2024-03-18T09:21:44+00:00",
         "public_net": {
             "ipv4": ipv4,
-            "ipv6": {
-                "id": 50_000_000 + id,
-                "ip": format!("{ipv6_prefix}/64"),
-                "blocked": false,
-                "dns_ptr": [{"ip": format!("{ipv6_prefix}1"), "dns_ptr": format!("{}.example.com", server.name)}],
-            },
+            "ipv6": ipv6,
             "floating_ips": [],
             "firewalls": [{"id": 1_200_042, "status": "applied"}],
         },
-        "private_net": [{
-            "network": 4_711_042,
-            "ip": format!("10.0.{}.{}", (n >> 8) & 0xff, n & 0xff),
-            "alias_ips": [],
-            "mac_address": format!("86:00:00:{:02x}:{:02x}:{:02x}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff),
-        }],
+        "private_net": private_net,
         "server_type": {
             "id": 22,
             "name": "cpx31",
@@ -172,4 +182,45 @@ pub(super) fn render_server(server: &FakeServer) -> String {
         "placement_group": null,
     })
     .to_string()
+}
+
+/// A Floating IP as the API documentation shows it.
+pub(super) fn render_floating_ip(fip: &FakeFloatingIp) -> serde_json::Value {
+    let v6 = fip.ip.contains(':');
+    json!({
+        "id": fip.id,
+        "name": format!("fip-{}", fip.id),
+        "description": "",
+        "ip": fip.ip,
+        "type": if v6 { "ipv6" } else { "ipv4" },
+        "server": fip.server,
+        "dns_ptr": [{"ip": fip.ip.split('/').next().unwrap_or_default(), "dns_ptr": "fip.example.com"}],
+        "home_location": {
+            "id": 1, "name": "fsn1", "description": "Falkenstein DC Park 1", "country": "DE",
+            "city": "Falkenstein", "latitude": 50.47612, "longitude": 12.370071,
+            "network_zone": "eu-central"
+        },
+        "blocked": false,
+        "protection": {"delete": false},
+        "labels": fip.labels,
+        "created": "2024-03-18T09:21:44+00:00",
+    })
+}
+
+/// A private network as the API documentation shows it.
+pub(super) fn render_network(id: i64, name: &str) -> serde_json::Value {
+    json!({
+        "id": id,
+        "name": name,
+        "ip_range": "10.0.0.0/8",
+        "subnets": [{"type": "cloud", "ip_range": "10.0.0.0/16", "network_zone": "eu-central",
+                     "gateway": "10.0.0.1", "vswitch_id": null}],
+        "routes": [],
+        "servers": [],
+        "load_balancers": [],
+        "protection": {"delete": false},
+        "labels": {},
+        "created": "2024-03-18T09:21:44+00:00",
+        "expose_routes_to_vswitch": false,
+    })
 }

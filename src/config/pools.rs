@@ -1,0 +1,442 @@
+//! The `Pools` setting: an ordered list of pools, each with its own server
+//! selector, address kinds, template and node rules. Without it, the
+//! single-pool settings describe one pool exactly as before. Pure: every
+//! problem of every pool is collected, each naming the pool's index and name.
+
+use super::*;
+use crate::hetzner::selector::quote;
+use std::net::Ipv6Addr;
+
+/// One pool to keep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    pub name: String,
+    pub label_selector: LabelSelector,
+    /// The kinds of address, in the order given, each once.
+    pub addresses: Vec<AddressKind>,
+    /// The host bits put into each public (and Floating) IPv6 `/64`.
+    pub ipv6_host_part: Ipv6Addr,
+    /// Which private network `private-ipv4` takes; `None`: a server's only one.
+    pub private_network: Option<NetworkRef>,
+    pub include_alias_ips: bool,
+    /// Narrows `floating-ip` by the Floating IPs' own labels.
+    pub floating_ip_selector: Option<LabelSelector>,
+    pub service_selector: Option<LabelSelector>,
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    pub max_removal_ratio: f64,
+    pub nodes: NodeRules,
+}
+
+impl PoolConfig {
+    pub fn wants(&self, kind: AddressKind) -> bool {
+        self.addresses.contains(&kind)
+    }
+}
+
+/// A private network, by ID or by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkRef {
+    Id(i64),
+    Name(String),
+}
+
+impl fmt::Display for NetworkRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetworkRef::Id(id) => write!(f, "{id}"),
+            NetworkRef::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+/// The opt-in node rules of one pool (the default exclusions always apply).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeRules {
+    /// Leave out a server unhealthy (Node NotReady, or Hetzner status other
+    /// than running) for longer than this; back after as long healthy.
+    pub exclude_unhealthy_after: Option<Duration>,
+    /// Only servers that are registered Nodes of this cluster.
+    pub require_node: bool,
+}
+
+/// The host part `::1`: what Hetzner's images configure on the interface.
+pub const DEFAULT_IPV6_HOST_PART: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1);
+
+/// The keys of one entry of `Pools`, as written in the README.
+pub const POOL_KEYS: &[&str] = &[
+    "Name",
+    "LabelSelector",
+    "Addresses",
+    "Ipv6HostPart",
+    "PrivateNetwork",
+    "IncludeAliasIps",
+    "FloatingIpSelector",
+    "ServiceSelector",
+    "Annotations",
+    "Labels",
+    "MaxRemovalRatio",
+    "Nodes",
+];
+
+const NODE_KEYS: &[&str] = &["ExcludeUnhealthyAfter", "RequireNode"];
+
+/// Parses the JSON text of `Pools`; `Err` holds every problem found.
+pub fn parse_pools(text: &str) -> Result<Vec<PoolConfig>, Vec<String>> {
+    const EXAMPLE: &str = "[{\"Name\": \"edge\", \"LabelSelector\": \"role=edge\"}]";
+    let document: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| {
+        vec![format!(
+            "is not a JSON list of pools such as {EXAMPLE}: {e}"
+        )]
+    })?;
+    let serde_json::Value::Array(entries) = document else {
+        return Err(vec![format!(
+            "is a JSON {}, not a list of pools such as {EXAMPLE}",
+            json_type(&document)
+        )]);
+    };
+    if entries.is_empty() {
+        return Err(vec![format!(
+            "is an empty list; list at least one pool, e.g. {EXAMPLE}, or leave Pools unset"
+        )]);
+    }
+    let mut problems = Vec::new();
+    let mut pools = Vec::new();
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let mut entry_problems = Vec::new();
+        let pool = parse_pool(entry, &mut entry_problems);
+        let name = pool
+            .as_ref()
+            .map(|p| p.name.clone())
+            .or_else(|| entry_name(entry));
+        if let Some(pool) = &pool {
+            if let Some(first) = names.insert(pool.name.clone(), index) {
+                entry_problems.push(format!(
+                    "Name {} is already used by pool {}; each pool needs its own name",
+                    quote(&pool.name),
+                    first + 1
+                ));
+            }
+        }
+        let which = match &name {
+            Some(name) => format!("pool {} ({})", index + 1, quote(name)),
+            None => format!("pool {}", index + 1),
+        };
+        problems.extend(entry_problems.into_iter().map(|p| format!("{which}: {p}")));
+        pools.extend(pool);
+    }
+    if problems.is_empty() {
+        Ok(pools)
+    } else {
+        Err(problems)
+    }
+}
+
+fn entry_name(entry: &serde_json::Value) -> Option<String> {
+    let object = entry.as_object()?;
+    object
+        .iter()
+        .find(|(key, _)| normalize(key) == normalize("Name"))
+        .and_then(|(_, value)| value.as_str())
+        .map(str::to_owned)
+}
+
+/// One entry; problems are pushed, `None` when any was found.
+fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<PoolConfig> {
+    let serde_json::Value::Object(object) = entry else {
+        problems.push(format!(
+            "is a JSON {}; each pool is an object with at least Name and LabelSelector",
+            json_type(entry)
+        ));
+        return None;
+    };
+    let fields = Fields::of(object, POOL_KEYS, problems);
+    let before = problems.len();
+    let name = match fields.text("Name", problems) {
+        Some(text) => match parse_pool_name(&text) {
+            Ok(name) => Some(name),
+            Err(reason) => {
+                problems.push(format!("Name {} {reason}", quote(text.trim())));
+                None
+            }
+        },
+        None => {
+            problems.push("Name is missing; every pool needs a name".to_owned());
+            None
+        }
+    };
+    let label_selector = match fields.text("LabelSelector", problems) {
+        Some(text) => match text.parse::<LabelSelector>() {
+            Ok(selector) => Some(selector),
+            Err(e) => {
+                problems.push(format!(
+                    "LabelSelector {} is not a valid label selector: {e}",
+                    quote(text.trim())
+                ));
+                None
+            }
+        },
+        None => {
+            problems.push(
+                "LabelSelector is missing; it chooses the pool's servers, e.g. role=edge"
+                    .to_owned(),
+            );
+            None
+        }
+    };
+    let addresses = match fields.get("Addresses") {
+        None => vec![AddressKind::PublicIpv4],
+        Some(value) => parse_kinds(value, problems),
+    };
+    let has_ipv6 = addresses
+        .iter()
+        .any(|k| matches!(k, AddressKind::PublicIpv6 | AddressKind::FloatingIp));
+    let ipv6_host_part = match fields.text("Ipv6HostPart", problems) {
+        None => DEFAULT_IPV6_HOST_PART,
+        Some(text) => {
+            if !has_ipv6 {
+                problems.push(
+                    "Ipv6HostPart is set, but Addresses has neither public-ipv6 nor floating-ip"
+                        .to_owned(),
+                );
+            }
+            parse_host_part(&text).unwrap_or_else(|reason| {
+                problems.push(format!("Ipv6HostPart {} {reason}", quote(text.trim())));
+                DEFAULT_IPV6_HOST_PART
+            })
+        }
+    };
+    let private_network = fields.get("PrivateNetwork").and_then(|value| {
+        if !addresses.contains(&AddressKind::PrivateIpv4) {
+            problems.push("PrivateNetwork is set, but Addresses has no private-ipv4".to_owned());
+        }
+        match value {
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(id) if id > 0 => Some(NetworkRef::Id(id)),
+                _ => {
+                    problems.push(format!("PrivateNetwork {n} is not a network ID"));
+                    None
+                }
+            },
+            serde_json::Value::String(text) if !text.trim().is_empty() => {
+                let text = text.trim();
+                Some(match text.parse::<i64>() {
+                    Ok(id) if id > 0 => NetworkRef::Id(id),
+                    _ => NetworkRef::Name(text.to_owned()),
+                })
+            }
+            other => {
+                problems.push(format!(
+                    "PrivateNetwork is a JSON {}; give the network's ID or name",
+                    json_type(other)
+                ));
+                None
+            }
+        }
+    });
+    let include_alias_ips = fields
+        .parsed("IncludeAliasIps", parse_bool, problems)
+        .unwrap_or(false);
+    if include_alias_ips && !addresses.contains(&AddressKind::PrivateIpv4) {
+        problems.push("IncludeAliasIps is true, but Addresses has no private-ipv4".to_owned());
+    }
+    let floating_ip_selector = fields.parsed(
+        "FloatingIpSelector",
+        |s| {
+            s.parse::<LabelSelector>()
+                .map_err(|e| format!("is not a valid label selector: {e}"))
+        },
+        problems,
+    );
+    if floating_ip_selector.is_some() && !addresses.contains(&AddressKind::FloatingIp) {
+        problems.push("FloatingIpSelector is set, but Addresses has no floating-ip".to_owned());
+    }
+    let service_selector = fields
+        .parsed("ServiceSelector", parse_service_selector, problems)
+        .flatten();
+    let annotations = fields
+        .parsed("Annotations", |s| parse_string_map(s, false), problems)
+        .unwrap_or_default();
+    let labels = fields
+        .parsed("Labels", |s| parse_string_map(s, true), problems)
+        .unwrap_or_default();
+    let max_removal_ratio = fields
+        .parsed("MaxRemovalRatio", parse_ratio, problems)
+        .unwrap_or_else(default_removal_ratio);
+    let nodes = fields
+        .get("Nodes")
+        .map(|value| parse_node_rules(value, problems))
+        .unwrap_or_default();
+    if problems.len() > before {
+        return None;
+    }
+    Some(PoolConfig {
+        name: name?,
+        label_selector: label_selector?,
+        addresses,
+        ipv6_host_part,
+        private_network,
+        include_alias_ips,
+        floating_ip_selector,
+        service_selector,
+        annotations,
+        labels,
+        max_removal_ratio,
+        nodes,
+    })
+}
+
+/// The table's default of `MaxRemovalRatio`, for pools that set none.
+fn default_removal_ratio() -> f64 {
+    match MAX_REMOVAL_RATIO.default {
+        SettingDefault::Value(text) => parse_ratio(text).unwrap_or(0.0),
+        SettingDefault::Unset(_) => 0.0,
+    }
+}
+
+fn parse_kinds(value: &serde_json::Value, problems: &mut Vec<String>) -> Vec<AddressKind> {
+    let serde_json::Value::Array(items) = value else {
+        problems.push(format!(
+            "Addresses is a JSON {}; give a list such as [\"public-ipv4\", \"public-ipv6\"]",
+            json_type(value)
+        ));
+        return Vec::new();
+    };
+    let mut kinds = Vec::new();
+    for item in items {
+        match item.as_str().map(str::parse::<AddressKind>) {
+            Some(Ok(kind)) => {
+                if !kinds.contains(&kind) {
+                    kinds.push(kind);
+                }
+            }
+            Some(Err(e)) => problems.push(format!("Addresses: {e}")),
+            None => problems.push(format!(
+                "Addresses holds a JSON {}; each entry is a name such as \"public-ipv4\"",
+                json_type(item)
+            )),
+        }
+    }
+    if items.is_empty() {
+        problems.push(
+            "Addresses is empty; list at least one of public-ipv4, public-ipv6, private-ipv4, \
+             floating-ip (or leave it out for public-ipv4)"
+                .to_owned(),
+        );
+    }
+    kinds
+}
+
+/// An IPv6 address with only host bits (the lower 64), not `::`.
+fn parse_host_part(text: &str) -> Result<Ipv6Addr, String> {
+    let address: Ipv6Addr = text
+        .trim()
+        .parse()
+        .map_err(|_| "is not an IPv6 address; write the host part, e.g. ::1".to_owned())?;
+    let bits = u128::from(address);
+    if bits == 0 {
+        return Err("is the network address itself; use e.g. ::1".to_owned());
+    }
+    if bits >> 64 != 0 {
+        return Err(
+            "sets bits of the /64 network; write only the host part, e.g. ::1 or ::a:1".to_owned(),
+        );
+    }
+    Ok(address)
+}
+
+fn parse_node_rules(value: &serde_json::Value, problems: &mut Vec<String>) -> NodeRules {
+    let serde_json::Value::Object(object) = value else {
+        problems.push(format!(
+            "Nodes is a JSON {}; give an object such as {{\"RequireNode\": true}}",
+            json_type(value)
+        ));
+        return NodeRules::default();
+    };
+    let mut nested = Vec::new();
+    let fields = Fields::of(object, NODE_KEYS, &mut nested);
+    let exclude_unhealthy_after = fields.parsed(
+        "ExcludeUnhealthyAfter",
+        |s| {
+            parse_bounded_duration(
+                s,
+                Duration::from_secs(10),
+                Duration::from_secs(24 * 3600),
+                "a duration from 10s to 24h, e.g. 5m",
+            )
+        },
+        &mut nested,
+    );
+    let require_node = fields
+        .parsed("RequireNode", parse_bool, &mut nested)
+        .unwrap_or(false);
+    problems.extend(nested.into_iter().map(|p| format!("Nodes.{p}")));
+    NodeRules {
+        exclude_unhealthy_after,
+        require_node,
+    }
+}
+
+/// The fields of one JSON object, keys matched in any case (like the
+/// top-level keys); unknown keys are problems with a suggestion.
+struct Fields<'a> {
+    values: BTreeMap<&'static str, &'a serde_json::Value>,
+}
+
+impl<'a> Fields<'a> {
+    fn of(
+        object: &'a serde_json::Map<String, serde_json::Value>,
+        known: &'static [&'static str],
+        problems: &mut Vec<String>,
+    ) -> Self {
+        let mut values = BTreeMap::new();
+        for (key, value) in object {
+            match known.iter().find(|k| normalize(k) == normalize(key)) {
+                Some(known_key) => {
+                    values.insert(*known_key, value);
+                }
+                None => {
+                    let hint = suggestion(key, known.iter().copied())
+                        .map(|s| format!("did you mean {s}?"))
+                        .unwrap_or_else(|| format!("known keys: {}", known.join(", ")));
+                    problems.push(format!("unknown key {}; {hint}", quote(key)));
+                }
+            }
+        }
+        Self { values }
+    }
+
+    /// The value, `None` when absent or null.
+    fn get(&self, key: &str) -> Option<&'a serde_json::Value> {
+        self.values.get(key).copied().filter(|v| !v.is_null())
+    }
+
+    /// The value as text (objects as their JSON); `None` when absent.
+    fn text(&self, key: &str, problems: &mut Vec<String>) -> Option<String> {
+        let value = self.get(key)?;
+        match json_to_text(value, true) {
+            Ok(text) => text.filter(|t| !t.trim().is_empty()),
+            Err(kind) => {
+                problems.push(format!("{key} is a JSON {kind}; expected a string"));
+                None
+            }
+        }
+    }
+
+    fn parsed<T>(
+        &self,
+        key: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+        problems: &mut Vec<String>,
+    ) -> Option<T> {
+        let text = self.text(key, problems)?;
+        match parse(&text) {
+            Ok(value) => Some(value),
+            Err(reason) => {
+                problems.push(format!("{key} {} {reason}", quote(text.trim())));
+                None
+            }
+        }
+    }
+}

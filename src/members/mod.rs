@@ -1,0 +1,298 @@
+//! Which address belongs in which pool: the step between a Hetzner listing
+//! and the pools' renders. For every configured pool, in order, it takes the
+//! matching servers' addresses of the pool's kinds, leaves out the servers
+//! whose nodes must not take new traffic, and gives each address to at most
+//! one pool: an earlier pool keeps an address a later one would also get,
+//! and an address another (foreign) pool covers is never added. Pure: no
+//! I/O, the time comes in as an argument.
+//!
+//! - [`nodes`]: what the Kubernetes Nodes say about each server, and the
+//!   exclusion rules.
+//! - [`foreign`]: the blocks of the pools we do not manage.
+//! - [`write_target`]: what one pool may be written with now, so that no
+//!   write ever puts an address into two pools at once.
+
+pub mod foreign;
+pub mod nodes;
+
+pub use foreign::*;
+pub use nodes::*;
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+
+use tokio::time::Instant;
+
+use crate::config::{AddressKind, BlockedAddresses, NetworkRef, PoolConfig};
+use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server};
+
+/// What one cycle read: the servers (matched by the Hetzner API already
+/// when `prefiltered`, else by each pool's selector here), the Floating
+/// IPs and the private networks (empty when no pool needs them).
+#[derive(Debug, Clone, Copy)]
+pub struct Listed<'a> {
+    pub servers: &'a [Server],
+    pub prefiltered: bool,
+    pub floating_ips: &'a [FloatingIp],
+    pub networks: &'a [Network],
+}
+
+/// One pool's share of a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Members {
+    pub pool: String,
+    /// The addresses the pool should hold, sorted, each once.
+    pub addresses: BTreeSet<IpAddr>,
+    /// Servers the pool's selector matched.
+    pub servers_matched: usize,
+    /// Matched servers left out by a node rule, with the rule.
+    pub excluded: Vec<Excluded>,
+    /// Matched, not excluded, and still without an address of the pool's
+    /// kinds.
+    pub without_address: usize,
+    /// Why matched servers had no usable public IPv4 (pools with
+    /// `public-ipv4` only), as metric labels.
+    pub skip_reasons: Vec<&'static str>,
+    /// Addresses Hetzner reports as blocked by its abuse team, kept or not.
+    pub blocked: Vec<IpAddr>,
+    /// Addresses an earlier pool took.
+    pub claimed: Vec<Claimed>,
+}
+
+/// A server left out of a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excluded {
+    pub server: String,
+    pub reason: Exclusion,
+}
+
+/// An address two configured pools would both get; the earlier keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub address: IpAddr,
+    pub by: String,
+}
+
+/// Splits a listing among `pools`, in order. `nodes` is what the Node watch
+/// knows, `unhealthy` remembers how long each server has been unhealthy
+/// (for `Nodes.ExcludeUnhealthyAfter`), `now` is the time of the listing.
+pub fn members(
+    pools: &[PoolConfig],
+    listed: Listed<'_>,
+    nodes: &NodeView,
+    policy: BlockedAddresses,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+) -> Vec<Members> {
+    let by_server: HashMap<i64, Vec<&FloatingIp>> =
+        listed
+            .floating_ips
+            .iter()
+            .fold(HashMap::new(), |mut map, fip| {
+                if let Some(server) = fip.server {
+                    map.entry(server).or_default().push(fip);
+                }
+                map
+            });
+    let mut taken: HashMap<IpAddr, usize> = HashMap::new();
+    let mut result = Vec::with_capacity(pools.len());
+    let mut health_seen = BTreeSet::new();
+    for (index, pool) in pools.iter().enumerate() {
+        let mut members = Members {
+            pool: pool.name.clone(),
+            ..Members::default()
+        };
+        let network = private_network(pool, listed.networks);
+        for server in listed.servers {
+            if !listed.prefiltered && !pool.label_selector.matches(&server.labels) {
+                continue;
+            }
+            members.servers_matched += 1;
+            let node = nodes.node_of(server);
+            let verdict = exclusion(server, node, pool, unhealthy, now);
+            if pool.nodes.exclude_unhealthy_after.is_some() {
+                health_seen.insert(server.id);
+            }
+            if let Some(reason) = verdict {
+                members.excluded.push(Excluded {
+                    server: server.name.clone(),
+                    reason,
+                });
+                continue;
+            }
+            let before = members.addresses.len() + members.claimed.len();
+            for address in addresses_of(
+                server,
+                pool,
+                network.as_ref(),
+                &by_server,
+                policy,
+                &mut members,
+            ) {
+                match taken.get(&address) {
+                    Some(&earlier) if earlier != index => members.claimed.push(Claimed {
+                        address,
+                        by: pools[earlier].name.clone(),
+                    }),
+                    _ => {
+                        taken.insert(address, index);
+                        members.addresses.insert(address);
+                    }
+                }
+            }
+            if members.addresses.len() + members.claimed.len() == before {
+                members.without_address += 1;
+                if pool.wants(AddressKind::PublicIpv4) {
+                    if let Err(reason) = &server.ipv4 {
+                        tracing::warn!(
+                            pool = %pool.name,
+                            server_id = server.id,
+                            server_name = %server.name,
+                            reason = %reason,
+                            "skipping Hetzner server without a usable public IPv4"
+                        );
+                    }
+                }
+            }
+            if pool.wants(AddressKind::PublicIpv4) {
+                if let Err(reason) = &server.ipv4 {
+                    members.skip_reasons.push(reason.as_str());
+                }
+            }
+        }
+        result.push(members);
+    }
+    unhealthy.retain(&health_seen);
+    result
+}
+
+/// The network ID `private-ipv4` takes: the configured one (a name looked
+/// up in `networks`), or `None` for "the server's only one".
+fn private_network(pool: &PoolConfig, networks: &[Network]) -> Option<NetworkChoice> {
+    if !pool.wants(AddressKind::PrivateIpv4) {
+        return None;
+    }
+    Some(match &pool.private_network {
+        None => NetworkChoice::Only,
+        Some(NetworkRef::Id(id)) => NetworkChoice::Id(*id),
+        Some(NetworkRef::Name(name)) => match networks.iter().find(|n| &n.name == name) {
+            Some(network) => NetworkChoice::Id(network.id),
+            None => NetworkChoice::Missing,
+        },
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NetworkChoice {
+    /// The server's only private network; none when it has several.
+    Only,
+    Id(i64),
+    /// A network name that no network has.
+    Missing,
+}
+
+/// The addresses of the pool's kinds a server has, in kind order.
+fn addresses_of(
+    server: &Server,
+    pool: &PoolConfig,
+    network: Option<&NetworkChoice>,
+    floating: &HashMap<i64, Vec<&FloatingIp>>,
+    policy: BlockedAddresses,
+    members: &mut Members,
+) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut take = |address: IpAddr, blocked: bool, members: &mut Members| {
+        if blocked {
+            members.blocked.push(address);
+            if policy == BlockedAddresses::Drop {
+                return;
+            }
+        }
+        out.push(address);
+    };
+    for kind in &pool.addresses {
+        match kind {
+            AddressKind::PublicIpv4 => {
+                if let Ok(ip) = server.ipv4 {
+                    take(IpAddr::V4(ip), server.blocked, members);
+                }
+            }
+            AddressKind::PublicIpv6 => {
+                if let Some(net) = server.ipv6 {
+                    take(
+                        IpAddr::V6(net.host(pool.ipv6_host_part)),
+                        net.blocked,
+                        members,
+                    );
+                }
+            }
+            AddressKind::PrivateIpv4 => {
+                let attachment = match network {
+                    Some(NetworkChoice::Only) if server.private_net.len() == 1 => {
+                        server.private_net.first()
+                    }
+                    Some(NetworkChoice::Id(id)) => {
+                        server.private_net.iter().find(|n| n.network == *id)
+                    }
+                    _ => None,
+                };
+                if let Some(attachment) = attachment {
+                    let aliases: &[Ipv4Addr] = if pool.include_alias_ips {
+                        &attachment.alias_ips
+                    } else {
+                        &[]
+                    };
+                    for ip in attachment.ip.iter().chain(aliases) {
+                        if !ip.is_unspecified() {
+                            take(IpAddr::V4(*ip), false, members);
+                        }
+                    }
+                }
+            }
+            AddressKind::FloatingIp => {
+                for fip in floating.get(&server.id).into_iter().flatten() {
+                    let wanted = pool
+                        .floating_ip_selector
+                        .as_ref()
+                        .is_none_or(|selector| selector.matches(&fip.labels));
+                    if !wanted {
+                        continue;
+                    }
+                    let address = match fip.address {
+                        FloatingAddress::V4(ip) => IpAddr::V4(ip),
+                        FloatingAddress::V6(net) => IpAddr::V6(net.host(pool.ipv6_host_part)),
+                    };
+                    take(address, fip.blocked, members);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What one pool may be written with now: its wanted addresses, less those
+/// another managed pool holds at the moment (`others`; they are added once
+/// that pool has let go of them, later in the same cycle or the next), and
+/// less those a foreign pool covers that the pool does not hold already
+/// (Cilium would disable one of the two; removing one it holds would take
+/// the address from its Service, so those stay and are reported).
+///
+/// Written pool by pool, these targets never put an address into two pools
+/// at once, whatever the order and whichever writes fail, as long as a
+/// failed write counts as possibly done (`live ∪ target`).
+pub fn write_target(
+    wanted: &BTreeSet<IpAddr>,
+    live: &BTreeSet<IpAddr>,
+    others: &BTreeSet<IpAddr>,
+    foreign: &ForeignPools,
+) -> BTreeSet<IpAddr> {
+    wanted
+        .iter()
+        .filter(|address| !others.contains(address))
+        .filter(|address| live.contains(address) || foreign.covering(**address).is_none())
+        .copied()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! What the Kubernetes Nodes say about each Hetzner server, and the rules
+//! that leave a server's addresses out of a pool. The rules are those
+//! Kubernetes' service controller and Cilium's node IPAM apply: a Node being
+//! deleted, labelled `node.kubernetes.io/exclude-from-external-load-balancers`
+//! or tainted `ToBeDeletedByClusterAutoscaler` takes no new traffic. Cordoned
+//! nodes stay in. Pure.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use tokio::time::Instant;
+
+use crate::config::PoolConfig;
+use crate::hetzner::{Server, ServerStatus};
+
+pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+/// `spec.providerID` of a Hetzner server's Node: `hcloud://<server id>`.
+pub const PROVIDER_PREFIX: &str = "hcloud://";
+
+/// What one Node says, reduced to what the rules read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeFacts {
+    pub name: String,
+    /// From `spec.providerID`, when it is a Hetzner Cloud one.
+    pub server_id: Option<i64>,
+    pub deleting: bool,
+    pub exclude_label: bool,
+    pub to_be_deleted: bool,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+}
+
+impl NodeFacts {
+    pub fn of(node: &Node) -> Self {
+        let meta = &node.metadata;
+        let spec = node.spec.as_ref();
+        let server_id = spec
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|id| id.strip_prefix(PROVIDER_PREFIX))
+            .and_then(|id| id.trim_start_matches('/').parse::<i64>().ok());
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
+        Self {
+            name: meta.name.clone().unwrap_or_default(),
+            server_id,
+            deleting: meta.deletion_timestamp.is_some(),
+            exclude_label: meta
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(EXCLUDE_LABEL)),
+            to_be_deleted: spec
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT)),
+            ready,
+        }
+    }
+
+    /// The default rule: why this Node takes no new traffic, if it does not.
+    pub fn exclusion(&self) -> Option<Exclusion> {
+        if self.deleting {
+            Some(Exclusion::NodeDeleting)
+        } else if self.exclude_label {
+            Some(Exclusion::ExcludeLabel)
+        } else if self.to_be_deleted {
+            Some(Exclusion::ToBeDeleted)
+        } else {
+            None
+        }
+    }
+}
+
+/// Every Node the watch knows, by server ID and by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeView {
+    by_id: HashMap<i64, NodeFacts>,
+    by_name: HashMap<String, NodeFacts>,
+    /// The watch has completed a first list: a server without a Node then
+    /// really has none.
+    pub complete: bool,
+}
+
+impl NodeView {
+    pub fn new(nodes: impl IntoIterator<Item = NodeFacts>, complete: bool) -> Self {
+        let mut view = Self {
+            complete,
+            ..Self::default()
+        };
+        for node in nodes {
+            if let Some(id) = node.server_id {
+                view.by_id.insert(id, node.clone());
+            }
+            view.by_name.insert(node.name.clone(), node);
+        }
+        view
+    }
+
+    /// The Node of a server: by `spec.providerID`, else by name = server name
+    /// (for Nodes whose provider ID is not set, or not a Hetzner one).
+    pub fn node_of(&self, server: &Server) -> Option<&NodeFacts> {
+        self.by_id.get(&server.id).or_else(|| {
+            self.by_name
+                .get(&server.name)
+                .filter(|node| node.server_id.is_none())
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}
+
+/// Why a server's addresses are left out of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Exclusion {
+    /// Its Node has a deletion timestamp.
+    NodeDeleting,
+    /// Its Node carries `node.kubernetes.io/exclude-from-external-load-balancers`.
+    ExcludeLabel,
+    /// Its Node has the cluster autoscaler's `ToBeDeletedByClusterAutoscaler` taint.
+    ToBeDeleted,
+    /// Hetzner reports the server as `deleting`.
+    ServerDeleting,
+    /// Unhealthy for longer than the pool's `Nodes.ExcludeUnhealthyAfter`.
+    Unhealthy,
+    /// Not a Node of this cluster, and the pool has `Nodes.RequireNode`.
+    NoNode,
+}
+
+impl Exclusion {
+    /// Every reason's label, in variant order (the metric's series).
+    pub const LABELS: [&'static str; 6] = [
+        "node_deleting",
+        "exclude_label",
+        "to_be_deleted_taint",
+        "server_deleting",
+        "unhealthy",
+        "no_node",
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        Self::LABELS[self as usize]
+    }
+
+    /// For logs and Events.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Exclusion::NodeDeleting => "its Node is being deleted",
+            Exclusion::ExcludeLabel => {
+                "its Node has the label node.kubernetes.io/exclude-from-external-load-balancers"
+            }
+            Exclusion::ToBeDeleted => {
+                "its Node has the cluster autoscaler's ToBeDeletedByClusterAutoscaler taint"
+            }
+            Exclusion::ServerDeleting => "Hetzner reports the server as deleting",
+            Exclusion::Unhealthy => {
+                "it has been unhealthy for longer than Nodes.ExcludeUnhealthyAfter"
+            }
+            Exclusion::NoNode => "it is not a Node of this cluster (Nodes.RequireNode)",
+        }
+    }
+}
+
+/// The rule that leaves `server` out of `pool`, if any.
+pub(super) fn exclusion(
+    server: &Server,
+    node: Option<&NodeFacts>,
+    pool: &PoolConfig,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+) -> Option<Exclusion> {
+    if server.status == ServerStatus::Deleting {
+        return Some(Exclusion::ServerDeleting);
+    }
+    if let Some(reason) = node.and_then(NodeFacts::exclusion) {
+        return Some(reason);
+    }
+    if pool.nodes.require_node && node.is_none() {
+        // Before the Node watch has listed once, "no Node" is not known; the
+        // caller refuses to write such a pool (see `NodeView::complete`).
+        return Some(Exclusion::NoNode);
+    }
+    if let Some(after) = pool.nodes.exclude_unhealthy_after {
+        let healthy = server.status == ServerStatus::Running && node.is_none_or(|node| node.ready);
+        if unhealthy.excluded(server.id, healthy, after, now) {
+            return Some(Exclusion::Unhealthy);
+        }
+    }
+    None
+}
+
+/// How long each server has been unhealthy (or, once excluded, healthy
+/// again), so that a reboot does not churn the pool: a server goes out after
+/// `after` unhealthy and comes back after `after` healthy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Unhealthy {
+    servers: HashMap<i64, HealthState>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HealthState {
+    excluded: bool,
+    /// Since when the server has been in the condition that would flip
+    /// `excluded`; `None` while it is not.
+    flipping_since: Option<Instant>,
+}
+
+impl Unhealthy {
+    /// Records one observation and says whether the server is out.
+    pub fn excluded(&mut self, server: i64, healthy: bool, after: Duration, now: Instant) -> bool {
+        let state = self.servers.entry(server).or_insert(HealthState {
+            excluded: false,
+            flipping_since: None,
+        });
+        // Healthy while in, or unhealthy while out: nothing is flipping.
+        if healthy != state.excluded {
+            state.flipping_since = None;
+            return state.excluded;
+        }
+        let since = *state.flipping_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= after {
+            state.excluded = !state.excluded;
+            state.flipping_since = None;
+        }
+        state.excluded
+    }
+
+    /// Forgets servers no longer listed.
+    pub fn retain(&mut self, listed: &BTreeSet<i64>) {
+        self.servers.retain(|id, _| listed.contains(id));
+    }
+
+    /// Forgets everything (a new leadership term).
+    pub fn clear(&mut self) {
+        self.servers.clear();
+    }
+}

@@ -1,0 +1,559 @@
+use super::*;
+use crate::config::{NodeRules, PoolConfig, DEFAULT_IPV6_HOST_PART};
+use crate::hetzner::{Ipv6Net, PrivateNet, ServerStatus};
+use crate::pool::{Block, Pool};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+fn pool(name: &str, selector: &str, kinds: &[AddressKind]) -> PoolConfig {
+    PoolConfig {
+        name: name.into(),
+        label_selector: selector.parse().unwrap(),
+        addresses: kinds.to_vec(),
+        ipv6_host_part: DEFAULT_IPV6_HOST_PART,
+        private_network: None,
+        include_alias_ips: false,
+        floating_ip_selector: None,
+        service_selector: None,
+        annotations: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        max_removal_ratio: 0.5,
+        nodes: NodeRules::default(),
+    }
+}
+
+fn server(id: i64, ipv4: Option<&str>) -> Server {
+    let mut server = Server::with_ipv4(id, format!("node-{id}"), "0.0.0.0".parse().unwrap());
+    server.ipv4 = match ipv4 {
+        Some(ip) => Ok(ip.parse().unwrap()),
+        None => Err(crate::hetzner::SkipReason::NoPublicIpv4),
+    };
+    server
+}
+
+fn labelled(mut server: Server, labels: &[(&str, &str)]) -> Server {
+    server.labels = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    server
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn ips(texts: &[&str]) -> BTreeSet<IpAddr> {
+    texts.iter().map(|t| ip(t)).collect()
+}
+
+fn split(pools: &[PoolConfig], listed: Listed<'_>, nodes: &NodeView) -> Vec<Members> {
+    members(
+        pools,
+        listed,
+        nodes,
+        BlockedAddresses::Keep,
+        &mut Unhealthy::default(),
+        Instant::now(),
+    )
+}
+
+fn listed(servers: &[Server]) -> Listed<'_> {
+    Listed {
+        servers,
+        prefiltered: false,
+        floating_ips: &[],
+        networks: &[],
+    }
+}
+
+#[test]
+fn public_ipv4_is_the_single_pool_behaviour() {
+    let servers = [
+        labelled(server(1, Some("192.0.2.1")), &[("role", "node")]),
+        labelled(server(2, None), &[("role", "node")]),
+        labelled(server(3, Some("192.0.2.3")), &[("role", "db")]),
+    ];
+    let pools = [pool("p", "role=node", &[AddressKind::PublicIpv4])];
+    let got = split(&pools, listed(&servers), &NodeView::default());
+    assert_eq!(got[0].addresses, ips(&["192.0.2.1"]));
+    assert_eq!(got[0].servers_matched, 2);
+    assert_eq!(got[0].without_address, 1);
+    assert_eq!(got[0].skip_reasons, vec!["no_public_ipv4"]);
+    // A listing the Hetzner API filtered already is taken whole.
+    let got = split(
+        &pools,
+        Listed {
+            prefiltered: true,
+            ..listed(&servers)
+        },
+        &NodeView::default(),
+    );
+    assert_eq!(got[0].addresses, ips(&["192.0.2.1", "192.0.2.3"]));
+}
+
+#[test]
+fn public_ipv6_gives_one_address_per_server_even_without_ipv4() {
+    let mut v6only = server(1, None);
+    v6only.ipv6 = Ipv6Net::parse("2001:db8:1::/64", false);
+    let mut both = server(2, Some("192.0.2.2"));
+    both.ipv6 = Ipv6Net::parse("2001:db8:2::/64", false);
+    let servers = [v6only, both];
+    let mut dual = pool(
+        "p",
+        "x",
+        &[AddressKind::PublicIpv4, AddressKind::PublicIpv6],
+    );
+    let got = split(
+        std::slice::from_ref(&dual),
+        Listed {
+            prefiltered: true,
+            ..listed(&servers)
+        },
+        &NodeView::default(),
+    );
+    assert_eq!(
+        got[0].addresses,
+        ips(&["192.0.2.2", "2001:db8:1::1", "2001:db8:2::1"])
+    );
+    assert_eq!(got[0].without_address, 0, "an IPv6 is an address too");
+    assert_eq!(got[0].skip_reasons, vec!["no_public_ipv4"]);
+    dual.ipv6_host_part = ip("::a:2").to_string().parse().unwrap();
+    dual.addresses = vec![AddressKind::PublicIpv6];
+    let got = split(
+        &[dual],
+        Listed {
+            prefiltered: true,
+            ..listed(&servers)
+        },
+        &NodeView::default(),
+    );
+    assert_eq!(
+        got[0].addresses,
+        ips(&["2001:db8:1::a:2", "2001:db8:2::a:2"])
+    );
+    assert!(
+        got[0].skip_reasons.is_empty(),
+        "no public-ipv4 in this pool"
+    );
+}
+
+#[test]
+fn private_ipv4_takes_the_chosen_network_and_alias_ips_on_request() {
+    let mut one = server(1, Some("192.0.2.1"));
+    one.private_net = vec![PrivateNet {
+        network: 10,
+        ip: Some("10.0.0.1".parse().unwrap()),
+        alias_ips: vec!["10.0.0.101".parse().unwrap()],
+    }];
+    let mut two = server(2, Some("192.0.2.2"));
+    two.private_net = vec![
+        PrivateNet {
+            network: 10,
+            ip: Some("10.0.0.2".parse().unwrap()),
+            alias_ips: vec![],
+        },
+        PrivateNet {
+            network: 20,
+            ip: Some("10.1.0.2".parse().unwrap()),
+            alias_ips: vec![],
+        },
+    ];
+    let none = server(3, Some("192.0.2.3"));
+    let servers = [one, two, none];
+    let all = Listed {
+        prefiltered: true,
+        ..listed(&servers)
+    };
+    let mut private = pool("p", "x", &[AddressKind::PrivateIpv4]);
+    // Unset: a server's only network; one with several gives none.
+    let got = split(std::slice::from_ref(&private), all, &NodeView::default());
+    assert_eq!(got[0].addresses, ips(&["10.0.0.1"]));
+    assert_eq!(got[0].without_address, 2);
+    // By ID, with alias IPs.
+    private.private_network = Some(NetworkRef::Id(10));
+    private.include_alias_ips = true;
+    let got = split(std::slice::from_ref(&private), all, &NodeView::default());
+    assert_eq!(
+        got[0].addresses,
+        ips(&["10.0.0.1", "10.0.0.101", "10.0.0.2"])
+    );
+    // By name, looked up in the networks listing; an unknown name gives none.
+    private.private_network = Some(NetworkRef::Name("internal".into()));
+    private.include_alias_ips = false;
+    let networks = [
+        Network {
+            id: 10,
+            name: "front".into(),
+        },
+        Network {
+            id: 20,
+            name: "internal".into(),
+        },
+    ];
+    let named = Listed {
+        networks: &networks,
+        ..all
+    };
+    let got = split(std::slice::from_ref(&private), named, &NodeView::default());
+    assert_eq!(got[0].addresses, ips(&["10.1.0.2"]));
+    private.private_network = Some(NetworkRef::Name("gone".into()));
+    let got = split(&[private], named, &NodeView::default());
+    assert!(got[0].addresses.is_empty());
+}
+
+#[test]
+fn floating_ips_follow_their_server_and_their_own_labels() {
+    let servers = [server(1, Some("192.0.2.1")), server(2, Some("192.0.2.2"))];
+    let fip = |id: i64, address: &str, server: Option<i64>, labels: &[(&str, &str)]| FloatingIp {
+        id,
+        name: format!("fip-{id}"),
+        address: match address.parse::<Ipv4Addr>() {
+            Ok(v4) => FloatingAddress::V4(v4),
+            Err(_) => FloatingAddress::V6(Ipv6Net::parse(address, false).unwrap()),
+        },
+        blocked: false,
+        server,
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    let floating = [
+        fip(1, "203.0.113.1", Some(1), &[("use", "ingress")]),
+        fip(2, "203.0.113.2", None, &[("use", "ingress")]),
+        fip(3, "2001:db8:f::/64", Some(2), &[("use", "ingress")]),
+        fip(4, "203.0.113.4", Some(2), &[("use", "mail")]),
+        fip(5, "203.0.113.5", Some(99), &[]),
+    ];
+    let all = Listed {
+        prefiltered: true,
+        floating_ips: &floating,
+        ..listed(&servers)
+    };
+    let mut fips = pool("p", "x", &[AddressKind::FloatingIp]);
+    let got = split(std::slice::from_ref(&fips), all, &NodeView::default());
+    assert_eq!(
+        got[0].addresses,
+        ips(&["203.0.113.1", "203.0.113.4", "2001:db8:f::1"]),
+        "assigned to a matching server only; IPv6 as one /128"
+    );
+    fips.floating_ip_selector = Some("use=ingress".parse().unwrap());
+    let got = split(&[fips], all, &NodeView::default());
+    assert_eq!(got[0].addresses, ips(&["203.0.113.1", "2001:db8:f::1"]));
+}
+
+#[test]
+fn blocked_addresses_are_reported_and_kept_or_dropped_by_policy() {
+    let mut blocked = server(2, Some("192.0.2.2"));
+    blocked.blocked = true;
+    let servers = [server(1, Some("192.0.2.1")), blocked];
+    let pools = [pool("p", "x", &[AddressKind::PublicIpv4])];
+    let all = Listed {
+        prefiltered: true,
+        ..listed(&servers)
+    };
+    for (policy, want) in [
+        (BlockedAddresses::Keep, ips(&["192.0.2.1", "192.0.2.2"])),
+        (BlockedAddresses::Drop, ips(&["192.0.2.1"])),
+    ] {
+        let got = members(
+            &pools,
+            all,
+            &NodeView::default(),
+            policy,
+            &mut Unhealthy::default(),
+            Instant::now(),
+        );
+        assert_eq!(got[0].addresses, want, "{policy:?}");
+        assert_eq!(got[0].blocked, vec![ip("192.0.2.2")]);
+    }
+}
+
+#[test]
+fn an_address_two_pools_would_get_stays_with_the_earlier_one() {
+    let servers = [
+        labelled(
+            server(1, Some("192.0.2.1")),
+            &[("edge", "yes"), ("role", "node")],
+        ),
+        labelled(server(2, Some("192.0.2.2")), &[("role", "node")]),
+    ];
+    let pools = [
+        pool("edge", "edge=yes", &[AddressKind::PublicIpv4]),
+        pool("all", "role=node", &[AddressKind::PublicIpv4]),
+    ];
+    let got = split(&pools, listed(&servers), &NodeView::default());
+    assert_eq!(got[0].addresses, ips(&["192.0.2.1"]));
+    assert_eq!(got[1].addresses, ips(&["192.0.2.2"]));
+    assert_eq!(
+        got[1].claimed,
+        vec![Claimed {
+            address: ip("192.0.2.1"),
+            by: "edge".into()
+        }]
+    );
+    assert_eq!(got[1].without_address, 0, "its address went elsewhere");
+    // The other order gives the other answer.
+    let reversed = [pools[1].clone(), pools[0].clone()];
+    let got = split(&reversed, listed(&servers), &NodeView::default());
+    assert_eq!(got[0].addresses, ips(&["192.0.2.1", "192.0.2.2"]));
+    assert!(got[1].addresses.is_empty());
+}
+
+fn node(name: &str, server: Option<i64>) -> NodeFacts {
+    NodeFacts {
+        name: name.into(),
+        server_id: server,
+        ready: true,
+        ..NodeFacts::default()
+    }
+}
+
+#[test]
+fn each_node_rule_leaves_the_server_out_and_says_why() {
+    let mut deleting = server(5, Some("192.0.2.5"));
+    deleting.status = ServerStatus::Deleting;
+    let servers = [
+        server(1, Some("192.0.2.1")),
+        server(2, Some("192.0.2.2")),
+        server(3, Some("192.0.2.3")),
+        server(4, Some("192.0.2.4")),
+        deleting,
+        server(6, Some("192.0.2.6")),
+    ];
+    let nodes = NodeView::new(
+        [
+            NodeFacts {
+                deleting: true,
+                ..node("a", Some(1))
+            },
+            NodeFacts {
+                exclude_label: true,
+                ..node("b", Some(2))
+            },
+            NodeFacts {
+                to_be_deleted: true,
+                ..node("c", Some(3))
+            },
+            // Cordoned or NotReady: stays in by default.
+            NodeFacts {
+                ready: false,
+                ..node("d", Some(4))
+            },
+            // Matched by name when the provider ID is not a Hetzner one.
+            NodeFacts {
+                deleting: true,
+                ..node("node-6", None)
+            },
+        ],
+        true,
+    );
+    let pools = [pool("p", "x", &[AddressKind::PublicIpv4])];
+    let got = split(
+        &pools,
+        Listed {
+            prefiltered: true,
+            ..listed(&servers)
+        },
+        &nodes,
+    );
+    assert_eq!(got[0].addresses, ips(&["192.0.2.4"]));
+    let reasons: Vec<(&str, Exclusion)> = got[0]
+        .excluded
+        .iter()
+        .map(|e| (e.server.as_str(), e.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            ("node-1", Exclusion::NodeDeleting),
+            ("node-2", Exclusion::ExcludeLabel),
+            ("node-3", Exclusion::ToBeDeleted),
+            ("node-5", Exclusion::ServerDeleting),
+            ("node-6", Exclusion::NodeDeleting),
+        ]
+    );
+}
+
+#[test]
+fn require_node_takes_only_servers_that_are_nodes() {
+    let servers = [server(1, Some("192.0.2.1")), server(2, Some("192.0.2.2"))];
+    let mut required = pool("p", "x", &[AddressKind::PublicIpv4]);
+    required.nodes.require_node = true;
+    let nodes = NodeView::new([node("a", Some(1))], true);
+    let got = split(
+        &[required],
+        Listed {
+            prefiltered: true,
+            ..listed(&servers)
+        },
+        &nodes,
+    );
+    assert_eq!(got[0].addresses, ips(&["192.0.2.1"]));
+    assert_eq!(got[0].excluded[0].reason, Exclusion::NoNode);
+}
+
+#[test]
+fn an_unhealthy_server_goes_after_the_delay_and_comes_back_after_as_long() {
+    let after = Duration::from_secs(60);
+    let mut tracker = Unhealthy::default();
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    assert!(!tracker.excluded(1, false, after, at(0)));
+    assert!(!tracker.excluded(1, false, after, at(59)));
+    assert!(tracker.excluded(1, false, after, at(60)), "out after 60 s");
+    assert!(
+        tracker.excluded(1, true, after, at(61)),
+        "healthy again, not yet back"
+    );
+    assert!(
+        tracker.excluded(1, false, after, at(90)),
+        "a relapse restarts the wait"
+    );
+    assert!(tracker.excluded(1, true, after, at(100)));
+    assert!(
+        !tracker.excluded(1, true, after, at(160)),
+        "back after 60 s healthy"
+    );
+    // A short blip never takes it out.
+    assert!(!tracker.excluded(2, false, after, at(0)));
+    assert!(!tracker.excluded(2, true, after, at(30)));
+    assert!(!tracker.excluded(2, false, after, at(40)));
+    assert!(!tracker.excluded(2, false, after, at(99)));
+}
+
+#[test]
+fn an_unhealthy_rule_reads_hetzner_status_and_node_readiness() {
+    let mut off = server(1, Some("192.0.2.1"));
+    off.status = ServerStatus::Off;
+    let servers = [
+        off,
+        server(2, Some("192.0.2.2")),
+        server(3, Some("192.0.2.3")),
+    ];
+    let nodes = NodeView::new(
+        [
+            NodeFacts {
+                ready: false,
+                ..node("b", Some(2))
+            },
+            node("c", Some(3)),
+        ],
+        true,
+    );
+    let mut watched = pool("p", "x", &[AddressKind::PublicIpv4]);
+    watched.nodes.exclude_unhealthy_after = Some(Duration::from_secs(60));
+    let mut tracker = Unhealthy::default();
+    let t0 = Instant::now();
+    let all = Listed {
+        prefiltered: true,
+        ..listed(&servers)
+    };
+    let run = |tracker: &mut Unhealthy, at: Instant| {
+        members(
+            std::slice::from_ref(&watched),
+            all,
+            &nodes,
+            BlockedAddresses::Keep,
+            tracker,
+            at,
+        )
+    };
+    let first = run(&mut tracker, t0);
+    assert_eq!(first[0].addresses.len(), 3, "not yet");
+    let later = run(&mut tracker, t0 + Duration::from_secs(61));
+    assert_eq!(later[0].addresses, ips(&["192.0.2.3"]));
+    assert!(later[0]
+        .excluded
+        .iter()
+        .all(|e| e.reason == Exclusion::Unhealthy));
+}
+
+fn foreign_pool(name: &str, blocks: &[Block], disabled: bool) -> Pool {
+    let mut pool = Pool::default();
+    pool.metadata.name = Some(name.into());
+    pool.spec.blocks = blocks.to_vec();
+    pool.spec.disabled = disabled.then_some(true);
+    pool
+}
+
+fn cidr(text: &str) -> Block {
+    Block {
+        cidr: Some(text.into()),
+        ..Block::default()
+    }
+}
+
+fn range_block(start: &str, stop: Option<&str>) -> Block {
+    Block {
+        start: Some(start.into()),
+        stop: stop.map(Into::into),
+        ..Block::default()
+    }
+}
+
+#[test]
+fn foreign_pools_cover_cidrs_and_ranges_of_both_families() {
+    let pools = [
+        foreign_pool(
+            "v4",
+            &[cidr("198.51.100.0/24"), cidr("192.0.2.7/32")],
+            false,
+        ),
+        foreign_pool(
+            "range",
+            &[range_block("203.0.113.10", Some("203.0.113.20"))],
+            false,
+        ),
+        foreign_pool("single", &[range_block("203.0.113.99", None)], false),
+        foreign_pool("v6", &[cidr("2001:db8:1::/64")], false),
+        foreign_pool("off", &[cidr("10.0.0.0/8")], true),
+        foreign_pool("ours", &[cidr("172.16.0.0/12")], false),
+        foreign_pool("broken", &[cidr("garbage"), cidr("1.2.3.4/33")], false),
+    ];
+    let foreign = ForeignPools::new(&pools, &["ours"]);
+    for (address, want) in [
+        ("198.51.100.0", Some("v4")),
+        ("198.51.100.255", Some("v4")),
+        ("198.51.101.0", None),
+        ("192.0.2.7", Some("v4")),
+        ("192.0.2.8", None),
+        ("203.0.113.10", Some("range")),
+        ("203.0.113.20", Some("range")),
+        ("203.0.113.21", None),
+        ("203.0.113.99", Some("single")),
+        ("2001:db8:1::1", Some("v6")),
+        ("2001:db8:2::1", None),
+        ("10.1.2.3", None),
+        ("172.16.0.1", None),
+    ] {
+        assert_eq!(foreign.covering(ip(address)), want, "{address}");
+    }
+    assert_eq!(
+        foreign.pools(),
+        5,
+        "disabled and managed pools do not count"
+    );
+}
+
+#[test]
+fn a_write_never_adds_what_another_pool_holds() {
+    let foreign = ForeignPools::new(
+        &[foreign_pool(
+            "theirs",
+            &[cidr("192.0.2.9/32"), cidr("192.0.2.1/32")],
+            false,
+        )],
+        &[],
+    );
+    let wanted = ips(&["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.9"]);
+    let live = ips(&["192.0.2.1"]);
+    let others = ips(&["192.0.2.3"]);
+    assert_eq!(
+        write_target(&wanted, &live, &others, &foreign),
+        ips(&["192.0.2.1", "192.0.2.2"]),
+        "2 is new and free; 3 is another managed pool's; 9 a foreign pool's; 1 overlaps a \
+         foreign pool but is ours already, and removing it would take it from its Service"
+    );
+}
