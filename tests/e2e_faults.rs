@@ -825,34 +825,42 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
         body["last_error"].as_str().unwrap()
     ));
 
-    // 403 on list/watch: the pool watch fails (logged), but cycles go on
-    // and an edit is still undone by the next full cycle (1 s here).
+    // 403 on list/watch: the other pools cannot be read, so nothing may
+    // be written (an address might overlap a pool the controller cannot
+    // see); the pool watch fails too (logged). Pool unchanged throughout.
     support::e2e::limit_pool_verbs(&cluster, &["get", "patch"]);
-    let restart_log = controller.log_text().len();
-    // Restarting the API server breaks the running watch, so it must list
-    // (and watch) again, which is now forbidden.
-    cluster.stop_apiserver();
-    cluster.start_apiserver().await;
-    controller
-        .wait_log_since(
-            restart_log,
-            "watching the pool failed",
-            Duration::from_secs(60),
-        )
+    let before = api.get(POOL).await.unwrap();
+    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.84"]);
+    let started = Instant::now();
+    let body = controller
+        .wait_health_within(TO_FAIL, 503, |b| {
+            b["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("permission denied to list"))
+        })
         .await;
-    edit_blocks(&api, json!([{"cidr": "192.0.2.99/32"}])).await;
+    let to_fail = started.elapsed();
+    assert_eq!(
+        api.get(POOL).await.unwrap().metadata.resource_version,
+        before.metadata.resource_version,
+        "written without knowing the other pools"
+    );
+    let started = Instant::now();
+    apply_deploy(&cluster);
+    let want = blocks(&["192.0.2.80", "192.0.2.84"]);
     recovered(
         &mut controller,
         &api,
-        "the edit undone by a full cycle",
+        "written once list is allowed again",
         &want,
     )
     .await;
-    lines.push(
-        "| 403 on list/watch (RBAC edited) | stays 200; log `watching the pool failed` | edits undone by the next full cycle instead of at once | — |"
-            .to_owned(),
-    );
-    apply_deploy(&cluster);
+    lines.push(format!(
+        "| 403 on list/watch (RBAC edited) | 503 after {:.1}s, pool unchanged | written and 200 {:.1}s after the role was restored | {} |",
+        to_fail.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        body["last_error"].as_str().unwrap()
+    ));
 
     controller.assert_running();
     eprintln!("\nKubernetes faults:\n{}\n", lines.join("\n"));

@@ -229,8 +229,14 @@ fn full_values_reach_every_object() {
             .unwrap_or_else(|| panic!("no {kind} {namespace}/{name}: {:?}", objects.keys()))
     };
     let role = get("ClusterRole", "", "canada-kaktus");
-    assert_eq!(role["rules"][0]["resourceNames"], json!(["edge-pool"]));
+    assert_eq!(
+        role["rules"][0]["resourceNames"],
+        json!(null),
+        "reads every pool"
+    );
+    assert_eq!(role["rules"][0]["verbs"], json!(["get", "list", "watch"]));
     assert_eq!(role["rules"][1]["resourceNames"], json!(["edge-pool"]));
+    assert_eq!(role["rules"][2]["resourceNames"], json!(["edge-pool"]));
     let lease_role = get("Role", RELEASE_NAMESPACE, "canada-kaktus-leader-election");
     assert_eq!(
         lease_role["rules"][0]["resourceNames"],
@@ -280,6 +286,51 @@ fn full_values_reach_every_object() {
             ["interval"],
         "15s"
     );
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn several_pools_name_the_rbac_and_replace_the_pool_name() {
+    let pools = r#"config.Pools=[{"Name":"edge","LabelSelector":"role=edge","Addresses":["public-ipv4","public-ipv6"]},{"Name":"internal","LabelSelector":"role=node","Addresses":["private-ipv4"],"PrivateNetwork":4711}]"#;
+    let rendered = template(&["--set-json", pools]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let objects = objects(&String::from_utf8(rendered.stdout).unwrap());
+    let get = |kind: &str, namespace: &str, name: &str| {
+        objects
+            .get(&(kind.into(), namespace.into(), name.into()))
+            .unwrap_or_else(|| panic!("no {kind} {namespace}/{name}: {:?}", objects.keys()))
+    };
+    let role = get("ClusterRole", "", "canada-kaktus");
+    assert_eq!(role["rules"][0]["resourceNames"], json!(null));
+    assert_eq!(
+        role["rules"][1]["resourceNames"],
+        json!(["edge", "internal"])
+    );
+    assert_eq!(
+        role["rules"][2]["resourceNames"],
+        json!(["edge", "internal"])
+    );
+    let deployment = get("Deployment", RELEASE_NAMESPACE, "canada-kaktus");
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"] != "CANADA_KAKTUS_POOL_NAME"),
+        "{env}"
+    );
+    // The ConfigMap's config.json is one the controller accepts.
+    let config = get("ConfigMap", RELEASE_NAMESPACE, "canada-kaktus-config");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, config["data"]["config.json"].as_str().unwrap()).unwrap();
+    let env = [("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".to_owned())].into();
+    let settings = canada_kaktus::config::load(Some(&path), &env).expect("valid config.json");
+    let names: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["edge", "internal"]);
+    // A pool without its required fields is refused by the schema.
+    let rendered = template(&["--set-json", r#"config.Pools=[{"Name":"edge"}]"#]);
+    assert!(!rendered.status.success(), "a pool without LabelSelector");
 }
 
 #[test]

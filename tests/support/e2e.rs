@@ -308,9 +308,20 @@ pub async fn wait_pool(
     what: &str,
     check: impl Fn(Option<&DynamicObject>) -> bool,
 ) -> Option<DynamicObject> {
+    wait_named_pool(api, POOL, within, what, check).await
+}
+
+/// Like [`wait_pool`], for the pool `name`.
+pub async fn wait_named_pool(
+    api: &Api<DynamicObject>,
+    name: &str,
+    within: Duration,
+    what: &str,
+    check: impl Fn(Option<&DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
     let deadline = Instant::now() + within;
     loop {
-        let pool = api.get_opt(POOL).await.expect("reading the pool as admin");
+        let pool = api.get_opt(name).await.expect("reading the pool as admin");
         if check(pool.as_ref()) {
             return pool;
         }
@@ -383,16 +394,49 @@ pub async fn established(crd: CrdFixture, ips: &[&str], interval: &str) -> Estab
     }
 }
 
-/// Takes `patch` on the pool away from the shipped ClusterRole (its first
-/// rule), as an operator editing RBAC would; `apply_deploy` restores it.
+/// Takes `patch` on the pool away from the shipped ClusterRole, as an
+/// operator editing RBAC would; `apply_deploy` restores it.
 pub fn revoke_pool_patch(cluster: &TestCluster) {
     limit_pool_verbs(cluster, &["get", "list", "watch"]);
 }
 
-/// Leaves only `verbs` on the pool in the shipped ClusterRole's first rule,
-/// as an operator editing RBAC would; `apply_deploy` restores it.
+/// Leaves only `verbs` on pools in the shipped ClusterRole (its first rule
+/// reads every pool, its second patches ours), as an operator editing RBAC
+/// would; `apply_deploy` restores it.
 pub fn limit_pool_verbs(cluster: &TestCluster, verbs: &[&str]) {
-    let patch = json!([{"op": "replace", "path": "/rules/0/verbs", "value": verbs}]);
+    let out = cluster.kubectl(&["get", "clusterrole", "canada-kaktus", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let role: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rules = role["rules"].as_array().unwrap();
+    let is_pool_rule = |rule: &serde_json::Value| {
+        rule["resources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r == "ciliumloadbalancerippools"))
+    };
+    let read: Vec<&str> = verbs
+        .iter()
+        .copied()
+        .filter(|v| ["get", "list", "watch"].contains(v))
+        .collect();
+    let write: Vec<&str> = verbs.iter().copied().filter(|v| *v == "patch").collect();
+    let mut new_rules: Vec<serde_json::Value> = Vec::new();
+    if !read.is_empty() {
+        new_rules.push(json!({"apiGroups": ["cilium.io"], "resources": ["ciliumloadbalancerippools"], "verbs": read}));
+    }
+    if !write.is_empty() {
+        let names = rules
+            .iter()
+            .find(|r| is_pool_rule(r) && r["resourceNames"].is_array())
+            .map(|r| r["resourceNames"].clone())
+            .expect("the shipped role names its pools");
+        new_rules.push(json!({"apiGroups": ["cilium.io"], "resources": ["ciliumloadbalancerippools"], "resourceNames": names, "verbs": write}));
+    }
+    new_rules.extend(rules.iter().filter(|r| !is_pool_rule(r)).cloned());
+    let patch = json!([{"op": "replace", "path": "/rules", "value": new_rules}]);
     let out = cluster.kubectl(&[
         "patch",
         "clusterrole",
@@ -439,10 +483,19 @@ pub type History = Arc<Mutex<Vec<(String, BTreeSet<String>)>>>;
 
 /// Records every state of the pool that `api` (an admin's) sees.
 pub fn record_pool_history(api: Api<DynamicObject>) -> (History, tokio::task::JoinHandle<()>) {
+    record_history_of(api, POOL)
+}
+
+/// Records every state of the pool `name` that `api` (an admin's) sees.
+pub fn record_history_of(
+    api: Api<DynamicObject>,
+    name: &str,
+) -> (History, tokio::task::JoinHandle<()>) {
     let history: History = Arc::default();
     let sink = history.clone();
+    let name = name.to_owned();
     let task = tokio::spawn(async move {
-        let config = watcher::Config::default().fields(&format!("metadata.name={POOL}"));
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut stream = watcher::watcher(api, config).boxed();
         while let Some(event) = stream.next().await {
             let pool = match event {

@@ -19,6 +19,20 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- .Values.config.PoolName | default "covidnetes-pool" -}}
 {{- end }}
 
+{{/* Every pool the controller writes: the names in config.Pools, else the
+one pool of config.PoolName. A JSON list, for the RBAC resourceNames. */}}
+{{- define "canada-kaktus.poolNames" -}}
+{{- if .Values.config.Pools -}}
+{{- $names := list -}}
+{{- range .Values.config.Pools -}}
+{{- $names = append $names .Name -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- else -}}
+{{- list (include "canada-kaktus.poolName" .) | toJson -}}
+{{- end -}}
+{{- end }}
+
 {{/* The leader-election Lease: also the RBAC resourceNames. */}}
 {{- define "canada-kaktus.leaseName" -}}
 {{- .Values.config.LeaseName | default "canada-kaktus" -}}

@@ -1,0 +1,490 @@
+//! Several pools against a real kube-apiserver + etcd (RBAC on), installed
+//! with `deploy/` and the shipped component `deploy/several-pools` (its
+//! config.json and RBAC), the controller running as the shipped ServiceAccount, with
+//! a fake Hetzner API on loopback. Every assertion reads the API server.
+//!
+//! `#[ignore]`d (counted as ignored by a plain `cargo test`); the README's
+//! test command runs them with CANADA_KAKTUS_K8S_BIN_DIR set.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+use support::cluster::{CrdFixture, TestCluster};
+use support::e2e::{
+    cluster, pools, record_history_of, repo, wait_named_pool, Controller, NAMESPACE, TOKEN,
+};
+use support::fake_hetzner::{FakeHetzner, FakePrivateNet, FakeServer, DEFAULT_NETWORK};
+
+const COMPONENT: &str = "deploy/several-pools";
+
+/// An overlay of the user's, as the component's comment shows it: `deploy/`
+/// plus the component. Returns its folder.
+fn overlay() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    // kustomize takes relative paths only.
+    let up = "../".repeat(dir.path().canonicalize().unwrap().components().count() - 1);
+    let relative = |path: &str| {
+        let absolute = repo().join(path).canonicalize().unwrap();
+        format!("{up}{}", absolute.strip_prefix("/").unwrap().display())
+    };
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            relative("deploy"),
+            relative(COMPONENT)
+        ),
+    )
+    .unwrap();
+    dir
+}
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// A server of the example: `edge` ones carry `role=edge`; every one has an
+/// IPv4, an IPv6 /64 and an address in the network the example names `k8s`.
+fn server(id: i64, edge: bool) -> FakeServer {
+    let server = FakeServer::new(id, &format!("198.51.100.{id}"))
+        .with_ipv6(Some(&format!("2001:db8:{id}::/64")))
+        .with_private_net(vec![FakePrivateNet {
+            network: DEFAULT_NETWORK,
+            ip: format!("10.0.0.{id}"),
+            alias_ips: vec![],
+        }]);
+    if edge {
+        server.with_label("role", "edge")
+    } else {
+        server
+    }
+}
+
+fn cidrs(pool: Option<&DynamicObject>) -> BTreeSet<String> {
+    pool.and_then(|p| p.data["spec"]["blocks"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+const EDGE_ALL: [&str; 4] = [
+    "198.51.100.1/32",
+    "198.51.100.2/32",
+    "2001:db8:1::1/128",
+    "2001:db8:2::1/128",
+];
+
+/// The cluster with the overlay applied, and the controller started with the
+/// overlay's config.json in its working directory.
+async fn example(hetzner: &FakeHetzner) -> (TestCluster, Controller) {
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    let overlay = overlay();
+    let out = cluster.kubectl(&["apply", "-k", overlay.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply -k (deploy/ + {COMPONENT}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join(COMPONENT).join("config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    let kubeconfig = cluster
+        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+        .await;
+    let env = vec![
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint()),
+        ("CANADA_KAKTUS_INTERVAL", "1s".to_owned()),
+        ("CANADA_KAKTUS_NODE_DEBOUNCE", "0s".to_owned()),
+        ("CANADA_KAKTUS_NODE_MIN_GAP", "1s".to_owned()),
+    ];
+    let controller = Controller::spawn_in(dir, &kubeconfig, &env, &[]);
+    (cluster, controller)
+}
+
+async fn fake_hetzner(servers: Vec<FakeServer>) -> FakeHetzner {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(servers);
+    hetzner.set_networks(vec![(DEFAULT_NETWORK, "k8s".to_owned())]);
+    hetzner
+}
+
+fn node(id: i64) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": format!("node-{id}")},
+        "spec": {"providerID": format!("hcloud://{id}")},
+    }))
+    .unwrap()
+}
+
+/// The Events about pool `name`, as `(reason, note)`.
+async fn events_of(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cluster.admin_client(),
+        "default",
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "events.k8s.io",
+            "v1",
+            "Event",
+        )),
+    );
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.data["regarding"]["name"] == name)
+        .map(|e| {
+            (
+                e.data["reason"].as_str().unwrap_or_default().to_owned(),
+                e.data["note"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn wait_event(cluster: &TestCluster, pool: &str, reason: &str, note_has: &str) {
+    let deadline = Instant::now() + WITHIN;
+    loop {
+        let events = events_of(cluster, pool).await;
+        if events
+            .iter()
+            .any(|(r, n)| r == reason && n.contains(note_has))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} event mentioning {note_has:?} on {pool}: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn two_pools_from_one_listing_with_node_rules() {
+    let hetzner = fake_hetzner(vec![
+        server(1, true),
+        server(2, true),
+        server(3, false),
+        server(4, false),
+    ])
+    .await;
+    let (cluster, mut controller) = example(&hetzner).await;
+    let api = pools(&cluster, "v2");
+    let (edge_history, _edge_task) = record_history_of(api.clone(), "edge");
+
+    // Both pools, each with its kinds and its service selector.
+    let edge = wait_named_pool(&api, "edge", WITHIN, "edge written", |p| {
+        cidrs(p) == set(&EDGE_ALL)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        edge.data["spec"]["serviceSelector"],
+        json!({"matchLabels": {"tier": "edge"}})
+    );
+    let internal = wait_named_pool(&api, "internal", WITHIN, "internal written", |p| {
+        cidrs(p) == set(&["10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32", "10.0.0.4/32"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        internal.data["spec"]["serviceSelector"],
+        json!({"matchLabels": {"tier": "internal"}})
+    );
+    let body = controller
+        .wait_health(200, |b| b["pools"].as_array().is_some_and(|p| p.len() == 2))
+        .await;
+    assert_eq!(body["pools"][0]["name"], "edge");
+    assert_eq!(body["pools"][0]["addresses"], 4);
+    assert_eq!(body["pools"][1]["name"], "internal");
+    assert_eq!(body["pool_addresses"], 8);
+
+    // One listing serves both pools: each cycle is one unfiltered /servers
+    // request (4 servers fit one page) and one /networks request (the
+    // example names its network), never a second listing of a server.
+    let (servers_before, networks_before) = (hetzner.requests(), hetzner.collection_requests());
+    let deadline = Instant::now() + WITHIN;
+    while hetzner.requests() < servers_before + 3 {
+        assert!(Instant::now() < deadline, "the controller stopped listing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let servers = hetzner.requests() - servers_before;
+    let networks = hetzner.collection_requests() - networks_before;
+    assert!(
+        networks.abs_diff(servers) <= 1,
+        "{servers} /servers and {networks} /networks requests"
+    );
+    assert!(
+        hetzner
+            .request_log()
+            .iter()
+            .rev()
+            .take(servers)
+            .all(|r| r.label_selector.is_none()),
+        "the pools' selectors differ, so one unfiltered listing is matched here"
+    );
+
+    // Nodes: a node labelled out of load balancers leaves both pools ...
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    for id in 1..=4 {
+        nodes
+            .create(&PostParams::default(), &node(id))
+            .await
+            .unwrap();
+    }
+    let label = json!({"metadata": {"labels": {
+        "node.kubernetes.io/exclude-from-external-load-balancers": ""
+    }}});
+    nodes
+        .patch("node-1", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
+    wait_named_pool(&api, "edge", WITHIN, "node-1 left edge", |p| {
+        cidrs(p) == set(&["198.51.100.2/32", "2001:db8:2::1/128"])
+    })
+    .await;
+    wait_named_pool(&api, "internal", WITHIN, "node-1 left internal", |p| {
+        cidrs(p) == set(&["10.0.0.2/32", "10.0.0.3/32", "10.0.0.4/32"])
+    })
+    .await;
+    wait_event(&cluster, "edge", "ServersExcluded", "node-1").await;
+    assert_eq!(
+        controller
+            .metric(r#"canada_kaktus_servers_excluded{pool="edge",reason="exclude_label"}"#)
+            .await,
+        Some(1.0)
+    );
+    // ... and comes back when the label goes.
+    let unlabel = json!({"metadata": {"labels": {
+        "node.kubernetes.io/exclude-from-external-load-balancers": null
+    }}});
+    nodes
+        .patch("node-1", &PatchParams::default(), &Patch::Merge(&unlabel))
+        .await
+        .unwrap();
+    wait_named_pool(&api, "edge", WITHIN, "node-1 back in edge", |p| {
+        cidrs(p) == set(&EDGE_ALL)
+    })
+    .await;
+
+    // A node being deleted (a finalizer holds it) leaves; once it is gone
+    // the server has no Node, which by default does not exclude it.
+    let finalizer = json!({"metadata": {"finalizers": ["example.com/hold"]}});
+    nodes
+        .patch("node-2", &PatchParams::default(), &Patch::Merge(&finalizer))
+        .await
+        .unwrap();
+    nodes
+        .delete("node-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_named_pool(&api, "edge", WITHIN, "node-2 (deleting) left edge", |p| {
+        cidrs(p) == set(&["198.51.100.1/32", "2001:db8:1::1/128"])
+    })
+    .await;
+    wait_event(&cluster, "edge", "ServersExcluded", "being deleted").await;
+    let release = json!({"metadata": {"finalizers": null}});
+    nodes
+        .patch("node-2", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    wait_named_pool(&api, "edge", WITHIN, "node-2 gone, server back", |p| {
+        cidrs(p) == set(&EDGE_ALL)
+    })
+    .await;
+
+    // No state of the edge pool ever held an address of another pool.
+    let history = edge_history.lock().unwrap().clone();
+    assert!(history.len() >= 5, "{history:?}");
+    for (_, state) in &history {
+        assert!(
+            state.iter().all(|c| !c.starts_with("10.")),
+            "edge held an internal address: {history:?}"
+        );
+        assert!(!state.is_empty(), "edge was written empty: {history:?}");
+    }
+    controller.assert_running();
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn an_address_a_foreign_pool_covers_is_never_written_and_is_reported() {
+    let hetzner = fake_hetzner(vec![server(1, true), server(2, false)]).await;
+    let (cluster, mut controller) = example(&hetzner).await;
+    let api = pools(&cluster, "v2");
+    wait_named_pool(&api, "internal", WITHIN, "internal written", |p| {
+        cidrs(p) == set(&["10.0.0.1/32", "10.0.0.2/32"])
+    })
+    .await;
+    // Someone else's pool covers 10.0.0.0/29, which holds 10.0.0.1 and .2
+    // (already ours: kept) and .5 (not yet ours: never added).
+    let theirs: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumLoadBalancerIPPool",
+        "metadata": {"name": "theirs"},
+        "spec": {"blocks": [{"cidr": "10.0.0.0/29"}]},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &theirs).await.unwrap();
+    let (history, _task) = record_history_of(api.clone(), "internal");
+    let mut servers = vec![server(1, true), server(2, false), server(5, false)];
+    servers.push(server(9, false));
+    hetzner.set_servers(servers);
+    // .9 is outside the foreign block: added; .5 never.
+    wait_named_pool(&api, "internal", WITHIN, "the free address added", |p| {
+        cidrs(p).contains("10.0.0.9/32")
+    })
+    .await;
+    let withheld = r#"canada_kaktus_addresses_withheld{pool="internal",reason="foreign_pool"}"#;
+    let deadline = Instant::now() + WITHIN;
+    while controller.metric(withheld).await != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the foreign pool's address was not reported"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_event(
+        &cluster,
+        "internal",
+        "AddressConflict",
+        "10.0.0.5 (in pool theirs)",
+    )
+    .await;
+    let states: Vec<BTreeSet<String>> = history
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, s)| s.clone())
+        .collect();
+    assert!(!states.is_empty());
+    for state in &states {
+        assert!(!state.contains("10.0.0.5/32"), "written: {states:?}");
+        assert!(
+            state.contains("10.0.0.1/32") && state.contains("10.0.0.2/32"),
+            "an address already ours was removed: {states:?}"
+        );
+    }
+    // The foreign pool was never touched.
+    let theirs = api.get("theirs").await.unwrap();
+    assert_eq!(
+        theirs.data["spec"]["blocks"],
+        json!([{"cidr": "10.0.0.0/29"}])
+    );
+    assert!(theirs
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .all(|m| m.manager.as_deref() != Some("canada-kaktus")));
+    controller.wait_health(200, |_| true).await;
+}
+
+/// The component's RBAC names exactly the pools of its config.json, and it
+/// drops the single-pool name the Deployment sets.
+#[tokio::test]
+#[ignore = "needs kubectl (scripts/k8s-bins.sh): scripts/test runs it"]
+async fn the_several_pools_component_grants_exactly_its_pools() {
+    let bin = support::cluster::bin_dir(std::env::var_os("CANADA_KAKTUS_K8S_BIN_DIR"));
+    let overlay = overlay();
+    let out = std::process::Command::new(bin.join("kubectl"))
+        .args(["kustomize", overlay.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_slice(&out.stdout)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let config_text = find("ConfigMap", "canada-kaktus-config")["data"]["config.json"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, &config_text).unwrap();
+    let env = [("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".to_owned())].into();
+    let settings = canada_kaktus::config::load(Some(&path), &env).expect("the example loads");
+    let names: Vec<Value> = settings.pools.iter().map(|p| json!(p.name)).collect();
+    assert_eq!(names, vec![json!("edge"), json!("internal")]);
+    let role = find("ClusterRole", "canada-kaktus");
+    let rules = role["rules"].as_array().unwrap();
+    let pool_rules: Vec<&Value> = rules
+        .iter()
+        .filter(|r| r["resources"] == json!(["ciliumloadbalancerippools"]))
+        .collect();
+    for rule in &pool_rules {
+        let writes = rule["verbs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v == "patch" || v == "create");
+        if writes {
+            assert_eq!(rule["resourceNames"], json!(names), "{rule}");
+        } else {
+            assert_eq!(rule["resourceNames"], Value::Null, "{rule}");
+        }
+    }
+    let env =
+        &find("Deployment", "canada-kaktus")["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"] != "CANADA_KAKTUS_POOL_NAME"),
+        "{env}"
+    );
+    // And the shipped single-pool install: its Deployment's pool name is
+    // what its role may write.
+    let out = std::process::Command::new(bin.join("kubectl"))
+        .args(["kustomize", repo().join("deploy").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_slice(&out.stdout)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .collect();
+    let pool_name = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment")
+        .and_then(|d| {
+            d["spec"]["template"]["spec"]["containers"][0]["env"]
+                .as_array()?
+                .iter()
+                .find(|e| e["name"] == "CANADA_KAKTUS_POOL_NAME")
+                .map(|e| e["value"].clone())
+        })
+        .unwrap();
+    let role = objects.iter().find(|o| o["kind"] == "ClusterRole").unwrap();
+    for rule in role["rules"].as_array().unwrap() {
+        if rule["resourceNames"].is_array()
+            && rule["resources"] == json!(["ciliumloadbalancerippools"])
+        {
+            assert_eq!(rule["resourceNames"], json!([pool_name]));
+        }
+    }
+}
