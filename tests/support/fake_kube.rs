@@ -41,8 +41,9 @@ struct State {
     /// Delete the pool right after serving the next GET of it (a delete
     /// that lands between the controller's read and its write).
     delete_after_get: bool,
-    /// Every pool's `spec.blocks` after each successful PATCH, in order.
-    snapshots: Vec<BTreeMap<String, Value>>,
+    /// Every pool's `spec.blocks` after each successful PATCH, in order,
+    /// once [`FakeKube::record_snapshots`] asked for them.
+    snapshots: Option<Vec<BTreeMap<String, Value>>>,
 }
 
 #[derive(Clone)]
@@ -63,7 +64,7 @@ impl FakeKube {
                 next_patch_status: None,
                 events: Vec::new(),
                 delete_after_get: false,
-                snapshots: Vec::new(),
+                snapshots: None,
             })),
         }
     }
@@ -76,10 +77,22 @@ impl FakeKube {
         self.state.lock().unwrap().pools.get(name).cloned()
     }
 
-    /// Every pool's `spec.blocks` after each successful write, oldest
-    /// first, emptying the record: each state the cluster went through.
+    /// From now on, keep every pool's `spec.blocks` after each successful
+    /// write (long runs leave this off: the record grows with every write).
+    pub fn record_snapshots(&self) {
+        self.state.lock().unwrap().snapshots = Some(Vec::new());
+    }
+
+    /// The states recorded since the last call, oldest first: each state
+    /// the cluster went through.
     pub fn take_snapshots(&self) -> Vec<BTreeMap<String, Value>> {
-        std::mem::take(&mut self.state.lock().unwrap().snapshots)
+        self.state
+            .lock()
+            .unwrap()
+            .snapshots
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     pub fn insert_pool(&self, name: &str, object: Value) {
@@ -228,12 +241,16 @@ impl FakeKube {
                 let body = request.body.unwrap_or(Value::Null);
                 let merged = apply(state.pools.get(*name), &body, version, &rv);
                 state.pools.insert(name.to_string(), merged.clone());
-                let snapshot = state
-                    .pools
-                    .iter()
-                    .map(|(name, pool)| (name.clone(), pool["spec"]["blocks"].clone()))
-                    .collect();
-                state.snapshots.push(snapshot);
+                if state.snapshots.is_some() {
+                    let snapshot = state
+                        .pools
+                        .iter()
+                        .map(|(name, pool)| (name.clone(), pool["spec"]["blocks"].clone()))
+                        .collect();
+                    if let Some(snapshots) = state.snapshots.as_mut() {
+                        snapshots.push(snapshot);
+                    }
+                }
                 (StatusCode::OK, Some(merged))
             }
             _ => not_found(),

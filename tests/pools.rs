@@ -1,0 +1,410 @@
+//! Several pools through the whole reconcile, in process: the fake Hetzner
+//! API on loopback and the in-memory Kubernetes API, which records every
+//! state the pools went through (one per successful write).
+//!
+//! The property: no sequence of listings, Node changes and failed writes
+//! ever puts an address into two managed pools, or into a managed pool while
+//! a foreign pool covers it, or writes a pool empty.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use canada_kaktus::config::{self, CiliumApiVersion, Settings};
+use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
+use canada_kaktus::members::{NodeFacts, NodeView};
+use canada_kaktus::pool::PoolClient;
+use canada_kaktus::reconcile::{CycleKind, Reconciler};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakePrivateNet, FakeServer};
+use support::fake_kube::FakeKube;
+
+const TOKEN: &str = "pools-token-7d21";
+
+fn settings(hetzner: &FakeHetzner, pools: &Value) -> Settings {
+    let env: HashMap<String, String> = HashMap::from([
+        ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
+        ("CANADA_KAKTUS_POOLS".into(), pools.to_string()),
+    ]);
+    support::isolate_working_directory();
+    config::load(None, &env).expect("valid test settings")
+}
+
+fn client(endpoint: String) -> HetznerClient {
+    canada_kaktus::sync::install_crypto_provider();
+    HetznerClient::new(HetznerOptions {
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+        retry: RetryPolicy {
+            max_retries: 0,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(1),
+            max_rate_limit_wait: Duration::from_millis(50),
+        },
+        ..HetznerOptions::new(endpoint)
+    })
+    .unwrap()
+}
+
+fn reconciler(hetzner: &FakeHetzner, kube: &FakeKube) -> Reconciler {
+    Reconciler::new(
+        client(hetzner.endpoint()),
+        PoolClient::new(kube.client(), CiliumApiVersion::V2),
+    )
+}
+
+/// The CIDRs of one snapshot's pool.
+fn cidrs(blocks: &Value) -> BTreeSet<String> {
+    blocks
+        .as_array()
+        .map(|b| {
+            b.iter()
+                .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One server of a step: its tier (which of pools a and b select), whether
+/// pool c selects it, and its public and private IPv4 (drawn from a few
+/// addresses, so that servers and kinds collide).
+#[derive(Debug, Clone)]
+struct Spec {
+    tier: &'static str,
+    zone: bool,
+    public: Option<u8>,
+    private: Option<u8>,
+    deleting: bool,
+}
+
+fn spec() -> impl Strategy<Value = Spec> {
+    (
+        prop::sample::select(vec!["a", "b", "ab", "none"]),
+        any::<bool>(),
+        prop::option::of(1u8..=7),
+        prop::option::of(1u8..=7),
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(|(tier, zone, public, private, deleting)| Spec {
+            tier,
+            zone,
+            public,
+            private,
+            deleting,
+        })
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    servers: Vec<Spec>,
+    /// A Node change applied to the last listing, instead of a listing.
+    nodes_only: bool,
+    /// The next write fails (500).
+    fail_a_write: bool,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop::collection::vec(spec(), 0..7),
+        prop::bool::weighted(0.3),
+        prop::bool::weighted(0.3),
+    )
+        .prop_map(|(servers, nodes_only, fail_a_write)| Step {
+            servers,
+            nodes_only,
+            fail_a_write,
+        })
+}
+
+fn address(n: u8) -> String {
+    format!("198.51.100.{n}")
+}
+
+/// Runs the steps and checks every state the pools went through.
+async fn run(
+    hetzner: &FakeHetzner,
+    steps: &[Step],
+    ratios: (f64, f64),
+) -> Result<usize, TestCaseError> {
+    let kube = FakeKube::new(&["v2"]);
+    kube.record_snapshots();
+    // Someone else's pool covers .5 from the start.
+    kube.insert_pool(
+        "theirs",
+        json!({"apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+               "metadata": {"name": "theirs", "resourceVersion": "1"},
+               "spec": {"blocks": [{"cidr": "198.51.100.5/32"}]}}),
+    );
+    let pools = json!([
+        {"Name": "a", "LabelSelector": "tier in (a,ab)", "MaxRemovalRatio": ratios.0},
+        {"Name": "b", "LabelSelector": "tier in (b,ab)", "MaxRemovalRatio": ratios.1},
+        {"Name": "c", "LabelSelector": "zone=x", "Addresses": ["private-ipv4", "public-ipv4"],
+         "MaxRemovalRatio": 1},
+    ]);
+    let settings = settings(hetzner, &pools);
+    let mut reconciler = reconciler(hetzner, &kube);
+    let mut writes = 0;
+    for step in steps {
+        let servers: Vec<FakeServer> = step
+            .servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let id = i64::try_from(i).unwrap() + 1;
+                let mut server = match s.public {
+                    Some(n) => FakeServer::new(id, &address(n)),
+                    None => FakeServer::without_ipv4(id),
+                }
+                .with_label("tier", s.tier)
+                .with_private_net(
+                    s.private
+                        .map(|n| FakePrivateNet {
+                            network: 1,
+                            ip: address(n),
+                            alias_ips: vec![],
+                        })
+                        .into_iter()
+                        .collect(),
+                );
+                if s.zone {
+                    server = server.with_label("zone", "x");
+                }
+                server
+            })
+            .collect();
+        let nodes = NodeView::new(
+            step.servers.iter().enumerate().map(|(i, s)| NodeFacts {
+                name: format!("node-{}", i + 1),
+                server_id: Some(i64::try_from(i).unwrap() + 1),
+                deleting: s.deleting,
+                ready: true,
+                ..NodeFacts::default()
+            }),
+            true,
+        );
+        reconciler.set_nodes(nodes);
+        if step.fail_a_write {
+            kube.fail_next_patch(500);
+        }
+        if step.nodes_only {
+            let _ = reconciler.nodes_changed(&settings).await;
+        } else {
+            hetzner.set_servers(servers);
+            let _ = reconciler.full(&settings).await;
+        }
+        for snapshot in kube.take_snapshots() {
+            writes += 1;
+            let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+            for name in ["a", "b", "c"] {
+                let Some(blocks) = snapshot.get(name) else {
+                    continue;
+                };
+                let held = cidrs(blocks);
+                prop_assert!(!held.is_empty(), "pool {name} written empty: {snapshot:?}");
+                prop_assert!(
+                    !held.contains("198.51.100.5/32"),
+                    "pool {name} took the foreign pool's address: {snapshot:?}"
+                );
+                for cidr in held {
+                    if let Some(other) = seen.insert(cidr.clone(), name) {
+                        prop_assert!(
+                            false,
+                            "{cidr} in pools {other} and {name} at once: {snapshot:?}"
+                        );
+                    }
+                }
+            }
+            prop_assert_eq!(
+                cidrs(&snapshot["theirs"]),
+                BTreeSet::from(["198.51.100.5/32".to_owned()]),
+                "the foreign pool changed"
+            );
+        }
+    }
+    Ok(writes)
+}
+
+#[test]
+fn no_listing_node_change_or_failed_write_puts_an_address_in_two_pools() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let hetzner = runtime.block_on(FakeHetzner::start());
+    hetzner.expect_token(TOKEN);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..Default::default()
+    });
+    let total_writes = std::cell::Cell::new(0usize);
+    runner
+        .run(
+            &(
+                prop::collection::vec(step(), 1..8),
+                prop::sample::select(vec![0.0, 0.5, 1.0]),
+                prop::sample::select(vec![0.0, 0.5, 1.0]),
+            ),
+            |(steps, ra, rb)| {
+                let writes = runtime.block_on(run(&hetzner, &steps, (ra, rb)))?;
+                total_writes.set(total_writes.get() + writes);
+                Ok(())
+            },
+        )
+        .unwrap();
+    // The property saw real traffic: pools were written, often.
+    let total_writes = total_writes.get();
+    assert!(total_writes > cases as usize, "only {total_writes} writes");
+}
+
+/// An address that moves from a later pool to an earlier one is taken out
+/// of the later pool before the earlier one gets it, in the same cycle.
+#[tokio::test]
+async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    let kube = FakeKube::new(&["v2"]);
+    kube.record_snapshots();
+    let pools = json!([
+        {"Name": "edge", "LabelSelector": "role=edge", "MaxRemovalRatio": 1},
+        {"Name": "rest", "LabelSelector": "kops.k8s.io/instance-role=Node", "MaxRemovalRatio": 1},
+    ]);
+    let settings = settings(&hetzner, &pools);
+    let mut reconciler = reconciler(&hetzner, &kube);
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1").with_label("role", "edge"),
+        FakeServer::new(2, "198.51.100.2"),
+        FakeServer::new(3, "198.51.100.3"),
+    ]);
+    reconciler.full(&settings).await.unwrap();
+    kube.take_snapshots();
+    // Server 2 becomes an edge server: "edge" (earlier) claims its address,
+    // which "rest" holds.
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1").with_label("role", "edge"),
+        FakeServer::new(2, "198.51.100.2").with_label("role", "edge"),
+        FakeServer::new(3, "198.51.100.3"),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
+    let states: Vec<(BTreeSet<String>, BTreeSet<String>)> = kube
+        .take_snapshots()
+        .iter()
+        .map(|s| (cidrs(&s["edge"]), cidrs(&s["rest"])))
+        .collect();
+    let one =
+        |ips: &[&str]| -> BTreeSet<String> { ips.iter().map(|ip| format!("{ip}/32")).collect() };
+    assert_eq!(
+        states,
+        vec![
+            // "edge" is written first but may not take .2 yet ...
+            // (nothing to write: it already holds .1 alone)
+            // ... "rest" lets go of .2 ...
+            (one(&["198.51.100.1"]), one(&["198.51.100.3"])),
+            // ... and then "edge" takes it.
+            (
+                one(&["198.51.100.1", "198.51.100.2"]),
+                one(&["198.51.100.3"])
+            ),
+        ]
+    );
+    let edge = outcomes[0].result.as_ref().unwrap();
+    assert_eq!(edge.diff.added.len(), 1);
+    assert!(edge.withheld.is_empty(), "the second pass added it");
+}
+
+/// A Floating IP listing that fails fails the whole cycle: no pool is
+/// written from a listing without it.
+#[tokio::test]
+async fn a_failed_floating_ip_listing_writes_nothing() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    let kube = FakeKube::new(&["v2"]);
+    kube.record_snapshots();
+    let pools = json!([
+        {"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
+         "Addresses": ["public-ipv4", "floating-ip"]},
+        {"Name": "plain", "LabelSelector": "kops.k8s.io/instance-role=Node",
+         "Addresses": ["private-ipv4"]},
+    ]);
+    let settings = settings(&hetzner, &pools);
+    let mut reconciler = reconciler(&hetzner, &kube);
+    hetzner.set_servers(vec![FakeServer::new(1, "198.51.100.1")]);
+    hetzner.set_floating_ips(vec![
+        FakeFloatingIp::new(7, "203.0.113.7", Some(1)),
+        FakeFloatingIp::new(8, "2001:db8:f::/64", Some(1)),
+        FakeFloatingIp::new(9, "203.0.113.9", None),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
+    assert_eq!(
+        cidrs(&kube.pool("edge").unwrap()["spec"]["blocks"]),
+        BTreeSet::from([
+            "198.51.100.1/32".to_owned(),
+            "203.0.113.7/32".to_owned(),
+            "2001:db8:f::1/128".to_owned()
+        ])
+    );
+    // One shared selector: one filtered /servers listing, one /floating_ips.
+    assert_eq!(hetzner.requests(), 1);
+    assert_eq!(hetzner.collection_requests(), 1);
+    assert_eq!(
+        hetzner.last_label_selector().as_deref(),
+        Some("kops.k8s.io/instance-role=Node")
+    );
+
+    kube.take_snapshots();
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1"),
+        FakeServer::new(2, "198.51.100.2"),
+    ]);
+    hetzner.fail_collections(Some(503));
+    let error = reconciler.full(&settings).await.unwrap_err();
+    assert_eq!(error.metric_label(), "server_error");
+    assert!(
+        error
+            .to_string()
+            .contains("listing Hetzner servers failed, pool left unchanged"),
+        "{error}"
+    );
+    assert!(kube.take_snapshots().is_empty(), "a pool was written");
+}
+
+/// Each pool's own failure is its own: the empty-pool guard refuses one
+/// pool, the other is written, and the refusal names its pool.
+#[tokio::test]
+async fn one_pools_refusal_does_not_hold_the_others() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    let kube = FakeKube::new(&["v2"]);
+    let pools = json!([
+        {"Name": "v6", "LabelSelector": "kops.k8s.io/instance-role=Node",
+         "Addresses": ["public-ipv6"]},
+        {"Name": "v4", "LabelSelector": "kops.k8s.io/instance-role=Node"},
+    ]);
+    let settings = settings(&hetzner, &pools);
+    let mut reconciler = reconciler(&hetzner, &kube);
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1").with_ipv6(None),
+        FakeServer::new(2, "198.51.100.2").with_ipv6(None),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    let v6 = outcomes[0].result.as_ref().unwrap_err();
+    assert_eq!(v6.metric_label(), "empty_pool");
+    assert_eq!(
+        v6.to_string(),
+        "pool v6: no usable server: Hetzner returned 2 server(s) for the label selector (2 \
+         without a usable address of the kinds public-ipv6); refusing to write an empty pool, \
+         which would take every LoadBalancer IP away"
+    );
+    assert!(kube.pool("v6").is_none());
+    assert_eq!(outcomes[1].result.as_ref().unwrap().kind, CycleKind::Full);
+    assert_eq!(cidrs(&kube.pool("v4").unwrap()["spec"]["blocks"]).len(), 2);
+}
