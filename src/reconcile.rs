@@ -14,7 +14,8 @@ use kube::core::ApiResource;
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings, TokenError};
 use crate::hetzner::{FloatingIp, HetznerClient, HetznerError, Network, Server};
 use crate::members::{
-    members, write_target, Claimed, Excluded, ForeignPools, Listed, Members, NodeView, Unhealthy,
+    members_recording, write_target, Claimed, Contributions, Excluded, ForeignPools, Listed,
+    Members, NodeView, Unhealthy,
 };
 use crate::pool::api::{PoolApiError, PoolClient};
 use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
@@ -271,14 +272,30 @@ pub fn render_pools(
     nodes: &NodeView,
     unhealthy: &mut Unhealthy,
     now: Instant,
-) -> Vec<(Members, DesiredPool, Result<(), ReconcileError>)> {
-    let all = members(
+) -> Vec<Rendered> {
+    render_recording(settings, listing, nodes, unhealthy, now, None)
+}
+
+/// One pool's share of a listing, rendered, and the empty-pool guard's
+/// verdict on it.
+pub type Rendered = (Members, DesiredPool, Result<(), ReconcileError>);
+
+fn render_recording(
+    settings: &Settings,
+    listing: &Listing,
+    nodes: &NodeView,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+    record: Option<&mut Contributions>,
+) -> Vec<Rendered> {
+    let all = members_recording(
         &settings.pools,
         listing.listed(),
         nodes,
         settings.guards.blocked_addresses,
         unhealthy,
         now,
+        record,
     );
     settings
         .pools
@@ -322,6 +339,13 @@ struct Planned {
     /// What the pool should hold (the listing, plus held removals).
     wanted: Option<DesiredPool>,
     live: Option<Pool>,
+    /// `live`'s addresses, read once.
+    live_addresses: LiveAddresses,
+    /// The pool was read: `live_addresses` is what it holds. When a
+    /// managed pool could not be read, no other pool adds an address.
+    known: bool,
+    /// Reported as an outcome (a Node change skips pools it cannot touch).
+    reported: bool,
     failed: Option<ReconcileError>,
 }
 
@@ -331,8 +355,9 @@ pub struct Reconciler {
     hetzner: HetznerClient,
     pools: PoolClient,
     state: BTreeMap<String, PoolState>,
-    /// The last complete listing of this term, for Node changes.
-    last_listing: Option<Listing>,
+    /// What each server of the last complete listing of this term gave
+    /// each pool, for Node changes.
+    last_listing: Option<Contributions>,
     nodes: NodeView,
     unhealthy: Unhealthy,
     /// How long a held removal waits before a listing may confirm it.
@@ -402,15 +427,29 @@ impl Reconciler {
     /// when nothing could be decided (the listing or discovery failed);
     /// otherwise one outcome per configured pool, in order.
     pub async fn full(&mut self, settings: &Settings) -> Result<Vec<PoolOutcome>, ReconcileError> {
+        // The last listing goes first: two of them at 10,000 servers would
+        // double the peak.
+        self.last_listing = None;
         let listing = list_hetzner(&self.hetzner, settings).await?;
         let resource = self
             .pools
             .refresh_resource(settings.cilium_api_version)
             .await?;
+        let mut record = Contributions::default();
+        let rendered = render_recording(
+            settings,
+            &listing,
+            &self.nodes,
+            &mut self.unhealthy,
+            Instant::now(),
+            Some(&mut record),
+        );
+        let requests = listing.requests;
+        drop(listing);
         let outcomes = self
-            .converge_all(settings, &resource, &listing, CycleKind::Full)
+            .converge_all(settings, &resource, rendered, requests, CycleKind::Full)
             .await?;
-        self.last_listing = Some(listing);
+        self.last_listing = Some(record);
         Ok(outcomes)
     }
 
@@ -422,18 +461,53 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
     ) -> Result<Option<Vec<PoolOutcome>>, ReconcileError> {
-        let Some(listing) = self.last_listing.take() else {
+        let Some(record) = self.last_listing.take() else {
             return Ok(None);
         };
+        let out = record.excluded_now(
+            &settings.pools,
+            &self.nodes,
+            &mut self.unhealthy,
+            Instant::now(),
+        );
+        // Removals only: what each pool was written with, less the
+        // addresses of servers a node rule leaves out now.
+        let rendered: Vec<Rendered> = settings
+            .pools
+            .iter()
+            .zip(out)
+            .map(|(pool, (removed, excluded, servers))| {
+                let kept = self
+                    .last_desired(&pool.name)
+                    .map(|last| {
+                        last.addresses
+                            .iter()
+                            .filter(|a| !removed.contains(a))
+                            .copied()
+                            .collect::<Vec<IpAddr>>()
+                    })
+                    .unwrap_or_default();
+                let members = Members {
+                    pool: pool.name.clone(),
+                    servers_matched: servers,
+                    excluded,
+                    ..Members::default()
+                };
+                let desired = pool::render(&template_from(pool), kept);
+                let verdict =
+                    guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from);
+                (members, desired, verdict)
+            })
+            .collect();
         let resource = self.pools.resource().await;
         let result = match resource {
             Ok(resource) => {
-                self.converge_all(settings, &resource, &listing, CycleKind::Nodes)
+                self.converge_all(settings, &resource, rendered, 0, CycleKind::Nodes)
                     .await
             }
             Err(e) => Err(e.into()),
         };
-        self.last_listing = Some(listing);
+        self.last_listing = Some(record);
         result.map(Some)
     }
 
@@ -441,7 +515,8 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
         resource: &ApiResource,
-        listing: &Listing,
+        rendered: Vec<Rendered>,
+        hetzner_requests: u32,
         kind: CycleKind,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
@@ -449,17 +524,10 @@ impl Reconciler {
             ForeignPools::new(&self.pools.list_others(resource, &managed).await?, &managed);
         self.state
             .retain(|name, _| managed.contains(&name.as_str()));
-        let rendered = render_pools(
-            settings,
-            listing,
-            &self.nodes,
-            &mut self.unhealthy,
-            Instant::now(),
-        );
         let summary = |members: &Members| ListingSummary {
             servers_matched: members.servers_matched,
             servers_skipped: members.without_address,
-            hetzner_requests: listing.requests,
+            hetzner_requests,
             blocked: members.blocked.clone(),
             skip_reasons: members.skip_reasons.clone(),
         };
@@ -487,45 +555,47 @@ impl Reconciler {
                 report,
                 wanted: None,
                 live: None,
+                live_addresses: LiveAddresses::default(),
+                known: false,
+                reported: true,
                 failed: None,
             };
+            // Every managed pool is read, also one that will not be written:
+            // what it holds is what the others may not add.
+            let live = match self.pools.get(resource, &listed.name).await {
+                Ok(live) => live,
+                Err(e) => {
+                    entry.failed = Some(e.into());
+                    planned.push(entry);
+                    continue;
+                }
+            };
+            entry.known = true;
+            entry.live_addresses = live.as_ref().map(pool::live_addresses).unwrap_or_default();
+            entry.live = live;
+            if kind == CycleKind::Nodes && self.last_desired(&pool.name).is_none() {
+                // Not written in this term: a Node change has nothing to
+                // remove from it, and nothing to report.
+                entry.reported = false;
+                planned.push(entry);
+                continue;
+            }
             if let Err(e) = verdict {
                 entry.failed = Some(e);
                 planned.push(entry);
                 continue;
             }
-            match self.pools.get(resource, &listed.name).await {
-                Err(e) => entry.failed = Some(e.into()),
-                Ok(live) => {
-                    let listed = if kind == CycleKind::Nodes {
-                        // Removals only: what the pool was written with, less
-                        // the servers now left out.
-                        let Some(last) = self.last_desired(&pool.name) else {
-                            planned.push(entry);
-                            continue;
-                        };
-                        let kept = last
-                            .addresses
-                            .iter()
-                            .filter(|a| listed.addresses.contains(a))
-                            .copied();
-                        pool::render(&template_from(pool), kept)
-                    } else {
-                        listed
-                    };
-                    let (wanted, held, confirmed) = self.shrink(pool, listed, live.as_ref());
-                    entry.report.held = held.clone();
-                    entry.report.confirmed = confirmed;
-                    self.state.entry(pool.name.clone()).or_default().held = held;
-                    entry.wanted = Some(wanted);
-                    entry.live = live;
-                }
-            }
+            let (wanted, held, confirmed) = self.shrink(pool, listed, &entry.live_addresses);
+            entry.report.held = held.clone();
+            entry.report.confirmed = confirmed;
+            self.state.entry(pool.name.clone()).or_default().held = held;
+            entry.wanted = Some(wanted);
             planned.push(entry);
         }
         self.write_planned(&mut planned, resource, &foreign).await;
         Ok(planned
             .into_iter()
+            .filter(|entry| entry.reported)
             .map(|entry| {
                 let name = settings.pools[entry.index].name.clone();
                 let result = match entry.failed {
@@ -547,9 +617,8 @@ impl Reconciler {
         &self,
         pool: &PoolConfig,
         listed: DesiredPool,
-        live: Option<&Pool>,
+        live_addresses: &LiveAddresses,
     ) -> (DesiredPool, Option<HeldRemoval>, Option<HeldRemoval>) {
-        let live_addresses = live.map(pool::live_addresses).unwrap_or_default();
         let held = self.state.get(&pool.name).and_then(|s| s.held.as_ref());
         match guard::shrink_guard(
             &live_addresses.addresses,
@@ -586,70 +655,109 @@ impl Reconciler {
         resource: &ApiResource,
         foreign: &ForeignPools,
     ) {
+        // One pool and no other pool in the cluster: nothing to keep apart,
+        // and nothing to copy (the 10,000-address case of the benchmark).
+        let alone = planned.len() == 1 && foreign.pools() == 0;
+        // A managed pool that could not be read may hold anything: until it
+        // can, the others only keep or remove.
+        let blind = planned.iter().any(|p| !p.known);
+        let unreadable: String = planned
+            .iter()
+            .filter(|p| !p.known)
+            .map(|p| p.report.pool.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
         let names: Vec<String> = planned.iter().map(|p| p.report.pool.clone()).collect();
         // What each managed pool holds (or may hold, after a failed write).
-        let mut holds: Vec<BTreeSet<IpAddr>> = planned
-            .iter()
-            .map(|p| {
-                p.live
-                    .as_ref()
-                    .map(|live| pool::live_addresses(live).addresses)
-                    .unwrap_or_default()
-            })
-            .collect();
+        let mut holds: Vec<BTreeSet<IpAddr>> = if alone {
+            Vec::new()
+        } else {
+            planned
+                .iter()
+                .map(|p| p.live_addresses.addresses.clone())
+                .collect()
+        };
         for pass in 0..2 {
             for i in 0..planned.len() {
                 let entry = &mut planned[i];
-                let Some(wanted) = entry.wanted.as_ref() else {
-                    continue;
-                };
                 if entry.failed.is_some() || (pass == 1 && entry.report.withheld.is_empty()) {
                     continue;
                 }
-                let others: BTreeSet<IpAddr> = holds
-                    .iter()
-                    .enumerate()
-                    .filter(|(j, _)| *j != i)
-                    .flat_map(|(_, h)| h.iter().copied())
-                    .collect();
-                let wanted_set: BTreeSet<IpAddr> = wanted.addresses.iter().copied().collect();
-                let target = write_target(&wanted_set, &holds[i], &others, foreign);
-                entry.report.withheld = wanted_set
-                    .difference(&target)
-                    .map(|address| {
-                        let ours = holds
-                            .iter()
-                            .enumerate()
-                            .find(|(j, h)| *j != i && h.contains(address))
-                            .map(|(j, _)| names[j].clone());
-                        Withheld {
-                            address: *address,
-                            foreign: ours.is_none(),
-                            by: ours
-                                .or_else(|| foreign.covering(*address).map(str::to_owned))
-                                .unwrap_or_default(),
-                        }
-                    })
-                    .collect();
-                let mut desired = wanted.clone();
-                desired.addresses = target.iter().copied().collect();
+                let desired = if alone {
+                    match entry.wanted.take() {
+                        Some(wanted) => wanted,
+                        None => continue,
+                    }
+                } else {
+                    let Some(wanted) = entry.wanted.as_ref() else {
+                        continue;
+                    };
+                    let others: BTreeSet<IpAddr> = holds
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .flat_map(|(_, h)| h.iter().copied())
+                        .collect();
+                    let wanted_set: BTreeSet<IpAddr> = wanted.addresses.iter().copied().collect();
+                    let mut target = write_target(&wanted_set, &holds[i], &others, foreign);
+                    if blind {
+                        target.retain(|a| holds[i].contains(a));
+                    }
+                    entry.report.withheld = wanted_set
+                        .difference(&target)
+                        .map(|address| {
+                            let ours = holds
+                                .iter()
+                                .enumerate()
+                                .find(|(j, h)| *j != i && h.contains(address))
+                                .map(|(j, _)| names[j].clone());
+                            let theirs = foreign.covering(*address).map(str::to_owned);
+                            match (ours, theirs) {
+                                (Some(by), _) => Withheld {
+                                    address: *address,
+                                    by,
+                                    foreign: false,
+                                },
+                                (None, Some(by)) => Withheld {
+                                    address: *address,
+                                    by,
+                                    foreign: true,
+                                },
+                                // Withheld because a pool of ours could not be read.
+                                (None, None) => Withheld {
+                                    address: *address,
+                                    by: unreadable.clone(),
+                                    foreign: false,
+                                },
+                            }
+                        })
+                        .collect();
+                    let mut desired = wanted.clone();
+                    desired.addresses = target.into_iter().collect();
+                    desired
+                };
                 if desired.addresses.is_empty() {
-                    // Everything it wants is held elsewhere for now; an empty
-                    // pool is never written.
+                    // Everything it wants is in other pools: an empty pool is
+                    // never written. Refused below unless the second pass
+                    // finds some of it released.
                     continue;
                 }
-                let live_addresses = entry
-                    .live
-                    .as_ref()
-                    .map(pool::live_addresses)
-                    .unwrap_or_default();
                 // Remember the pool before writing: a failed write must not
                 // make a later repair fall back to an older listing.
                 self.state
                     .entry(desired.name.clone())
                     .or_default()
                     .last_desired = Some(desired.clone());
-                match self
+                let live_addresses = if pass == 0 {
+                    std::mem::take(&mut entry.live_addresses)
+                } else {
+                    entry
+                        .live
+                        .as_ref()
+                        .map(pool::live_addresses)
+                        .unwrap_or_default()
+                };
+                let result = self
                     .converge(
                         resource,
                         &desired,
@@ -657,8 +765,13 @@ impl Reconciler {
                         &live_addresses,
                         entry.report.kind,
                     )
-                    .await
-                {
+                    .await;
+                let target: BTreeSet<IpAddr> = if alone {
+                    BTreeSet::new()
+                } else {
+                    desired.addresses.iter().copied().collect()
+                };
+                match result {
                     Ok((report, live)) => {
                         entry.report.addresses = report.addresses;
                         entry.report.written = report.written.or(entry.report.written);
@@ -666,13 +779,32 @@ impl Reconciler {
                             entry.report.diff = merge_diff(&entry.report.diff, report.diff, pass);
                         }
                         entry.live = live;
-                        holds[i] = target;
+                        if !alone {
+                            holds[i] = target;
+                        }
                     }
                     Err(e) => {
-                        holds[i].extend(target);
+                        if !alone {
+                            holds[i].extend(target);
+                        }
                         entry.failed = Some(e);
                     }
                 }
+            }
+        }
+        // A pool all of whose addresses are in other pools was not written:
+        // say so rather than report a success with stale addresses.
+        for entry in planned.iter_mut() {
+            let wanted = entry.wanted.as_ref().map_or(0, |w| w.addresses.len());
+            if entry.failed.is_none() && wanted > 0 && entry.report.withheld.len() == wanted {
+                let mut by: Vec<String> =
+                    entry.report.withheld.iter().map(|w| w.by.clone()).collect();
+                by.sort();
+                by.dedup();
+                entry.failed = Some(ReconcileError::Refused(Refusal::AllWithheld {
+                    addresses: wanted,
+                    pools: by.join(", "),
+                }));
             }
         }
     }

@@ -940,7 +940,7 @@ async fn logs_never_contain_the_token() {
 
     let logs = String::from_utf8(captured.0.lock().expect("log buffer").clone()).expect("utf-8");
     assert!(logs.contains("retrying"), "{logs}");
-    assert!(logs.contains("skipping Hetzner server"), "{logs}");
+    assert!(logs.contains("without a usable public IPv4"), "{logs}");
     assert!(logs.contains("status=200"), "{logs}");
     assert!(!logs.contains(TOKEN), "{logs}");
 }

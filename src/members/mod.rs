@@ -24,7 +24,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use tokio::time::Instant;
 
 use crate::config::{AddressKind, BlockedAddresses, NetworkRef, PoolConfig};
-use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server};
+use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server, ServerStatus};
 
 /// What one cycle read: the servers (matched by the Hetzner API already
 /// when `prefiltered`, else by each pool's selector here), the Floating
@@ -73,6 +73,55 @@ pub struct Claimed {
     pub by: String,
 }
 
+/// What a Node change needs of the last listing, and no more: each server
+/// that gave a pool an address, and what it gave. A few bytes per server
+/// rather than the listing itself (10,000 servers stay cheap to keep).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Contributions {
+    servers: Vec<(i64, Box<str>, ServerStatus)>,
+    /// (index into `servers`, index of the pool, the address).
+    given: Vec<(u32, u16, IpAddr)>,
+}
+
+impl Contributions {
+    /// Per pool (in `pools` order): the addresses of servers a node rule
+    /// leaves out now, those servers, and how many servers gave the pool
+    /// addresses. Nothing here adds an address.
+    pub fn excluded_now(
+        &self,
+        pools: &[PoolConfig],
+        nodes: &NodeView,
+        unhealthy: &mut Unhealthy,
+        now: Instant,
+    ) -> Vec<(BTreeSet<IpAddr>, Vec<Excluded>, usize)> {
+        let mut out: Vec<(BTreeSet<IpAddr>, Vec<Excluded>, usize)> =
+            pools.iter().map(|_| Default::default()).collect();
+        let mut verdicts: HashMap<(u32, u16), Option<Exclusion>> = HashMap::new();
+        for &(server, pool_index, address) in &self.given {
+            let Some(pool) = pools.get(usize::from(pool_index)) else {
+                continue;
+            };
+            let verdict = *verdicts.entry((server, pool_index)).or_insert_with(|| {
+                out[usize::from(pool_index)].2 += 1;
+                let (id, name, status) = &self.servers[server as usize];
+                let node = nodes.node_of(*id, name);
+                let verdict = exclusion(*id, *status, node, pool, unhealthy, now);
+                if let Some(reason) = verdict {
+                    out[usize::from(pool_index)].1.push(Excluded {
+                        server: name.to_string(),
+                        reason,
+                    });
+                }
+                verdict
+            });
+            if verdict.is_some() {
+                out[usize::from(pool_index)].0.insert(address);
+            }
+        }
+        out
+    }
+}
+
 /// Splits a listing among `pools`, in order. `nodes` is what the Node watch
 /// knows, `unhealthy` remembers how long each server has been unhealthy
 /// (for `Nodes.ExcludeUnhealthyAfter`), `now` is the time of the listing.
@@ -84,6 +133,22 @@ pub fn members(
     unhealthy: &mut Unhealthy,
     now: Instant,
 ) -> Vec<Members> {
+    members_recording(pools, listed, nodes, policy, unhealthy, now, None)
+}
+
+/// [`members`], also recording what each server gave into `record` (for
+/// Node changes applied later to this listing).
+pub fn members_recording(
+    pools: &[PoolConfig],
+    listed: Listed<'_>,
+    nodes: &NodeView,
+    policy: BlockedAddresses,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+    mut record: Option<&mut Contributions>,
+) -> Vec<Members> {
+    // The index of each server in `record`, once it gave something.
+    let mut recorded: HashMap<i64, u32> = HashMap::new();
     let by_server: HashMap<i64, Vec<&FloatingIp>> =
         listed
             .floating_ips
@@ -94,7 +159,10 @@ pub fn members(
                 }
                 map
             });
+    // Which pool took an address; one pool needs no record.
+    let several = pools.len() > 1;
     let mut taken: HashMap<IpAddr, usize> = HashMap::new();
+    let mut found = Vec::new();
     let mut result = Vec::with_capacity(pools.len());
     let mut health_seen = BTreeSet::new();
     for (index, pool) in pools.iter().enumerate() {
@@ -108,8 +176,8 @@ pub fn members(
                 continue;
             }
             members.servers_matched += 1;
-            let node = nodes.node_of(server);
-            let verdict = exclusion(server, node, pool, unhealthy, now);
+            let node = nodes.node_of(server.id, &server.name);
+            let verdict = exclusion(server.id, server.status, node, pool, unhealthy, now);
             if pool.nodes.exclude_unhealthy_after.is_some() {
                 health_seen.insert(server.id);
             }
@@ -120,27 +188,51 @@ pub fn members(
                 });
                 continue;
             }
-            let before = members.addresses.len() + members.claimed.len();
-            for address in addresses_of(
+            found.clear();
+            addresses_of(
                 server,
                 pool,
                 network.as_ref(),
                 &by_server,
                 policy,
                 &mut members,
-            ) {
-                match taken.get(&address) {
-                    Some(&earlier) if earlier != index => members.claimed.push(Claimed {
-                        address,
-                        by: pools[earlier].name.clone(),
-                    }),
-                    _ => {
-                        taken.insert(address, index);
-                        members.addresses.insert(address);
+                &mut found,
+            );
+            for &address in &found {
+                let kept = if !several {
+                    members.addresses.insert(address);
+                    true
+                } else {
+                    match taken.get(&address) {
+                        Some(&earlier) if earlier != index => {
+                            members.claimed.push(Claimed {
+                                address,
+                                by: pools[earlier].name.clone(),
+                            });
+                            false
+                        }
+                        _ => {
+                            taken.insert(address, index);
+                            members.addresses.insert(address);
+                            true
+                        }
                     }
+                };
+                if let (true, Some(record)) = (kept, record.as_deref_mut()) {
+                    let at = *recorded.entry(server.id).or_insert_with(|| {
+                        record.servers.push((
+                            server.id,
+                            server.name.as_str().into(),
+                            server.status,
+                        ));
+                        u32::try_from(record.servers.len() - 1).unwrap_or(u32::MAX)
+                    });
+                    record
+                        .given
+                        .push((at, u16::try_from(index).unwrap_or(u16::MAX), address));
                 }
             }
-            if members.addresses.len() + members.claimed.len() == before {
+            if found.is_empty() {
                 members.without_address += 1;
                 if pool.wants(AddressKind::PublicIpv4) {
                     if let Err(reason) = &server.ipv4 {
@@ -191,7 +283,7 @@ enum NetworkChoice {
     Missing,
 }
 
-/// The addresses of the pool's kinds a server has, in kind order.
+/// The addresses of the pool's kinds a server has, in kind order, into `out`.
 fn addresses_of(
     server: &Server,
     pool: &PoolConfig,
@@ -199,8 +291,8 @@ fn addresses_of(
     floating: &HashMap<i64, Vec<&FloatingIp>>,
     policy: BlockedAddresses,
     members: &mut Members,
-) -> Vec<IpAddr> {
-    let mut out = Vec::new();
+    out: &mut Vec<IpAddr>,
+) {
     let mut take = |address: IpAddr, blocked: bool, members: &mut Members| {
         if blocked {
             members.blocked.push(address);
@@ -267,7 +359,6 @@ fn addresses_of(
             }
         }
     }
-    out
 }
 
 /// What one pool may be written with now: its wanted addresses, less those

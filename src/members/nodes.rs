@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
-use crate::hetzner::{Server, ServerStatus};
+use crate::hetzner::ServerStatus;
 
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -100,12 +100,16 @@ impl NodeView {
         view
     }
 
-    /// The Node of a server: by `spec.providerID`, else by name = server name
-    /// (for Nodes whose provider ID is not set, or not a Hetzner one).
-    pub fn node_of(&self, server: &Server) -> Option<&NodeFacts> {
-        self.by_id.get(&server.id).or_else(|| {
+    /// The Node of a server (its ID and name): by `spec.providerID`, else by
+    /// name = server name (for Nodes whose provider ID is not set, or not a
+    /// Hetzner one).
+    pub fn node_of(&self, id: i64, name: &str) -> Option<&NodeFacts> {
+        if self.by_name.is_empty() {
+            return None;
+        }
+        self.by_id.get(&id).or_else(|| {
             self.by_name
-                .get(&server.name)
+                .get(name)
                 .filter(|node| node.server_id.is_none())
         })
     }
@@ -170,15 +174,17 @@ impl Exclusion {
     }
 }
 
-/// The rule that leaves `server` out of `pool`, if any.
+/// The rule that leaves the server `id` (with Hetzner `status`) out of
+/// `pool`, if any.
 pub(super) fn exclusion(
-    server: &Server,
+    id: i64,
+    status: ServerStatus,
     node: Option<&NodeFacts>,
     pool: &PoolConfig,
     unhealthy: &mut Unhealthy,
     now: Instant,
 ) -> Option<Exclusion> {
-    if server.status == ServerStatus::Deleting {
+    if status == ServerStatus::Deleting {
         return Some(Exclusion::ServerDeleting);
     }
     if let Some(reason) = node.and_then(NodeFacts::exclusion) {
@@ -190,8 +196,8 @@ pub(super) fn exclusion(
         return Some(Exclusion::NoNode);
     }
     if let Some(after) = pool.nodes.exclude_unhealthy_after {
-        let healthy = server.status == ServerStatus::Running && node.is_none_or(|node| node.ready);
-        if unhealthy.excluded(server.id, healthy, after, now) {
+        let healthy = status == ServerStatus::Running && node.is_none_or(|node| node.ready);
+        if unhealthy.excluded(id, healthy, after, now) {
             return Some(Exclusion::Unhealthy);
         }
     }

@@ -29,12 +29,17 @@ pub enum Refusal {
         /// Servers left out by a node rule.
         excluded: usize,
     },
+    #[error(
+        "every one of the pool's {addresses} address(es) is in another pool ({pools}); \
+         refusing to write an empty pool, which would take every LoadBalancer IP away"
+    )]
+    AllWithheld { addresses: usize, pools: String },
 }
 
 impl Refusal {
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Refusal::EmptyPool { .. } => "empty_pool",
+            Refusal::EmptyPool { .. } | Refusal::AllWithheld { .. } => "empty_pool",
         }
     }
 }

@@ -45,3 +45,52 @@ async fn liveness_fails_only_when_the_loop_stops_beating() {
     health.heartbeat();
     assert!(health.liveness().alive);
 }
+
+#[test]
+fn several_pools_are_healthy_only_together_and_each_is_shown() {
+    let health = Health::new(Duration::from_secs(60));
+    health.set_pools(["edge", "internal"], true);
+    health.record_success("edge", 2, None);
+    assert_eq!(
+        health.report().state,
+        Phase::Starting,
+        "internal has not run yet"
+    );
+    health.record_failure("internal", "pool internal: Hetzner said no".into());
+    let report = health.report();
+    assert_eq!(report.state, Phase::Failing);
+    assert!(!report.is_healthy());
+    assert_eq!(
+        report.last_error.as_deref(),
+        Some("pool internal: Hetzner said no")
+    );
+    assert_eq!(report.pools[0].state, Phase::Healthy);
+    assert_eq!(report.pools[1].state, Phase::Failing);
+
+    health.record_success("internal", 3, Some("shrink guard: holding".into()));
+    let report = health.report();
+    assert!(report.is_healthy());
+    assert_eq!(report.pool_addresses, Some(5));
+    assert_eq!(report.notice.as_deref(), Some("shrink guard: holding"));
+    assert!(report.last_success.is_some());
+    let body = serde_json::to_value(&report).unwrap();
+    assert_eq!(body["pools"][1]["name"], "internal");
+    assert_eq!(body["pools"][1]["addresses"], 3);
+    assert_eq!(body["pools"][1]["notice"], "shrink guard: holding");
+
+    // A reload that drops a pool drops its state; a kept pool keeps it.
+    health.set_pools(["internal"], true);
+    assert_eq!(health.report().pools.len(), 1);
+    assert_eq!(health.report().pool_addresses, Some(3));
+}
+
+#[test]
+fn one_pool_without_pools_shows_no_pools_list() {
+    let health = Health::new(Duration::from_secs(60));
+    health.set_pools(["covidnetes-pool"], false);
+    health.record_success("covidnetes-pool", 2, None);
+    let body = serde_json::to_value(health.report()).unwrap();
+    assert!(body.get("pools").is_none(), "{body}");
+    assert_eq!(body["pool_addresses"], 2);
+    assert_eq!(body["state"], "healthy");
+}
