@@ -229,3 +229,114 @@ async fn dry_run_against_a_stalled_api_fails_after_one_retry_naming_the_timeout(
     );
     assert!(out.stdout.is_empty(), "nothing is printed on failure");
 }
+
+/// The servers the golden dry-run files were made from.
+fn golden_servers() -> Vec<FakeServer> {
+    vec![
+        FakeServer::new(1, "203.0.113.20"),
+        FakeServer::new(2, "203.0.113.3"),
+        FakeServer::new(3, "198.51.100.250").blocked(),
+        FakeServer::without_ipv4(4),
+    ]
+}
+
+/// Without `Pools`, the pool is written byte for byte as the release before
+/// `Pools` wrote it: `tests/fixtures/release-2.0/` holds that release's
+/// `--dry-run` output (the apply body it sends) for these servers, made by
+/// its binary (commit 64a859e): with `CANADA_KAKTUS_GOLDEN_BIN` set to such
+/// a binary, this test writes the files anew from it.
+#[tokio::test]
+async fn without_pools_the_pool_is_written_byte_for_byte_as_before() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(golden_servers());
+    let endpoint = hetzner.endpoint();
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("CANADA_KAKTUS_POOL_LABELS", r#"{"team": "net"}"#),
+        (
+            "CANADA_KAKTUS_POOL_SERVICE_SELECTOR",
+            "tier in (edge),!legacy",
+        ),
+        ("KUBECONFIG", "/nonexistent/kubeconfig"),
+    ];
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/release-2.0");
+    for (output, file) in [("yaml", "dry-run.yaml"), ("json", "dry-run.json")] {
+        let args = ["--dry-run", "--output", output];
+        if let Some(old) = std::env::var_os("CANADA_KAKTUS_GOLDEN_BIN") {
+            let mut command = Command::new(old);
+            let dir = tempfile::tempdir().unwrap();
+            command.args(args).current_dir(dir.path()).env_clear();
+            command.envs(env);
+            let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+                .await
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            std::fs::create_dir_all(&fixtures).unwrap();
+            std::fs::write(fixtures.join(file), &out.stdout).unwrap();
+        }
+        let golden = std::fs::read(fixtures.join(file)).expect("the golden file");
+        let out = run(&args, &env).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            text(&golden),
+            "--output {output} differs from the release before Pools"
+        );
+    }
+}
+
+#[tokio::test]
+async fn dry_run_prints_every_pool_as_a_yaml_stream_or_a_json_list() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "203.0.113.20").with_label("role", "edge"),
+        FakeServer::new(2, "203.0.113.3"),
+    ]);
+    let endpoint = hetzner.endpoint();
+    let pools = r#"[{"Name": "edge", "LabelSelector": "role=edge",
+                     "Addresses": ["public-ipv4", "public-ipv6"], "Nodes": {"RequireNode": true}},
+                    {"Name": "internal", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                     "Addresses": ["private-ipv4"]}]"#;
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("CANADA_KAKTUS_POOLS", pools),
+        ("KUBECONFIG", "/nonexistent/kubeconfig"),
+    ];
+    let out = run(&["--dry-run"], &env).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let yaml = text(&out.stdout);
+    let docs: Vec<&str> = yaml.split("---\n").collect();
+    assert_eq!(docs.len(), 2, "{yaml}");
+    assert!(
+        docs[0].contains("name: edge") && docs[0].contains("2a01:4f8:c0c:1::1/128"),
+        "{yaml}"
+    );
+    assert!(
+        docs[1].contains("name: internal") && docs[1].contains("10.0.0.2/32"),
+        "{yaml}"
+    );
+    assert!(
+        text(&out.stderr).contains("dry run: the pool's node rules are not applied (no cluster)"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run(&["--dry-run", "--output", "json"], &env).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["metadata"]["name"], "edge");
+    assert_eq!(
+        json[0]["spec"]["blocks"],
+        serde_json::json!([{"cidr": "203.0.113.20/32"}, {"cidr": "2a01:4f8:c0c:1::1/128"}])
+    );
+    assert_eq!(json[1]["metadata"]["name"], "internal");
+    assert_eq!(
+        json[1]["spec"]["blocks"],
+        serde_json::json!([{"cidr": "10.0.0.1/32"}, {"cidr": "10.0.0.2/32"}])
+    );
+}
