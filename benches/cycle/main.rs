@@ -38,10 +38,12 @@
 //! binaries are available and skips otherwise.
 mod controller;
 mod observer;
+mod pools;
 mod report;
 mod size;
 use controller::*;
 use observer::*;
+use pools::*;
 use report::*;
 use size::*;
 
@@ -188,6 +190,8 @@ async fn run(plan: Plan, sizes: &[usize]) {
     let work = tempfile::tempdir().expect("a temporary directory");
 
     let mut results = Vec::new();
+    let mut three = None;
+    let largest = sizes.iter().copied().max().unwrap_or(0);
     for &n in sizes {
         eprintln!("== N = {n}");
         let bench = SizeBench {
@@ -201,10 +205,23 @@ async fn run(plan: Plan, sizes: &[usize]) {
             clk_tck: machine.clk_tck,
         };
         results.push(bench.run().await);
+        if n == largest {
+            eprintln!("== N = {n}, three pools");
+            three = Some(three_pools(&bench).await);
+        }
     }
     observer.stop();
 
     print_report(&machine, &binary, binary_bytes, plan, &results);
+    if let Some(three) = three {
+        println!(
+            "Three pools (public IPv4, public IPv6, private; different selectors, so one \
+             unfiltered listing) at N = {}: Hetzner requests per full cycle {:?} (one pool: {}).",
+            group(three.n),
+            three.requests,
+            three.n.div_ceil(PER_PAGE)
+        );
+    }
 }
 
 fn controller_binary() -> PathBuf {
