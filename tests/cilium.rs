@@ -4,7 +4,9 @@
 //! `cilium.io/v2` pools, one serving only `cilium.io/v2alpha1`), gives
 //! LoadBalancer Services their addresses on a real kube-apiserver with the
 //! CRD that release ships. Every assertion reads Service and pool status
-//! from the API server.
+//! from the API server. Scenarios (issue 12): 1-4 servers come and go and
+//! Hetzner fails; 5 and 8 a hand edit and two failovers; 6 and 7 several
+//! pools, a foreign pool and a dual-stack Service.
 //!
 //! Needs `CANADA_KAKTUS_K8S_BIN_DIR` and `CANADA_KAKTUS_CILIUM_BIN_DIR`
 //! (scripts/test sets both); `#[ignore]`d like the other real API server
@@ -491,6 +493,266 @@ async fn v2_a_hand_edit_and_failovers_move_no_service() {
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
 async fn v2alpha1_a_hand_edit_and_failovers_move_no_service() {
     a_hand_edit_and_failovers_move_no_service(Release::of("v2alpha1")).await;
+}
+
+/// A Service of `type: LoadBalancer` with labels and an IP family policy.
+async fn create_labelled_service(
+    services: &Api<Service>,
+    name: &str,
+    labels: Value,
+    family_policy: Option<&str>,
+) {
+    let mut spec = json!({"type": "LoadBalancer", "ports": [{"port": 443}]});
+    if let Some(policy) = family_policy {
+        spec["ipFamilyPolicy"] = json!(policy);
+    }
+    let service: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+}
+
+/// Every address in `status.loadBalancer.ingress`.
+async fn addresses(services: &Api<Service>, name: &str) -> Vec<String> {
+    services
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|lb| lb.ingress)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|i| i.ip)
+        .collect()
+}
+
+/// Every `cilium.io/PoolConflict=True` an admin watch sees, as
+/// `(pool, message)`.
+type Conflicts = Arc<Mutex<Vec<(String, String)>>>;
+
+fn record_conflicts(
+    api: Api<kube::api::DynamicObject>,
+) -> (Conflicts, tokio::task::JoinHandle<()>) {
+    let seen: Conflicts = Arc::default();
+    let sink = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let pool = match event {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
+                _ => continue,
+            };
+            let conflict = condition(&pool, "cilium.io/PoolConflict");
+            if conflict["status"] == "True" {
+                sink.lock().unwrap().push((
+                    pool.metadata.name.clone().unwrap_or_default(),
+                    conflict["message"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// A pool of someone else's, covering `cidr`, for Services of theirs only
+/// (so it hands nothing to ours; Cilium's overlap check ignores selectors).
+async fn foreign_pool(
+    api: &Api<kube::api::DynamicObject>,
+    release: &Release,
+    name: &str,
+    cidr: &str,
+) {
+    let pool: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("cilium.io/{}", release.api),
+        "kind": "CiliumLoadBalancerIPPool",
+        "metadata": {"name": name},
+        "spec": {"blocks": [{"cidr": cidr}],
+                 "serviceSelector": {"matchLabels": {"owner": "someone-else"}}},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &pool).await.unwrap();
+}
+
+/// Scenarios 6 and 7 with the shipped two-pool component (`edge`: public
+/// IPv4 and IPv6 of servers labelled role=edge, for Services labelled
+/// tier=edge; `internal`: every server's private address, for tier=internal):
+/// each Service gets its address from the pool its labels select, a
+/// PreferDualStack Service one IPv4 and one IPv6, and neither our pools nor
+/// a foreign pool covering one of our addresses ever make one of ours
+/// conflict. The foreign pool created after ours is the one Cilium
+/// disables, which shows its overlap check is at work.
+async fn several_pools_give_each_service_its_pool(release: Release) {
+    use support::e2e::{apply_several_pools, start_several_pools, wait_named_pool};
+    use support::fake_hetzner::{FakePrivateNet, DEFAULT_NETWORK};
+
+    let server = |id: i64, edge: bool| {
+        let server = FakeServer::new(id, &format!("198.51.100.{id}"))
+            .with_ipv6(Some(&format!("2001:db8:{id}::/64")))
+            .with_private_net(vec![FakePrivateNet {
+                network: DEFAULT_NETWORK,
+                ip: format!("10.0.0.{id}"),
+                alias_ips: vec![],
+            }]);
+        if edge {
+            server.with_label("role", "edge")
+        } else {
+            server
+        }
+    };
+    let cluster = release.cluster().await;
+    apply_several_pools(&cluster);
+    let _lbipam = LbIpam::start(&cluster, &release);
+    let api = pools(&cluster, release.api);
+    let (conflicts, conflict_task) = record_conflicts(api.clone());
+    // Someone else's pool covers the private address of a server that
+    // joins later: it must never be added to ours.
+    foreign_pool(&api, &release, "theirs-early", "10.0.0.9/32").await;
+
+    let hetzner = support::fake_hetzner::FakeHetzner::start().await;
+    hetzner.expect_token(support::e2e::TOKEN);
+    hetzner.set_networks(vec![(DEFAULT_NETWORK, "k8s".to_owned())]);
+    hetzner.set_servers(vec![server(1, true), server(2, true), server(3, false)]);
+    let mut controller = start_several_pools(&cluster, &hetzner).await;
+    let within = Duration::from_secs(30);
+    let cidrs = |p: Option<&kube::api::DynamicObject>| -> Vec<String> {
+        p.map(blocks_of)
+            .and_then(|b| b.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
+            .collect()
+    };
+    wait_named_pool(&api, "edge", within, "edge written", |p| {
+        cidrs(p).len() == 4
+    })
+    .await;
+    wait_named_pool(&api, "internal", within, "internal written", |p| {
+        cidrs(p) == ["10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"]
+    })
+    .await;
+
+    // 6. Each Service gets its address from the pool its labels select.
+    let services: Api<Service> = Api::namespaced(cluster.admin_client(), "default");
+    create_labelled_service(&services, "web", json!({"tier": "edge"}), None).await;
+    create_labelled_service(&services, "db", json!({"tier": "internal"}), None).await;
+    let web = wait_address(&services, "web", "web from edge", |ip| {
+        ours(ip, &["198.51.100.1", "198.51.100.2"])
+    })
+    .await
+    .unwrap();
+    let db = wait_address(&services, "db", "db from internal", |ip| {
+        ours(ip, &["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+    })
+    .await
+    .unwrap();
+
+    // 7. Dual stack: one IPv4 and one IPv6 from the pool with both.
+    create_labelled_service(
+        &services,
+        "dual",
+        json!({"tier": "edge"}),
+        Some("PreferDualStack"),
+    )
+    .await;
+    let deadline = Instant::now() + within;
+    let dual = loop {
+        let now = addresses(&services, "dual").await;
+        if now.len() == 2 {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "dual has {now:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (v4, v6): (Vec<&String>, Vec<&String>) = dual.iter().partition(|ip| !ip.contains(':'));
+    assert_eq!((v4.len(), v6.len()), (1, 1), "{dual:?}");
+    assert!(
+        ours(Some(v4[0].as_str()), &["198.51.100.1", "198.51.100.2"]),
+        "{dual:?}"
+    );
+    assert!(
+        ours(Some(v6[0].as_str()), &["2001:db8:1::1", "2001:db8:2::1"]),
+        "{dual:?}"
+    );
+
+    // The server whose private address a foreign pool covers joins: it is
+    // never added (and is reported); the rest of internal is unchanged.
+    hetzner.set_servers(vec![
+        server(1, true),
+        server(2, true),
+        server(3, false),
+        server(9, false),
+    ]);
+    let withheld = r#"canada_kaktus_addresses_withheld{pool="internal",reason="foreign_pool"}"#;
+    let deadline = Instant::now() + within;
+    while controller.metric(withheld).await != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "10.0.0.9 was not reported as withheld"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_cycles(&hetzner, 2).await;
+    assert_eq!(
+        cidrs(api.get_opt("internal").await.unwrap().as_ref()),
+        ["10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32"]
+    );
+
+    // A foreign pool created later over one of our addresses: Cilium
+    // disables that one (the newer), never ours.
+    foreign_pool(&api, &release, "theirs-late", "10.0.0.3/32").await;
+    let deadline = Instant::now() + within;
+    while !conflicts
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(pool, _)| pool == "theirs-late")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "Cilium {} never flagged the later overlapping pool",
+            release.version
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_cycles(&hetzner, 2).await;
+    conflict_task.abort();
+    let seen = conflicts.lock().unwrap().clone();
+    assert!(
+        seen.iter().all(|(pool, _)| pool == "theirs-late"),
+        "a pool of ours conflicted (Cilium {}): {seen:?}",
+        release.version
+    );
+    for (name, ip) in [("web", &web), ("db", &db)] {
+        assert_eq!(
+            address(&services, name).await.as_ref(),
+            Some(ip),
+            "{name} changed address"
+        );
+    }
+    assert_eq!(addresses(&services, "dual").await, dual);
+    for name in ["edge", "internal"] {
+        assert_no_conflict(&api.get(name).await.unwrap());
+    }
+    controller.assert_running();
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn v2_several_pools_give_each_service_its_pool() {
+    several_pools_give_each_service_its_pool(Release::of("v2")).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn v2alpha1_several_pools_give_each_service_its_pool() {
+    several_pools_give_each_service_its_pool(Release::of("v2alpha1")).await;
 }
 
 /// Removes every `description` (the fixtures shorten them).

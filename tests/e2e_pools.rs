@@ -16,33 +16,11 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    cluster, pools, record_history_of, repo, wait_named_pool, Controller, NAMESPACE, TOKEN,
+    apply_several_pools, cluster, pools, record_history_of, repo, several_pools_overlay,
+    start_several_pools, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakePrivateNet, FakeServer, DEFAULT_NETWORK};
 
-const COMPONENT: &str = "deploy/several-pools";
-
-/// An overlay of the user's, as the component's comment shows it: `deploy/`
-/// plus the component. Returns its folder.
-fn overlay() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    // kustomize takes relative paths only.
-    let up = "../".repeat(dir.path().canonicalize().unwrap().components().count() - 1);
-    let relative = |path: &str| {
-        let absolute = repo().join(path).canonicalize().unwrap();
-        format!("{up}{}", absolute.strip_prefix("/").unwrap().display())
-    };
-    std::fs::write(
-        dir.path().join("kustomization.yaml"),
-        format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
-            relative("deploy"),
-            relative(COMPONENT)
-        ),
-    )
-    .unwrap();
-    dir
-}
 const WITHIN: Duration = Duration::from_secs(30);
 
 /// A server of the example: `edge` ones carry `role=edge`; every one has an
@@ -81,34 +59,12 @@ const EDGE_ALL: [&str; 4] = [
     "2001:db8:2::1/128",
 ];
 
-/// The cluster with the overlay applied, and the controller started with the
-/// overlay's config.json in its working directory.
+/// The cluster with `deploy/` and the component applied, and the
+/// controller started with the component's config.json.
 async fn example(hetzner: &FakeHetzner) -> (TestCluster, Controller) {
     let cluster = cluster(Some(CrdFixture::V2)).await;
-    let overlay = overlay();
-    let out = cluster.kubectl(&["apply", "-k", overlay.path().to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "kubectl apply -k (deploy/ + {COMPONENT}): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        repo().join(COMPONENT).join("config.json"),
-        dir.path().join("config.json"),
-    )
-    .unwrap();
-    let kubeconfig = cluster
-        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
-        .await;
-    let env = vec![
-        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
-        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint()),
-        ("CANADA_KAKTUS_INTERVAL", "1s".to_owned()),
-        ("CANADA_KAKTUS_NODE_DEBOUNCE", "0s".to_owned()),
-        ("CANADA_KAKTUS_NODE_MIN_GAP", "1s".to_owned()),
-    ];
-    let controller = Controller::spawn_in(dir, &kubeconfig, &env, &[]);
+    apply_several_pools(&cluster);
+    let controller = start_several_pools(&cluster, hetzner).await;
     (cluster, controller)
 }
 
@@ -402,7 +358,7 @@ async fn an_address_a_foreign_pool_covers_is_never_written_and_is_reported() {
 #[ignore = "needs kubectl (scripts/k8s-bins.sh): scripts/test runs it"]
 async fn the_several_pools_component_grants_exactly_its_pools() {
     let bin = support::cluster::bin_dir(std::env::var_os("CANADA_KAKTUS_K8S_BIN_DIR"));
-    let overlay = overlay();
+    let overlay = several_pools_overlay();
     let out = std::process::Command::new(bin.join("kubectl"))
         .args(["kustomize", overlay.path().to_str().unwrap()])
         .output()
@@ -487,4 +443,72 @@ async fn the_several_pools_component_grants_exactly_its_pools() {
             assert_eq!(rule["resourceNames"], json!([pool_name]));
         }
     }
+}
+
+/// Without `Pools`, what the controller writes on a real API server is what
+/// the release before `Pools` wrote: the stored pool's labels, annotations
+/// and spec equal that release's apply body for the same servers
+/// (tests/fixtures/release-2.0/dry-run.json, made by its binary).
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn without_pools_the_stored_pool_is_what_the_release_before_wrote() {
+    let golden: Value = serde_json::from_slice(
+        &std::fs::read(repo().join("tests/fixtures/release-2.0/dry-run.json")).unwrap(),
+    )
+    .unwrap();
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    // The same servers and settings as tests/cli.rs made the file with.
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "203.0.113.20"),
+        FakeServer::new(2, "203.0.113.3"),
+        FakeServer::new(3, "198.51.100.250").blocked(),
+        FakeServer::without_ipv4(4),
+    ]);
+    let _controller = Controller::start_with(
+        &cluster,
+        &hetzner,
+        "1h",
+        &[
+            ("CANADA_KAKTUS_POOL_LABELS", r#"{"team": "net"}"#),
+            (
+                "CANADA_KAKTUS_POOL_SERVICE_SELECTOR",
+                "tier in (edge),!legacy",
+            ),
+        ],
+    )
+    .await;
+    let api = pools(&cluster, "v2");
+    let pool = wait_named_pool(&api, support::e2e::POOL, WITHIN, "pool written", |p| {
+        p.is_some()
+    })
+    .await
+    .unwrap();
+    assert_eq!(pool.data["spec"], golden["spec"]);
+    assert_eq!(
+        json!(pool.metadata.labels.unwrap_or_default()),
+        golden["metadata"]["labels"]
+    );
+    assert_eq!(
+        json!(pool.metadata.annotations.unwrap_or_default()),
+        golden["metadata"]["annotations"]
+    );
+    // And our field manager owns exactly the fields that body sets.
+    let owned = pool
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("canada-kaktus"))
+        .and_then(|m| m.fields_v1)
+        .map(|f| f.0)
+        .unwrap();
+    assert_eq!(
+        owned,
+        json!({
+            "f:metadata": {"f:annotations": {"f:managed-by": {}}, "f:labels": {"f:team": {}}},
+            "f:spec": {"f:blocks": {}, "f:disabled": {}, "f:serviceSelector": {}}
+        })
+    );
 }

@@ -557,3 +557,50 @@ fn a_write_never_adds_what_another_pool_holds() {
          foreign pool but is ours already, and removing it would take it from its Service"
     );
 }
+
+#[test]
+fn node_facts_read_what_the_rules_need_from_a_node() {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "worker-1",
+            "deletionTimestamp": "2026-11-23T10:00:00Z",
+            "labels": {"node.kubernetes.io/exclude-from-external-load-balancers": ""}
+        },
+        "spec": {
+            "providerID": "hcloud://4711",
+            "unschedulable": true,
+            "taints": [{"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}]
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap();
+    assert_eq!(
+        NodeFacts::of(&node),
+        NodeFacts {
+            name: "worker-1".into(),
+            server_id: Some(4711),
+            deleting: true,
+            exclude_label: true,
+            to_be_deleted: true,
+            ready: true,
+        }
+    );
+    // Another cloud's provider ID, no Ready condition, cordoned only.
+    let plain: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "worker-2"},
+        "spec": {"providerID": "aws:///eu-west-1a/i-0abc", "unschedulable": true},
+        "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}
+    }))
+    .unwrap();
+    let facts = NodeFacts::of(&plain);
+    assert_eq!(facts.server_id, None);
+    assert!(!facts.ready);
+    assert_eq!(facts.exclusion(), None, "cordoned nodes stay in");
+    // The old provider ID form hcloud:///id is read too.
+    let legacy: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "worker-3"},
+        "spec": {"providerID": "hcloud:///42"}
+    }))
+    .unwrap();
+    assert_eq!(NodeFacts::of(&legacy).server_id, Some(42));
+}

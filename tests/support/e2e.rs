@@ -558,3 +558,61 @@ pub async fn edit_blocks(api: &Api<DynamicObject>, blocks: Value) {
     .await
     .unwrap();
 }
+
+/// The shipped two-pool component (pools `edge` and `internal`).
+pub const SEVERAL_POOLS: &str = "deploy/several-pools";
+
+/// An overlay of the user's, as the component's comment shows it: `deploy/`
+/// plus `deploy/several-pools`. Returns its folder.
+pub fn several_pools_overlay() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    // kustomize takes relative paths only.
+    let up = "../".repeat(dir.path().canonicalize().unwrap().components().count() - 1);
+    let relative = |path: &str| {
+        let absolute = repo().join(path).canonicalize().unwrap();
+        format!("{up}{}", absolute.strip_prefix("/").unwrap().display())
+    };
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            relative("deploy"),
+            relative(SEVERAL_POOLS)
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// `kubectl apply -k` of [`several_pools_overlay`] as the admin.
+pub fn apply_several_pools(cluster: &TestCluster) {
+    let overlay = several_pools_overlay();
+    let out = cluster.kubectl(&["apply", "-k", overlay.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply -k (deploy/ + {SEVERAL_POOLS}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The controller as the shipped ServiceAccount with the component's
+/// config.json in its working directory, cycling every second.
+pub async fn start_several_pools(cluster: &TestCluster, hetzner: &FakeHetzner) -> Controller {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo().join(SEVERAL_POOLS).join("config.json"),
+        dir.path().join("config.json"),
+    )
+    .unwrap();
+    let kubeconfig = cluster
+        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+        .await;
+    let env = vec![
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint()),
+        ("CANADA_KAKTUS_INTERVAL", "1s".to_owned()),
+        ("CANADA_KAKTUS_NODE_DEBOUNCE", "0s".to_owned()),
+        ("CANADA_KAKTUS_NODE_MIN_GAP", "1s".to_owned()),
+    ];
+    Controller::spawn_in(dir, &kubeconfig, &env, &[])
+}

@@ -198,7 +198,7 @@ impl TestCluster {
                 "--service-account-signing-key-file={}",
                 sa_key.display()
             ))
-            .arg("--service-cluster-ip-range=10.96.0.0/24")
+            .arg("--service-cluster-ip-range=10.96.0.0/24,fd00:10:96::/112")
             // Not needed here, and each costs start-up time or background work.
             .arg("--enable-priority-and-fairness=false")
             .arg("--endpoint-reconciler-type=none")
