@@ -143,28 +143,12 @@ impl Drop for LbIpam {
 }
 
 async fn create_service(services: &Api<Service>, name: &str) {
-    let service: Service = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 443}]}
-    }))
-    .unwrap();
-    services
-        .create(&PostParams::default(), &service)
-        .await
-        .unwrap();
+    create_labelled_service(services, name, json!({}), None).await;
 }
 
 /// The first address in `status.loadBalancer.ingress`, if any.
 async fn address(services: &Api<Service>, name: &str) -> Option<String> {
-    services
-        .get(name)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.load_balancer)
-        .and_then(|lb| lb.ingress)
-        .and_then(|ingress| ingress.first().and_then(|i| i.ip.clone()))
+    addresses(services, name).await.into_iter().next()
 }
 
 /// Waits (30 s at most) until the Service's address passes `check`.
@@ -589,23 +573,11 @@ async fn foreign_pool(
 /// conflict. The foreign pool created after ours is the one Cilium
 /// disables, which shows its overlap check is at work.
 async fn several_pools_give_each_service_its_pool(release: Release) {
-    use support::e2e::{apply_several_pools, start_several_pools, wait_named_pool};
-    use support::fake_hetzner::{FakePrivateNet, DEFAULT_NETWORK};
-
-    let server = |id: i64, edge: bool| {
-        let server = FakeServer::new(id, &format!("198.51.100.{id}"))
-            .with_ipv6(Some(&format!("2001:db8:{id}::/64")))
-            .with_private_net(vec![FakePrivateNet {
-                network: DEFAULT_NETWORK,
-                ip: format!("10.0.0.{id}"),
-                alias_ips: vec![],
-            }]);
-        if edge {
-            server.with_label("role", "edge")
-        } else {
-            server
-        }
+    use support::e2e::{
+        apply_several_pools, several_pools_server as server, start_several_pools, wait_named_pool,
     };
+    use support::fake_hetzner::DEFAULT_NETWORK;
+
     let cluster = release.cluster().await;
     apply_several_pools(&cluster);
     let _lbipam = LbIpam::start(&cluster, &release);

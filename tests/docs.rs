@@ -45,9 +45,8 @@ enum Item {
     Any,
 }
 
-/// Every string literal of the library's non-test sources, with `\`
-/// line continuations joined and format placeholders as [`Item::Any`].
-fn source_templates() -> Vec<Vec<Item>> {
+/// Every `.rs` file under `src/`.
+fn source_files() -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
     let mut dirs = vec![std::path::PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -58,13 +57,22 @@ fn source_templates() -> Vec<Vec<Item>> {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs")
-                && path.file_name().is_some_and(|n| n != "tests.rs")
-            {
-                files.push(std::fs::read_to_string(path).unwrap());
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
             }
         }
     }
+    files
+}
+
+/// Every string literal of the library's non-test sources, with `\`
+/// line continuations joined and format placeholders as [`Item::Any`].
+fn source_templates() -> Vec<Vec<Item>> {
+    let files: Vec<String> = source_files()
+        .into_iter()
+        .filter(|path| path.file_name().is_some_and(|n| n != "tests.rs"))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect();
     let mut templates = Vec::new();
     for text in files {
         let mut chars = text.chars().peekable();
@@ -310,21 +318,10 @@ fn the_fault_matrix_names_causes_that_troubleshooting_explains() {
         "the fault matrix should name the cause of each failing row: found {}",
         named.len()
     );
-    let mut sources = String::new();
-    let mut dirs = vec![std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src"
-    ))];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                sources.push_str(&std::fs::read_to_string(path).unwrap());
-            }
-        }
-    }
+    let sources: String = source_files()
+        .iter()
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect();
     let mut problems = Vec::new();
     for cause in &named {
         if !explained.contains(cause) {

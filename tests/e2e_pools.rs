@@ -17,28 +17,11 @@ use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, cluster, pools, record_history_of, repo, several_pools_overlay,
-    start_several_pools, wait_named_pool, Controller, TOKEN,
+    several_pools_server as server, start_several_pools, wait_named_pool, Controller, TOKEN,
 };
-use support::fake_hetzner::{FakeHetzner, FakePrivateNet, FakeServer, DEFAULT_NETWORK};
+use support::fake_hetzner::{FakeHetzner, FakeServer, DEFAULT_NETWORK};
 
 const WITHIN: Duration = Duration::from_secs(30);
-
-/// A server of the example: `edge` ones carry `role=edge`; every one has an
-/// IPv4, an IPv6 /64 and an address in the network the example names `k8s`.
-fn server(id: i64, edge: bool) -> FakeServer {
-    let server = FakeServer::new(id, &format!("198.51.100.{id}"))
-        .with_ipv6(Some(&format!("2001:db8:{id}::/64")))
-        .with_private_net(vec![FakePrivateNet {
-            network: DEFAULT_NETWORK,
-            ip: format!("10.0.0.{id}"),
-            alias_ips: vec![],
-        }]);
-    if edge {
-        server.with_label("role", "edge")
-    } else {
-        server
-    }
-}
 
 fn cidrs(pool: Option<&DynamicObject>) -> BTreeSet<String> {
     pool.and_then(|p| p.data["spec"]["blocks"].as_array().cloned())

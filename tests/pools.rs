@@ -408,3 +408,66 @@ async fn one_pools_refusal_does_not_hold_the_others() {
     assert_eq!(outcomes[1].result.as_ref().unwrap().kind, CycleKind::Full);
     assert_eq!(cidrs(&kube.pool("v4").unwrap()["spec"]["blocks"]).len(), 2);
 }
+
+fn deleting(ids: &[i64]) -> NodeView {
+    NodeView::new(
+        (1..=4).map(|id| NodeFacts {
+            name: format!("node-{id}"),
+            server_id: Some(id),
+            deleting: ids.contains(&id),
+            ready: true,
+            ..NodeFacts::default()
+        }),
+        true,
+    )
+}
+
+/// A Node change is applied to the last listing without a Hetzner request,
+/// only ever removes, and its removals pass the shrink guard like any other.
+#[tokio::test]
+async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    let kube = FakeKube::new(&["v2"]);
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 0.5}]);
+    let settings = settings(&hetzner, &pools);
+    let mut reconciler = reconciler(&hetzner, &kube);
+    hetzner.set_servers(
+        (1..=4)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    reconciler.set_nodes(deleting(&[]));
+    reconciler.full(&settings).await.unwrap();
+    let listed = hetzner.requests();
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
+    assert_eq!(blocks(&kube).len(), 4);
+
+    // One node of four is being deleted: removed at once, no listing.
+    reconciler.set_nodes(deleting(&[1]));
+    let outcomes = reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    let report = outcomes[0].result.as_ref().unwrap();
+    assert_eq!(report.kind, CycleKind::Nodes);
+    assert_eq!(report.excluded.len(), 1);
+    assert_eq!(report.excluded[0].server, "node-1");
+    assert!(!blocks(&kube).contains("198.51.100.1/32"));
+    assert_eq!(hetzner.requests(), listed, "a Node change lists nothing");
+
+    // Two more (2 of the 3 left, two thirds): the shrink guard holds them.
+    reconciler.set_nodes(deleting(&[1, 2, 3]));
+    let outcomes = reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    let report = outcomes[0].result.as_ref().unwrap();
+    assert!(report.held.is_some(), "{report:?}");
+    assert_eq!(blocks(&kube).len(), 3, "held: nothing removed yet");
+
+    // A node that comes back is not added by a Node change (that waits for
+    // a listing) ...
+    reconciler.set_nodes(deleting(&[]));
+    reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    assert!(!blocks(&kube).contains("198.51.100.1/32"));
+    assert_eq!(hetzner.requests(), listed);
+    // ... which brings it back.
+    reconciler.full(&settings).await.unwrap();
+    assert_eq!(blocks(&kube).len(), 4);
+}

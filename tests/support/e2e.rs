@@ -616,3 +616,22 @@ pub async fn start_several_pools(cluster: &TestCluster, hetzner: &FakeHetzner) -
     ];
     Controller::spawn_in(dir, &kubeconfig, &env, &[])
 }
+
+/// A server for the component's pools: `edge` ones carry `role=edge`; every
+/// one has the IPv4 198.51.100.<id>, the IPv6 /64 2001:db8:<id>::/64 and the
+/// address 10.0.0.<id> in the network the component names `k8s`
+/// (`DEFAULT_NETWORK`; serve the name with `set_networks`).
+pub fn several_pools_server(id: i64, edge: bool) -> FakeServer {
+    let server = FakeServer::new(id, &format!("198.51.100.{id}"))
+        .with_ipv6(Some(&format!("2001:db8:{id}::/64")))
+        .with_private_net(vec![super::fake_hetzner::FakePrivateNet {
+            network: super::fake_hetzner::DEFAULT_NETWORK,
+            ip: format!("10.0.0.{id}"),
+            alias_ips: vec![],
+        }]);
+    if edge {
+        server.with_label("role", "edge")
+    } else {
+        server
+    }
+}
