@@ -12,10 +12,10 @@ use tokio::time::Instant;
 use kube::core::ApiResource;
 
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings, TokenError};
-use crate::hetzner::{FloatingIp, HetznerClient, HetznerError, Network, Server};
+use crate::hetzner::{FloatingIp, HetznerClient, HetznerError, Network, Server, ServerFields};
 use crate::members::{
-    members_recording, write_target, Claimed, Contributions, Excluded, ForeignPools, Listed,
-    Members, NodeView, Unhealthy,
+    members, write_target, Claimed, Contributions, Excluded, ForeignPools, Listed, Members,
+    NodeView, Unhealthy,
 };
 use crate::pool::api::{PoolApiError, PoolClient};
 use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
@@ -234,8 +234,15 @@ pub async fn list_hetzner(
 ) -> Result<Listing, ReconcileError> {
     let token = settings.token.read_async().await?;
     let selector = shared_selector(&settings.pools);
+    let fields = ServerFields {
+        labels: selector.is_none(),
+        private_networks: settings
+            .pools
+            .iter()
+            .any(|p| p.wants(AddressKind::PrivateIpv4)),
+    };
     let servers = hetzner
-        .list_servers(&token, selector.as_deref().unwrap_or(""))
+        .list_servers_with(&token, selector.as_deref().unwrap_or(""), fields)
         .await?;
     let mut listing = Listing {
         requests: servers.requests,
@@ -288,7 +295,7 @@ fn render_recording(
     now: Instant,
     record: Option<&mut Contributions>,
 ) -> Vec<Rendered> {
-    let all = members_recording(
+    let all = members(
         &settings.pools,
         listing.listed(),
         nodes,

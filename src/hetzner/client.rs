@@ -134,16 +134,30 @@ impl HetznerClient {
         token: &SecretString,
         label_selector: &str,
     ) -> Result<ServerListing, HetznerError> {
+        let fields = ServerFields {
+            labels: label_selector.is_empty(),
+            private_networks: true,
+        };
+        self.list_servers_with(token, label_selector, fields).await
+    }
+
+    /// Like [`HetznerClient::list_servers`], keeping only `fields` of the
+    /// optional parts. An unfiltered listing (no selector) serves several
+    /// pools whose selectors are matched by the caller, so it needs the
+    /// labels; a filtered one does not.
+    pub async fn list_servers_with(
+        &self,
+        token: &SecretString,
+        label_selector: &str,
+        fields: ServerFields,
+    ) -> Result<ServerListing, HetznerError> {
         let mut listing = ServerListing::default();
         let mut seen = HashSet::new();
-        // An unfiltered listing serves several pools whose selectors are
-        // matched here, so it keeps the labels; a filtered one needs none.
-        let with_labels = label_selector.is_empty();
         let cost = self
             .list_pages(token, Collection::Servers, label_selector, |page, body| {
                 let decoded: ServersPage = decode(Collection::Servers, page, body)?;
                 let count = decoded.servers.len();
-                absorb_servers(decoded.servers, &mut listing, &mut seen, with_labels);
+                absorb_servers(page, decoded.servers, &mut listing, &mut seen, fields)?;
                 Ok((decoded.meta.pagination, count))
             })
             .await?;

@@ -136,8 +136,10 @@ pub(super) struct RawServer<'a> {
     pub(super) status: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     pub(super) public_net: Option<RawPublicNet<'a>>,
+    /// Raw until a pool takes private addresses: most listings need none,
+    /// and 10,000 small vectors are not free.
     #[serde(default, borrow)]
-    pub(super) private_net: Option<Vec<RawPrivateNet<'a>>>,
+    pub(super) private_net: Option<&'a RawValue>,
     #[serde(default, borrow)]
     pub(super) labels: Option<&'a RawValue>,
 }
@@ -219,17 +221,26 @@ pub fn parse_servers_page(
     let decoded = decode_page(page, body)?;
     let mut listing = ServerListing::default();
     PagingCheck::default().page(page, &decoded.meta.pagination, decoded.servers.len())?;
-    absorb_servers(decoded.servers, &mut listing, &mut HashSet::new(), true);
+    absorb_servers(
+        page,
+        decoded.servers,
+        &mut listing,
+        &mut HashSet::new(),
+        ServerFields::ALL,
+    )?;
     let next = next_page(page, &decoded.meta.pagination, 1)?;
     Ok((listing, next))
 }
 
+/// Adds one decoded page of servers to `listing`, keeping `fields` of the
+/// optional parts. Fails when a part it keeps does not have its shape.
 pub(super) fn absorb_servers(
+    page: u32,
     servers: Vec<RawServer<'_>>,
     listing: &mut ServerListing,
     seen: &mut HashSet<i64>,
-    with_labels: bool,
-) {
+    fields: ServerFields,
+) -> Result<(), HetznerError> {
     listing.servers.reserve(servers.len());
     for server in servers {
         // Pages are not a snapshot: a server created or deleted mid-listing
@@ -262,27 +273,45 @@ pub(super) fn absorb_servers(
             ipv4,
             blocked,
             ipv6: ipv6.and_then(|ip| Ipv6Net::parse(ip.ip.as_deref()?, ip.blocked)),
-            private_net: server
-                .private_net
-                .unwrap_or_default()
-                .into_iter()
-                .map(|net| PrivateNet {
-                    network: net.network,
-                    ip: net.ip.and_then(|ip| ip.parse().ok()),
-                    alias_ips: net
-                        .alias_ips
-                        .iter()
-                        .filter_map(|ip| ip.parse().ok())
-                        .collect(),
-                })
-                .collect(),
-            labels: if with_labels {
+            private_net: if fields.private_networks {
+                private_networks(server.private_net).map_err(|error| HetznerError::Decode {
+                    list: Collection::Servers.noun(),
+                    page,
+                    reason: format!("server {}: private_net: {error}", server.id),
+                })?
+            } else {
+                Vec::new()
+            },
+            labels: if fields.labels {
                 labels(server.labels)
             } else {
                 BTreeMap::new()
             },
         });
     }
+    Ok(())
+}
+
+/// A server's private networks from their raw JSON text. A list that does
+/// not have the shape fails the listing, as any other field would; an
+/// address that does not parse is left out.
+fn private_networks(raw: Option<&RawValue>) -> Result<Vec<PrivateNet>, serde_json::Error> {
+    let Some(raw) = raw else {
+        return Ok(Vec::new());
+    };
+    let nets: Vec<RawPrivateNet<'_>> = serde_json::from_str(raw.get())?;
+    Ok(nets
+        .into_iter()
+        .map(|net| PrivateNet {
+            network: net.network,
+            ip: net.ip.and_then(|ip| ip.parse().ok()),
+            alias_ips: net
+                .alias_ips
+                .iter()
+                .filter_map(|ip| ip.parse().ok())
+                .collect(),
+        })
+        .collect())
 }
 
 /// Labels from their raw JSON text; anything but an object of strings
@@ -406,4 +435,20 @@ impl Collection {
             Collection::Networks => "network",
         }
     }
+}
+
+/// Which optional parts of each server a listing keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerFields {
+    /// The labels (an unfiltered listing matches selectors here).
+    pub labels: bool,
+    /// The private networks (a pool takes `private-ipv4`).
+    pub private_networks: bool,
+}
+
+impl ServerFields {
+    pub const ALL: ServerFields = ServerFields {
+        labels: true,
+        private_networks: true,
+    };
 }

@@ -215,7 +215,14 @@ fn parses_only_the_needed_fields() {
     let page = decode_page(1, body).unwrap();
     assert_eq!(page.meta.pagination.next_page, None);
     let mut listing = ServerListing::default();
-    absorb_servers(page.servers, &mut listing, &mut HashSet::new(), true);
+    absorb_servers(
+        1,
+        page.servers,
+        &mut listing,
+        &mut HashSet::new(),
+        ServerFields::ALL,
+    )
+    .unwrap();
     assert_eq!(
         listing.servers[0],
         Server {
@@ -254,15 +261,23 @@ fn parses_only_the_needed_fields() {
             (5, SkipReason::NoPublicIpv4),
         ]
     );
-    // A filtered listing leaves the labels raw and unread.
+    // A listing that needs neither leaves labels and private networks raw
+    // and unread.
     let mut filtered = ServerListing::default();
     absorb_servers(
+        1,
         decode_page(1, body).unwrap().servers,
         &mut filtered,
         &mut HashSet::new(),
-        false,
-    );
+        ServerFields {
+            labels: false,
+            private_networks: false,
+        },
+    )
+    .unwrap();
     assert!(filtered.servers[0].labels.is_empty());
+    assert!(filtered.servers[0].private_net.is_empty());
+    assert_eq!(filtered.servers[0].ipv6, listing.servers[0].ipv6);
 }
 
 #[test]
@@ -301,18 +316,54 @@ fn duplicate_ids_across_pages_are_kept_once() {
     let mut listing = ServerListing::default();
     let mut seen = HashSet::new();
     absorb_servers(
+        1,
         decode_page(1, body).unwrap().servers,
         &mut listing,
         &mut seen,
-        false,
-    );
+        ServerFields::ALL,
+    )
+    .unwrap();
     absorb_servers(
+        2,
         decode_page(2, body).unwrap().servers,
         &mut listing,
         &mut seen,
-        false,
-    );
+        ServerFields::ALL,
+    )
+    .unwrap();
     assert_eq!(listing.servers.len(), 1);
+}
+
+#[test]
+fn private_networks_of_the_wrong_shape_fail_the_listing_only_when_a_pool_reads_them() {
+    let body = br#"{"servers": [{"id": 7, "name": "a", "private_net": {"network": 1},
+                                 "public_net": {"ipv4": {"ip": "192.0.2.7"}}}],
+                    "meta": {"pagination": {"next_page": null}}}"#;
+    let absorb = |fields| {
+        absorb_servers(
+            3,
+            decode_page(3, body).unwrap().servers,
+            &mut ServerListing::default(),
+            &mut HashSet::new(),
+            fields,
+        )
+    };
+    // Read: a decode error naming the page and the server, so no pool is
+    // written from a listing that lost the server's private addresses.
+    match absorb(ServerFields::ALL) {
+        Err(HetznerError::Decode { page, reason, .. }) => {
+            assert_eq!(page, 3);
+            assert!(reason.starts_with("server 7: private_net: "), "{reason}");
+        }
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+    // Not read (no pool takes private addresses): as the release before,
+    // which never looked at the field.
+    absorb(ServerFields {
+        labels: true,
+        private_networks: false,
+    })
+    .unwrap();
 }
 
 #[test]

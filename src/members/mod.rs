@@ -124,21 +124,10 @@ impl Contributions {
 
 /// Splits a listing among `pools`, in order. `nodes` is what the Node watch
 /// knows, `unhealthy` remembers how long each server has been unhealthy
-/// (for `Nodes.ExcludeUnhealthyAfter`), `now` is the time of the listing.
+/// (for `Nodes.ExcludeUnhealthyAfter`), `now` is the time of the listing;
+/// `record`, when given, receives what each server gave (for Node changes
+/// applied later to this listing).
 pub fn members(
-    pools: &[PoolConfig],
-    listed: Listed<'_>,
-    nodes: &NodeView,
-    policy: BlockedAddresses,
-    unhealthy: &mut Unhealthy,
-    now: Instant,
-) -> Vec<Members> {
-    members_recording(pools, listed, nodes, policy, unhealthy, now, None)
-}
-
-/// [`members`], also recording what each server gave into `record` (for
-/// Node changes applied later to this listing).
-pub fn members_recording(
     pools: &[PoolConfig],
     listed: Listed<'_>,
     nodes: &NodeView,

@@ -55,6 +55,7 @@ fn split(pools: &[PoolConfig], listed: Listed<'_>, nodes: &NodeView) -> Vec<Memb
         BlockedAddresses::Keep,
         &mut Unhealthy::default(),
         Instant::now(),
+        None,
     )
 }
 
@@ -264,6 +265,7 @@ fn blocked_addresses_are_reported_and_kept_or_dropped_by_policy() {
             policy,
             &mut Unhealthy::default(),
             Instant::now(),
+            None,
         );
         assert_eq!(got[0].addresses, want, "{policy:?}");
         assert_eq!(got[0].blocked, vec![ip("192.0.2.2")]);
@@ -458,6 +460,7 @@ fn an_unhealthy_rule_reads_hetzner_status_and_node_readiness() {
             BlockedAddresses::Keep,
             tracker,
             at,
+            None,
         )
     };
     let first = run(&mut tracker, t0);
