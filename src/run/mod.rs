@@ -536,6 +536,9 @@ impl Controller {
             seconds: timeout.as_secs(),
         }));
         let duration = started.elapsed();
+        // What the cycle allocated is dropped by now; idle memory is what
+        // stays (the last listing's record, the watches' objects).
+        crate::memory::release_freed();
         match &result {
             Ok(outcomes) => {
                 for outcome in outcomes {
