@@ -473,6 +473,54 @@ fn an_unhealthy_rule_reads_hetzner_status_and_node_readiness() {
         .all(|e| e.reason == Exclusion::Unhealthy));
 }
 
+#[test]
+fn each_pool_keeps_its_own_unhealthy_clock() {
+    // One server, NotReady from t0, in two pools with different delays
+    // (IPv4 in one, IPv6 in the other, so both can hold it).
+    let mut dual = server(1, Some("192.0.2.1"));
+    dual.ipv6 = Ipv6Net::parse("2001:db8:1::/64", false);
+    let servers = [dual];
+    let mut fast = pool("fast", "x", &[AddressKind::PublicIpv4]);
+    fast.nodes.exclude_unhealthy_after = Some(Duration::from_secs(60));
+    let mut slow = pool("slow", "x", &[AddressKind::PublicIpv6]);
+    slow.nodes.exclude_unhealthy_after = Some(Duration::from_secs(600));
+    let pools = [fast, slow];
+    let view = |ready: bool| {
+        NodeView::new(
+            [NodeFacts {
+                ready,
+                ..node("node-1", Some(1))
+            }],
+            true,
+        )
+    };
+    let mut tracker = Unhealthy::default();
+    let t0 = Instant::now();
+    let mut at = |s: u64, ready: bool| -> (bool, bool) {
+        let got = members(
+            &pools,
+            Listed {
+                prefiltered: true,
+                ..listed(&servers)
+            },
+            &view(ready),
+            BlockedAddresses::Keep,
+            &mut tracker,
+            t0 + Duration::from_secs(s),
+            None,
+        );
+        (got[0].addresses.is_empty(), got[1].addresses.is_empty())
+    };
+    assert_eq!(at(0, false), (false, false));
+    assert_eq!(at(61, false), (true, false), "out of fast only");
+    assert_eq!(at(62, false), (true, false), "still in slow");
+    assert_eq!(at(601, false), (true, true), "out of slow after its 600 s");
+    // Ready again at 700: back in fast after 60 s, in slow after 600 s.
+    assert_eq!(at(700, true), (true, true));
+    assert_eq!(at(761, true), (false, true), "back in fast only");
+    assert_eq!(at(1301, true), (false, false), "back in slow too");
+}
+
 fn foreign_pool(name: &str, blocks: &[Block], disabled: bool) -> Pool {
     let mut pool = Pool::default();
     pool.metadata.name = Some(name.into());
