@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, cluster, pools, record_history_of, repo, several_pools_overlay,
-    several_pools_server as server, start_several_pools, wait_named_pool, Controller, TOKEN,
+    several_pools_server as server, start_several_pools, start_several_pools_with, wait_named_pool,
+    Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer, DEFAULT_NETWORK};
 
@@ -258,6 +259,87 @@ async fn two_pools_from_one_listing_with_node_rules() {
         );
         assert!(!state.is_empty(), "edge was written empty: {history:?}");
     }
+    controller.assert_running();
+}
+
+/// Sets node-`id`'s `Ready` condition through the status subresource, as
+/// the kubelet does.
+async fn set_ready(nodes: &Api<Node>, id: i64, ready: bool) {
+    let status = json!({"status": {"conditions": [{
+        "type": "Ready",
+        "status": if ready { "True" } else { "False" },
+        "reason": "Test",
+    }]}});
+    nodes
+        .patch_status(
+            &format!("node-{id}"),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+}
+
+/// With `Nodes.ExcludeUnhealthyAfter` and the interval an hour away, a
+/// server whose Node turns NotReady leaves the pool when its clock runs out,
+/// and comes back once it has been Ready for as long: the clock itself
+/// brings the listing, nothing else does.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn an_unhealthy_node_leaves_when_its_clock_runs_out_and_comes_back() {
+    let hetzner = fake_hetzner(vec![server(1, true), server(2, true), server(3, true)]).await;
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    for id in 1..=3 {
+        nodes
+            .create(&PostParams::default(), &node(id))
+            .await
+            .unwrap();
+        set_ready(&nodes, id, true).await;
+    }
+    let edge = json!([{
+        "Name": "edge",
+        "LabelSelector": "role=edge",
+        "Addresses": ["public-ipv4"],
+        "MaxRemovalRatio": 0.5,
+        "Nodes": {"ExcludeUnhealthyAfter": "10s"},
+    }])
+    .to_string();
+    let mut controller = start_several_pools_with(
+        &cluster,
+        &hetzner,
+        &[
+            ("CANADA_KAKTUS_INTERVAL", "1h"),
+            ("CANADA_KAKTUS_POOLS", edge.as_str()),
+        ],
+    )
+    .await;
+    let api = pools(&cluster, "v2");
+    let all = set(&["198.51.100.1/32", "198.51.100.2/32", "198.51.100.3/32"]);
+    wait_named_pool(&api, "edge", WITHIN, "edge written", |p| cidrs(p) == all).await;
+
+    // NotReady: the Node change applies at once and lists early, which
+    // starts the clock; only the clock can take node-1 out 10 s later.
+    set_ready(&nodes, 1, false).await;
+    wait_named_pool(&api, "edge", WITHIN, "node-1 out after its clock", |p| {
+        cidrs(p) == set(&["198.51.100.2/32", "198.51.100.3/32"])
+    })
+    .await;
+    wait_event(&cluster, "edge", "ServersExcluded", "node-1").await;
+    assert_eq!(
+        controller
+            .metric(r#"canada_kaktus_servers_excluded{pool="edge",reason="unhealthy"}"#)
+            .await,
+        Some(1.0)
+    );
+
+    // Ready again: back once it has been Ready for 10 s, not in an hour.
+    set_ready(&nodes, 1, true).await;
+    wait_named_pool(&api, "edge", WITHIN, "node-1 back after its clock", |p| {
+        cidrs(p) == all
+    })
+    .await;
     controller.assert_running();
 }
 

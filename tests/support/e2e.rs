@@ -598,6 +598,16 @@ pub fn apply_several_pools(cluster: &TestCluster) {
 /// The controller as the shipped ServiceAccount with the component's
 /// config.json in its working directory, cycling every second.
 pub async fn start_several_pools(cluster: &TestCluster, hetzner: &FakeHetzner) -> Controller {
+    start_several_pools_with(cluster, hetzner, &[]).await
+}
+
+/// Like [`start_several_pools`], with extra environment variables (later
+/// ones win).
+pub async fn start_several_pools_with(
+    cluster: &TestCluster,
+    hetzner: &FakeHetzner,
+    extra_env: &[(&str, &str)],
+) -> Controller {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
         repo().join(SEVERAL_POOLS).join("config.json"),
@@ -607,13 +617,14 @@ pub async fn start_several_pools(cluster: &TestCluster, hetzner: &FakeHetzner) -
     let kubeconfig = cluster
         .service_account_kubeconfig(NAMESPACE, NAMESPACE)
         .await;
-    let env = vec![
+    let mut env = vec![
         ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
         ("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint()),
         ("CANADA_KAKTUS_INTERVAL", "1s".to_owned()),
         ("CANADA_KAKTUS_NODE_DEBOUNCE", "0s".to_owned()),
         ("CANADA_KAKTUS_NODE_MIN_GAP", "1s".to_owned()),
     ];
+    env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
     Controller::spawn_in(dir, &kubeconfig, &env, &[])
 }
 
