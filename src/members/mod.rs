@@ -153,7 +153,8 @@ pub fn members(
     let mut taken: HashMap<IpAddr, usize> = HashMap::new();
     let mut found = Vec::new();
     let mut result = Vec::with_capacity(pools.len());
-    let mut health_seen = BTreeSet::new();
+    // Per pool with the unhealthy rule, the servers it saw.
+    let mut health_seen: HashMap<&str, BTreeSet<i64>> = HashMap::new();
     for (index, pool) in pools.iter().enumerate() {
         let mut members = Members {
             pool: pool.name.clone(),
@@ -168,7 +169,10 @@ pub fn members(
             let node = nodes.node_of(server.id, &server.name);
             let verdict = exclusion(server.id, server.status, node, pool, unhealthy, now);
             if pool.nodes.exclude_unhealthy_after.is_some() {
-                health_seen.insert(server.id);
+                health_seen
+                    .entry(pool.name.as_str())
+                    .or_default()
+                    .insert(server.id);
             }
             if let Some(reason) = verdict {
                 members.excluded.push(Excluded {

@@ -197,7 +197,7 @@ pub(super) fn exclusion(
     }
     if let Some(after) = pool.nodes.exclude_unhealthy_after {
         let healthy = status == ServerStatus::Running && node.is_none_or(|node| node.ready);
-        if unhealthy.excluded(id, healthy, after, now) {
+        if unhealthy.excluded(&pool.name, id, healthy, after, now) {
             return Some(Exclusion::Unhealthy);
         }
     }
@@ -206,10 +206,13 @@ pub(super) fn exclusion(
 
 /// How long each server has been unhealthy (or, once excluded, healthy
 /// again), so that a reboot does not churn the pool: a server goes out after
-/// `after` unhealthy and comes back after `after` healthy.
+/// `after` unhealthy and comes back after `after` healthy. Each pool keeps
+/// its own clock, since each has its own `after`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Unhealthy {
-    servers: HashMap<i64, HealthState>,
+    /// Per pool, the servers that are out or whose clock runs; a server in
+    /// and healthy has no entry.
+    pools: HashMap<String, HashMap<i64, HealthState>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -218,35 +221,75 @@ struct HealthState {
     /// Since when the server has been in the condition that would flip
     /// `excluded`; `None` while it is not.
     flipping_since: Option<Instant>,
+    /// The pool's delay, as last seen.
+    after: Duration,
 }
 
 impl Unhealthy {
-    /// Records one observation and says whether the server is out.
-    pub fn excluded(&mut self, server: i64, healthy: bool, after: Duration, now: Instant) -> bool {
-        let state = self.servers.entry(server).or_insert(HealthState {
+    /// Records one observation of `server` for `pool` and says whether the
+    /// server is out of it.
+    pub fn excluded(
+        &mut self,
+        pool: &str,
+        server: i64,
+        healthy: bool,
+        after: Duration,
+        now: Instant,
+    ) -> bool {
+        let servers = match self.pools.get_mut(pool) {
+            Some(servers) => servers,
+            // In and healthy: nothing to remember.
+            None if healthy => return false,
+            None => self.pools.entry(pool.to_owned()).or_default(),
+        };
+        let state = servers.entry(server).or_insert(HealthState {
             excluded: false,
             flipping_since: None,
+            after,
         });
-        // Healthy while in, or unhealthy while out: nothing is flipping.
+        state.after = after;
         if healthy != state.excluded {
+            // Healthy while in, or unhealthy while out: nothing is flipping.
             state.flipping_since = None;
-            return state.excluded;
+        } else {
+            let since = *state.flipping_since.get_or_insert(now);
+            if now.saturating_duration_since(since) >= after {
+                state.excluded = !state.excluded;
+                state.flipping_since = None;
+            }
         }
-        let since = *state.flipping_since.get_or_insert(now);
-        if now.saturating_duration_since(since) >= after {
-            state.excluded = !state.excluded;
-            state.flipping_since = None;
+        let excluded = state.excluded;
+        if !excluded && state.flipping_since.is_none() {
+            servers.remove(&server);
         }
-        state.excluded
+        excluded
     }
 
-    /// Forgets servers no longer listed.
-    pub fn retain(&mut self, listed: &BTreeSet<i64>) {
-        self.servers.retain(|id, _| listed.contains(id));
+    /// When the next clock runs out (a server goes out or comes back), if
+    /// one runs: a listing then applies it.
+    pub fn next_flip(&self) -> Option<Instant> {
+        self.pools
+            .values()
+            .flat_map(HashMap::values)
+            .filter_map(|state| state.flipping_since.map(|since| since + state.after))
+            .min()
+    }
+
+    /// Keeps only the servers `seen` listed for each pool (and only those
+    /// pools).
+    pub fn retain(&mut self, seen: &HashMap<&str, BTreeSet<i64>>) {
+        self.pools
+            .retain(|pool, servers| match seen.get(pool.as_str()) {
+                Some(listed) => {
+                    servers.retain(|id, _| listed.contains(id));
+                    !servers.is_empty()
+                }
+                None => false,
+            });
     }
 
     /// Forgets everything (a new leadership term).
     pub fn clear(&mut self) {
-        self.servers.clear();
+        self.pools.clear();
     }
 }

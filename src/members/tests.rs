@@ -402,27 +402,49 @@ fn an_unhealthy_server_goes_after_the_delay_and_comes_back_after_as_long() {
     let mut tracker = Unhealthy::default();
     let t0 = Instant::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
-    assert!(!tracker.excluded(1, false, after, at(0)));
-    assert!(!tracker.excluded(1, false, after, at(59)));
-    assert!(tracker.excluded(1, false, after, at(60)), "out after 60 s");
+    assert!(!tracker.excluded("p", 1, false, after, at(0)));
+    assert!(!tracker.excluded("p", 1, false, after, at(59)));
     assert!(
-        tracker.excluded(1, true, after, at(61)),
+        tracker.excluded("p", 1, false, after, at(60)),
+        "out after 60 s"
+    );
+    assert!(
+        tracker.excluded("p", 1, true, after, at(61)),
         "healthy again, not yet back"
     );
     assert!(
-        tracker.excluded(1, false, after, at(90)),
+        tracker.excluded("p", 1, false, after, at(90)),
         "a relapse restarts the wait"
     );
-    assert!(tracker.excluded(1, true, after, at(100)));
+    assert!(tracker.excluded("p", 1, true, after, at(100)));
     assert!(
-        !tracker.excluded(1, true, after, at(160)),
+        !tracker.excluded("p", 1, true, after, at(160)),
         "back after 60 s healthy"
     );
     // A short blip never takes it out.
-    assert!(!tracker.excluded(2, false, after, at(0)));
-    assert!(!tracker.excluded(2, true, after, at(30)));
-    assert!(!tracker.excluded(2, false, after, at(40)));
-    assert!(!tracker.excluded(2, false, after, at(99)));
+    assert!(!tracker.excluded("p", 2, false, after, at(0)));
+    assert!(!tracker.excluded("p", 2, true, after, at(30)));
+    assert!(!tracker.excluded("p", 2, false, after, at(40)));
+    assert!(!tracker.excluded("p", 2, false, after, at(99)));
+}
+
+#[test]
+fn the_next_flip_is_when_the_earliest_clock_runs_out() {
+    let mut tracker = Unhealthy::default();
+    let t0 = Instant::now();
+    let s = Duration::from_secs;
+    assert_eq!(tracker.next_flip(), None);
+    assert!(!tracker.excluded("a", 1, true, s(60), t0));
+    assert_eq!(tracker.next_flip(), None, "healthy and in: no clock");
+    assert!(!tracker.excluded("a", 1, false, s(60), t0));
+    assert!(!tracker.excluded("b", 2, false, s(30), t0 + s(10)));
+    assert_eq!(tracker.next_flip(), Some(t0 + s(40)));
+    assert!(tracker.excluded("b", 2, false, s(30), t0 + s(40)));
+    assert_eq!(tracker.next_flip(), Some(t0 + s(60)), "b is out, a runs");
+    assert!(!tracker.excluded("a", 1, true, s(60), t0 + s(50)));
+    assert_eq!(tracker.next_flip(), None, "a recovered in time, b is out");
+    assert!(tracker.excluded("b", 2, true, s(30), t0 + s(45)));
+    assert_eq!(tracker.next_flip(), Some(t0 + s(75)), "b comes back at 75");
 }
 
 #[test]

@@ -295,6 +295,7 @@ impl Controller {
                     } else {
                         retry_after(failures, self.timings.retry_base, interval)
                     };
+                    self.list_when_health_flips(&ops, started, &mut next_full, &mut trigger);
                     self.ensure_pool_watches(&mut pool_watches, &events_tx);
                 }
                 _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() && leading => {
@@ -325,6 +326,7 @@ impl Controller {
                     if matches!(&result, Ok(outcomes) if !outcomes.is_empty()) || result.is_err() {
                         self.observe(&mut ops, CycleKind::Nodes, &result, started.elapsed());
                     }
+                    self.list_when_health_flips(&ops, started, &mut next_full, &mut trigger);
                 }
                 Some(change) = next_node_change(&mut ops.nodes) => {
                     if !leading {
@@ -431,6 +433,37 @@ impl Controller {
         info!("shutting down");
         // The loop no longer writes: now the Lease may go to a standby.
         ops.stop().await;
+    }
+
+    /// Brings the next listing forward to the moment a clock of
+    /// `Nodes.ExcludeUnhealthyAfter` runs out, so a server leaves (or comes
+    /// back) then and not at the next interval; no sooner than `NodeMinGap`
+    /// after the last node-triggered listing. Only clocks the cycle begun at
+    /// `cycle_started` left running count: one already out then was not
+    /// looked at (the cycle failed, or another rule left the server out)
+    /// and must not bring listing after listing.
+    fn list_when_health_flips(
+        &self,
+        ops: &Operations,
+        cycle_started: Instant,
+        next_full: &mut Instant,
+        trigger: &mut Trigger,
+    ) {
+        let Some(due) = self.reconciler.next_health_flip() else {
+            return;
+        };
+        if due <= cycle_started {
+            return;
+        }
+        let at = ops.node_listing_at(due, Duration::ZERO, self.settings.operate.node_min_gap);
+        if at < *next_full {
+            debug!(
+                in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64,
+                "a Nodes.ExcludeUnhealthyAfter clock runs out before the next listing; listing then"
+            );
+            *next_full = at;
+            *trigger = Trigger::Node;
+        }
     }
 
     fn interval(&self) -> Duration {

@@ -106,7 +106,8 @@ struct TriggerLabels {
 pub enum Trigger {
     /// Start-up, the interval, or a retry after a failure.
     Interval,
-    /// A Kubernetes Node was added, removed or changed its addresses.
+    /// A Kubernetes Node was added, removed or changed, or a clock of
+    /// `Nodes.ExcludeUnhealthyAfter` ran out.
     Node,
     /// config.json changed.
     Config,
