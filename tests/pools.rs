@@ -471,3 +471,57 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
     reconciler.full(&settings).await.unwrap();
     assert_eq!(blocks(&kube).len(), 4);
 }
+
+/// A `PrivateNetwork` named by a name no network of the project has (it was
+/// renamed, or the config has a typo) fails that pool's cycle with a message
+/// naming the setting and the networks there are, and leaves the pool as it
+/// is: it must not read as "these servers have no private address now".
+#[tokio::test]
+async fn a_private_network_name_that_names_no_network_leaves_the_pool_unchanged() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    let kube = FakeKube::new(&["v2"]);
+    let pools = json!([
+        {"Name": "internal", "LabelSelector": "kops.k8s.io/instance-role=Node",
+         "Addresses": ["public-ipv4", "private-ipv4"], "PrivateNetwork": "k8s",
+         "MaxRemovalRatio": 1.0},
+    ]);
+    let settings = settings(&hetzner, &pools);
+    let mut reconciler = reconciler(&hetzner, &kube);
+    hetzner.set_servers(
+        (1..=2)
+            .map(|id| {
+                FakeServer::new(id, &format!("198.51.100.{id}")).with_private_net(vec![
+                    FakePrivateNet {
+                        network: 4711,
+                        ip: format!("10.0.0.{id}"),
+                        alias_ips: vec![],
+                    },
+                ])
+            })
+            .collect(),
+    );
+    hetzner.set_networks(vec![(4711, "k8s".to_owned())]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    assert!(outcomes[0].result.is_ok(), "{outcomes:?}");
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("internal").unwrap()["spec"]["blocks"]);
+    let written = blocks(&kube);
+    assert_eq!(written.len(), 4, "{written:?}");
+
+    // The network is renamed in the Hetzner console.
+    kube.take_snapshots();
+    hetzner.set_networks(vec![(4711, "k8s-prod".to_owned()), (99, "db".to_owned())]);
+    for _ in 0..2 {
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        let error = outcomes[0].result.as_ref().unwrap_err();
+        assert_eq!(error.metric_label(), "network_missing");
+        assert_eq!(
+            error.to_string(),
+            "pool internal: PrivateNetwork \"k8s\" names no network of the Hetzner project \
+             (there are: db, k8s-prod); pool left unchanged. Set PrivateNetwork to one of \
+             these names or to the network's ID"
+        );
+    }
+    assert!(kube.take_snapshots().is_empty(), "the pool was written");
+    assert_eq!(blocks(&kube), written);
+}
