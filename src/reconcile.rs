@@ -49,6 +49,12 @@ pub enum ReconcileError {
          (Nodes.RequireNode); pool left unchanged"
     )]
     NodesUnknown,
+    #[error(
+        "PrivateNetwork {network:?} names no network of the Hetzner project (there are: \
+         {known}); pool left unchanged. Set PrivateNetwork to one of these names or to the \
+         network's ID"
+    )]
+    NetworkMissing { network: String, known: String },
     /// A problem of one pool of `Pools`, named.
     #[error("pool {pool}: {source}")]
     Pool {
@@ -68,6 +74,7 @@ impl ReconcileError {
             ReconcileError::PoolConflict { .. } => "pool_conflict",
             ReconcileError::TimedOut { .. } => "cycle_timeout",
             ReconcileError::NodesUnknown => "nodes_unknown",
+            ReconcileError::NetworkMissing { .. } => "network_missing",
             ReconcileError::Pool { source, .. } => source.metric_label(),
         }
     }
@@ -323,9 +330,34 @@ fn render_recording(
             if verdict.is_ok() && pool.nodes.require_node && !nodes.complete {
                 verdict = Err(ReconcileError::NodesUnknown);
             }
+            if let Some(missing) = missing_network(pool, &listing.networks) {
+                verdict = Err(missing);
+            }
             (members, desired, verdict)
         })
         .collect()
+}
+
+/// A `PrivateNetwork` given by a name that no listed network has: without
+/// it, the pool's servers would seem to have no private address, and the
+/// write would take those addresses away.
+fn missing_network(pool: &PoolConfig, networks: &[Network]) -> Option<ReconcileError> {
+    let Some(NetworkRef::Name(name)) = &pool.private_network else {
+        return None;
+    };
+    if !pool.wants(AddressKind::PrivateIpv4) || networks.iter().any(|n| &n.name == name) {
+        return None;
+    }
+    let mut known: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
+    known.sort_unstable();
+    Some(ReconcileError::NetworkMissing {
+        network: name.clone(),
+        known: if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        },
+    })
 }
 
 /// What the reconciler remembers of one pool between cycles.
