@@ -324,6 +324,14 @@ fn render_recording(
                     "Hetzner reports addresses blocked by its abuse team (CANADA_KAKTUS_BLOCKED_ADDRESSES)"
                 );
             }
+            if members.several_networks > 0 {
+                tracing::warn!(
+                    pool = %pool.name,
+                    servers = members.several_networks,
+                    "servers in several private networks give no private address; set \
+                     PrivateNetwork to the network the pool should take"
+                );
+            }
             let desired = pool::render(&template_from(pool), members.addresses.iter().copied());
             let mut verdict = guard::check(&desired, &members, &pool.addresses)
                 .map_err(ReconcileError::from);

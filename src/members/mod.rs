@@ -57,6 +57,9 @@ pub struct Members {
     pub blocked: Vec<IpAddr>,
     /// Addresses an earlier pool took.
     pub claimed: Vec<Claimed>,
+    /// Matched servers in several private networks that gave no private
+    /// address because the pool names no `PrivateNetwork`.
+    pub several_networks: usize,
 }
 
 /// A server left out of a pool.
@@ -315,6 +318,10 @@ fn addresses_of(
                 let attachment = match network {
                     Some(NetworkChoice::Only) if server.private_net.len() == 1 => {
                         server.private_net.first()
+                    }
+                    Some(NetworkChoice::Only) if server.private_net.len() > 1 => {
+                        members.several_networks += 1;
+                        None
                     }
                     Some(NetworkChoice::Id(id)) => {
                         server.private_net.iter().find(|n| n.network == *id)

@@ -171,10 +171,12 @@ fn private_ipv4_takes_the_chosen_network_and_alias_ips_on_request() {
     let got = split(std::slice::from_ref(&private), all, &NodeView::default());
     assert_eq!(got[0].addresses, ips(&["10.0.0.1"]));
     assert_eq!(got[0].without_address, 2);
+    assert_eq!(got[0].several_networks, 1, "server 2, said in a warning");
     // By ID, with alias IPs.
     private.private_network = Some(NetworkRef::Id(10));
     private.include_alias_ips = true;
     let got = split(std::slice::from_ref(&private), all, &NodeView::default());
+    assert_eq!(got[0].several_networks, 0);
     assert_eq!(
         got[0].addresses,
         ips(&["10.0.0.1", "10.0.0.101", "10.0.0.2"])
