@@ -72,3 +72,49 @@ fn hetzner_requests_are_counted_by_code() {
         "{text}"
     );
 }
+
+#[test]
+fn a_pool_dropped_from_the_config_loses_its_gauges() {
+    let metrics = Metrics::new();
+    metrics.set_pools(["edge", "internal"]);
+    let report = CycleReport {
+        kind: CycleKind::Full,
+        pool: "internal".into(),
+        addresses: 4,
+        listing: Some(crate::reconcile::ListingSummary::default()),
+        ..CycleReport::default()
+    };
+    metrics.record_cycle("internal", CycleKind::Full, Ok(&report));
+    assert!(metrics
+        .render()
+        .contains("canada_kaktus_pool_addresses{pool=\"internal\"} 4"));
+    // No longer managed: a frozen last_success or address count would read
+    // as a pool that stopped working.
+    metrics.set_pools(["edge"]);
+    let text = metrics.render();
+    let gauges = [
+        "canada_kaktus_last_success_timestamp_seconds",
+        "canada_kaktus_pool_addresses",
+        "canada_kaktus_servers_matched",
+        "canada_kaktus_servers_skipped",
+        "canada_kaktus_servers_excluded",
+        "canada_kaktus_addresses_withheld",
+        "canada_kaktus_blocked_addresses",
+    ];
+    for line in text.lines() {
+        let stale = gauges.iter().any(|g| line.starts_with(&format!("{g}{{")))
+            && line.contains("pool=\"internal\"");
+        assert!(!stale, "{line} still exported:\n{text}");
+    }
+    assert!(
+        text.contains("canada_kaktus_last_success_timestamp_seconds{pool=\"edge\"} 0.0"),
+        "{text}"
+    );
+    // Counters stay: they are totals, and rate() copes with their end.
+    assert!(
+        text.contains(
+            "canada_kaktus_reconcile_total{pool=\"internal\",kind=\"full\",result=\"success\"} 1"
+        ),
+        "{text}"
+    );
+}
