@@ -167,7 +167,12 @@ pub struct Metrics {
     /// Serialises `render` so two scrapes don't interleave (the registry
     /// itself is lock-free to read).
     render_lock: Mutex<()>,
+    /// The pools of the configuration, whose series are exported.
+    pools: Mutex<Vec<String>>,
 }
+
+/// The reasons of `addresses_withheld`.
+const WITHHELD_REASONS: [&str; 3] = ["earlier_pool", "other_pool", "foreign_pool"];
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -377,6 +382,7 @@ impl Metrics {
             events_total,
             repair_backoffs_total,
             render_lock: Mutex::new(()),
+            pools: Mutex::new(Vec::new()),
         }
     }
 
@@ -399,10 +405,15 @@ impl Metrics {
     }
 
     /// Exports every per-pool series of `pools` (at 0 until a cycle says
-    /// otherwise), so a dashboard sees each one from the start.
+    /// otherwise), so a dashboard sees each one from the start; a pool no
+    /// longer configured loses its gauges (its counters stay).
     pub fn set_pools<'a>(&self, pools: impl IntoIterator<Item = &'a str>) {
+        let pools: Vec<String> = pools.into_iter().map(str::to_owned).collect();
+        let previous = std::mem::replace(&mut *crate::sync::lock(&self.pools), pools.clone());
+        for dropped in previous.iter().filter(|p| !pools.contains(p)) {
+            self.drop_gauges(dropped);
+        }
         for pool in pools {
-            let pool = pool.to_owned();
             let _ = self
                 .last_success
                 .get_or_create(&PoolLabels { pool: pool.clone() });
@@ -511,6 +522,34 @@ impl Metrics {
         }
     }
 
+    /// Removes every gauge series of `pool`.
+    fn drop_gauges(&self, pool: &str) {
+        let labels = PoolLabels {
+            pool: pool.to_owned(),
+        };
+        for family in [
+            &self.pool_addresses,
+            &self.servers_matched,
+            &self.blocked_addresses,
+        ] {
+            family.remove(&labels);
+        }
+        self.last_success.remove(&labels);
+        let reasons = [
+            (&self.servers_skipped, &SkipReason::LABELS[..]),
+            (&self.servers_excluded, &Exclusion::LABELS[..]),
+            (&self.addresses_withheld, &WITHHELD_REASONS[..]),
+        ];
+        for (family, reasons) in reasons {
+            for reason in reasons {
+                family.remove(&PoolReasonLabels {
+                    pool: pool.to_owned(),
+                    reason,
+                });
+            }
+        }
+    }
+
     /// Sets `servers_excluded{reason}` and `addresses_withheld{reason}` of
     /// the pool from the last cycle: every known reason is set.
     fn record_exclusions(&self, pool: &str, report: &CycleReport) {
@@ -528,11 +567,12 @@ impl Metrics {
                 .set(n as i64);
         }
         let foreign = report.withheld.iter().filter(|w| w.foreign).count();
-        for (reason, n) in [
-            ("earlier_pool", report.claimed.len()),
-            ("other_pool", report.withheld.len() - foreign),
-            ("foreign_pool", foreign),
-        ] {
+        let counts = [
+            report.claimed.len(),
+            report.withheld.len() - foreign,
+            foreign,
+        ];
+        for (reason, n) in WITHHELD_REASONS.into_iter().zip(counts) {
             self.addresses_withheld
                 .get_or_create(&PoolReasonLabels {
                     pool: pool.to_owned(),
