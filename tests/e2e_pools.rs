@@ -262,6 +262,73 @@ async fn two_pools_from_one_listing_with_node_rules() {
     controller.assert_running();
 }
 
+/// A pool dropped from config.json by a reload is no longer managed: the
+/// log says so once, `/health` and the gauges no longer show it, and the
+/// pool stays as it was (never deleted, never written) while the servers
+/// change.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn a_pool_dropped_by_a_reload_is_left_as_it_is() {
+    let hetzner = fake_hetzner(vec![
+        server(1, true),
+        server(2, true),
+        server(3, false),
+        server(4, false),
+    ])
+    .await;
+    let (cluster, mut controller) = example(&hetzner).await;
+    let api = pools(&cluster, "v2");
+    let internal = set(&["10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32", "10.0.0.4/32"]);
+    wait_named_pool(&api, "internal", WITHIN, "internal written", |p| {
+        cidrs(p) == internal
+    })
+    .await;
+    wait_named_pool(&api, "edge", WITHIN, "edge written", |p| {
+        cidrs(p) == set(&EDGE_ALL)
+    })
+    .await;
+
+    // config.json without `internal`, replaced as a ConfigMap volume does.
+    let path = controller.dir().join("config.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["Pools"].as_array_mut().unwrap().truncate(1);
+    let staged = controller.dir().join("config.json.new");
+    std::fs::write(&staged, config.to_string()).unwrap();
+    let from = controller.log_text().len();
+    std::fs::rename(&staged, &path).unwrap();
+    const DROPPED: &str = "the pool is no longer in the configuration";
+    controller.wait_log_since(from, DROPPED, WITHIN).await;
+    let body = controller
+        .wait_health(200, |b| b["pools"].as_array().is_some_and(|p| p.len() == 1))
+        .await;
+    assert_eq!(body["pools"][0]["name"], "edge");
+
+    // Server 4 goes: a managed `internal` would lose 10.0.0.4.
+    hetzner.set_servers(vec![server(1, true), server(2, true), server(3, false)]);
+    let seen = hetzner.requests();
+    let deadline = Instant::now() + WITHIN;
+    while hetzner.requests() < seen + 3 {
+        assert!(Instant::now() < deadline, "the controller stopped listing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kept = api.get("internal").await.unwrap();
+    assert_eq!(cidrs(Some(&kept)), internal, "the dropped pool was written");
+    let log = controller.log_text();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains(DROPPED)).collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains(r#""pool":"internal""#), "{}", said[0]);
+    let metrics = controller.metrics().await.unwrap();
+    assert!(
+        !metrics.contains(r#"canada_kaktus_pool_addresses{pool="internal"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"canada_kaktus_pool_addresses{pool="edge"} 4"#),
+        "{metrics}"
+    );
+    controller.assert_running();
+}
+
 /// Sets node-`id`'s `Ready` condition through the status subresource, as
 /// the kubelet does.
 async fn set_ready(nodes: &Api<Node>, id: i64, ready: bool) {

@@ -179,6 +179,11 @@ impl Controller {
         }
     }
 
+    /// The working directory (where a config.json it reads lives).
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
