@@ -1,8 +1,9 @@
 //! The README against the code: its settings table is generated from the
 //! code's one table of settings (run `UPDATE_README=1 cargo test --test docs`
 //! to rewrite it in place), every message its Troubleshooting table
-//! quotes must still be text the code writes, and the fault matrix names
-//! causes instead of explaining the same messages a second time.
+//! quotes must still be text the code writes, the fault matrix names
+//! causes instead of explaining the same messages a second time, and the
+//! metrics table names every metric `/metrics` serves with its labels.
 
 use canada_kaktus::config::settings_table_markdown;
 
@@ -340,5 +341,123 @@ fn the_fault_matrix_names_causes_that_troubleshooting_explains() {
             }
         }
     }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// The metrics table names what /metrics serves.
+
+/// The README's metrics table, as (metric names in its first column, its
+/// labels column).
+fn readme_metric_rows() -> Vec<(Vec<String>, String)> {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    readme
+        .lines()
+        .filter(|l| l.starts_with("| `canada_kaktus_"))
+        .map(|line| {
+            // Cells split on `|`, not on the escaped `\|` inside them.
+            let unescaped = line.replace("\\|", "\u{1}");
+            let cells: Vec<String> = unescaped
+                .split('|')
+                .map(|cell| cell.trim().replace('\u{1}', "|"))
+                .collect();
+            // cells[0] is before the first `|`.
+            let names = cells[1]
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect();
+            (names, cells[3].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn the_metrics_table_names_every_metric_with_its_labels() {
+    use canada_kaktus::hetzner::{RequestObserver, RequestOutcome};
+    use canada_kaktus::reconcile::{CycleKind, CycleReport, ListingSummary, ReconcileError};
+    use canada_kaktus::serve::metrics::{Metrics, Trigger};
+    use std::time::Duration;
+
+    // Every family with at least one series.
+    let metrics = Metrics::new();
+    metrics.set_pools(["p"]);
+    metrics.set_leader(true);
+    metrics.set_interval(Duration::from_secs(60));
+    metrics.full_cycle_started(Trigger::Interval);
+    metrics.record_duration(CycleKind::Full, Duration::from_millis(5));
+    let report = CycleReport {
+        pool: "p".into(),
+        addresses: 1,
+        listing: Some(ListingSummary::default()),
+        written: Some(canada_kaktus::pool::WriteReason::Missing),
+        ..CycleReport::default()
+    };
+    metrics.record_cycle("p", CycleKind::Full, Ok(&report));
+    metrics.record_cycle(
+        "p",
+        CycleKind::Full,
+        Err(&ReconcileError::TimedOut { seconds: 1 }),
+    );
+    metrics.guard_held("p", "shrink");
+    metrics.config_reloaded(true);
+    metrics.event_published(true);
+    metrics.repair_backed_off(&["kubectl".to_owned()]);
+    metrics.request_finished(&RequestOutcome::Failed { kind: "timeout" }, Duration::ZERO);
+    let text = metrics.render();
+
+    let rows = readme_metric_rows();
+    let row_of = |name: &str| {
+        rows.iter().find(|(names, _)| {
+            names.iter().any(|n| {
+                n == name
+                    // `canada_kaktus_hcloud_ratelimit_remaining` / `_limit`
+                    || (n.starts_with('_') && name.ends_with(n.as_str()))
+            })
+        })
+    };
+    let mut problems = Vec::new();
+    let mut served = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (family, kind) = rest.split_once(' ').unwrap();
+        let name = match kind {
+            "counter" => format!("{family}_total"),
+            _ => family.to_owned(),
+        };
+        served.insert(name.clone());
+        let Some((_, labels)) = row_of(&name) else {
+            problems.push(format!("{name} ({kind}) has no row"));
+            continue;
+        };
+        // The labels its series carry, each named in the row.
+        for sample in text.lines().filter(|l| {
+            l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family}_total{{"))
+        }) {
+            let inside = &sample[sample.find('{').unwrap() + 1..sample.find('}').unwrap()];
+            for pair in inside.split("\",") {
+                let label = pair.split('=').next().unwrap();
+                if !labels.contains(&format!("`{label}`")) {
+                    problems.push(format!(
+                        "{name}: label `{label}` is not in its row ({labels})"
+                    ));
+                }
+            }
+        }
+    }
+    for (names, _) in &rows {
+        for name in names.iter().filter(|n| n.starts_with("canada_kaktus_")) {
+            if !served.contains(name) {
+                problems.push(format!(
+                    "the README names {name}, which /metrics does not serve"
+                ));
+            }
+        }
+    }
+    problems.dedup();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
