@@ -60,6 +60,28 @@ async fn fake_hetzner(servers: Vec<FakeServer>) -> FakeHetzner {
     hetzner
 }
 
+/// Servers 1 and 2 with `role=edge` (both pools), 3 and 4 without (only
+/// `internal`).
+async fn four_servers() -> FakeHetzner {
+    fake_hetzner(vec![
+        server(1, true),
+        server(2, true),
+        server(3, false),
+        server(4, false),
+    ])
+    .await
+}
+
+/// Waits until the controller has sent `count` more `/servers` requests
+/// than `since` (each listing of these few servers is one).
+async fn wait_listings(hetzner: &FakeHetzner, since: usize, count: usize) {
+    let deadline = Instant::now() + WITHIN;
+    while hetzner.requests() < since + count {
+        assert!(Instant::now() < deadline, "the controller stopped listing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn node(id: i64) -> Node {
     serde_json::from_value(json!({
         "apiVersion": "v1",
@@ -117,13 +139,7 @@ async fn wait_event(cluster: &TestCluster, pool: &str, reason: &str, note_has: &
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn two_pools_from_one_listing_with_node_rules() {
-    let hetzner = fake_hetzner(vec![
-        server(1, true),
-        server(2, true),
-        server(3, false),
-        server(4, false),
-    ])
-    .await;
+    let hetzner = four_servers().await;
     let (cluster, mut controller) = example(&hetzner).await;
     let api = pools(&cluster, "v2");
     let (edge_history, _edge_task) = record_history_of(api.clone(), "edge");
@@ -159,11 +175,7 @@ async fn two_pools_from_one_listing_with_node_rules() {
     // request (4 servers fit one page) and one /networks request (the
     // example names its network), never a second listing of a server.
     let (servers_before, networks_before) = (hetzner.requests(), hetzner.collection_requests());
-    let deadline = Instant::now() + WITHIN;
-    while hetzner.requests() < servers_before + 3 {
-        assert!(Instant::now() < deadline, "the controller stopped listing");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_listings(&hetzner, servers_before, 3).await;
     let servers = hetzner.requests() - servers_before;
     let networks = hetzner.collection_requests() - networks_before;
     assert!(
@@ -269,13 +281,7 @@ async fn two_pools_from_one_listing_with_node_rules() {
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn a_pool_dropped_by_a_reload_is_left_as_it_is() {
-    let hetzner = fake_hetzner(vec![
-        server(1, true),
-        server(2, true),
-        server(3, false),
-        server(4, false),
-    ])
-    .await;
+    let hetzner = four_servers().await;
     let (cluster, mut controller) = example(&hetzner).await;
     let api = pools(&cluster, "v2");
     let internal = set(&["10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32", "10.0.0.4/32"]);
@@ -306,11 +312,7 @@ async fn a_pool_dropped_by_a_reload_is_left_as_it_is() {
     // Server 4 goes: a managed `internal` would lose 10.0.0.4.
     hetzner.set_servers(vec![server(1, true), server(2, true), server(3, false)]);
     let seen = hetzner.requests();
-    let deadline = Instant::now() + WITHIN;
-    while hetzner.requests() < seen + 3 {
-        assert!(Instant::now() < deadline, "the controller stopped listing");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_listings(&hetzner, seen, 3).await;
     let kept = api.get("internal").await.unwrap();
     assert_eq!(cidrs(Some(&kept)), internal, "the dropped pool was written");
     let log = controller.log_text();

@@ -56,6 +56,17 @@ fn reconciler(hetzner: &FakeHetzner, kube: &FakeKube) -> Reconciler {
     )
 }
 
+/// The fake Hetzner API (expecting the token), the in-memory API server
+/// serving `cilium.io/v2`, the settings with `pools`, and a reconciler.
+async fn setup(pools: &Value) -> (FakeHetzner, FakeKube, Settings, Reconciler) {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    let kube = FakeKube::new(&["v2"]);
+    let settings = settings(&hetzner, pools);
+    let reconciler = reconciler(&hetzner, &kube);
+    (hetzner, kube, settings, reconciler)
+}
+
 /// The CIDRs of one snapshot's pool.
 fn cidrs(blocks: &Value) -> BTreeSet<String> {
     blocks
@@ -268,16 +279,12 @@ fn no_listing_node_change_or_failed_write_puts_an_address_in_two_pools() {
 /// of the later pool before the earlier one gets it, in the same cycle.
 #[tokio::test]
 async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    let kube = FakeKube::new(&["v2"]);
-    kube.record_snapshots();
     let pools = json!([
         {"Name": "edge", "LabelSelector": "role=edge", "MaxRemovalRatio": 1},
         {"Name": "rest", "LabelSelector": "kops.k8s.io/instance-role=Node", "MaxRemovalRatio": 1},
     ]);
-    let settings = settings(&hetzner, &pools);
-    let mut reconciler = reconciler(&hetzner, &kube);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.record_snapshots();
     hetzner.set_servers(vec![
         FakeServer::new(1, "198.51.100.1").with_label("role", "edge"),
         FakeServer::new(2, "198.51.100.2"),
@@ -324,18 +331,14 @@ async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
 /// written from a listing without it.
 #[tokio::test]
 async fn a_failed_floating_ip_listing_writes_nothing() {
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    let kube = FakeKube::new(&["v2"]);
-    kube.record_snapshots();
     let pools = json!([
         {"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv4", "floating-ip"]},
         {"Name": "plain", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["private-ipv4"]},
     ]);
-    let settings = settings(&hetzner, &pools);
-    let mut reconciler = reconciler(&hetzner, &kube);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.record_snapshots();
     hetzner.set_servers(vec![FakeServer::new(1, "198.51.100.1")]);
     hetzner.set_floating_ips(vec![
         FakeFloatingIp::new(7, "203.0.113.7", Some(1)),
@@ -381,16 +384,12 @@ async fn a_failed_floating_ip_listing_writes_nothing() {
 /// pool, the other is written, and the refusal names its pool.
 #[tokio::test]
 async fn one_pools_refusal_does_not_hold_the_others() {
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    let kube = FakeKube::new(&["v2"]);
     let pools = json!([
         {"Name": "v6", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv6"]},
         {"Name": "v4", "LabelSelector": "kops.k8s.io/instance-role=Node"},
     ]);
-    let settings = settings(&hetzner, &pools);
-    let mut reconciler = reconciler(&hetzner, &kube);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
     hetzner.set_servers(vec![
         FakeServer::new(1, "198.51.100.1").with_ipv6(None),
         FakeServer::new(2, "198.51.100.2").with_ipv6(None),
@@ -426,13 +425,9 @@ fn deleting(ids: &[i64]) -> NodeView {
 /// only ever removes, and its removals pass the shrink guard like any other.
 #[tokio::test]
 async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    let kube = FakeKube::new(&["v2"]);
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 0.5}]);
-    let settings = settings(&hetzner, &pools);
-    let mut reconciler = reconciler(&hetzner, &kube);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
     hetzner.set_servers(
         (1..=4)
             .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
@@ -478,16 +473,12 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
 /// is: it must not read as "these servers have no private address now".
 #[tokio::test]
 async fn a_private_network_name_that_names_no_network_leaves_the_pool_unchanged() {
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    let kube = FakeKube::new(&["v2"]);
     let pools = json!([
         {"Name": "internal", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv4", "private-ipv4"], "PrivateNetwork": "k8s",
          "MaxRemovalRatio": 1.0},
     ]);
-    let settings = settings(&hetzner, &pools);
-    let mut reconciler = reconciler(&hetzner, &kube);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
     hetzner.set_servers(
         (1..=2)
             .map(|id| {
