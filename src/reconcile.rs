@@ -447,11 +447,12 @@ impl Reconciler {
         self.unhealthy.clear();
     }
 
-    /// When a clock of `Nodes.ExcludeUnhealthyAfter` runs out (a server
-    /// goes out of a pool or comes back), if one runs: a listing at that
-    /// moment applies it with fresh Hetzner status and Nodes.
-    pub fn next_health_flip(&self) -> Option<Instant> {
-        self.unhealthy.next_flip()
+    /// When a clock of `Nodes.ExcludeUnhealthyAfter` runs out later than
+    /// `after` (a server goes out of a pool or comes back), if one runs: a
+    /// listing at that moment applies it with fresh Hetzner status and
+    /// Nodes.
+    pub fn next_health_flip(&self, after: Instant) -> Option<Instant> {
+        self.unhealthy.next_flip(after)
     }
 
     pub fn set_hetzner(&mut self, hetzner: HetznerClient) {

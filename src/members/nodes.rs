@@ -265,13 +265,14 @@ impl Unhealthy {
         excluded
     }
 
-    /// When the next clock runs out (a server goes out or comes back), if
-    /// one runs: a listing then applies it.
-    pub fn next_flip(&self) -> Option<Instant> {
+    /// When the next clock runs out later than `after` (a server goes out
+    /// or comes back), if one runs: a listing then applies it.
+    pub fn next_flip(&self, after: Instant) -> Option<Instant> {
         self.pools
             .values()
             .flat_map(HashMap::values)
             .filter_map(|state| state.flipping_since.map(|since| since + state.after))
+            .filter(|due| *due > after)
             .min()
     }
 

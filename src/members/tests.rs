@@ -435,18 +435,27 @@ fn the_next_flip_is_when_the_earliest_clock_runs_out() {
     let mut tracker = Unhealthy::default();
     let t0 = Instant::now();
     let s = Duration::from_secs;
-    assert_eq!(tracker.next_flip(), None);
+    assert_eq!(tracker.next_flip(t0), None);
     assert!(!tracker.excluded("a", 1, true, s(60), t0));
-    assert_eq!(tracker.next_flip(), None, "healthy and in: no clock");
+    assert_eq!(tracker.next_flip(t0), None, "healthy and in: no clock");
     assert!(!tracker.excluded("a", 1, false, s(60), t0));
     assert!(!tracker.excluded("b", 2, false, s(30), t0 + s(10)));
-    assert_eq!(tracker.next_flip(), Some(t0 + s(40)));
+    assert_eq!(tracker.next_flip(t0), Some(t0 + s(40)));
     assert!(tracker.excluded("b", 2, false, s(30), t0 + s(40)));
-    assert_eq!(tracker.next_flip(), Some(t0 + s(60)), "b is out, a runs");
+    assert_eq!(tracker.next_flip(t0), Some(t0 + s(60)), "b is out, a runs");
     assert!(!tracker.excluded("a", 1, true, s(60), t0 + s(50)));
-    assert_eq!(tracker.next_flip(), None, "a recovered in time, b is out");
+    assert_eq!(tracker.next_flip(t0), None, "a recovered in time, b is out");
     assert!(tracker.excluded("b", 2, true, s(30), t0 + s(45)));
-    assert_eq!(tracker.next_flip(), Some(t0 + s(75)), "b comes back at 75");
+    assert_eq!(
+        tracker.next_flip(t0),
+        Some(t0 + s(75)),
+        "b comes back at 75"
+    );
+    // A clock that ran out before `after` was not looked at: not due again.
+    assert!(!tracker.excluded("a", 1, false, s(10), t0 + s(80)));
+    assert_eq!(tracker.next_flip(t0), Some(t0 + s(75)));
+    assert_eq!(tracker.next_flip(t0 + s(80)), Some(t0 + s(90)));
+    assert_eq!(tracker.next_flip(t0 + s(95)), None);
 }
 
 #[test]

@@ -438,10 +438,10 @@ impl Controller {
     /// Brings the next listing forward to the moment a clock of
     /// `Nodes.ExcludeUnhealthyAfter` runs out, so a server leaves (or comes
     /// back) then and not at the next interval; no sooner than `NodeMinGap`
-    /// after the last node-triggered listing. Only clocks the cycle begun at
-    /// `cycle_started` left running count: one already out then was not
-    /// looked at (the cycle failed, or another rule left the server out)
-    /// and must not bring listing after listing.
+    /// after the last node-triggered listing. Only clocks that run out after
+    /// `cycle_started` count: one out before it was not looked at by the
+    /// cycle (it failed, or another rule left the server out) and must not
+    /// bring listing after listing.
     fn list_when_health_flips(
         &self,
         ops: &Operations,
@@ -449,12 +449,9 @@ impl Controller {
         next_full: &mut Instant,
         trigger: &mut Trigger,
     ) {
-        let Some(due) = self.reconciler.next_health_flip() else {
+        let Some(due) = self.reconciler.next_health_flip(cycle_started) else {
             return;
         };
-        if due <= cycle_started {
-            return;
-        }
         let at = ops.node_listing_at(due, Duration::ZERO, self.settings.operate.node_min_gap);
         if at < *next_full {
             debug!(
