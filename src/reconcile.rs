@@ -338,34 +338,31 @@ fn render_recording(
             if verdict.is_ok() && pool.nodes.require_node && !nodes.complete {
                 verdict = Err(ReconcileError::NodesUnknown);
             }
-            if let Some(missing) = missing_network(pool, &listing.networks) {
-                verdict = Err(missing);
+            if members.network_missing {
+                verdict = Err(network_missing(pool, &listing.networks));
             }
             (members, desired, verdict)
         })
         .collect()
 }
 
-/// A `PrivateNetwork` given by a name that no listed network has: without
-/// it, the pool's servers would seem to have no private address, and the
-/// write would take those addresses away.
-fn missing_network(pool: &PoolConfig, networks: &[Network]) -> Option<ReconcileError> {
-    let Some(NetworkRef::Name(name)) = &pool.private_network else {
-        return None;
-    };
-    if !pool.wants(AddressKind::PrivateIpv4) || networks.iter().any(|n| &n.name == name) {
-        return None;
-    }
+/// The pool's `PrivateNetwork` names no listed network: without it, the
+/// pool's servers would seem to have no private address, and the write
+/// would take those addresses away.
+fn network_missing(pool: &PoolConfig, networks: &[Network]) -> ReconcileError {
     let mut known: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
     known.sort_unstable();
-    Some(ReconcileError::NetworkMissing {
-        network: name.clone(),
+    ReconcileError::NetworkMissing {
+        network: match &pool.private_network {
+            Some(NetworkRef::Name(name)) => name.clone(),
+            other => format!("{other:?}"),
+        },
         known: if known.is_empty() {
             "none".to_owned()
         } else {
             known.join(", ")
         },
-    })
+    }
 }
 
 /// What the reconciler remembers of one pool between cycles.

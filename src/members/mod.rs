@@ -60,6 +60,9 @@ pub struct Members {
     /// Matched servers in several private networks that gave no private
     /// address because the pool names no `PrivateNetwork`.
     pub several_networks: usize,
+    /// The pool's `PrivateNetwork` names no listed network: its private
+    /// addresses are unknown, not absent.
+    pub network_missing: bool,
 }
 
 /// A server left out of a pool.
@@ -164,6 +167,7 @@ pub fn members(
             ..Members::default()
         };
         let network = private_network(pool, listed.networks);
+        members.network_missing = network == Some(NetworkChoice::Missing);
         for server in listed.servers {
             if !listed.prefiltered && !pool.label_selector.matches(&server.labels) {
                 continue;

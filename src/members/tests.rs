@@ -181,7 +181,7 @@ fn private_ipv4_takes_the_chosen_network_and_alias_ips_on_request() {
         got[0].addresses,
         ips(&["10.0.0.1", "10.0.0.101", "10.0.0.2"])
     );
-    // By name, looked up in the networks listing; an unknown name gives none.
+    // By name, looked up in the networks listing.
     private.private_network = Some(NetworkRef::Name("internal".into()));
     private.include_alias_ips = false;
     let networks = [
@@ -200,9 +200,12 @@ fn private_ipv4_takes_the_chosen_network_and_alias_ips_on_request() {
     };
     let got = split(std::slice::from_ref(&private), named, &NodeView::default());
     assert_eq!(got[0].addresses, ips(&["10.1.0.2"]));
+    assert!(!got[0].network_missing);
+    // An unknown name: none, and said (the reconcile refuses the pool).
     private.private_network = Some(NetworkRef::Name("gone".into()));
     let got = split(&[private], named, &NodeView::default());
     assert!(got[0].addresses.is_empty());
+    assert!(got[0].network_missing);
 }
 
 #[test]
