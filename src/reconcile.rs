@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use kube::core::ApiResource;
 
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings, TokenError};
-use crate::hetzner::{FloatingIp, HetznerClient, HetznerError, Network, Server, ServerFields};
+use crate::hetzner::{FloatingIp, HetznerClient, HetznerError, Network, Server};
 use crate::members::{
     members, write_target, Claimed, Contributions, Excluded, ForeignPools, Listed, Members,
     NodeView, Unhealthy,
@@ -241,15 +241,12 @@ pub async fn list_hetzner(
 ) -> Result<Listing, ReconcileError> {
     let token = settings.token.read_async().await?;
     let selector = shared_selector(&settings.pools);
-    let fields = ServerFields {
-        labels: selector.is_none(),
-        private_networks: settings
-            .pools
-            .iter()
-            .any(|p| p.wants(AddressKind::PrivateIpv4)),
-    };
+    let private_networks = settings
+        .pools
+        .iter()
+        .any(|p| p.wants(AddressKind::PrivateIpv4));
     let servers = hetzner
-        .list_servers_with(&token, selector.as_deref().unwrap_or(""), fields)
+        .list_servers_with(&token, selector.as_deref().unwrap_or(""), private_networks)
         .await?;
     let mut listing = Listing {
         requests: servers.requests,
@@ -338,8 +335,8 @@ fn render_recording(
             if verdict.is_ok() && pool.nodes.require_node && !nodes.complete {
                 verdict = Err(ReconcileError::NodesUnknown);
             }
-            if members.network_missing {
-                verdict = Err(network_missing(pool, &listing.networks));
+            if let Some(network) = &members.network_missing {
+                verdict = Err(network_missing(network, &listing.networks));
             }
             (members, desired, verdict)
         })
@@ -349,14 +346,11 @@ fn render_recording(
 /// The pool's `PrivateNetwork` names no listed network: without it, the
 /// pool's servers would seem to have no private address, and the write
 /// would take those addresses away.
-fn network_missing(pool: &PoolConfig, networks: &[Network]) -> ReconcileError {
+fn network_missing(network: &str, networks: &[Network]) -> ReconcileError {
     let mut known: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
     known.sort_unstable();
     ReconcileError::NetworkMissing {
-        network: match &pool.private_network {
-            Some(NetworkRef::Name(name)) => name.clone(),
-            other => format!("{other:?}"),
-        },
+        network: network.to_owned(),
         known: if known.is_empty() {
             "none".to_owned()
         } else {

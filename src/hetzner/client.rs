@@ -134,23 +134,24 @@ impl HetznerClient {
         token: &SecretString,
         label_selector: &str,
     ) -> Result<ServerListing, HetznerError> {
-        let fields = ServerFields {
-            labels: label_selector.is_empty(),
-            private_networks: true,
-        };
-        self.list_servers_with(token, label_selector, fields).await
+        self.list_servers_with(token, label_selector, true).await
     }
 
-    /// Like [`HetznerClient::list_servers`], keeping only `fields` of the
-    /// optional parts. An unfiltered listing (no selector) serves several
-    /// pools whose selectors are matched by the caller, so it needs the
-    /// labels; a filtered one does not.
+    /// Like [`HetznerClient::list_servers`], reading each server's private
+    /// networks only with `private_networks` (a pool takes `private-ipv4`).
     pub async fn list_servers_with(
         &self,
         token: &SecretString,
         label_selector: &str,
-        fields: ServerFields,
+        private_networks: bool,
     ) -> Result<ServerListing, HetznerError> {
+        // An unfiltered listing serves several pools whose selectors are
+        // matched by the caller, so it keeps the labels; a filtered one
+        // needs none.
+        let fields = ServerFields {
+            labels: label_selector.is_empty(),
+            private_networks,
+        };
         let mut listing = ServerListing::default();
         let mut seen = HashSet::new();
         let cost = self

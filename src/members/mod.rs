@@ -60,9 +60,9 @@ pub struct Members {
     /// Matched servers in several private networks that gave no private
     /// address because the pool names no `PrivateNetwork`.
     pub several_networks: usize,
-    /// The pool's `PrivateNetwork` names no listed network: its private
-    /// addresses are unknown, not absent.
-    pub network_missing: bool,
+    /// The pool's `PrivateNetwork` name, when no listed network has it:
+    /// its private addresses are unknown, not absent.
+    pub network_missing: Option<String>,
 }
 
 /// A server left out of a pool.
@@ -167,7 +167,9 @@ pub fn members(
             ..Members::default()
         };
         let network = private_network(pool, listed.networks);
-        members.network_missing = network == Some(NetworkChoice::Missing);
+        if let Some(NetworkChoice::Missing(name)) = network {
+            members.network_missing = Some(name.to_owned());
+        }
         for server in listed.servers {
             if !listed.prefiltered && !pool.label_selector.matches(&server.labels) {
                 continue;
@@ -260,7 +262,7 @@ pub fn members(
 
 /// The network ID `private-ipv4` takes: the configured one (a name looked
 /// up in `networks`), or `None` for "the server's only one".
-fn private_network(pool: &PoolConfig, networks: &[Network]) -> Option<NetworkChoice> {
+fn private_network<'a>(pool: &'a PoolConfig, networks: &[Network]) -> Option<NetworkChoice<'a>> {
     if !pool.wants(AddressKind::PrivateIpv4) {
         return None;
     }
@@ -269,25 +271,25 @@ fn private_network(pool: &PoolConfig, networks: &[Network]) -> Option<NetworkCho
         Some(NetworkRef::Id(id)) => NetworkChoice::Id(*id),
         Some(NetworkRef::Name(name)) => match networks.iter().find(|n| &n.name == name) {
             Some(network) => NetworkChoice::Id(network.id),
-            None => NetworkChoice::Missing,
+            None => NetworkChoice::Missing(name),
         },
     })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NetworkChoice {
+enum NetworkChoice<'a> {
     /// The server's only private network; none when it has several.
     Only,
     Id(i64),
     /// A network name that no network has.
-    Missing,
+    Missing(&'a str),
 }
 
 /// The addresses of the pool's kinds a server has, in kind order, into `out`.
 fn addresses_of(
     server: &Server,
     pool: &PoolConfig,
-    network: Option<&NetworkChoice>,
+    network: Option<&NetworkChoice<'_>>,
     floating: &HashMap<i64, Vec<&FloatingIp>>,
     policy: BlockedAddresses,
     members: &mut Members,

@@ -200,12 +200,12 @@ fn private_ipv4_takes_the_chosen_network_and_alias_ips_on_request() {
     };
     let got = split(std::slice::from_ref(&private), named, &NodeView::default());
     assert_eq!(got[0].addresses, ips(&["10.1.0.2"]));
-    assert!(!got[0].network_missing);
+    assert_eq!(got[0].network_missing, None);
     // An unknown name: none, and said (the reconcile refuses the pool).
     private.private_network = Some(NetworkRef::Name("gone".into()));
     let got = split(&[private], named, &NodeView::default());
     assert!(got[0].addresses.is_empty());
-    assert!(got[0].network_missing);
+    assert_eq!(got[0].network_missing.as_deref(), Some("gone"));
 }
 
 #[test]
