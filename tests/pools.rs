@@ -516,3 +516,255 @@ async fn a_private_network_name_that_names_no_network_leaves_the_pool_unchanged(
     assert!(kube.take_snapshots().is_empty(), "the pool was written");
     assert_eq!(blocks(&kube), written);
 }
+
+/// A pool as the API server would hold it, created by someone else.
+fn pool_object(name: &str, blocks: Value, disabled: bool) -> Value {
+    json!({"apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+           "metadata": {"name": name, "resourceVersion": "1"},
+           "spec": {"blocks": blocks, "disabled": disabled}})
+}
+
+/// Every address any snapshot put into `pool`.
+fn ever_in(snapshots: &[BTreeMap<String, Value>], pool: &str) -> BTreeSet<String> {
+    snapshots
+        .iter()
+        .filter_map(|s| s.get(pool))
+        .flat_map(cidrs)
+        .collect()
+}
+
+/// Cilium compares the ranges of every stored pool, disabled or not
+/// (`settleConflicts` never reads `spec.disabled`): a disabled foreign pool
+/// covers its addresses like an enabled one, and they are withheld.
+#[tokio::test]
+async fn a_disabled_foreign_pool_still_covers_its_addresses() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "Addresses": ["public-ipv4", "public-ipv6"]}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.insert_pool(
+        "old",
+        pool_object(
+            "old",
+            json!([{"cidr": "198.51.100.0/30"}, {"start": "2001:db8::1", "stop": "2001:db8::9"}]),
+            true,
+        ),
+    );
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.2").with_ipv6(Some("2001:db8::/64")),
+        FakeServer::new(2, "198.51.100.9").with_ipv6(None),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    let report = outcomes[0].result.as_ref().unwrap();
+    assert_eq!(
+        cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]),
+        BTreeSet::from(["198.51.100.9/32".to_owned()])
+    );
+    let mut withheld: Vec<(String, String)> = report
+        .withheld
+        .iter()
+        .map(|w| (w.address.to_string(), w.by.clone()))
+        .collect();
+    withheld.sort();
+    assert_eq!(
+        withheld,
+        vec![
+            ("198.51.100.2".to_owned(), "old".to_owned()),
+            ("2001:db8::1".to_owned(), "old".to_owned()),
+        ]
+    );
+}
+
+/// An operator takes an address out of our pool because a foreign pool now
+/// covers it (Cilium's own message says to remove the overlap): the repair
+/// that follows must not write it back.
+#[tokio::test]
+async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1"),
+        FakeServer::new(2, "198.51.100.2"),
+    ]);
+    reconciler.full(&settings).await.unwrap();
+    kube.insert_pool(
+        "theirs",
+        pool_object("theirs", json!([{"cidr": "198.51.100.0/31"}]), false),
+    );
+    let mut edited = kube.pool("p").unwrap();
+    edited["spec"]["blocks"] = json!([{"cidr": "198.51.100.2/32"}]);
+    kube.insert_pool("p", edited);
+    kube.record_snapshots();
+    let _ = reconciler.repair("p").await;
+    assert!(
+        !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.1/32"),
+        "the repair wrote back an address the foreign pool covers"
+    );
+    assert_eq!(
+        cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]),
+        BTreeSet::from(["198.51.100.2/32".to_owned()])
+    );
+}
+
+/// A managed pool that holds a wider CIDR or a range (adopted from a
+/// hand-written pool) holds every address in it: another managed pool never
+/// takes one of them while it does, even when that pool is not written in
+/// the cycle.
+#[tokio::test]
+async fn ranges_held_by_another_managed_pool_are_never_overlapped() {
+    let pools = json!([
+        {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
+        {"Name": "a", "LabelSelector": "role=a", "Addresses": ["private-ipv4"],
+         "PrivateNetwork": "gone", "MaxRemovalRatio": 1},
+    ]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.record_snapshots();
+    kube.insert_pool(
+        "a",
+        pool_object(
+            "a",
+            json!([{"cidr": "198.51.100.0/28"}, {"start": "203.0.113.1", "stop": "203.0.113.9"}]),
+            false,
+        ),
+    );
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.5").with_label("role", "b"),
+        FakeServer::new(2, "203.0.113.5").with_label("role", "b"),
+        FakeServer::new(3, "192.0.2.1").with_label("role", "b"),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    assert_eq!(
+        outcomes[1].result.as_ref().unwrap_err().metric_label(),
+        "network_missing"
+    );
+    assert_eq!(
+        ever_in(&kube.take_snapshots(), "b"),
+        BTreeSet::from(["192.0.2.1/32".to_owned()]),
+        "pool b took an address pool a's blocks cover"
+    );
+    let b = outcomes[0].result.as_ref().unwrap();
+    let withheld: BTreeSet<(String, String)> = b
+        .withheld
+        .iter()
+        .map(|w| (w.address.to_string(), w.by.clone()))
+        .collect();
+    assert_eq!(
+        withheld,
+        BTreeSet::from([
+            ("198.51.100.5".to_owned(), "a".to_owned()),
+            ("203.0.113.5".to_owned(), "a".to_owned()),
+        ])
+    );
+}
+
+/// An address that is already live in two managed pools stays in the one
+/// that wants it: taking it out there, even for a moment, would take it
+/// from the Service that holds it.
+#[tokio::test]
+async fn an_address_live_in_two_pools_stays_in_the_one_that_wants_it() {
+    let pools = json!([
+        {"Name": "a", "LabelSelector": "role in (a,ab)", "MaxRemovalRatio": 1},
+        {"Name": "b", "LabelSelector": "role in (b,ab)", "MaxRemovalRatio": 1},
+    ]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.insert_pool(
+        "a",
+        pool_object(
+            "a",
+            json!([{"cidr": "198.51.100.1/32"}, {"cidr": "198.51.100.2/32"}]),
+            false,
+        ),
+    );
+    kube.insert_pool(
+        "b",
+        pool_object("b", json!([{"cidr": "198.51.100.1/32"}]), false),
+    );
+    kube.record_snapshots();
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1").with_label("role", "ab"),
+        FakeServer::new(2, "198.51.100.2").with_label("role", "a"),
+        FakeServer::new(3, "198.51.100.3").with_label("role", "b"),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
+    for snapshot in kube.take_snapshots() {
+        assert!(
+            cidrs(&snapshot["a"]).contains("198.51.100.1/32"),
+            "pool a let go of .1, which it wants and holds: {snapshot:?}"
+        );
+    }
+    assert_eq!(
+        cidrs(&kube.pool("b").unwrap()["spec"]["blocks"]),
+        BTreeSet::from(["198.51.100.3/32".to_owned()])
+    );
+}
+
+/// Until the Node watch has listed the Nodes, no address is added: a Node
+/// labelled out (a kubeadm control plane) or tainted by the autoscaler
+/// would otherwise be added at every start and removed a listing later.
+#[tokio::test]
+async fn no_address_is_added_before_the_node_list_is_complete() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node"}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.record_snapshots();
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1"),
+        FakeServer::new(2, "198.51.100.2"),
+    ]);
+    let nodes = |complete| {
+        NodeView::new(
+            [1, 2].map(|id| NodeFacts {
+                name: format!("node-{id}"),
+                server_id: Some(id),
+                exclude_label: id == 2,
+                ready: true,
+                ..NodeFacts::default()
+            }),
+            complete,
+        )
+    };
+    reconciler.set_nodes(NodeView::new([], false));
+    let _ = reconciler.full(&settings).await;
+    assert!(
+        kube.take_snapshots().is_empty(),
+        "a pool was written before the Nodes were known"
+    );
+    reconciler.set_nodes(nodes(true));
+    reconciler.full(&settings).await.unwrap();
+    assert_eq!(
+        ever_in(&kube.take_snapshots(), "p"),
+        BTreeSet::from(["198.51.100.1/32".to_owned()])
+    );
+}
+
+/// Two pools that want each other's addresses and hold nothing else cannot
+/// let go first (a pool is never written empty): the refusal says so and
+/// how to end it.
+#[tokio::test]
+async fn two_pools_that_swap_addresses_are_told_how_to_end_it() {
+    let pools = json!([
+        {"Name": "a", "LabelSelector": "role=a", "MaxRemovalRatio": 1},
+        {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
+    ]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.insert_pool(
+        "a",
+        pool_object("a", json!([{"cidr": "198.51.100.1/32"}]), false),
+    );
+    kube.insert_pool(
+        "b",
+        pool_object("b", json!([{"cidr": "198.51.100.2/32"}]), false),
+    );
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1").with_label("role", "b"),
+        FakeServer::new(2, "198.51.100.2").with_label("role", "a"),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    for outcome in &outcomes {
+        let error = outcome.result.as_ref().unwrap_err().to_string();
+        assert!(
+            error.contains("swap") && error.contains("kubectl delete ciliumloadbalancerippool"),
+            "{error}"
+        );
+    }
+}
