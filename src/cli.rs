@@ -91,6 +91,17 @@ pub async fn run(cli: Cli) -> ExitCode {
     );
 
     if cli.once {
+        // No watch: the Nodes are listed once, before anything is decided.
+        // Without that list nothing is added (removals still go).
+        if settings.operate.watch_nodes {
+            match run::nodes::list_once(reconciler.pools().client().clone()).await {
+                Ok(nodes) => reconciler.set_nodes(nodes),
+                Err(e) => {
+                    warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");
+                    reconciler.set_nodes(NodeView::new([], false));
+                }
+            }
+        }
         let outcomes = match bounded(reconciler.full(&settings)).await {
             Ok(outcomes) => outcomes,
             Err(e) => {

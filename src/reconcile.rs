@@ -2,7 +2,7 @@
 //! pools (`members`) → render each pool → guards → apply what changed,
 //! never putting an address into two pools → report per pool.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -14,14 +14,16 @@ use kube::core::ApiResource;
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings, TokenError};
 use crate::hetzner::{FloatingIp, HetznerClient, HetznerError, Network, Server};
 use crate::members::{
-    members, write_target, Claimed, Contributions, Excluded, ForeignPools, Listed, Members,
-    NodeView, Unhealthy,
+    members, Claimed, Contributions, Excluded, Listed, Members, NodeView, Unhealthy,
 };
 use crate::pool::api::{PoolApiError, PoolClient};
+use crate::pool::gate::{self, Additions, Approved, Gate, WithheldReason};
 use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
 use crate::pool::{
     self, DesiredPool, LiveAddresses, Pool, PoolConflict, PoolDiff, PoolTemplate, WriteReason,
 };
+
+pub use crate::pool::gate::Withheld;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -111,18 +113,6 @@ pub struct CycleReport {
     /// Addresses not added because another pool covers them, or holds them
     /// until it lets go of them.
     pub withheld: Vec<Withheld>,
-}
-
-/// An address a pool wants but is not written with (yet).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Withheld {
-    pub address: IpAddr,
-    /// The pool that has it.
-    pub by: String,
-    /// That pool is not one of ours: the address is not added while it
-    /// covers it. Otherwise one of ours still holds it and lets go of it in
-    /// this cycle or a later one.
-    pub foreign: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -379,9 +369,6 @@ struct Planned {
     live: Option<Pool>,
     /// `live`'s addresses, read once.
     live_addresses: LiveAddresses,
-    /// The pool was read: `live_addresses` is what it holds. When a
-    /// managed pool could not be read, no other pool adds an address.
-    known: bool,
     /// Reported as an outcome (a Node change skips pools it cannot touch).
     reported: bool,
     failed: Option<ReconcileError>,
@@ -412,7 +399,9 @@ impl Reconciler {
             pools,
             state: BTreeMap::new(),
             last_listing: None,
-            nodes: NodeView::default(),
+            // As with the Node watch off: no Node, and none to wait for. The
+            // controller loop sets what its watch knows before each cycle.
+            nodes: NodeView::new([], true),
             unhealthy: Unhealthy::default(),
             confirm_after: Duration::ZERO,
         }
@@ -566,8 +555,10 @@ impl Reconciler {
         kind: CycleKind,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
-        let foreign =
-            ForeignPools::new(&self.pools.list_others(resource, &managed).await?, &managed);
+        // One read of every pool, ours and the others, enabled or not: what
+        // the gate decides every write of this cycle from.
+        let mut all = self.pools.list_all(resource).await?;
+        let gate = Gate::new(&managed, &all, self.additions());
         self.state
             .retain(|name, _| managed.contains(&name.as_str()));
         let summary = |members: &Members| ListingSummary {
@@ -596,29 +587,16 @@ impl Reconciler {
             for claimed in &members.claimed {
                 tracing::warn!(pool = %pool.name, address = %claimed.address, earlier_pool = %claimed.by, "address left to an earlier pool in Pools; an address may be in one pool only");
             }
+            let live = take_pool(&mut all, &pool.name);
             let mut entry = Planned {
                 index,
                 report,
                 wanted: None,
-                live: None,
-                live_addresses: LiveAddresses::default(),
-                known: false,
+                live_addresses: live.as_ref().map(pool::live_addresses).unwrap_or_default(),
+                live,
                 reported: true,
                 failed: None,
             };
-            // Every managed pool is read, also one that will not be written:
-            // what it holds is what the others may not add.
-            let live = match self.pools.get(resource, &listed.name).await {
-                Ok(live) => live,
-                Err(e) => {
-                    entry.failed = Some(e.into());
-                    planned.push(entry);
-                    continue;
-                }
-            };
-            entry.known = true;
-            entry.live_addresses = live.as_ref().map(pool::live_addresses).unwrap_or_default();
-            entry.live = live;
             if kind == CycleKind::Nodes && self.last_desired(&pool.name).is_none() {
                 // Not written in this term: a Node change has nothing to
                 // remove from it, and nothing to report.
@@ -638,7 +616,8 @@ impl Reconciler {
             entry.wanted = Some(wanted);
             planned.push(entry);
         }
-        self.write_planned(&mut planned, resource, &foreign).await;
+        drop(all);
+        self.write_planned(&mut planned, resource, gate).await;
         Ok(planned
             .into_iter()
             .filter(|entry| entry.reported)
@@ -692,199 +671,186 @@ impl Reconciler {
         }
     }
 
-    /// Writes the planned pools so that no address is ever in two pools:
-    /// each pool first gets what no other pool holds; a second pass adds
-    /// what another pool let go of in the first.
+    /// Writes the planned pools, each through the gate, so that no address
+    /// is ever in two pools: a pool first gets what no other pool holds;
+    /// further passes add what another pool let go of, while writes let go
+    /// of something (at most one pass per pool, and one more).
     async fn write_planned(
         &mut self,
         planned: &mut [Planned],
         resource: &ApiResource,
-        foreign: &ForeignPools,
+        mut gate: Gate,
     ) {
-        // One pool and no other pool in the cluster: nothing to keep apart,
-        // and nothing to copy (the 10,000-address case of the benchmark).
-        let alone = planned.len() == 1 && foreign.pools() == 0;
-        // A managed pool that could not be read may hold anything: until it
-        // can, the others only keep or remove.
-        let blind = planned.iter().any(|p| !p.known);
-        let unreadable: String = planned
-            .iter()
-            .filter(|p| !p.known)
-            .map(|p| p.report.pool.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let names: Vec<String> = planned.iter().map(|p| p.report.pool.clone()).collect();
-        // What each managed pool holds (or may hold, after a failed write).
-        let mut holds: Vec<BTreeSet<IpAddr>> = if alone {
-            Vec::new()
-        } else {
-            planned
-                .iter()
-                .map(|p| p.live_addresses.addresses.clone())
-                .collect()
-        };
-        for pass in 0..2 {
-            for i in 0..planned.len() {
-                let entry = &mut planned[i];
-                if entry.failed.is_some() || (pass == 1 && entry.report.withheld.is_empty()) {
+        let mut refused: Vec<Option<Refusal>> = vec![None; planned.len()];
+        let mut attempted = vec![false; planned.len()];
+        for pass in 0..=planned.len() {
+            let mut released = false;
+            for (i, entry) in planned.iter_mut().enumerate() {
+                let waiting = entry
+                    .report
+                    .withheld
+                    .iter()
+                    .any(|w| w.reason == WithheldReason::OtherPool);
+                if entry.failed.is_some() || (pass > 0 && !waiting) {
                     continue;
                 }
-                let desired = if alone {
-                    match entry.wanted.take() {
-                        Some(wanted) => wanted,
-                        None => continue,
-                    }
-                } else {
-                    let Some(wanted) = entry.wanted.as_ref() else {
-                        continue;
-                    };
-                    let others: BTreeSet<IpAddr> = holds
-                        .iter()
-                        .enumerate()
-                        .filter(|(j, _)| *j != i)
-                        .flat_map(|(_, h)| h.iter().copied())
-                        .collect();
-                    let wanted_set: BTreeSet<IpAddr> = wanted.addresses.iter().copied().collect();
-                    let mut target = write_target(&wanted_set, &holds[i], &others, foreign);
-                    if blind {
-                        target.retain(|a| holds[i].contains(a));
-                    }
-                    entry.report.withheld = wanted_set
-                        .difference(&target)
-                        .map(|address| {
-                            let ours = holds
-                                .iter()
-                                .enumerate()
-                                .find(|(j, h)| *j != i && h.contains(address))
-                                .map(|(j, _)| names[j].clone());
-                            let theirs = foreign.covering(*address).map(str::to_owned);
-                            match (ours, theirs) {
-                                (Some(by), _) => Withheld {
-                                    address: *address,
-                                    by,
-                                    foreign: false,
-                                },
-                                (None, Some(by)) => Withheld {
-                                    address: *address,
-                                    by,
-                                    foreign: true,
-                                },
-                                // Withheld because a pool of ours could not be read.
-                                (None, None) => Withheld {
-                                    address: *address,
-                                    by: unreadable.clone(),
-                                    foreign: false,
-                                },
-                            }
-                        })
-                        .collect();
-                    let mut desired = wanted.clone();
-                    desired.addresses = target.into_iter().collect();
-                    desired
+                let Some(wanted) = entry.wanted.as_ref() else {
+                    continue;
                 };
-                if desired.addresses.is_empty() {
-                    // Everything it wants is in other pools: an empty pool is
-                    // never written. Refused below unless the second pass
-                    // finds some of it released.
-                    continue;
-                }
+                let verdict = gate.decide(i, wanted);
+                entry.report.withheld = verdict.withheld;
+                let approved = match verdict.write {
+                    Ok(approved) => approved,
+                    Err(refusal) => {
+                        refused[i] = Some(refusal);
+                        continue;
+                    }
+                };
+                refused[i] = None;
                 // Remember the pool before writing: a failed write must not
                 // make a later repair fall back to an older listing.
                 self.state
-                    .entry(desired.name.clone())
+                    .entry(approved.pool().name.clone())
                     .or_default()
-                    .last_desired = Some(desired.clone());
-                let live_addresses = if pass == 0 {
-                    std::mem::take(&mut entry.live_addresses)
-                } else {
+                    .last_desired = Some(approved.pool().clone());
+                let live_addresses = if attempted[i] {
                     entry
                         .live
                         .as_ref()
                         .map(pool::live_addresses)
                         .unwrap_or_default()
+                } else {
+                    std::mem::take(&mut entry.live_addresses)
                 };
                 let result = self
                     .converge(
                         resource,
-                        &desired,
+                        &approved,
                         entry.live.take(),
                         &live_addresses,
                         entry.report.kind,
                     )
                     .await;
-                let target: BTreeSet<IpAddr> = if alone {
-                    BTreeSet::new()
-                } else {
-                    desired.addresses.iter().copied().collect()
-                };
                 match result {
                     Ok((report, live)) => {
+                        released |= gate.record(&approved, true);
                         entry.report.addresses = report.addresses;
                         entry.report.written = report.written.or(entry.report.written);
-                        if pass == 0 || report.written.is_some() {
-                            entry.report.diff = merge_diff(&entry.report.diff, report.diff, pass);
+                        if !attempted[i] || report.written.is_some() {
+                            entry.report.diff =
+                                merge_diff(&entry.report.diff, report.diff, attempted[i]);
                         }
                         entry.live = live;
-                        if !alone {
-                            holds[i] = target;
-                        }
                     }
                     Err(e) => {
-                        if !alone {
-                            holds[i].extend(target);
-                        }
+                        gate.record(&approved, false);
                         entry.failed = Some(e);
                     }
                 }
+                attempted[i] = true;
+            }
+            if !released {
+                break;
             }
         }
-        // A pool all of whose addresses are in other pools was not written:
-        // say so rather than report a success with stale addresses.
-        for entry in planned.iter_mut() {
-            let wanted = entry.wanted.as_ref().map_or(0, |w| w.addresses.len());
-            if entry.failed.is_none() && wanted > 0 && entry.report.withheld.len() == wanted {
-                let mut by: Vec<String> =
-                    entry.report.withheld.iter().map(|w| w.by.clone()).collect();
-                by.sort();
-                by.dedup();
-                entry.failed = Some(ReconcileError::Refused(Refusal::AllWithheld {
-                    addresses: wanted,
-                    pools: by.join(", "),
-                }));
+        // The refusals that stood; pools that wait for each other are named.
+        let stuck: Vec<(String, Vec<String>)> = planned
+            .iter()
+            .zip(&refused)
+            .filter(|(_, r)| matches!(r, Some(Refusal::AllWithheld { .. })))
+            .map(|(entry, _)| {
+                let by = entry
+                    .report
+                    .withheld
+                    .iter()
+                    .filter(|w| w.reason == WithheldReason::OtherPool)
+                    .map(|w| w.by.clone())
+                    .collect();
+                (entry.report.pool.clone(), by)
+            })
+            .collect();
+        let circles = gate::swaps(&stuck);
+        let names: Vec<String> = planned.iter().map(|p| p.report.pool.clone()).collect();
+        for (entry, refusal) in planned.iter_mut().zip(refused) {
+            let Some(refusal) = refusal else { continue };
+            if entry.failed.is_some() {
+                continue;
             }
+            let refusal = match circles.iter().find(|c| c.contains(&entry.report.pool)) {
+                Some(circle) => Refusal::Swap {
+                    pools: circle.join(", "),
+                    // The latest in `Pools`: the one that gives way.
+                    first: names
+                        .iter()
+                        .rev()
+                        .find(|n| circle.contains(n))
+                        .cloned()
+                        .unwrap_or_default(),
+                },
+                None => refusal,
+            };
+            entry.failed = Some(ReconcileError::Refused(refusal));
         }
     }
 
-    /// Re-applies what `pool` was last written with; `None` when this term
-    /// has no listing yet (the caller then runs a full cycle).
-    pub async fn repair(&mut self, pool: &str) -> Result<Option<CycleReport>, ReconcileError> {
-        let Some(desired) = self.last_desired(pool).cloned() else {
+    /// Re-applies what `pool` was last written with, through the gate and
+    /// a fresh read of every pool (an address a foreign pool covers now is
+    /// not written back); `None` when this term has no listing yet (the
+    /// caller then runs a full cycle).
+    pub async fn repair(
+        &mut self,
+        settings: &Settings,
+        pool: &str,
+    ) -> Result<Option<CycleReport>, ReconcileError> {
+        let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+        let (Some(desired), Some(index)) = (
+            self.last_desired(pool).cloned(),
+            managed.iter().position(|m| *m == pool),
+        ) else {
             return Ok(None);
         };
         let resource = self.pools.resource().await?;
-        let live = self.pools.get(&resource, &desired.name).await?;
+        let mut all = self.pools.list_all(&resource).await?;
+        let gate = Gate::new(&managed, &all, self.additions());
+        let live = take_pool(&mut all, pool);
+        drop(all);
+        let verdict = gate.decide(index, &desired);
+        let approved = verdict.write?;
+        self.state.entry(pool.to_owned()).or_default().last_desired = Some(approved.pool().clone());
         let live_addresses = live.as_ref().map(pool::live_addresses).unwrap_or_default();
         let (mut report, _) = self
             .converge(
                 &resource,
-                &desired,
+                &approved,
                 live,
                 &live_addresses,
                 CycleKind::Repair,
             )
             .await?;
+        report.withheld = verdict.withheld;
         report.held = self.state.get(pool).and_then(|s| s.held.clone());
         Ok(Some(report))
+    }
+
+    /// Whether this cycle may add addresses: not before the Node watch has
+    /// listed the Nodes (a Node may leave its server out).
+    fn additions(&self) -> Additions {
+        if self.nodes.complete {
+            Additions::Allowed
+        } else {
+            Additions::NodesUnknown
+        }
     }
 
     async fn converge(
         &self,
         resource: &ApiResource,
-        desired: &DesiredPool,
+        approved: &Approved,
         live: Option<Pool>,
         live_addresses: &LiveAddresses,
         kind: CycleKind,
     ) -> Result<(CycleReport, Option<Pool>), ReconcileError> {
+        let desired = approved.pool();
         let reason = pool::write_reason(live.as_ref(), desired);
         let diff = pool::diff(Some(live_addresses), desired);
         let report = CycleReport {
@@ -898,7 +864,7 @@ impl Reconciler {
         };
         match reason {
             Some(_) => {
-                let written = self.pools.apply(resource, desired).await?;
+                let written = self.pools.apply(resource, approved).await?;
                 Ok((report, Some(written)))
             }
             None => {
@@ -913,9 +879,17 @@ impl Reconciler {
     }
 }
 
+/// Takes the pool named `name` out of a read of every pool.
+fn take_pool(all: &mut Vec<Pool>, name: &str) -> Option<Pool> {
+    let at = all
+        .iter()
+        .position(|p| p.metadata.name.as_deref() == Some(name))?;
+    Some(all.swap_remove(at))
+}
+
 /// The diff of a second write joined to the first's.
-fn merge_diff(first: &PoolDiff, second: PoolDiff, pass: usize) -> PoolDiff {
-    if pass == 0 {
+fn merge_diff(first: &PoolDiff, second: PoolDiff, merge: bool) -> PoolDiff {
+    if !merge {
         return second;
     }
     let mut merged = first.clone();

@@ -285,51 +285,6 @@ async fn a_409_conflict_on_the_write_leaves_the_pool_and_is_retried() {
 }
 
 #[tokio::test]
-async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
-    let hetzner = hetzner_with(3).await;
-    let kube = FakeKube::new(&["v2"]);
-    let running = start(&hetzner, &kube, quick_options(&hetzner), DEADLINE);
-    running.wait_healthy("pool established").await;
-    wait_pool(&kube, "pool established", &cidrs(3)).await;
-
-    // Hetzner's answer changes first, and is written, so every later cycle
-    // lists the same four servers and has nothing to write.
-    hetzner.set_servers(numbered_servers(4));
-    wait_pool(&kube, "four servers", &cidrs(4)).await;
-    let writes = kube.writes().len();
-
-    // A mark of another manager: gone once the object was deleted and
-    // recreated. The next cycle's GET sees the pool, then it is deleted.
-    let mut pool = kube.pool(POOL).unwrap();
-    pool["metadata"]["annotations"]["example.com/marker"] = json!("before the delete");
-    kube.insert_pool(POOL, pool);
-    kube.delete_pool_after_next_get();
-    let deadline = Instant::now() + DEADLINE;
-    while kube.pool(POOL).is_none_or(|p| {
-        p["metadata"]["annotations"]
-            .get("example.com/marker")
-            .is_some()
-    }) {
-        assert!(Instant::now() < deadline, "the pool was never recreated");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    running.wait_healthy("after the delete").await;
-    // Exactly one write recreated it, and it carried the whole pool.
-    let after = kube.writes();
-    assert_eq!(after.len(), writes + 1, "one write recreates the pool");
-    let last = after.last().unwrap();
-    assert_eq!(
-        last.body.as_ref().unwrap()["spec"]["blocks"]
-            .as_array()
-            .unwrap()
-            .len(),
-        4
-    );
-    assert_eq!(pool_ips(&kube), cidrs(4));
-    assert_no_empty_write(&kube);
-}
-
-#[tokio::test]
 async fn a_pool_cilium_marks_as_conflicting_fails_health_and_names_the_problem() {
     let hetzner = hetzner_with(3).await;
     let kube = FakeKube::new(&["v2"]);

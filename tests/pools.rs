@@ -113,8 +113,13 @@ struct Step {
     servers: Vec<Spec>,
     /// A Node change applied to the last listing, instead of a listing.
     nodes_only: bool,
-    /// The next write fails (500).
+    /// The next write fails (500): not done, or (`lost`) done but the
+    /// answer lost, so the controller cannot tell which.
     fail_a_write: bool,
+    lost: bool,
+    /// Before the step, someone takes an address out of pool a by hand and
+    /// the repair that follows runs.
+    edit_and_repair: bool,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -122,12 +127,18 @@ fn step() -> impl Strategy<Value = Step> {
         prop::collection::vec(spec(), 0..7),
         prop::bool::weighted(0.3),
         prop::bool::weighted(0.3),
+        any::<bool>(),
+        prop::bool::weighted(0.2),
     )
-        .prop_map(|(servers, nodes_only, fail_a_write)| Step {
-            servers,
-            nodes_only,
-            fail_a_write,
-        })
+        .prop_map(
+            |(servers, nodes_only, fail_a_write, lost, edit_and_repair)| Step {
+                servers,
+                nodes_only,
+                fail_a_write,
+                lost,
+                edit_and_repair,
+            },
+        )
 }
 
 fn address(n: u8) -> String {
@@ -142,13 +153,21 @@ async fn run(
 ) -> Result<usize, TestCaseError> {
     let kube = FakeKube::new(&["v2"]);
     kube.record_snapshots();
-    // Someone else's pool covers .5 from the start.
+    // Someone else's pool covers .5 from the start, and a disabled one
+    // (Cilium counts it all the same) the range .6-.7.
     kube.insert_pool(
         "theirs",
-        json!({"apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
-               "metadata": {"name": "theirs", "resourceVersion": "1"},
-               "spec": {"blocks": [{"cidr": "198.51.100.5/32"}]}}),
+        pool_object("theirs", json!([{"cidr": "198.51.100.5/32"}]), false),
     );
+    kube.insert_pool(
+        "old",
+        pool_object(
+            "old",
+            json!([{"start": "198.51.100.6", "stop": "198.51.100.7"}]),
+            true,
+        ),
+    );
+    let foreign = ["198.51.100.5", "198.51.100.6", "198.51.100.7"];
     let pools = json!([
         {"Name": "a", "LabelSelector": "tier in (a,ab)", "MaxRemovalRatio": ratios.0},
         {"Name": "b", "LabelSelector": "tier in (b,ab)", "MaxRemovalRatio": ratios.1},
@@ -197,8 +216,23 @@ async fn run(
             true,
         );
         reconciler.set_nodes(nodes);
-        if step.fail_a_write {
-            kube.fail_next_patch(500);
+        if step.edit_and_repair {
+            if let Some(mut edited) = kube.pool("a") {
+                let blocks = edited["spec"]["blocks"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                if blocks.len() > 1 {
+                    edited["spec"]["blocks"] = Value::Array(blocks[1..].to_vec());
+                    kube.insert_pool("a", edited);
+                    let _ = reconciler.repair(&settings, "a").await;
+                }
+            }
+        }
+        match (step.fail_a_write, step.lost) {
+            (true, false) => kube.fail_next_patch(500),
+            (true, true) => kube.lose_next_patch_answer(500),
+            _ => {}
         }
         if step.nodes_only {
             let _ = reconciler.nodes_changed(&settings).await;
@@ -215,10 +249,12 @@ async fn run(
                 };
                 let held = cidrs(blocks);
                 prop_assert!(!held.is_empty(), "pool {name} written empty: {snapshot:?}");
-                prop_assert!(
-                    !held.contains("198.51.100.5/32"),
-                    "pool {name} took the foreign pool's address: {snapshot:?}"
-                );
+                for address in foreign {
+                    prop_assert!(
+                        !held.contains(&format!("{address}/32")),
+                        "pool {name} took a foreign pool's address {address}: {snapshot:?}"
+                    );
+                }
                 for cidr in held {
                     if let Some(other) = seen.insert(cidr.clone(), name) {
                         prop_assert!(
@@ -595,7 +631,7 @@ async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
     edited["spec"]["blocks"] = json!([{"cidr": "198.51.100.2/32"}]);
     kube.insert_pool("p", edited);
     kube.record_snapshots();
-    let _ = reconciler.repair("p").await;
+    let _ = reconciler.repair(&settings, "p").await;
     assert!(
         !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.1/32"),
         "the repair wrote back an address the foreign pool covers"

@@ -318,7 +318,7 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
     hetzner.set_servers(numbered_servers(2));
     assert!(
         reconciler
-            .repair("covidnetes-pool")
+            .repair(&settings(&hetzner, &[]), "covidnetes-pool")
             .await
             .unwrap()
             .is_none(),
@@ -331,7 +331,11 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
     let mut edited = good.clone();
     edited["spec"]["blocks"] = json!([{"cidr": "6.6.6.6/32"}]);
     kube.insert_pool("covidnetes-pool", edited);
-    let report = reconciler.repair("covidnetes-pool").await.unwrap().unwrap();
+    let report = reconciler
+        .repair(&settings(&hetzner, &[]), "covidnetes-pool")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(report.kind, CycleKind::Repair);
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     assert_eq!(kube.pool("covidnetes-pool").unwrap()["spec"], good["spec"]);
@@ -391,7 +395,11 @@ async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
     let mut edited = kube.pool("covidnetes-pool").unwrap();
     edited["spec"]["blocks"] = json!([]);
     kube.insert_pool("covidnetes-pool", edited);
-    reconciler.repair("covidnetes-pool").await.unwrap().unwrap();
+    reconciler
+        .repair(&settings, "covidnetes-pool")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 41);
 
     let report = single(reconciler.full(&settings).await).unwrap();
@@ -479,10 +487,17 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
     edited["spec"]["blocks"] = json!([{"cidr": "6.6.6.6/32"}]);
     kube.insert_pool("covidnetes-pool", edited);
     kube.fail_next_patch(404);
-    reconciler.repair("covidnetes-pool").await.unwrap_err();
+    reconciler
+        .repair(&reloaded, "covidnetes-pool")
+        .await
+        .unwrap_err();
     kube.take_requests();
 
-    reconciler.repair("covidnetes-pool").await.unwrap().unwrap();
+    reconciler
+        .repair(&reloaded, "covidnetes-pool")
+        .await
+        .unwrap()
+        .unwrap();
     let writes = kube.writes();
     assert_eq!(writes.len(), 1, "{writes:?}");
     assert!(
@@ -491,4 +506,35 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
         writes[0].path
     );
     assert_eq!(kube.pool("covidnetes-pool").unwrap()["spec"], good["spec"]);
+}
+
+/// The pool is deleted after the cycle read it and before its write, in a
+/// cycle that has a write to do (a server joined): the write recreates it
+/// whole, with every address and nothing of the deleted object.
+#[tokio::test]
+async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    let settings = settings(&hetzner, &[]);
+    hetzner.set_servers(numbered_servers(3));
+    single(reconciler.full(&settings).await).unwrap();
+    // A mark of another manager: gone once the object was deleted.
+    let mut pool = kube.pool("covidnetes-pool").unwrap();
+    pool["metadata"]["annotations"]["example.com/marker"] = json!("before the delete");
+    kube.insert_pool("covidnetes-pool", pool);
+    let writes = kube.writes().len();
+
+    hetzner.set_servers(numbered_servers(4));
+    kube.delete_pool_after_next_read("covidnetes-pool");
+    let report = single(reconciler.full(&settings).await).unwrap();
+    assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
+    let after = kube.writes();
+    assert_eq!(after.len(), writes + 1, "one write");
+    let pool = kube.pool("covidnetes-pool").expect("recreated");
+    assert_eq!(addresses(&pool), 4, "{pool}");
+    assert!(
+        pool["metadata"]["annotations"]
+            .get("example.com/marker")
+            .is_none(),
+        "the pool was not deleted and recreated: {pool}"
+    );
 }

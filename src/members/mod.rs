@@ -2,20 +2,15 @@
 //! and the pools' renders. For every configured pool, in order, it takes the
 //! matching servers' addresses of the pool's kinds, leaves out the servers
 //! whose nodes must not take new traffic, and gives each address to at most
-//! one pool: an earlier pool keeps an address a later one would also get,
-//! and an address another (foreign) pool covers is never added. Pure: no
-//! I/O, the time comes in as an argument.
+//! one pool: an earlier pool keeps an address a later one would also get.
+//! What the pools in the cluster hold already is the write gate's concern
+//! (`pool::gate`). Pure: no I/O, the time comes in as an argument.
 //!
 //! - [`nodes`]: what the Kubernetes Nodes say about each server, and the
 //!   exclusion rules.
-//! - [`foreign`]: the blocks of the pools we do not manage.
-//! - [`write_target`]: what one pool may be written with now, so that no
-//!   write ever puts an address into two pools at once.
 
-pub mod foreign;
 pub mod nodes;
 
-pub use foreign::*;
 pub use nodes::*;
 
 use std::collections::{BTreeSet, HashMap};
@@ -365,30 +360,6 @@ fn addresses_of(
             }
         }
     }
-}
-
-/// What one pool may be written with now: its wanted addresses, less those
-/// another managed pool holds at the moment (`others`; they are added once
-/// that pool has let go of them, later in the same cycle or the next), and
-/// less those a foreign pool covers that the pool does not hold already
-/// (Cilium would disable one of the two; removing one it holds would take
-/// the address from its Service, so those stay and are reported).
-///
-/// Written pool by pool, these targets never put an address into two pools
-/// at once, whatever the order and whichever writes fail, as long as a
-/// failed write counts as possibly done (`live ∪ target`).
-pub fn write_target(
-    wanted: &BTreeSet<IpAddr>,
-    live: &BTreeSet<IpAddr>,
-    others: &BTreeSet<IpAddr>,
-    foreign: &ForeignPools,
-) -> BTreeSet<IpAddr> {
-    wanted
-        .iter()
-        .filter(|address| !others.contains(address))
-        .filter(|address| live.contains(address) || foreign.covering(**address).is_none())
-        .copied()
-        .collect()
 }
 
 #[cfg(test)]

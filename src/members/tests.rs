@@ -1,7 +1,6 @@
 use super::*;
 use crate::config::{NodeRules, PoolConfig, DEFAULT_IPV6_HOST_PART};
 use crate::hetzner::{Ipv6Net, PrivateNet, ServerStatus};
-use crate::pool::{Block, Pool};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -555,94 +554,6 @@ fn each_pool_keeps_its_own_unhealthy_clock() {
     assert_eq!(at(700, true), (true, true));
     assert_eq!(at(761, true), (false, true), "back in fast only");
     assert_eq!(at(1301, true), (false, false), "back in slow too");
-}
-
-fn foreign_pool(name: &str, blocks: &[Block], disabled: bool) -> Pool {
-    let mut pool = Pool::default();
-    pool.metadata.name = Some(name.into());
-    pool.spec.blocks = blocks.to_vec();
-    pool.spec.disabled = disabled.then_some(true);
-    pool
-}
-
-fn cidr(text: &str) -> Block {
-    Block {
-        cidr: Some(text.into()),
-        ..Block::default()
-    }
-}
-
-fn range_block(start: &str, stop: Option<&str>) -> Block {
-    Block {
-        start: Some(start.into()),
-        stop: stop.map(Into::into),
-        ..Block::default()
-    }
-}
-
-#[test]
-fn foreign_pools_cover_cidrs_and_ranges_of_both_families() {
-    let pools = [
-        foreign_pool(
-            "v4",
-            &[cidr("198.51.100.0/24"), cidr("192.0.2.7/32")],
-            false,
-        ),
-        foreign_pool(
-            "range",
-            &[range_block("203.0.113.10", Some("203.0.113.20"))],
-            false,
-        ),
-        foreign_pool("single", &[range_block("203.0.113.99", None)], false),
-        foreign_pool("v6", &[cidr("2001:db8:1::/64")], false),
-        foreign_pool("off", &[cidr("10.0.0.0/8")], true),
-        foreign_pool("ours", &[cidr("172.16.0.0/12")], false),
-        foreign_pool("broken", &[cidr("garbage"), cidr("1.2.3.4/33")], false),
-    ];
-    let foreign = ForeignPools::new(&pools, &["ours"]);
-    for (address, want) in [
-        ("198.51.100.0", Some("v4")),
-        ("198.51.100.255", Some("v4")),
-        ("198.51.101.0", None),
-        ("192.0.2.7", Some("v4")),
-        ("192.0.2.8", None),
-        ("203.0.113.10", Some("range")),
-        ("203.0.113.20", Some("range")),
-        ("203.0.113.21", None),
-        ("203.0.113.99", Some("single")),
-        ("2001:db8:1::1", Some("v6")),
-        ("2001:db8:2::1", None),
-        ("10.1.2.3", None),
-        ("172.16.0.1", None),
-    ] {
-        assert_eq!(foreign.covering(ip(address)), want, "{address}");
-    }
-    assert_eq!(
-        foreign.pools(),
-        5,
-        "disabled and managed pools do not count"
-    );
-}
-
-#[test]
-fn a_write_never_adds_what_another_pool_holds() {
-    let foreign = ForeignPools::new(
-        &[foreign_pool(
-            "theirs",
-            &[cidr("192.0.2.9/32"), cidr("192.0.2.1/32")],
-            false,
-        )],
-        &[],
-    );
-    let wanted = ips(&["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.9"]);
-    let live = ips(&["192.0.2.1"]);
-    let others = ips(&["192.0.2.3"]);
-    assert_eq!(
-        write_target(&wanted, &live, &others, &foreign),
-        ips(&["192.0.2.1", "192.0.2.2"]),
-        "2 is new and free; 3 is another managed pool's; 9 a foreign pool's; 1 overlaps a \
-         foreign pool but is ours already, and removing it would take it from its Service"
-    );
 }
 
 #[test]

@@ -7,8 +7,9 @@ use kube::core::ApiResource;
 use kube::Client;
 
 use crate::config::CiliumApiVersion;
+use crate::pool::gate::Approved;
 use crate::pool::object::Pool;
-use crate::pool::render::{DesiredPool, FIELD_MANAGER, POOL_GROUP, POOL_KIND};
+use crate::pool::render::{FIELD_MANAGER, POOL_GROUP, POOL_KIND};
 
 pub const POOL_PLURAL: &str = "ciliumloadbalancerippools";
 
@@ -212,33 +213,11 @@ impl PoolClient {
     }
 
     /// The live pool, or `None` when it does not exist.
-    pub async fn get(
-        &self,
-        resource: &ApiResource,
-        name: &str,
-    ) -> Result<Option<Pool>, PoolApiError> {
+    /// Every `CiliumLoadBalancerIPPool` in the cluster, ours and the others,
+    /// in one read: what the write gate decides from.
+    pub async fn list_all(&self, resource: &ApiResource) -> Result<Vec<Pool>, PoolApiError> {
         self.api(resource)
-            .get_opt(name)
-            .await
-            .map_err(|e| self.classify(resource, "get", name, e))
-    }
-
-    /// Every pool but those named in `managed` (a field selector; the
-    /// caller leaves out the managed ones again, whatever the answer), for
-    /// the overlap check. Needs `list` on every pool, not only ours.
-    pub async fn list_others(
-        &self,
-        resource: &ApiResource,
-        managed: &[&str],
-    ) -> Result<Vec<Pool>, PoolApiError> {
-        let selector = managed
-            .iter()
-            .map(|name| format!("metadata.name!={name}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let params = ListParams::default().fields(&selector);
-        self.api(resource)
-            .list(&params)
+            .list(&ListParams::default())
             .await
             .map(|list| list.items)
             .map_err(|e| self.classify(resource, "list", "*", e))
@@ -246,11 +225,13 @@ impl PoolClient {
 
     /// Server-side apply with `force`: creates the pool when missing, takes
     /// ownership of our fields, and leaves every other manager's fields alone.
+    /// Only a write the gate approved is sent.
     pub async fn apply(
         &self,
         resource: &ApiResource,
-        desired: &DesiredPool,
+        approved: &Approved,
     ) -> Result<Pool, PoolApiError> {
+        let desired = approved.pool();
         let manifest = desired.apply_body(&resource.api_version);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         self.api(resource)
@@ -270,7 +251,7 @@ impl PoolClient {
         error: kube::Error,
     ) -> PoolApiError {
         if let kube::Error::Api(status) = &error {
-            if status.code == 404 && verb != "get" {
+            if status.code == 404 {
                 self.lock().found = None;
                 return PoolApiError::CrdMissing {
                     tried: resource.api_version.clone(),

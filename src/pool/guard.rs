@@ -34,12 +34,31 @@ pub enum Refusal {
          refusing to write an empty pool, which would take every LoadBalancer IP away"
     )]
     AllWithheld { addresses: usize, pools: String },
+    #[error(
+        "pools {pools} want each other's addresses and hold nothing else; a pool is never \
+         written empty, so none of them can let go first. Delete one of them (kubectl delete \
+         ciliumloadbalancerippool {first}): its Services lose their addresses, as they would \
+         in the swap, and the next cycle writes both anew"
+    )]
+    Swap { pools: String, first: String },
+    #[error(
+        "the Node watch has not listed the Nodes yet, so none of the pool's {addresses} new \
+         address(es) is added (a Node may leave its server out); pool left unchanged until the \
+         Nodes are listed"
+    )]
+    NodesNotListed { addresses: usize },
+    #[error("nothing to write; refusing to write an empty pool")]
+    NothingToWrite,
 }
 
 impl Refusal {
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Refusal::EmptyPool { .. } | Refusal::AllWithheld { .. } => "empty_pool",
+            Refusal::EmptyPool { .. }
+            | Refusal::AllWithheld { .. }
+            | Refusal::Swap { .. }
+            | Refusal::NothingToWrite => "empty_pool",
+            Refusal::NodesNotListed { .. } => "nodes_unknown",
         }
     }
 }

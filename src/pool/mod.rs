@@ -7,21 +7,28 @@
 //!   (diff, write reason, Cilium's conflict condition). Pure.
 //! - `guard`: the guards on a desired pool (no empty pool, blocked
 //!   addresses, the shrink guard and its confirmation). Pure.
+//! - `ranges`: pool blocks as address ranges, as Cilium compares them.
+//! - `gate`: the one decision every write passes: what a pool may be
+//!   written with, given what every pool in the cluster holds. Pure.
 //! - `repairs`: the limiter that backs off when another writer keeps
 //!   changing the pool. Pure.
 //! - `api`: the Kubernetes side: API version discovery, GET and server-side
-//!   apply (`PoolClient`). The only part that does I/O.
+//!   LIST of every pool, and the server-side apply of an approved write
+//!   (`PoolClient`). The only part that does I/O.
 //!
 //! Nothing here lists Hetzner or decides when to run a cycle.
 
 pub(crate) mod api;
+pub mod gate;
 pub(crate) mod guard;
 pub(crate) mod object;
+pub(crate) mod ranges;
 pub(crate) mod render;
 pub(crate) mod repairs;
 
 pub use api::*;
 pub use guard::*;
 pub use object::*;
+pub use ranges::*;
 pub use render::*;
 pub use repairs::*;

@@ -229,7 +229,7 @@ impl EventPlanner {
                 report
                     .withheld
                     .iter()
-                    .filter(|w| w.foreign)
+                    .filter(|w| w.foreign())
                     .map(|w| (w.address, w.by.clone())),
             )
             .collect();

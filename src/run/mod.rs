@@ -34,6 +34,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
+use crate::pool::gate::WithheldReason;
 use crate::pool::repairs::{other_spec_writers, RepairLimiter};
 use crate::reconcile::{
     event_needs_repair, join, CycleKind, CycleReport, PoolOutcome, ReconcileError, Reconciler,
@@ -85,6 +86,9 @@ impl LoopTimings {
         self.cycle_timeout + self.heartbeat * 6
     }
 }
+
+/// How long a full cycle waits for the Node watch's first list.
+const NODE_LIST_WAIT: Duration = Duration::from_secs(10);
 
 /// When to try again after `failures` failed cycles in a row.
 pub fn retry_after(failures: u32, base: Duration, interval: Duration) -> Duration {
@@ -275,6 +279,10 @@ impl Controller {
                     trigger = Trigger::Interval;
                     self.reconciler
                         .set_confirm_after(self.timings.confirm_delay.min(self.interval()));
+                    // Nothing is added before the Nodes are listed: wait
+                    // for that list a little (then removals go on anyway,
+                    // and the list, when it comes, brings a listing).
+                    ops.nodes_listed(NODE_LIST_WAIT).await;
                     self.reconciler.set_nodes(ops.node_view());
                     let started = Instant::now();
                     // Lost leadership mid-cycle: the leader arm takes over.
@@ -511,7 +519,19 @@ impl Controller {
             self.metrics.record_cycle(pool, kind, result);
             match result {
                 Ok(report) => {
-                    let notice = report.held.as_ref().map(|held| held.describe());
+                    let waiting = report
+                        .withheld
+                        .iter()
+                        .filter(|w| w.reason == WithheldReason::NodesUnknown)
+                        .count();
+                    let notice = report.held.as_ref().map(|held| held.describe()).or_else(|| {
+                        (waiting > 0).then(|| {
+                            format!(
+                                "the Node watch has not listed the Nodes yet: {waiting} \
+                                 address(es) are added once it has"
+                            )
+                        })
+                    });
                     self.health.record_success(pool, report.addresses, notice);
                 }
                 Err(e) => self.health.record_failure(pool, e.to_string()),
@@ -542,7 +562,7 @@ impl Controller {
                 Work::Repair(pools) => {
                     let mut outcomes = Vec::with_capacity(pools.len());
                     for pool in pools {
-                        let result = match self.reconciler.repair(&pool).await {
+                        let result = match self.reconciler.repair(&settings, &pool).await {
                             Ok(Some(report)) => Ok(report),
                             // No listing in this term: a full cycle instead.
                             Ok(None) => return self.reconciler.full(&settings).await,

@@ -63,8 +63,8 @@ fn addresses(node: &Node) -> Vec<String> {
 
 /// Folds one watch event into `known`; returns the change worth a refresh.
 /// `relist` collects a (re)list between `Init` and `InitDone`; `initialised`
-/// tells whether a first list completed (changes before it are the start-up
-/// state, which the first cycle already covers).
+/// tells whether a first list completed (the first list itself is a
+/// change: cycles before it added nothing).
 fn fold(
     event: Event<Node>,
     known: &mut Known,
@@ -84,7 +84,14 @@ fn fold(
         }
         Event::InitDone => {
             let fresh = relist.take().unwrap_or_default();
-            let change = if *initialised && fresh != *known {
+            let change = if !*initialised {
+                // The first list: until now no address could be added (a
+                // Node may leave its server out), so a listing is due.
+                Some(NodeChange {
+                    node: format!("{} node(s)", fresh.len()),
+                    what: "listed for the first time",
+                })
+            } else if fresh != *known {
                 Some(NodeChange {
                     node: describe_difference(known, &fresh),
                     what: "changed while the watch was reconnecting",
@@ -139,6 +146,15 @@ fn describe_difference(before: &Known, after: &Known) -> String {
         .collect();
     names.truncate(5);
     names.join(",")
+}
+
+/// Lists every Node once, for `--once` (which runs no watch): the view the
+/// node rules read, complete.
+pub async fn list_once(client: Client) -> Result<NodeView, kube::Error> {
+    let nodes = Api::<Node>::all(client)
+        .list(&kube::api::ListParams::default())
+        .await?;
+    Ok(NodeView::new(nodes.items.iter().map(NodeFacts::of), true))
 }
 
 /// Watches every Node until the receiver is dropped. Changes are coalesced:

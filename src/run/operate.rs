@@ -131,6 +131,16 @@ impl Operations {
         }
     }
 
+    /// Waits until the Node watch has listed the Nodes, at most `bound`
+    /// (at once when it has, or when the watch is off). A cycle before
+    /// that adds nothing, so the first one of a term waits a little.
+    pub async fn nodes_listed(&self, bound: Duration) {
+        if let Some(view) = &self.node_view {
+            let mut view = view.clone();
+            let _ = tokio::time::timeout(bound, view.wait_for(|v| v.complete)).await;
+        }
+    }
+
     /// The event planner of `pool`.
     pub fn planner(&mut self, pool: &str) -> &mut EventPlanner {
         self.planners.entry(pool.to_owned()).or_default()

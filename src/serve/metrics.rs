@@ -20,6 +20,7 @@ use prometheus_client::registry::Registry;
 
 use crate::hetzner::{RequestObserver, RequestOutcome, SkipReason};
 use crate::members::Exclusion;
+use crate::pool::gate::WithheldReason;
 use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
@@ -172,7 +173,12 @@ pub struct Metrics {
 }
 
 /// The reasons of `addresses_withheld`.
-const WITHHELD_REASONS: [&str; 3] = ["earlier_pool", "other_pool", "foreign_pool"];
+const WITHHELD_REASONS: [&str; 4] = [
+    "earlier_pool",
+    "other_pool",
+    "foreign_pool",
+    "nodes_unknown",
+];
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -566,11 +572,18 @@ impl Metrics {
                 })
                 .set(n as i64);
         }
-        let foreign = report.withheld.iter().filter(|w| w.foreign).count();
+        let withheld = |reason: WithheldReason| {
+            report
+                .withheld
+                .iter()
+                .filter(|w| w.reason == reason)
+                .count()
+        };
         let counts = [
             report.claimed.len(),
-            report.withheld.len() - foreign,
-            foreign,
+            withheld(WithheldReason::OtherPool),
+            withheld(WithheldReason::ForeignPool),
+            withheld(WithheldReason::NodesUnknown),
         ];
         for (reason, n) in WITHHELD_REASONS.into_iter().zip(counts) {
             self.addresses_withheld

@@ -36,11 +36,15 @@ struct State {
     patch_status: Option<u16>,
     /// Fails only the next PATCH with this status.
     next_patch_status: Option<u16>,
+    /// The next PATCH is applied, then answered with this status (the API
+    /// server committed it, the answer was lost).
+    next_patch_lost: Option<u16>,
     /// Events created by the controller, oldest first.
     events: Vec<Value>,
     /// Delete the pool right after serving the next GET of it (a delete
     /// that lands between the controller's read and its write).
-    delete_after_get: bool,
+    /// A pool deleted right after the next read (GET or LIST) is answered.
+    delete_after_read: Option<String>,
     /// Every pool's `spec.blocks` after each successful PATCH, in order,
     /// once [`FakeKube::record_snapshots`] asked for them.
     snapshots: Option<Vec<BTreeMap<String, Value>>>,
@@ -62,8 +66,9 @@ impl FakeKube {
                 requests: Vec::new(),
                 patch_status: None,
                 next_patch_status: None,
+                next_patch_lost: None,
                 events: Vec::new(),
-                delete_after_get: false,
+                delete_after_read: None,
                 snapshots: None,
             })),
         }
@@ -174,15 +179,21 @@ impl FakeKube {
         self.state.lock().unwrap().next_patch_status = Some(status);
     }
 
+    /// Applies the next PATCH, then answers it with this status: a write
+    /// that failed for the controller but happened.
+    pub fn lose_next_patch_answer(&self, status: u16) {
+        self.state.lock().unwrap().next_patch_lost = Some(status);
+    }
+
     /// The recorded requests, emptying the record (long runs stay bounded).
     pub fn take_requests(&self) -> Vec<RecordedRequest> {
         std::mem::take(&mut self.state.lock().unwrap().requests)
     }
 
-    /// The next GET of a pool is answered, then that pool is deleted: the
-    /// controller's following write finds it gone.
-    pub fn delete_pool_after_next_get(&self) {
-        self.state.lock().unwrap().delete_after_get = true;
+    /// The next read of the pools (a GET or a LIST) is answered, then pool
+    /// `name` is deleted: the controller's following write finds it gone.
+    pub fn delete_pool_after_next_read(&self, name: &str) {
+        self.state.lock().unwrap().delete_after_read = Some(name.to_owned());
     }
 
     fn handle(&self, request: RecordedRequest) -> (StatusCode, Option<Value>) {
@@ -205,8 +216,8 @@ impl FakeKube {
             ("GET", ["apis", "cilium.io", _, "ciliumloadbalancerippools", name]) => {
                 match state.pools.get(*name).cloned() {
                     Some(pool) => {
-                        if std::mem::take(&mut state.delete_after_get) {
-                            state.pools.remove(*name);
+                        if let Some(gone) = state.delete_after_read.take() {
+                            state.pools.remove(&gone);
                         }
                         (StatusCode::OK, Some(pool))
                     }
@@ -215,6 +226,9 @@ impl FakeKube {
             }
             ("GET", ["apis", "cilium.io", _, "ciliumloadbalancerippools"]) => {
                 let items: Vec<Value> = state.pools.values().cloned().collect();
+                if let Some(gone) = state.delete_after_read.take() {
+                    state.pools.remove(&gone);
+                }
                 let rv = state.resource_version.to_string();
                 (
                     StatusCode::OK,
@@ -250,6 +264,13 @@ impl FakeKube {
                     if let Some(snapshots) = state.snapshots.as_mut() {
                         snapshots.push(snapshot);
                     }
+                }
+                if let Some(status) = state.next_patch_lost.take() {
+                    let code = StatusCode::from_u16(status).unwrap();
+                    return (
+                        code,
+                        Some(status_body(status, "InternalError", "answer lost")),
+                    );
                 }
                 (StatusCode::OK, Some(merged))
             }

@@ -1,0 +1,259 @@
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::*;
+use crate::pool::object::Block;
+use crate::pool::ranges::range;
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+fn pool(name: &str, blocks: &[Block], disabled: bool) -> Pool {
+    let mut pool = Pool::default();
+    pool.metadata.name = Some(name.into());
+    pool.spec.blocks = blocks.to_vec();
+    pool.spec.disabled = disabled.then_some(true);
+    pool
+}
+
+fn cidr(text: &str) -> Block {
+    Block {
+        cidr: Some(text.into()),
+        ..Block::default()
+    }
+}
+
+fn span(start: &str, stop: Option<&str>) -> Block {
+    Block {
+        start: Some(start.into()),
+        stop: stop.map(Into::into),
+        ..Block::default()
+    }
+}
+
+fn wanted(name: &str, addresses: &[&str]) -> DesiredPool {
+    let mut addresses: Vec<IpAddr> = addresses.iter().map(|a| ip(a)).collect();
+    addresses.sort();
+    DesiredPool {
+        name: name.into(),
+        annotations: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        addresses,
+        service_selector: None,
+    }
+}
+
+fn written(verdict: &Verdict) -> Vec<String> {
+    match &verdict.write {
+        Ok(approved) => approved
+            .pool()
+            .addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        Err(refusal) => panic!("refused: {refusal}"),
+    }
+}
+
+fn withheld(verdict: &Verdict) -> Vec<(String, String, &'static str)> {
+    verdict
+        .withheld
+        .iter()
+        .map(|w| (w.address.to_string(), w.by.clone(), w.reason.metric_label()))
+        .collect()
+}
+
+#[test]
+fn other_pools_cover_cidrs_and_ranges_of_both_families_disabled_or_not() {
+    let pools = [
+        pool(
+            "v4",
+            &[cidr("198.51.100.0/24"), cidr("192.0.2.7/32")],
+            false,
+        ),
+        pool(
+            "range",
+            &[span("203.0.113.10", Some("203.0.113.20"))],
+            false,
+        ),
+        pool("single", &[span("203.0.113.99", None)], false),
+        pool("v6", &[cidr("2001:db8:1::/64")], false),
+        // Cilium's conflict check never reads spec.disabled.
+        pool("off", &[cidr("10.0.0.0/8")], true),
+        pool("broken", &[cidr("garbage"), cidr("1.2.3.4/33")], false),
+    ];
+    let gate = Gate::new(&["ours"], &pools, Additions::Allowed);
+    assert_eq!(gate.foreign_pools(), 6);
+    for (address, want) in [
+        ("198.51.100.0", Some("v4")),
+        ("198.51.100.255", Some("v4")),
+        ("198.51.101.0", None),
+        ("192.0.2.7", Some("v4")),
+        ("192.0.2.8", None),
+        ("203.0.113.10", Some("range")),
+        ("203.0.113.20", Some("range")),
+        ("203.0.113.21", None),
+        ("203.0.113.99", Some("single")),
+        ("2001:db8:1::1", Some("v6")),
+        ("2001:db8:2::1", None),
+        ("10.1.2.3", Some("off")),
+        ("1.2.3.4", None),
+    ] {
+        let verdict = gate.decide(0, &wanted("ours", &[address, "100.64.0.1"]));
+        let by: Option<String> = verdict.withheld.first().map(|w| w.by.clone());
+        assert_eq!(by.as_deref(), want, "{address}");
+        assert_eq!(
+            verdict.withheld.first().map(|w| w.foreign()),
+            want.map(|_| true)
+        );
+    }
+}
+
+#[test]
+fn a_write_never_adds_what_another_pool_covers_and_keeps_what_it_holds() {
+    let pools = [
+        pool(
+            "theirs",
+            &[cidr("192.0.2.9/32"), cidr("192.0.2.1/32")],
+            false,
+        ),
+        pool("ours", &[cidr("192.0.2.1/32"), cidr("192.0.2.4/32")], false),
+        pool("other", &[span("192.0.2.3", Some("192.0.2.4"))], false),
+    ];
+    let gate = Gate::new(&["ours", "other"], &pools, Additions::Allowed);
+    let verdict = gate.decide(
+        0,
+        &wanted(
+            "ours",
+            &[
+                "192.0.2.1",
+                "192.0.2.2",
+                "192.0.2.3",
+                "192.0.2.4",
+                "192.0.2.9",
+            ],
+        ),
+    );
+    assert_eq!(
+        written(&verdict),
+        ["192.0.2.1", "192.0.2.2", "192.0.2.4"],
+        "2 is new and free; 3 is in another managed pool's range; 9 a foreign pool's; 1 and 4 \
+         overlap other pools but are ours already, and removing them would take them from \
+         their Services"
+    );
+    assert_eq!(
+        withheld(&verdict),
+        [
+            ("192.0.2.3".into(), "other".into(), "other_pool"),
+            ("192.0.2.9".into(), "theirs".into(), "foreign_pool"),
+        ]
+    );
+}
+
+#[test]
+fn without_the_node_list_a_pool_only_keeps_or_removes() {
+    let pools = [pool(
+        "p",
+        &[cidr("192.0.2.1/32"), cidr("192.0.2.2/32")],
+        false,
+    )];
+    let gate = Gate::new(&["p"], &pools, Additions::NodesUnknown);
+    let verdict = gate.decide(0, &wanted("p", &["192.0.2.1", "192.0.2.3"]));
+    assert_eq!(written(&verdict), ["192.0.2.1"], ".2 goes, .3 waits");
+    assert_eq!(
+        withheld(&verdict),
+        [("192.0.2.3".into(), String::new(), "nodes_unknown")]
+    );
+    // A pool that does not exist yet is not created.
+    let gate = Gate::new(&["p"], &[], Additions::NodesUnknown);
+    let verdict = gate.decide(0, &wanted("p", &["192.0.2.1"]));
+    assert_eq!(
+        verdict.write.unwrap_err().metric_label(),
+        "nodes_unknown",
+        "nothing is added"
+    );
+}
+
+#[test]
+fn no_write_is_ever_empty() {
+    let gate = Gate::new(&["p"], &[], Additions::Allowed);
+    assert_eq!(
+        gate.decide(0, &wanted("p", &[])).write,
+        Err(Refusal::NothingToWrite)
+    );
+    let pools = [pool("theirs", &[cidr("192.0.2.0/24")], true)];
+    let gate = Gate::new(&["p"], &pools, Additions::Allowed);
+    assert_eq!(
+        gate.decide(0, &wanted("p", &["192.0.2.1"])).write,
+        Err(Refusal::AllWithheld {
+            addresses: 1,
+            pools: "theirs".into()
+        })
+    );
+}
+
+#[test]
+fn a_failed_write_counts_as_possibly_done() {
+    let pools = [pool("a", &[cidr("192.0.2.1/32")], false)];
+    let mut gate = Gate::new(&["a", "b"], &pools, Additions::Allowed);
+    let a = gate.decide(0, &wanted("a", &["192.0.2.2"])).write.unwrap();
+    assert!(!gate.record(&a, false), "a failed write lets go of nothing");
+    // a may hold .1 and .2 now: b gets neither.
+    let b = gate.decide(1, &wanted("b", &["192.0.2.1", "192.0.2.2", "192.0.2.3"]));
+    assert_eq!(written(&b), ["192.0.2.3"]);
+    // Once a's write is done, .1 is free.
+    assert!(gate.record(&a, true), "a let go of .1");
+    let b = gate.decide(1, &wanted("b", &["192.0.2.1", "192.0.2.3"]));
+    assert_eq!(written(&b), ["192.0.2.1", "192.0.2.3"]);
+}
+
+#[test]
+fn pools_that_wait_for_each_other_are_found() {
+    let stuck = |pairs: &[(&str, &[&str])]| -> Vec<(String, Vec<String>)> {
+        pairs
+            .iter()
+            .map(|(name, by)| (name.to_string(), by.iter().map(|b| b.to_string()).collect()))
+            .collect()
+    };
+    assert_eq!(
+        swaps(&stuck(&[("a", &["b"]), ("b", &["a"])])),
+        vec![vec!["a".to_owned(), "b".to_owned()]]
+    );
+    assert_eq!(
+        swaps(&stuck(&[("a", &["b"]), ("b", &["c"]), ("c", &["a"])])),
+        vec![vec!["a".to_owned(), "b".to_owned(), "c".to_owned()]]
+    );
+    assert!(
+        swaps(&stuck(&[("a", &["b"])])).is_empty(),
+        "b is not stuck: it may still let go"
+    );
+}
+
+#[test]
+fn ranges_read_every_block_form() {
+    assert_eq!(
+        range(&cidr("10.1.2.3/8")),
+        Some((ip("10.0.0.0"), ip("10.255.255.255")))
+    );
+    assert_eq!(
+        range(&cidr("0.0.0.0/0")),
+        Some((ip("0.0.0.0"), ip("255.255.255.255")))
+    );
+    assert_eq!(
+        range(&span("2001:db8::1", Some("2001:db8::9"))),
+        Some((ip("2001:db8::1"), ip("2001:db8::9")))
+    );
+    assert_eq!(range(&span("192.0.2.9", Some("192.0.2.1"))), None);
+    assert_eq!(range(&span("192.0.2.1", Some("2001:db8::1"))), None);
+    let merged = Ranges::of_blocks(&[
+        cidr("192.0.2.0/30"),
+        cidr("192.0.2.2/31"),
+        cidr("2001:db8::/127"),
+    ]);
+    assert!(merged.covers(ip("192.0.2.3")));
+    assert!(!merged.covers(ip("192.0.2.4")));
+    assert!(merged.covers(ip("2001:db8::1")));
+    assert!(!merged.covers(ip("2001:db8::2")));
+    assert!(!merged.covers(ip("::192.0.2.1")));
+}

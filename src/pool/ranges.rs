@@ -1,0 +1,105 @@
+//! Pool blocks as address ranges, the way Cilium's LB IPAM compares them:
+//! a CIDR of any length or a `start`/`stop` range, either family, each an
+//! inclusive range. Pure.
+
+use std::net::IpAddr;
+
+use super::object::Block;
+
+/// Inclusive ranges, sorted and merged, answering "does one cover this
+/// address" by binary search (a pool of 10,000 single addresses stays cheap).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ranges(Vec<(IpAddr, IpAddr)>);
+
+impl Ranges {
+    /// The ranges of a pool's blocks. A block Cilium cannot read covers
+    /// nothing (Cilium rejects it too).
+    pub fn of_blocks(blocks: &[Block]) -> Self {
+        Self::merged(blocks.iter().filter_map(range).collect())
+    }
+
+    /// One range per address.
+    pub fn of_addresses(addresses: impl IntoIterator<Item = IpAddr>) -> Self {
+        Self::merged(addresses.into_iter().map(|a| (a, a)).collect())
+    }
+
+    /// Whether an address of these ranges is `address`.
+    pub fn covers(&self, address: IpAddr) -> bool {
+        // IPv4 sorts before IPv6, so a range of the other family never
+        // covers: its bounds compare below or above every address.
+        let after = self.0.partition_point(|(start, _)| *start <= address);
+        after > 0 && self.0[after - 1].1 >= address
+    }
+
+    /// These ranges and `other`'s.
+    pub fn extend(&mut self, other: &Ranges) {
+        let mut all = std::mem::take(&mut self.0);
+        all.extend_from_slice(&other.0);
+        *self = Self::merged(all);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether every address `self` covers, `other` covers too.
+    pub fn within(&self, other: &Ranges) -> bool {
+        self.0.iter().all(|(start, end)| {
+            let after = other.0.partition_point(|(s, _)| *s <= *start);
+            after > 0 && other.0[after - 1].1 >= *end
+        })
+    }
+
+    fn merged(mut ranges: Vec<(IpAddr, IpAddr)>) -> Self {
+        ranges.sort_unstable();
+        let mut out: Vec<(IpAddr, IpAddr)> = Vec::with_capacity(ranges.len());
+        for (start, end) in ranges {
+            match out.last_mut() {
+                // Overlapping (same family: a range of the other family
+                // ends below `start` or starts above it).
+                Some(last) if last.1 >= start => last.1 = last.1.max(end),
+                _ => out.push((start, end)),
+            }
+        }
+        Self(out)
+    }
+}
+
+fn same_family(a: IpAddr, b: IpAddr) -> bool {
+    a.is_ipv4() == b.is_ipv4()
+}
+
+/// A block as an inclusive range: a CIDR (`10.0.0.0/24`, `2001:db8::/64`) or
+/// `start`–`stop` (a lone `start` is one address). `None` for a block Cilium
+/// cannot read.
+pub fn range(block: &Block) -> Option<(IpAddr, IpAddr)> {
+    if let Some(cidr) = &block.cidr {
+        let (address, prefix) = cidr.split_once('/')?;
+        let address: IpAddr = address.trim().parse().ok()?;
+        let prefix: u32 = prefix.trim().parse().ok()?;
+        return Some(match address {
+            IpAddr::V4(v4) => {
+                if prefix > 32 {
+                    return None;
+                }
+                let host = u32::MAX.checked_shr(prefix).unwrap_or(0);
+                let base = u32::from(v4) & !host;
+                (IpAddr::V4(base.into()), IpAddr::V4((base | host).into()))
+            }
+            IpAddr::V6(v6) => {
+                if prefix > 128 {
+                    return None;
+                }
+                let host = u128::MAX.checked_shr(prefix).unwrap_or(0);
+                let base = u128::from(v6) & !host;
+                (IpAddr::V6(base.into()), IpAddr::V6((base | host).into()))
+            }
+        });
+    }
+    let start: IpAddr = block.start.as_deref()?.trim().parse().ok()?;
+    let stop: IpAddr = match block.stop.as_deref() {
+        Some(stop) => stop.trim().parse().ok()?,
+        None => start,
+    };
+    (same_family(start, stop) && start <= stop).then_some((start, stop))
+}
