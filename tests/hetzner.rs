@@ -1035,3 +1035,63 @@ async fn an_exhausted_rate_limit_is_respected_before_sending() {
         "no request may go out while Hetzner says none remain"
     );
 }
+
+/// A 200 page (servers, Floating IPs) that echoes the token in a field:
+/// neither the error nor the logs repeat it.
+#[tokio::test]
+async fn a_200_page_echoing_the_token_never_leaks_it() {
+    let captured = captured_logs();
+    install_crypto();
+    let server = MockServer::start().await;
+    let meta = serde_json::json!({"pagination": {"page": 1, "per_page": 50,
+        "previous_page": null, "next_page": null, "last_page": 1, "total_entries": 1}});
+    for field in ["id", "ip"] {
+        server.reset().await;
+        let mut entry = serde_json::json!({"id": 1, "name": "a",
+            "public_net": {"ipv4": {"ip": "192.0.2.1", "blocked": false}}});
+        match field {
+            "id" => entry["id"] = serde_json::json!(TOKEN),
+            _ => entry["public_net"]["ipv4"]["ip"] = serde_json::json!(TOKEN),
+        }
+        Mock::given(method("GET"))
+            .and(path("/v1/servers"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(serde_json::json!({"servers": [entry], "meta": meta})),
+            )
+            .mount(&server)
+            .await;
+        match list_with(options(format!("{}/v1", server.uri())), SELECTOR).await {
+            Err(error) => {
+                let text = format!("{error} {error:?}");
+                assert!(!text.contains(TOKEN), "{field}: the token leaked: {text}");
+            }
+            Ok(listing) => {
+                for server in &listing.servers {
+                    let text = format!("{:?}", server.ipv4);
+                    assert!(!text.contains(TOKEN), "{field}: {text}");
+                }
+            }
+        }
+    }
+    // A Floating IP whose address is the token is skipped, and the warning
+    // does not quote it.
+    server.reset().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/floating_ips"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "floating_ips": [{"id": 3, "name": "f", "ip": TOKEN, "blocked": false,
+                              "server": null, "labels": {}}],
+            "meta": meta})))
+        .mount(&server)
+        .await;
+    let client = HetznerClient::new(options(format!("{}/v1", server.uri()))).unwrap();
+    let listing = client
+        .list_floating_ips(&SecretString::new(TOKEN))
+        .await
+        .expect("a listing");
+    assert!(listing.floating_ips.is_empty());
+    let logs = String::from_utf8(captured.0.lock().expect("log buffer").clone()).expect("utf-8");
+    assert!(logs.contains("skipping a Floating IP"), "{logs}");
+    assert!(!logs.contains(TOKEN), "{logs}");
+}

@@ -672,3 +672,63 @@ fn hostile_error_documents_give_short_messages_and_never_panic() {
         })
         .unwrap();
 }
+
+/// A long token-like value, as Hetzner's tokens are (64 characters).
+const ECHOED: &str = "EchoedTok3nZq8Lm2Xw9Vb4Nc7Rt1Yu6Io5Pa0SdFgHjKlZxCvBnMqWeRtYuIoPaS";
+
+/// The paths in a valid one-server page where a misbehaving endpoint or
+/// proxy could put the token.
+const ECHO_PATHS: [&[&str]; 9] = [
+    &["servers", "0", "id"],
+    &["servers", "0", "name"],
+    &["servers", "0", "status"],
+    &["servers", "0", "public_net", "ipv4", "ip"],
+    &["servers", "0", "public_net", "ipv4", "blocked"],
+    &["servers", "0", "public_net", "ipv6", "ip"],
+    &["servers", "0", "labels"],
+    &["meta", "pagination", "page"],
+    &["meta", "pagination", "total_entries"],
+];
+
+proptest! {
+    #![proptest_config(cases(256))]
+
+    /// A 200 page that echoes the token in any field: whatever the parser
+    /// says of it (an error, a skip reason) never contains the token.
+    #[test]
+    fn a_200_page_echoing_the_token_never_repeats_it(
+        at in prop::sample::select(ECHO_PATHS.to_vec()),
+        wrap in prop::sample::select(vec!["{}", "x{}", "{} y", "[\"{}\"]"]),
+    ) {
+        let mut page = page_json(&[], Some(None), Some(Some(1)));
+        page["servers"] = serde_json::json!([{
+            "id": 7, "name": "a", "status": "running",
+            "public_net": {"ipv4": {"ip": "192.0.2.7", "blocked": false},
+                           "ipv6": {"ip": "2001:db8::/64", "blocked": false}},
+            "labels": {}
+        }]);
+        let mut slot = &mut page;
+        for key in at {
+            slot = match key.parse::<usize>() {
+                Ok(i) => &mut slot[i],
+                Err(_) => &mut slot[*key],
+            };
+        }
+        *slot = serde_json::Value::String(wrap.replace("{}", ECHOED));
+        let body = serde_json::to_vec(&page).unwrap();
+        match parse_servers_page(1, &body) {
+            Ok((listing, _)) => {
+                for server in &listing.servers {
+                    if let Err(reason) = &server.ipv4 {
+                        let text = format!("{reason} {reason:?}");
+                        prop_assert!(!text.contains(ECHOED), "{}", text);
+                    }
+                }
+            }
+            Err(error) => {
+                let text = format!("{error} {error:?}");
+                prop_assert!(!text.contains(ECHOED), "{}", text);
+            }
+        }
+    }
+}

@@ -524,14 +524,18 @@ impl Controller {
                         .iter()
                         .filter(|w| w.reason == WithheldReason::NodesUnknown)
                         .count();
-                    let notice = report.held.as_ref().map(|held| held.describe()).or_else(|| {
-                        (waiting > 0).then(|| {
-                            format!(
-                                "the Node watch has not listed the Nodes yet: {waiting} \
+                    let notice = report
+                        .held
+                        .as_ref()
+                        .map(|held| held.describe())
+                        .or_else(|| {
+                            (waiting > 0).then(|| {
+                                format!(
+                                    "the Node watch has not listed the Nodes yet: {waiting} \
                                  address(es) are added once it has"
-                            )
-                        })
-                    });
+                                )
+                            })
+                        });
                     self.health.record_success(pool, report.addresses, notice);
                 }
                 Err(e) => self.health.record_failure(pool, e.to_string()),
