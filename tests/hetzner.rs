@@ -235,7 +235,13 @@ async fn servers_without_a_usable_ipv4_are_skipped_with_a_reason() {
         vec![
             (2, "node-2", SkipReason::NoPublicIpv4),
             (3, "node-3", SkipReason::UnspecifiedIpv4),
-            (4, "node-4", SkipReason::InvalidIpv4("not-an-ip".to_owned())),
+            // Only an address-like value is quoted: anything else could be
+            // the token.
+            (
+                4,
+                "node-4",
+                SkipReason::InvalidIpv4("9 characters, not shown".to_owned())
+            ),
         ]
     );
     let labels: Vec<_> = listing

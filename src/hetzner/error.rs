@@ -270,6 +270,62 @@ pub(super) fn scrub(text: &str, secret: &str) -> String {
     }
 }
 
+/// A decoder's message without the values it quotes: serde puts the
+/// offending value between `"` (escaped inside), and a 200 body can hold
+/// anything, the token included. Between backticks it names a field of our
+/// schema (`missing field `servers``), which stays when it looks like one
+/// (at most 40 characters of `a-z`, `_`). What is left names the problem
+/// and where it is (`invalid type: string "…", expected i64 at line 1
+/// column 42`).
+pub(super) fn without_values(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        if c != '"' && c != '`' {
+            out.push(c);
+            continue;
+        }
+        // Up to the closing quote; a backslash escapes the next char.
+        let mut inner = String::new();
+        let mut closed = false;
+        while let Some(next) = chars.next() {
+            if next == '\\' && c == '"' {
+                chars.next();
+                inner.push('?');
+            } else if next == c {
+                closed = true;
+                break;
+            } else {
+                inner.push(next);
+            }
+        }
+        let field_name = c == '`'
+            && inner.len() <= 40
+            && inner.chars().all(|ch| ch.is_ascii_lowercase() || ch == '_');
+        out.push(c);
+        out.push_str(if field_name { &inner } else { "…" });
+        if closed {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A value of a 200 body for a log line or a skip reason: only what looks
+/// like an address (at most 45 characters of hex digits, `.`, `:` and `/`)
+/// is shown; anything else could be the token and is only measured.
+pub fn shown_value(text: &str) -> String {
+    let address_like = text.len() <= 45
+        && text
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || matches!(c, '.' | ':' | '/'));
+    if address_like {
+        text.to_owned()
+    } else {
+        format!("{} characters, not shown", text.chars().count())
+    }
+}
+
 pub(super) fn forbidden_text(code: &str, message: &str) -> String {
     match code {
         "forbidden" => format!(

@@ -206,7 +206,7 @@ pub(super) fn decode<'a, T: Deserialize<'a>>(
     serde_json::from_slice(body).map_err(|error| HetznerError::Decode {
         list: collection.noun(),
         page,
-        reason: error.to_string(),
+        reason: without_values(&error.to_string()),
     })
 }
 
@@ -277,7 +277,11 @@ pub(super) fn absorb_servers(
                 private_networks(server.private_net).map_err(|error| HetznerError::Decode {
                     list: Collection::Servers.noun(),
                     page,
-                    reason: format!("server {}: private_net: {error}", server.id),
+                    reason: format!(
+                        "server {}: private_net: {}",
+                        server.id,
+                        without_values(&error.to_string())
+                    ),
                 })?
             } else {
                 Vec::new()
@@ -339,7 +343,7 @@ pub(super) fn absorb_floating_ips(
         let Some(address) = address else {
             tracing::warn!(
                 floating_ip_id = raw.id,
-                value = %shorten(&raw.ip, 64),
+                value = %shown_value(&raw.ip),
                 "skipping a Floating IP whose address is not an IP address"
             );
             continue;
@@ -372,7 +376,7 @@ pub(super) fn classify(ipv4: Option<RawIp<'_>>) -> Result<Ipv4Addr, SkipReason> 
     match text.parse::<Ipv4Addr>() {
         Ok(address) if address.is_unspecified() => Err(SkipReason::UnspecifiedIpv4),
         Ok(address) => Ok(address),
-        Err(_) => Err(SkipReason::InvalidIpv4(shorten(&text, 64))),
+        Err(_) => Err(SkipReason::InvalidIpv4(shown_value(&text))),
     }
 }
 
