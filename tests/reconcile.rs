@@ -12,7 +12,7 @@ use canada_kaktus::pool::PoolClient;
 use canada_kaktus::pool::WriteReason;
 use canada_kaktus::reconcile::{single, CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
-use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
+use support::fake_hetzner::{numbered_servers, Directive, FakeHetzner, FakeServer, Fault};
 use support::fake_kube::FakeKube;
 
 const TOKEN: &str = "test-token-4f1c9a";
@@ -536,5 +536,42 @@ async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
             .get("example.com/marker")
             .is_none(),
         "the pool was not deleted and recreated: {pool}"
+    );
+}
+
+/// Offset paging is not a snapshot. Between the requests for page 1 and
+/// page 2, server 3 (on page 1) is deleted and server 61 created: the total
+/// stays 60, page 2 starts one server later, and server 51 is on neither
+/// page. Its address must not be removed on the word of that listing.
+#[tokio::test]
+async fn a_page_shift_never_removes_a_server_that_is_still_there() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    let settings = settings(&hetzner, &[]);
+    hetzner.set_servers(numbered_servers(60));
+    single(reconciler.full(&settings).await).unwrap();
+    assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 60);
+
+    let after: Vec<FakeServer> = numbered_servers(61)
+        .into_iter()
+        .filter(|s| s.id != 3)
+        .collect();
+    let mut shifted = false;
+    hetzner.set_script(Some(Box::new(move |page| {
+        if page == 2 && !shifted {
+            shifted = true;
+            Directive {
+                servers: Some(after.clone()),
+                fault: None,
+            }
+        } else {
+            Directive::default()
+        }
+    })));
+    let _ = single(reconciler.full(&settings).await);
+    let pool = kube.pool("covidnetes-pool").unwrap();
+    let blocks = pool["spec"]["blocks"].to_string();
+    assert!(
+        blocks.contains("\"10.0.0.51/32\""),
+        "server 51 was removed on a shifted listing: {blocks}"
     );
 }
