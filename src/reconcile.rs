@@ -274,7 +274,9 @@ pub fn render_pools(
     unhealthy: &mut Unhealthy,
     now: Instant,
 ) -> Vec<Rendered> {
-    render_recording(settings, listing, nodes, unhealthy, now, None)
+    let rendered = render_recording(settings, listing, nodes, unhealthy, now, None);
+    warn_about(settings, &rendered);
+    rendered
 }
 
 /// One pool's share of a listing, rendered, and the empty-pool guard's
@@ -303,25 +305,9 @@ fn render_recording(
         .iter()
         .zip(all)
         .map(|(pool, members)| {
-            if !members.blocked.is_empty() {
-                tracing::warn!(
-                    pool = %pool.name,
-                    blocked_addresses = %join(&members.blocked),
-                    policy = settings.guards.blocked_addresses.as_str(),
-                    "Hetzner reports addresses blocked by its abuse team (CANADA_KAKTUS_BLOCKED_ADDRESSES)"
-                );
-            }
-            if members.several_networks > 0 {
-                tracing::warn!(
-                    pool = %pool.name,
-                    servers = members.several_networks,
-                    "servers in several private networks give no private address; set \
-                     PrivateNetwork to the network the pool should take"
-                );
-            }
             let desired = pool::render(&template_from(pool), members.addresses.iter().copied());
-            let mut verdict = guard::check(&desired, &members, &pool.addresses)
-                .map_err(ReconcileError::from);
+            let mut verdict =
+                guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from);
             if verdict.is_ok() && pool.nodes.require_node && !nodes.complete {
                 verdict = Err(ReconcileError::NodesUnknown);
             }
@@ -331,6 +317,76 @@ fn render_recording(
             (members, desired, verdict)
         })
         .collect()
+}
+
+/// Warns about what a listing showed that the operator should act on:
+/// blocked addresses, servers in several private networks.
+fn warn_about(settings: &Settings, rendered: &[Rendered]) {
+    for (pool, (members, _, _)) in settings.pools.iter().zip(rendered) {
+        if !members.blocked.is_empty() {
+            tracing::warn!(
+                pool = %pool.name,
+                blocked_addresses = %join(&members.blocked),
+                policy = settings.guards.blocked_addresses.as_str(),
+                "Hetzner reports addresses blocked by its abuse team (CANADA_KAKTUS_BLOCKED_ADDRESSES)"
+            );
+        }
+        if members.several_networks > 0 {
+            tracing::warn!(
+                pool = %pool.name,
+                servers = members.several_networks,
+                "servers in several private networks give no private address; set \
+                 PrivateNetwork to the network the pool should take"
+            );
+        }
+    }
+}
+
+/// Whether a write from `rendered` would remove an address some managed
+/// pool holds now (`all` is the read of every pool).
+fn removes_any(rendered: &[Rendered], all: &[Pool]) -> bool {
+    rendered.iter().any(|(_, desired, verdict)| {
+        verdict.is_ok()
+            && find_pool(all, &desired.name).is_some_and(|live| {
+                pool::live_addresses(live)
+                    .addresses
+                    .iter()
+                    .any(|a| desired.addresses.binary_search(a).is_err())
+            })
+    })
+}
+
+/// Keeps in each pool what a second listing (`confirmation`) still wants
+/// of what the first would remove: only a removal both listings agree on
+/// goes ahead.
+fn keep_unconfirmed(rendered: &mut [Rendered], confirmation: &[Rendered], all: &[Pool]) {
+    for ((_, desired, _), (_, again, _)) in rendered.iter_mut().zip(confirmation) {
+        let Some(live) = find_pool(all, &desired.name) else {
+            continue;
+        };
+        let kept: Vec<IpAddr> = pool::live_addresses(live)
+            .addresses
+            .into_iter()
+            .filter(|a| desired.addresses.binary_search(a).is_err())
+            .filter(|a| again.addresses.binary_search(a).is_ok())
+            .collect();
+        if !kept.is_empty() {
+            tracing::info!(
+                pool = %desired.name,
+                addresses = %join(&kept),
+                "a second listing still has these addresses; not removed (a listing whose pages \
+                 shifted missed them)"
+            );
+            desired.addresses.extend(kept);
+            desired.addresses.sort_unstable();
+            desired.addresses.dedup();
+        }
+    }
+}
+
+fn find_pool<'a>(all: &'a [Pool], name: &str) -> Option<&'a Pool> {
+    all.iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
 }
 
 /// The pool's `PrivateNetwork` names no listed network: without it, the
@@ -471,18 +527,41 @@ impl Reconciler {
             .refresh_resource(settings.cilium_api_version)
             .await?;
         let mut record = Contributions::default();
-        let rendered = render_recording(
+        let now = Instant::now();
+        let mut rendered = render_recording(
             settings,
             &listing,
             &self.nodes,
             &mut self.unhealthy,
-            Instant::now(),
+            now,
             Some(&mut record),
         );
-        let requests = listing.requests;
+        warn_about(settings, &rendered);
+        let mut requests = listing.requests;
         drop(listing);
+        let all = self.pools.list_all(&resource).await?;
+        // Offset paging is not a snapshot: a server deleted on one page and
+        // another created before the next request shift the pages and hide
+        // a server, with the total unchanged. So a removal needs a second
+        // listing that agrees.
+        if removes_any(&rendered, &all) {
+            let again = list_hetzner(&self.hetzner, settings).await?;
+            requests += again.requests;
+            let mut scratch = self.unhealthy.clone();
+            let confirmation =
+                render_recording(settings, &again, &self.nodes, &mut scratch, now, None);
+            drop(again);
+            keep_unconfirmed(&mut rendered, &confirmation, &all);
+        }
         let outcomes = self
-            .converge_all(settings, &resource, rendered, requests, CycleKind::Full)
+            .converge_all(
+                settings,
+                &resource,
+                all,
+                rendered,
+                requests,
+                CycleKind::Full,
+            )
             .await?;
         self.last_listing = Some(record);
         Ok(outcomes)
@@ -534,12 +613,14 @@ impl Reconciler {
                 (members, desired, verdict)
             })
             .collect();
-        let resource = self.pools.resource().await;
-        let result = match resource {
-            Ok(resource) => {
-                self.converge_all(settings, &resource, rendered, 0, CycleKind::Nodes)
-                    .await
-            }
+        let result = match self.pools.resource().await {
+            Ok(resource) => match self.pools.list_all(&resource).await {
+                Ok(all) => {
+                    self.converge_all(settings, &resource, all, rendered, 0, CycleKind::Nodes)
+                        .await
+                }
+                Err(e) => Err(e.into()),
+            },
             Err(e) => Err(e.into()),
         };
         self.last_listing = Some(record);
@@ -550,14 +631,14 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
         resource: &ApiResource,
+        mut all: Vec<Pool>,
         rendered: Vec<Rendered>,
         hetzner_requests: u32,
         kind: CycleKind,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
-        // One read of every pool, ours and the others, enabled or not: what
-        // the gate decides every write of this cycle from.
-        let mut all = self.pools.list_all(resource).await?;
+        // `all` is one read of every pool, ours and the others, enabled or
+        // not: what the gate decides every write of this cycle from.
         let gate = Gate::new(&managed, &all, self.additions());
         self.state
             .retain(|name, _| managed.contains(&name.as_str()));

@@ -349,7 +349,11 @@ async fn a_held_removal_whose_write_failed_still_waits_the_confirmation_delay() 
             1.0,
         )
         .await;
-    assert_eq!(hetzner.requests(), 2, "the retry listed Hetzner again");
+    assert_eq!(
+        hetzner.requests(),
+        4,
+        "the retry listed Hetzner again (each cycle twice: a removal needs a second listing)"
+    );
     assert_eq!(
         pool_ips(&kube),
         cidrs(40),

@@ -282,13 +282,11 @@ impl Model {
     fn check_write(&mut self, body: &[u8]) -> Option<BTreeSet<Ipv4Addr>> {
         self.stats.writes_sent += 1;
         let n = self.stats.writes_sent;
-        let mut fail = |why: String| {
-            if self.violations.len() < 20 {
-                self.violations.push(format!("write #{n}: {why}"));
-            }
-        };
+        let mut found: Vec<String> = Vec::new();
+        let mut fail = |why: String| found.push(why);
         let Ok(document) = serde_json::from_slice::<Value>(body) else {
-            fail("the body is not JSON".to_owned());
+            self.violations
+                .push(format!("write #{n}: the body is not JSON"));
             return None;
         };
         let cidrs: Vec<&str> = document["spec"]["blocks"]
@@ -306,21 +304,67 @@ impl Model {
         if new.len() != cidrs.len() {
             fail(format!("duplicate or malformed blocks: {cidrs:?}"));
         }
-        let Some(listing) = self.recent.back() else {
+        let Some(last) = self.recent.back() else {
             fail("a write before any listing".to_owned());
+            self.report(n, found);
             return Some(new);
         };
-        if !listing.complete {
+        if !last.complete {
             fail(format!(
                 "written after listing #{} which was not complete",
-                listing.number
+                last.number
             ));
         }
-        let removed: BTreeSet<Ipv4Addr> = self.pool.difference(&new).copied().collect();
-        let wrongly_removed: Vec<_> = removed.intersection(&listing.set).collect();
+        // A write comes from the last listing alone, or, when it removes
+        // something, from the listing before it confirmed by the last one
+        // (a removal needs two listings that agree).
+        // (Between the two, the model may have seen attempts that failed
+        // and were retried: the first is the last complete one before.)
+        let count = self.recent.len();
+        let alone = self.judge(&new, count - 1, None);
+        let before = (0..count - 1).rev().find(|&i| self.recent[i].complete);
+        let problems = match before {
+            Some(first) if !alone.is_empty() => {
+                let pair = self.judge(&new, first, Some(count - 1));
+                if pair.is_empty() {
+                    pair
+                } else {
+                    alone
+                }
+            }
+            _ => alone,
+        };
+        found.extend(problems);
+        self.report(n, found);
+        Some(new)
+    }
+
+    fn report(&mut self, write: u64, problems: Vec<String>) {
+        for why in problems {
+            if self.violations.len() < 20 {
+                self.violations.push(format!("write #{write}: {why}"));
+            }
+        }
+    }
+
+    /// What is wrong with writing `new` from listing `first` (an index into
+    /// `recent`), its removals confirmed by listing `confirm` if given.
+    fn judge(
+        &mut self,
+        new: &BTreeSet<Ipv4Addr>,
+        first: usize,
+        confirm: Option<usize>,
+    ) -> Vec<String> {
+        let mut problems = Vec::new();
+        let listing = &self.recent[first];
+        let removed: BTreeSet<Ipv4Addr> = self.pool.difference(new).copied().collect();
+        let still_there = |ip: &Ipv4Addr| {
+            listing.set.contains(ip) || confirm.is_some_and(|c| self.recent[c].set.contains(ip))
+        };
+        let wrongly_removed: Vec<_> = removed.iter().filter(|ip| still_there(ip)).collect();
         if !wrongly_removed.is_empty() {
-            fail(format!(
-                "removed {wrongly_removed:?}, which listing #{} still had",
+            problems.push(format!(
+                "removed {wrongly_removed:?}, which listing #{} (or its confirmation) still had",
                 listing.number
             ));
         }
@@ -329,40 +373,42 @@ impl Model {
             .filter(|ip| !listing.set.contains(ip) && !self.pool.contains(ip))
             .collect();
         if !invented.is_empty() {
-            fail(format!(
+            problems.push(format!(
                 "wrote {invented:?}, in neither listing #{} nor the pool",
                 listing.number
             ));
         }
-        let missing: Vec<_> = listing.set.difference(&new).collect();
+        let missing: Vec<_> = listing.set.difference(new).collect();
         if !missing.is_empty() {
-            fail(format!(
+            problems.push(format!(
                 "left out {missing:?} of listing #{}",
                 listing.number
             ));
         }
         if !removed.is_empty() && removed.len() as f64 / self.pool.len() as f64 >= MAX_REMOVAL_RATIO
         {
-            let previous = self.recent.iter().rev().skip(1).find(|l| l.complete);
+            let previous = self.recent.iter().take(first).rev().find(|l| l.complete);
             match previous {
                 Some(previous) if previous.set.is_disjoint(&removed) => {
-                    self.stats.large_removals_confirmed += 1;
+                    if problems.is_empty() {
+                        self.stats.large_removals_confirmed += 1;
+                    }
                 }
-                Some(previous) => fail(format!(
+                Some(previous) => problems.push(format!(
                     "removed {} of {} addresses without confirmation: the previous complete \
                      listing #{} still had some of them",
                     removed.len(),
                     self.pool.len(),
                     previous.number
                 )),
-                None => fail(format!(
+                None => problems.push(format!(
                     "removed {} of {} addresses with no previous complete listing",
                     removed.len(),
                     self.pool.len()
                 )),
             }
         }
-        Some(new)
+        problems
     }
 
     fn applied(&mut self, new: BTreeSet<Ipv4Addr>) {
