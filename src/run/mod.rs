@@ -231,6 +231,8 @@ impl Controller {
         // had a successful listing, so there is nothing to repair from.
         let mut told_no_listing = false;
         let mut repairs: BTreeMap<String, RepairLimiter> = BTreeMap::new();
+        // A full cycle ran before the Node watch's first list.
+        let mut decided_without_nodes = false;
 
         loop {
             tokio::select! {
@@ -283,7 +285,9 @@ impl Controller {
                     // for that list a little (then removals go on anyway,
                     // and the list, when it comes, brings a listing).
                     ops.nodes_listed(NODE_LIST_WAIT).await;
-                    self.reconciler.set_nodes(ops.node_view());
+                    let nodes = ops.node_view();
+                    decided_without_nodes |= !nodes.complete;
+                    self.reconciler.set_nodes(nodes);
                     let started = Instant::now();
                     // Lost leadership mid-cycle: the leader arm takes over.
                     let Some(outcome) = while_leading(&ops.leader, self.cycle(Work::Full)).await else { continue };
@@ -337,7 +341,11 @@ impl Controller {
                     self.list_when_health_flips(&ops, started, &mut next_full, &mut trigger);
                 }
                 Some(change) = next_node_change(&mut ops.nodes) => {
-                    if !leading {
+                    // The first list matters only to a cycle that ran
+                    // without it (and so added nothing).
+                    let first_list_unneeded = change.what == nodes::FIRST_LIST
+                        && !std::mem::take(&mut decided_without_nodes);
+                    if !leading || first_list_unneeded {
                         continue;
                     }
                     let operate = &self.settings.operate;

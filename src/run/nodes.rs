@@ -26,6 +26,9 @@ use tokio::sync::{mpsc, watch};
 use crate::members::{NodeFacts, NodeView};
 use tracing::{debug, info, warn};
 
+/// The change the watch's first list is: no address was added before it.
+pub const FIRST_LIST: &str = "listed for the first time";
+
 /// What the loop is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeChange {
@@ -89,7 +92,7 @@ fn fold(
                 // Node may leave its server out), so a listing is due.
                 Some(NodeChange {
                     node: format!("{} node(s)", fresh.len()),
-                    what: "listed for the first time",
+                    what: FIRST_LIST,
                 })
             } else if fresh != *known {
                 Some(NodeChange {

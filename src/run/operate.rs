@@ -41,6 +41,8 @@ pub struct Operations {
     pub identity: String,
     /// When the last node-triggered listing started.
     pub last_node_listing: Option<Instant>,
+    /// The first full cycle waited for the Node list.
+    waited_for_nodes: bool,
 }
 
 impl Operations {
@@ -108,6 +110,7 @@ impl Operations {
             planners: BTreeMap::new(),
             identity,
             last_node_listing: None,
+            waited_for_nodes: false,
         }
     }
 
@@ -131,10 +134,14 @@ impl Operations {
         }
     }
 
-    /// Waits until the Node watch has listed the Nodes, at most `bound`
-    /// (at once when it has, or when the watch is off). A cycle before
-    /// that adds nothing, so the first one of a term waits a little.
-    pub async fn nodes_listed(&self, bound: Duration) {
+    /// Waits until the Node watch has listed the Nodes, at most `bound`,
+    /// once: a cycle before that list adds nothing, so the first cycle
+    /// waits a little for it; later ones go on without (they remove what
+    /// they must, and the list brings a listing when it comes).
+    pub async fn nodes_listed(&mut self, bound: Duration) {
+        if std::mem::replace(&mut self.waited_for_nodes, true) {
+            return;
+        }
         if let Some(view) = &self.node_view {
             let mut view = view.clone();
             let _ = tokio::time::timeout(bound, view.wait_for(|v| v.complete)).await;
