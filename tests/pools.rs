@@ -804,3 +804,36 @@ async fn two_pools_that_swap_addresses_are_told_how_to_end_it() {
         );
     }
 }
+
+/// A Node change works from the last listing, which may be older than a
+/// Floating IP's move: a Floating IP is never removed by a Node change
+/// (the early listing that follows sees where it is now).
+#[tokio::test]
+async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
+    let pools = json!([{"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "Addresses": ["public-ipv4", "floating-ip"], "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(
+        (1..=4)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    hetzner.set_floating_ips(vec![FakeFloatingIp::new(7, "203.0.113.7", Some(1))]);
+    reconciler.set_nodes(deleting(&[]));
+    reconciler.full(&settings).await.unwrap();
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("edge").unwrap()["spec"]["blocks"]);
+    assert!(blocks(&kube).contains("203.0.113.7/32"));
+
+    // The Floating IP moves to server 2, then server 1's Node is deleted.
+    hetzner.set_floating_ips(vec![FakeFloatingIp::new(7, "203.0.113.7", Some(2))]);
+    reconciler.set_nodes(deleting(&[1]));
+    reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    let after = blocks(&kube);
+    assert!(!after.contains("198.51.100.1/32"), "{after:?}");
+    assert!(
+        after.contains("203.0.113.7/32"),
+        "the Floating IP was removed with its old server: {after:?}"
+    );
+    reconciler.full(&settings).await.unwrap();
+    assert!(blocks(&kube).contains("203.0.113.7/32"));
+}
