@@ -80,8 +80,9 @@ pub struct Claimed {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Contributions {
     servers: Vec<(i64, Box<str>, ServerStatus)>,
-    /// (index into `servers`, index of the pool, the address).
-    given: Vec<(u32, u16, IpAddr)>,
+    /// (index into `servers`, index of the pool, the address, whether it
+    /// is a Floating IP).
+    given: Vec<(u32, u16, IpAddr, bool)>,
 }
 
 impl Contributions {
@@ -98,7 +99,7 @@ impl Contributions {
         let mut out: Vec<(BTreeSet<IpAddr>, Vec<Excluded>, usize)> =
             pools.iter().map(|_| Default::default()).collect();
         let mut verdicts: HashMap<(u32, u16), Option<Exclusion>> = HashMap::new();
-        for &(server, pool_index, address) in &self.given {
+        for &(server, pool_index, address, floating) in &self.given {
             let Some(pool) = pools.get(usize::from(pool_index)) else {
                 continue;
             };
@@ -115,7 +116,9 @@ impl Contributions {
                 }
                 verdict
             });
-            if verdict.is_some() {
+            // A Floating IP may have moved since the listing: it stays
+            // until a listing says where it is.
+            if verdict.is_some() && !floating {
                 out[usize::from(pool_index)].0.insert(address);
             }
         }
@@ -195,7 +198,7 @@ pub fn members(
                 &mut members,
                 &mut found,
             );
-            for &address in &found {
+            for &(address, floating) in &found {
                 let kept = if !several {
                     members.addresses.insert(address);
                     true
@@ -224,9 +227,12 @@ pub fn members(
                         ));
                         u32::try_from(record.servers.len() - 1).unwrap_or(u32::MAX)
                     });
-                    record
-                        .given
-                        .push((at, u16::try_from(index).unwrap_or(u16::MAX), address));
+                    record.given.push((
+                        at,
+                        u16::try_from(index).unwrap_or(u16::MAX),
+                        address,
+                        floating,
+                    ));
                 }
             }
             if found.is_empty() {
@@ -280,7 +286,8 @@ enum NetworkChoice<'a> {
     Missing(&'a str),
 }
 
-/// The addresses of the pool's kinds a server has, in kind order, into `out`.
+/// The addresses of the pool's kinds a server has, in kind order, into
+/// `out`, each with whether it is a Floating IP.
 fn addresses_of(
     server: &Server,
     pool: &PoolConfig,
@@ -288,22 +295,22 @@ fn addresses_of(
     floating: &HashMap<i64, Vec<&FloatingIp>>,
     policy: BlockedAddresses,
     members: &mut Members,
-    out: &mut Vec<IpAddr>,
+    out: &mut Vec<(IpAddr, bool)>,
 ) {
-    let mut take = |address: IpAddr, blocked: bool, members: &mut Members| {
+    let mut take = |address: IpAddr, blocked: bool, floating: bool, members: &mut Members| {
         if blocked {
             members.blocked.push(address);
             if policy == BlockedAddresses::Drop {
                 return;
             }
         }
-        out.push(address);
+        out.push((address, floating));
     };
     for kind in &pool.addresses {
         match kind {
             AddressKind::PublicIpv4 => {
                 if let Ok(ip) = server.ipv4 {
-                    take(IpAddr::V4(ip), server.blocked, members);
+                    take(IpAddr::V4(ip), server.blocked, false, members);
                 }
             }
             AddressKind::PublicIpv6 => {
@@ -311,6 +318,7 @@ fn addresses_of(
                     take(
                         IpAddr::V6(net.host(pool.ipv6_host_part)),
                         net.blocked,
+                        false,
                         members,
                     );
                 }
@@ -337,7 +345,7 @@ fn addresses_of(
                     };
                     for ip in attachment.ip.iter().chain(aliases) {
                         if !ip.is_unspecified() {
-                            take(IpAddr::V4(*ip), false, members);
+                            take(IpAddr::V4(*ip), false, false, members);
                         }
                     }
                 }
@@ -355,7 +363,7 @@ fn addresses_of(
                         FloatingAddress::V4(ip) => IpAddr::V4(ip),
                         FloatingAddress::V6(net) => IpAddr::V6(net.host(pool.ipv6_host_part)),
                     };
-                    take(address, fip.blocked, members);
+                    take(address, fip.blocked, true, members);
                 }
             }
         }
