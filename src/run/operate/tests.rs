@@ -12,3 +12,24 @@ async fn work_stops_when_leadership_goes() {
     let (out, ()) = tokio::join!(slow, flip);
     assert_eq!(out, None);
 }
+
+/// Leadership lost and won again before the work is looked at: the work
+/// belongs to the old term and stops, even though this process leads.
+#[tokio::test]
+async fn work_of_an_old_term_stops_when_a_new_term_began_in_between() {
+    let (tx, rx) = watch::channel(true);
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let work = while_leading(&rx, async move {
+        let _ = go_rx.await;
+        "written in the old term"
+    });
+    let flips = async {
+        tokio::task::yield_now().await;
+        // Both flips land before the work's guard looks again.
+        tx.send(false).unwrap();
+        tx.send(true).unwrap();
+        let _ = go_tx.send(());
+    };
+    let (out, ()) = tokio::join!(work, flips);
+    assert_eq!(out, None);
+}
