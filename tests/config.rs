@@ -518,6 +518,20 @@ fn malformed_json_names_the_file_line_and_column() {
     assert!(!text.contains("hunter2"), "{text}");
 }
 
+/// A config file is read with a size cap, like the token file: a file
+/// that is not a config (a log, an image mounted by mistake) is refused with
+/// its size and the cap, and nothing of it is read into memory whole.
+#[test]
+fn a_config_file_over_one_mib_is_refused() {
+    let files = Files::new();
+    let padding = " ".repeat(1024 * 1024);
+    let config = files.write("config.json", &format!("{{\"PoolName\": \"big\"{padding}}}"));
+    let e = fails(Some(&config), &with_token(&[]));
+    let text = e.to_string();
+    assert!(text.contains(&config.display().to_string()), "{text}");
+    assert!(text.contains("larger than 1024 KiB"), "{text}");
+}
+
 #[test]
 fn config_json_must_be_an_object() {
     let files = Files::new();
