@@ -121,7 +121,7 @@ impl Loader {
     ) -> BTreeMap<String, String> {
         let mut layer = BTreeMap::new();
         let shown = path.display();
-        let bytes = match std::fs::read(path) {
+        let bytes = match super::read_config_file(path) {
             Ok(bytes) => bytes,
             // The implicit ./config.json may vanish between the check and the read.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && named_by.is_none() => {

@@ -31,6 +31,31 @@ use figment::Figment;
 
 use crate::hetzner::selector::LabelSelector;
 
+/// The most a config file may hold: it is read every few seconds, and a
+/// file this large is not a config (a log or an image mounted by mistake).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Reads a config file, at most [`MAX_CONFIG_FILE_BYTES`]; a larger one is
+/// an `InvalidData` error saying so (nothing past the cap is read).
+pub fn read_config_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "it is larger than {} KiB, the most a config file may be; point \
+                 CANADA_KAKTUS_CONFIG or --config at the config.json",
+                MAX_CONFIG_FILE_BYTES / 1024
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// Every environment variable of ours starts with this.
 pub const ENV_PREFIX: &str = "CANADA_KAKTUS_";
 /// Names the config file when `--config` is not given.

@@ -152,10 +152,14 @@ pub(super) enum ConfigFile {
 }
 
 impl ConfigFile {
-    /// Reads the file off the async runtime (tokio's file I/O runs on the
-    /// blocking pool).
+    /// Reads the file (at most `MAX_CONFIG_FILE_BYTES`) on the blocking
+    /// pool, off the async runtime.
     pub(super) async fn read(path: &std::path::Path) -> Self {
-        match tokio::fs::read(path).await {
+        let owned = path.to_owned();
+        let read = tokio::task::spawn_blocking(move || crate::config::read_config_file(&owned))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        match read {
             Ok(bytes) => ConfigFile::Present(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => ConfigFile::Missing,
             Err(e) => ConfigFile::Unreadable(e.to_string()),
