@@ -66,9 +66,29 @@ pub fn identity(env: &std::collections::HashMap<String, String>) -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// A running election. `is_leader` follows it; `stop` releases the Lease.
+/// A leadership term of this process: whether it leads, and which of its
+/// terms this is (counted up each time it takes the Lease). Lost and won
+/// again between two looks is a new term, not "still leading": another
+/// replica may have written in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Term {
+    pub leading: bool,
+    pub number: u64,
+}
+
+impl Term {
+    /// The term after leadership became `leading`.
+    pub fn then(self, leading: bool) -> Term {
+        Term {
+            leading,
+            number: self.number + u64::from(leading && !self.leading),
+        }
+    }
+}
+
+/// A running election. `subscribe` follows it; `stop` releases the Lease.
 pub struct LeaderElection {
-    state: watch::Receiver<bool>,
+    state: watch::Receiver<Term>,
     problem: watch::Receiver<Option<String>>,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -76,7 +96,7 @@ pub struct LeaderElection {
 
 impl LeaderElection {
     pub fn start(client: Client, config: LeaseConfig) -> Self {
-        let (tx, state) = watch::channel(false);
+        let (tx, state) = watch::channel(Term::default());
         let (problem_tx, problem) = watch::channel(None);
         let stop = CancellationToken::new();
         let task = tokio::spawn(run(client, config, tx, problem_tx, stop.clone()));
@@ -94,8 +114,9 @@ impl LeaderElection {
         self.problem.clone()
     }
 
-    /// Follows leadership: `true` while this process holds the Lease.
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
+    /// Follows leadership: each term, leading while this process holds the
+    /// Lease.
+    pub fn subscribe(&self) -> watch::Receiver<Term> {
         self.state.clone()
     }
 
@@ -145,7 +166,7 @@ impl LeaseView {
 async fn run(
     client: Client,
     config: LeaseConfig,
-    tx: watch::Sender<bool>,
+    tx: watch::Sender<Term>,
     problem: watch::Sender<Option<String>>,
     stop: CancellationToken,
 ) {
@@ -165,8 +186,8 @@ async fn run(
     ));
     let publish = |leader: bool| {
         tx.send_if_modified(|current| {
-            let changed = *current != leader;
-            *current = leader;
+            let changed = current.leading != leader;
+            *current = current.then(leader);
             changed
         });
     };

@@ -221,7 +221,8 @@ impl Controller {
             &self.env,
             self.metrics.clone(),
         );
-        let mut leading = *ops.leader.borrow_and_update();
+        let mut term = *ops.leader.borrow_and_update();
+        let mut leading = term.leading;
         self.metrics.set_leader(leading);
         if !leading {
             self.health.record_standby();
@@ -239,10 +240,14 @@ impl Controller {
                 biased;
                 _ = self.shutdown.cancelled() => break,
                 Ok(()) = ops.leader.changed() => {
-                    let now = *ops.leader.borrow_and_update();
-                    if now == leading {
+                    // A term is compared whole: lost and won again since
+                    // the last look is a new term, and starts afresh too.
+                    let changed = *ops.leader.borrow_and_update();
+                    if changed == term {
                         continue;
                     }
+                    term = changed;
+                    let now = changed.leading;
                     leading = now;
                     self.metrics.set_leader(now);
                     // A new term starts from a fresh listing: while we did

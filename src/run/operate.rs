@@ -15,17 +15,18 @@ use tracing::info;
 use crate::config::Settings;
 use crate::members::NodeView;
 use crate::run::events::{EventPlanner, EventSink};
-use crate::run::leader::{self, LeaderElection, LeaseConfig};
+use crate::run::leader::{self, LeaderElection, LeaseConfig, Term};
 use crate::run::nodes::{self, NodeChange};
 use crate::serve::metrics::Metrics;
 
 pub struct Operations {
     /// `None` when leader election is off: this process always leads.
     election: Option<LeaderElection>,
-    /// `true` while this process may list Hetzner and write.
-    pub leader: watch::Receiver<bool>,
-    /// Keeps `leader` open (and `true`) when election is off.
-    _always: Option<watch::Sender<bool>>,
+    /// The leadership term: this process may list Hetzner and write while
+    /// it leads.
+    pub leader: watch::Receiver<Term>,
+    /// Keeps `leader` open (and leading) when election is off.
+    _always: Option<watch::Sender<Term>>,
     /// Why the election fails right now; never changes when it is off.
     pub election_problem: watch::Receiver<Option<String>>,
     /// Publish `LeaderElected` with the next cycle's events (by then the
@@ -82,7 +83,7 @@ impl Operations {
             (Some(election), leader, None)
         } else {
             info!("leader election off (CANADA_KAKTUS_LEADER_ELECTION); run a single replica");
-            let (tx, rx) = watch::channel(true);
+            let (tx, rx) = watch::channel(Term::default().then(true));
             (None, rx, Some(tx))
         };
         let election_problem = match &election {
@@ -172,15 +173,21 @@ pub async fn next_node_change(
     }
 }
 
-/// Runs `work` while this process leads; `None` as soon as it stops leading
-/// (the work is dropped, so a half-done cycle writes nothing more).
+/// Runs `work` in the current leadership term; `None` as soon as that term
+/// ends, by losing the Lease or by a new term (the work is dropped, so a
+/// half-done cycle writes nothing more).
 pub async fn while_leading<T>(
-    leader: &watch::Receiver<bool>,
+    leader: &watch::Receiver<Term>,
     work: impl Future<Output = T>,
 ) -> Option<T> {
     let mut leader = leader.clone();
+    let term = *leader.borrow_and_update();
     let lost = async move {
-        if leader.wait_for(|leading| !*leading).await.is_err() {
+        if leader
+            .wait_for(|now| *now != term || !now.leading)
+            .await
+            .is_err()
+        {
             std::future::pending::<()>().await;
         }
     };
