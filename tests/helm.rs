@@ -232,10 +232,15 @@ fn full_values_reach_every_object() {
     assert_eq!(
         role["rules"][0]["resourceNames"],
         json!(null),
-        "reads every pool"
+        "lists every pool"
     );
-    assert_eq!(role["rules"][0]["verbs"], json!(["get", "list", "watch"]));
+    assert_eq!(role["rules"][0]["verbs"], json!(["list"]));
     assert_eq!(role["rules"][1]["resourceNames"], json!(["edge-pool"]));
+    assert_eq!(
+        role["rules"][1]["verbs"],
+        json!(["get", "watch", "patch"]),
+        "reads, watches and writes only its pools"
+    );
     assert_eq!(role["rules"][2]["resourceNames"], json!(["edge-pool"]));
     let lease_role = get("Role", RELEASE_NAMESPACE, "canada-kaktus-leader-election");
     assert_eq!(

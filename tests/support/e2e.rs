@@ -405,9 +405,9 @@ pub fn revoke_pool_patch(cluster: &TestCluster) {
     limit_pool_verbs(cluster, &["get", "list", "watch"]);
 }
 
-/// Leaves only `verbs` on pools in the shipped ClusterRole (its first rule
-/// reads every pool, its second patches ours), as an operator editing RBAC
-/// would; `apply_deploy` restores it.
+/// Leaves only `verbs` on pools in the shipped ClusterRole, as an operator
+/// editing RBAC would: the reading ones on every pool, `patch` on ours;
+/// `apply_deploy` restores it.
 pub fn limit_pool_verbs(cluster: &TestCluster, verbs: &[&str]) {
     let out = cluster.kubectl(&["get", "clusterrole", "canada-kaktus", "-o", "json"]);
     assert!(
