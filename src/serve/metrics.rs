@@ -262,9 +262,10 @@ impl Metrics {
         let addresses_withheld = Family::<PoolReasonLabels, Gauge>::default();
         registry.register(
             "addresses_withheld",
-            "Addresses the pool did not get in the last cycle because another pool has them: \
-             earlier_pool (an earlier pool in Pools), other_pool (a pool of ours still holding \
-             it) or foreign_pool (a pool this controller does not manage)",
+            "Addresses the pool did not get in the last cycle: earlier_pool (an earlier pool \
+             in Pools has it), other_pool (a pool of ours still holds it), foreign_pool (a pool \
+             this controller does not manage covers it, disabled or not) or nodes_unknown (the \
+             Node watch has not listed the Nodes yet)",
             addresses_withheld.clone(),
         );
         let blocked_addresses = Family::<PoolLabels, Gauge>::default();
