@@ -837,3 +837,58 @@ async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
     reconciler.full(&settings).await.unwrap();
     assert!(blocks(&kube).contains("203.0.113.7/32"));
 }
+
+/// A Node NotReady since `ago`, as the API server has it (the Ready
+/// condition's lastTransitionTime says since when).
+fn not_ready_for(id: i64, ago: Duration) -> NodeFacts {
+    let since = std::time::SystemTime::now() - ago;
+    let since = humantime::format_rfc3339_seconds(since).to_string();
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
+        "metadata": {"name": format!("node-{id}")},
+        "spec": {"providerID": format!("hcloud://{id}")},
+        "status": {"conditions": [{"type": "Ready", "status": "False",
+                                   "lastTransitionTime": since}]}
+    }))
+    .unwrap();
+    NodeFacts::of(&node)
+}
+
+/// `Nodes.ExcludeUnhealthyAfter` after a restart, a new leader or a reload
+/// (every clock forgotten): a server whose Node has been NotReady for an
+/// hour is not put back for `after` and taken out again; the Node's Ready
+/// condition says since when.
+#[tokio::test]
+async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1, "Nodes": {"ExcludeUnhealthyAfter": "10s"}}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    kube.record_snapshots();
+    hetzner.set_servers(
+        (1..=3)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    let ready = |id: i64| NodeFacts {
+        name: format!("node-{id}"),
+        server_id: Some(id),
+        ready: true,
+        ..NodeFacts::default()
+    };
+    let nodes = NodeView::new(
+        [
+            ready(1),
+            ready(2),
+            not_ready_for(3, Duration::from_secs(3600)),
+        ],
+        true,
+    );
+    for _ in 0..2 {
+        reconciler.set_nodes(nodes.clone());
+        reconciler.full(&settings).await.unwrap();
+        assert!(
+            !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.3/32"),
+            "the server down for an hour was put into the pool"
+        );
+        reconciler.forget();
+    }
+}
