@@ -525,7 +525,10 @@ fn malformed_json_names_the_file_line_and_column() {
 fn a_config_file_over_one_mib_is_refused() {
     let files = Files::new();
     let padding = " ".repeat(1024 * 1024);
-    let config = files.write("config.json", &format!("{{\"PoolName\": \"big\"{padding}}}"));
+    let config = files.write(
+        "config.json",
+        &format!("{{\"PoolName\": \"big\"{padding}}}"),
+    );
     let e = fails(Some(&config), &with_token(&[]));
     let text = e.to_string();
     assert!(text.contains(&config.display().to_string()), "{text}");
