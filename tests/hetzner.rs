@@ -1101,3 +1101,55 @@ async fn a_200_page_echoing_the_token_never_leaks_it() {
     assert!(logs.contains("skipping a Floating IP"), "{logs}");
     assert!(!logs.contains(TOKEN), "{logs}");
 }
+
+/// With Hetzner's rate limit used up (`RateLimit-Remaining: 0`, one request
+/// back per second), a listing of 200 pages would take over three minutes,
+/// longer than a cycle may run: it is refused after the first page, naming
+/// the cause, instead of spending up to 120 requests and being abandoned
+/// every cycle.
+#[tokio::test]
+async fn a_listing_the_rate_limit_cannot_finish_in_time_stops_after_one_page() {
+    use wiremock::matchers::query_param;
+    install_crypto();
+    let server = MockServer::start().await;
+    let reset = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let servers: Vec<serde_json::Value> = (1..=50)
+        .map(|id| {
+            serde_json::json!({"id": id, "name": format!("s{id}"),
+                "public_net": {"ipv4": {"ip": format!("10.0.0.{id}"), "blocked": false}}})
+        })
+        .collect();
+    Mock::given(method("GET"))
+        .and(path("/v1/servers"))
+        .and(query_param("page", "1"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(serde_json::json!({"servers": servers,
+                    "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
+                             "next_page": 2, "last_page": 200, "total_entries": 10000}}}))
+                .insert_header("RateLimit-Limit", "3600")
+                .insert_header("RateLimit-Remaining", "0")
+                .insert_header("RateLimit-Reset", reset.to_string().as_str()),
+        )
+        .mount(&server)
+        .await;
+    let listing = tokio::time::timeout(
+        Duration::from_secs(10),
+        list_with(options(format!("{}/v1", server.uri())), SELECTOR),
+    )
+    .await
+    .expect("refused at once, not waited out page by page");
+    let error = listing.expect_err("199 pages cannot be listed in time");
+    assert_eq!(error.metric_label(), "rate_limited");
+    let text = error.to_string();
+    assert!(text.contains("199 more page(s)"), "{text}");
+    assert_eq!(
+        server.received_requests().await.map(|r| r.len()),
+        Some(1),
+        "one request spent"
+    );
+}
