@@ -6,7 +6,7 @@
 //! nodes stay in. Pure.
 
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use tokio::time::Instant;
@@ -30,6 +30,10 @@ pub struct NodeFacts {
     pub to_be_deleted: bool,
     /// The `Ready` condition is `True`.
     pub ready: bool,
+    /// When the `Ready` condition last changed, while it is not `True`
+    /// (its `lastTransitionTime`): how long the Node has been NotReady is
+    /// known from the cluster, not only from what this process saw.
+    pub not_ready_since: Option<SystemTime>,
 }
 
 impl NodeFacts {
@@ -40,12 +44,16 @@ impl NodeFacts {
             .and_then(|s| s.provider_id.as_deref())
             .and_then(|id| id.strip_prefix(PROVIDER_PREFIX))
             .and_then(|id| id.trim_start_matches('/').parse::<i64>().ok());
-        let ready = node
+        let condition = node
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-            .is_some_and(|c| c.status == "True");
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        let ready = condition.is_some_and(|c| c.status == "True");
+        let not_ready_since = condition
+            .filter(|_| !ready)
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| SystemTime::from(t.0));
         Self {
             name: meta.name.clone().unwrap_or_default(),
             server_id,
@@ -58,7 +66,15 @@ impl NodeFacts {
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT)),
             ready,
+            not_ready_since,
         }
+    }
+
+    /// How long the Node has been NotReady, by its Ready condition.
+    pub fn not_ready_for(&self, now: SystemTime) -> Option<Duration> {
+        self.not_ready_since
+            .filter(|_| !self.ready)
+            .and_then(|since| now.duration_since(since).ok())
     }
 
     /// The default rule: why this Node takes no new traffic, if it does not.
@@ -197,7 +213,11 @@ pub(super) fn exclusion(
     }
     if let Some(after) = pool.nodes.exclude_unhealthy_after {
         let healthy = status == ServerStatus::Running && node.is_none_or(|node| node.ready);
-        if unhealthy.excluded(&pool.name, id, healthy, after, now) {
+        // What the cluster knows outlives this process: a Node NotReady for
+        // an hour has been unhealthy for an hour, whatever this process
+        // remembers (a restart, a new term and a reload forget the clocks).
+        let known = node.and_then(|node| node.not_ready_for(SystemTime::now()));
+        if unhealthy.excluded(&pool.name, id, healthy, after, now, known) {
             return Some(Exclusion::Unhealthy);
         }
     }
@@ -227,7 +247,9 @@ struct HealthState {
 
 impl Unhealthy {
     /// Records one observation of `server` for `pool` and says whether the
-    /// server is out of it.
+    /// server is out of it. `unhealthy_for` is how long it has been
+    /// unhealthy by the cluster's own record (its Node's Ready condition),
+    /// when known: a clock that starts then starts that long ago.
     pub fn excluded(
         &mut self,
         pool: &str,
@@ -235,6 +257,7 @@ impl Unhealthy {
         healthy: bool,
         after: Duration,
         now: Instant,
+        unhealthy_for: Option<Duration>,
     ) -> bool {
         let servers = match self.pools.get_mut(pool) {
             Some(servers) => servers,
@@ -252,7 +275,11 @@ impl Unhealthy {
             // Healthy while in, or unhealthy while out: nothing is flipping.
             state.flipping_since = None;
         } else {
-            let since = *state.flipping_since.get_or_insert(now);
+            let began = match unhealthy_for {
+                Some(known) if !healthy => now.checked_sub(known).unwrap_or(now),
+                _ => now,
+            };
+            let since = *state.flipping_since.get_or_insert(began);
             if now.saturating_duration_since(since) >= after {
                 state.excluded = !state.excluded;
                 state.flipping_since = None;

@@ -406,30 +406,30 @@ fn an_unhealthy_server_goes_after_the_delay_and_comes_back_after_as_long() {
     let mut tracker = Unhealthy::default();
     let t0 = Instant::now();
     let at = |s: u64| t0 + Duration::from_secs(s);
-    assert!(!tracker.excluded("p", 1, false, after, at(0)));
-    assert!(!tracker.excluded("p", 1, false, after, at(59)));
+    assert!(!tracker.excluded("p", 1, false, after, at(0), None));
+    assert!(!tracker.excluded("p", 1, false, after, at(59), None));
     assert!(
-        tracker.excluded("p", 1, false, after, at(60)),
+        tracker.excluded("p", 1, false, after, at(60), None),
         "out after 60 s"
     );
     assert!(
-        tracker.excluded("p", 1, true, after, at(61)),
+        tracker.excluded("p", 1, true, after, at(61), None),
         "healthy again, not yet back"
     );
     assert!(
-        tracker.excluded("p", 1, false, after, at(90)),
+        tracker.excluded("p", 1, false, after, at(90), None),
         "a relapse restarts the wait"
     );
-    assert!(tracker.excluded("p", 1, true, after, at(100)));
+    assert!(tracker.excluded("p", 1, true, after, at(100), None));
     assert!(
-        !tracker.excluded("p", 1, true, after, at(160)),
+        !tracker.excluded("p", 1, true, after, at(160), None),
         "back after 60 s healthy"
     );
     // A short blip never takes it out.
-    assert!(!tracker.excluded("p", 2, false, after, at(0)));
-    assert!(!tracker.excluded("p", 2, true, after, at(30)));
-    assert!(!tracker.excluded("p", 2, false, after, at(40)));
-    assert!(!tracker.excluded("p", 2, false, after, at(99)));
+    assert!(!tracker.excluded("p", 2, false, after, at(0), None));
+    assert!(!tracker.excluded("p", 2, true, after, at(30), None));
+    assert!(!tracker.excluded("p", 2, false, after, at(40), None));
+    assert!(!tracker.excluded("p", 2, false, after, at(99), None));
 }
 
 #[test]
@@ -438,23 +438,23 @@ fn the_next_flip_is_when_the_earliest_clock_runs_out() {
     let t0 = Instant::now();
     let s = Duration::from_secs;
     assert_eq!(tracker.next_flip(t0), None);
-    assert!(!tracker.excluded("a", 1, true, s(60), t0));
+    assert!(!tracker.excluded("a", 1, true, s(60), t0, None));
     assert_eq!(tracker.next_flip(t0), None, "healthy and in: no clock");
-    assert!(!tracker.excluded("a", 1, false, s(60), t0));
-    assert!(!tracker.excluded("b", 2, false, s(30), t0 + s(10)));
+    assert!(!tracker.excluded("a", 1, false, s(60), t0, None));
+    assert!(!tracker.excluded("b", 2, false, s(30), t0 + s(10), None));
     assert_eq!(tracker.next_flip(t0), Some(t0 + s(40)));
-    assert!(tracker.excluded("b", 2, false, s(30), t0 + s(40)));
+    assert!(tracker.excluded("b", 2, false, s(30), t0 + s(40), None));
     assert_eq!(tracker.next_flip(t0), Some(t0 + s(60)), "b is out, a runs");
-    assert!(!tracker.excluded("a", 1, true, s(60), t0 + s(50)));
+    assert!(!tracker.excluded("a", 1, true, s(60), t0 + s(50), None));
     assert_eq!(tracker.next_flip(t0), None, "a recovered in time, b is out");
-    assert!(tracker.excluded("b", 2, true, s(30), t0 + s(45)));
+    assert!(tracker.excluded("b", 2, true, s(30), t0 + s(45), None));
     assert_eq!(
         tracker.next_flip(t0),
         Some(t0 + s(75)),
         "b comes back at 75"
     );
     // A clock that ran out before `after` was not looked at: not due again.
-    assert!(!tracker.excluded("a", 1, false, s(10), t0 + s(80)));
+    assert!(!tracker.excluded("a", 1, false, s(10), t0 + s(80), None));
     assert_eq!(tracker.next_flip(t0), Some(t0 + s(75)));
     assert_eq!(tracker.next_flip(t0 + s(80)), Some(t0 + s(90)));
     assert_eq!(tracker.next_flip(t0 + s(95)), None);
@@ -581,6 +581,7 @@ fn node_facts_read_what_the_rules_need_from_a_node() {
             exclude_label: true,
             to_be_deleted: true,
             ready: true,
+            not_ready_since: None,
         }
     );
     // Another cloud's provider ID, no Ready condition, cordoned only.
@@ -601,4 +602,34 @@ fn node_facts_read_what_the_rules_need_from_a_node() {
     }))
     .unwrap();
     assert_eq!(NodeFacts::of(&legacy).server_id, Some(42));
+}
+
+#[test]
+fn a_clock_starts_when_the_node_went_not_ready() {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "worker-1"},
+        "status": {"conditions": [{"type": "Ready", "status": "False",
+                                   "lastTransitionTime": "2026-11-24T10:00:00Z"}]}
+    }))
+    .unwrap();
+    let facts = NodeFacts::of(&node);
+    let at = |rfc: &str| -> std::time::SystemTime { humantime::parse_rfc3339(rfc).unwrap() };
+    assert_eq!(facts.not_ready_since, Some(at("2026-11-24T10:00:00Z")));
+    assert_eq!(
+        facts.not_ready_for(at("2026-11-24T11:00:00Z")),
+        Some(Duration::from_secs(3600))
+    );
+    // A fresh tracker (a restart) takes the hour into account: out at once.
+    let mut tracker = Unhealthy::default();
+    let now = Instant::now();
+    let after = Duration::from_secs(600);
+    assert!(tracker.excluded("p", 1, false, after, now, Some(Duration::from_secs(3600))));
+    // Known for less than `after`: the clock runs from then.
+    assert!(!tracker.excluded("p", 2, false, after, now, Some(Duration::from_secs(60))));
+    assert_eq!(
+        tracker.next_flip(now),
+        now.checked_sub(Duration::from_secs(60)).map(|t| t + after)
+    );
+    // Ready again: the way back in starts now, whatever the Node says.
+    assert!(tracker.excluded("p", 1, true, after, now, None));
 }
