@@ -75,6 +75,43 @@ pub fn rate_limit_wait(last: Option<&RateLimit>, now_unix: u64) -> Option<Durati
     Some(Duration::from_secs(reset - now_unix).min(one_request))
 }
 
+/// What a listing would wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiter {
+    /// Hetzner's rate limit (`RateLimit-Remaining`).
+    RateLimit,
+    /// This controller's own hourly budget.
+    Budget,
+}
+
+/// How long the rest of a listing (`pages` more requests) will wait, and
+/// for what: Hetzner's rate limit as `last` reported it, or our own budget
+/// (`available` requests now, refilled at `per_hour`); each request past
+/// what is left waits for one refill. `None` when nothing will wait.
+pub fn listing_wait(
+    pages: u64,
+    last: Option<&RateLimit>,
+    budget: Option<(u32, u32)>,
+) -> Option<(Duration, Waiter)> {
+    let hetzner = last.and_then(|last| {
+        let remaining = last.remaining?;
+        let per_hour = last.limit.filter(|limit| *limit > 0).unwrap_or(3600);
+        let short = pages.saturating_sub(remaining);
+        (short > 0).then(|| Duration::from_secs_f64(short as f64 * 3600.0 / per_hour as f64))
+    });
+    let ours = budget.and_then(|(available, per_hour)| {
+        let short = pages.saturating_sub(u64::from(available));
+        (short > 0 && per_hour > 0)
+            .then(|| Duration::from_secs_f64(short as f64 * 3600.0 / f64::from(per_hour)))
+    });
+    match (hetzner, ours) {
+        (Some(a), Some(b)) if b > a => Some((b, Waiter::Budget)),
+        (Some(a), _) => Some((a, Waiter::RateLimit)),
+        (None, Some(b)) => Some((b, Waiter::Budget)),
+        (None, None) => None,
+    }
+}
+
 /// Hetzner's rate-limit headers; each may be missing or unparsable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {

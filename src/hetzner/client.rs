@@ -58,6 +58,8 @@ pub struct HetznerClient {
     observer: Option<Arc<dyn RequestObserver>>,
     /// For the message of a timed-out request.
     request_timeout: Duration,
+    /// The longest one listing may take (see `HetznerOptions`).
+    listing_time_limit: Duration,
 }
 
 impl HetznerClient {
@@ -106,6 +108,7 @@ impl HetznerClient {
             last_rate_limit: Arc::new(Mutex::new(None)),
             observer: None,
             request_timeout: options.request_timeout,
+            listing_time_limit: options.listing_time_limit,
         })
     }
 
@@ -226,6 +229,7 @@ impl HetznerClient {
         let mut cost = ListingCost::default();
         let mut paging = PagingCheck::default();
         let mut page: u32 = 1;
+        let started = tokio::time::Instant::now();
         loop {
             let request = Request {
                 url: &url,
@@ -242,13 +246,61 @@ impl HetznerClient {
             let (pagination, entries) = absorb(page, &response.body)?;
             paging.page(page, &pagination, entries)?;
             match next_page(page, &pagination, cost.pages)? {
-                Some(next) => page = next,
+                Some(next) => {
+                    self.finishes_in_time(collection, page, &pagination, &cost, started)?;
+                    page = next;
+                }
                 None => {
                     paging.end(page, &pagination)?;
                     return Ok(cost);
                 }
             }
         }
+    }
+
+    /// Fails when the rest of the listing would wait on the rate limit or
+    /// the budget for longer than the listing may take: better one request
+    /// spent and a clear cause than a hundred and an abandoned cycle.
+    fn finishes_in_time(
+        &self,
+        collection: Collection,
+        page: u32,
+        pagination: &Pagination,
+        cost: &ListingCost,
+        started: tokio::time::Instant,
+    ) -> Result<(), HetznerError> {
+        let Some(last) = pagination.last_page else {
+            return Ok(());
+        };
+        let pages_left = u64::from(last.saturating_sub(page));
+        let budget = self.budget.as_ref().map(|budget| {
+            let mut budget = lock(budget);
+            (
+                budget.available(tokio::time::Instant::now()),
+                budget.per_hour(),
+            )
+        });
+        let Some((wait, waiter)) = listing_wait(pages_left, cost.rate_limit.as_ref(), budget)
+        else {
+            return Ok(());
+        };
+        if started.elapsed() + wait <= self.listing_time_limit {
+            return Ok(());
+        }
+        if let (Waiter::Budget, Some((_, per_hour))) = (waiter, budget) {
+            // Our own budget: said as when a single request has to wait.
+            return Err(HetznerError::BudgetExhausted {
+                per_hour,
+                retry_in_secs: (3600 / u64::from(per_hour.max(1))).max(1),
+            });
+        }
+        Err(HetznerError::ListingTooSlow {
+            list: collection.noun(),
+            page,
+            pages_left,
+            wait_secs: wait.as_secs(),
+            limit_secs: self.listing_time_limit.as_secs(),
+        })
     }
 
     fn url(&self, collection: Collection) -> Url {

@@ -79,6 +79,21 @@ pub enum HetznerError {
     },
 
     #[error(
+        "listing the {pages_left} more page(s) of the Hetzner {list} list would wait about \
+         {wait_secs}s for Hetzner's rate limit or this controller's request budget, longer \
+         than a listing may take ({limit_secs}s); stopped after page {page} without spending \
+         more requests. Other tools share the project's 3600 requests/hour: find the one using \
+         them up (canada_kaktus_hcloud_ratelimit_remaining), or raise Interval"
+    )]
+    ListingTooSlow {
+        list: &'static str,
+        page: u32,
+        pages_left: u64,
+        wait_secs: u64,
+        limit_secs: u64,
+    },
+
+    #[error(
         "Hetzner API server error (HTTP {status}{}): {}",
         code_suffix(code),
         message_text(message)
@@ -155,7 +170,9 @@ impl HetznerError {
             HetznerError::Forbidden { .. } => "forbidden",
             HetznerError::NotFound { .. } => "not_found",
             HetznerError::InvalidLabelSelector { .. } => "invalid_label_selector",
-            HetznerError::RateLimited { .. } => "rate_limited",
+            HetznerError::RateLimited { .. } | HetznerError::ListingTooSlow { .. } => {
+                "rate_limited"
+            }
             HetznerError::ServerError { .. } => "server_error",
             HetznerError::UnexpectedStatus { .. } => "unexpected_status",
             HetznerError::BudgetExhausted { .. } => "budget_exhausted",

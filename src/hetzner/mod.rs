@@ -52,6 +52,10 @@ pub struct HetznerOptions {
     /// Most requests per hour this client sends (`None`: no limit of our own;
     /// Hetzner's `RateLimit-*` headers are honoured either way).
     pub request_budget_per_hour: Option<u32>,
+    /// The longest one listing may take. A listing that the rate limit (or
+    /// the budget) cannot let finish within it is stopped at once, not
+    /// waited out page by page until the cycle is abandoned.
+    pub listing_time_limit: Duration,
 }
 
 impl HetznerOptions {
@@ -62,9 +66,13 @@ impl HetznerOptions {
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             request_budget_per_hour: None,
+            listing_time_limit: DEFAULT_LISTING_TIME_LIMIT,
         }
     }
 }
+
+/// Below the control loop's 120 s cycle limit, with room for the writes.
+pub const DEFAULT_LISTING_TIME_LIMIT: Duration = Duration::from_secs(90);
 
 impl Default for HetznerOptions {
     fn default() -> Self {

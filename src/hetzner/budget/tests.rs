@@ -61,3 +61,28 @@ fn hetzner_headers_ask_for_a_wait_only_when_nothing_remains() {
     assert_eq!(rate_limit_wait(Some(&some_left), 1_000_000), None);
     assert_eq!(rate_limit_wait(None, 1_000_000), None);
 }
+
+#[test]
+fn a_listing_waits_for_every_request_past_what_is_left() {
+    let headers = |remaining: u64| RateLimit {
+        limit: Some(3600),
+        remaining: Some(remaining),
+        reset: None,
+    };
+    assert_eq!(listing_wait(10, Some(&headers(10)), None), None);
+    assert_eq!(
+        listing_wait(199, Some(&headers(0)), None),
+        Some((Duration::from_secs(199), Waiter::RateLimit))
+    );
+    assert_eq!(listing_wait(5, None, None), None, "no headers, no budget");
+    // Our own budget: 2 requests now, 1200/h (one every 3 s).
+    assert_eq!(
+        listing_wait(12, Some(&headers(100)), Some((2, 1200))),
+        Some((Duration::from_secs(30), Waiter::Budget))
+    );
+    // The longer of the two waits.
+    assert_eq!(
+        listing_wait(12, Some(&headers(0)), Some((10, 3600))),
+        Some((Duration::from_secs(12), Waiter::RateLimit))
+    );
+}
