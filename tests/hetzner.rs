@@ -37,6 +37,7 @@ fn options(endpoint: String) -> HetznerOptions {
             max_rate_limit_wait: Duration::from_secs(60),
         },
         request_budget_per_hour: None,
+        listing_time_limit: Duration::from_secs(90),
     }
 }
 
