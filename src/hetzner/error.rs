@@ -170,9 +170,8 @@ impl HetznerError {
             HetznerError::Forbidden { .. } => "forbidden",
             HetznerError::NotFound { .. } => "not_found",
             HetznerError::InvalidLabelSelector { .. } => "invalid_label_selector",
-            HetznerError::RateLimited { .. } | HetznerError::ListingTooSlow { .. } => {
-                "rate_limited"
-            }
+            HetznerError::RateLimited { .. } => "rate_limited",
+            HetznerError::ListingTooSlow { .. } => "rate_limited",
             HetznerError::ServerError { .. } => "server_error",
             HetznerError::UnexpectedStatus { .. } => "unexpected_status",
             HetznerError::BudgetExhausted { .. } => "budget_exhausted",
