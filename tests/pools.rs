@@ -18,7 +18,7 @@ use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::{CycleKind, Reconciler};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakePrivateNet, FakeServer};
+use support::fake_hetzner::{Directive, FakeFloatingIp, FakeHetzner, FakePrivateNet, FakeServer};
 use support::fake_kube::FakeKube;
 
 const TOKEN: &str = "pools-token-7d21";
@@ -891,4 +891,44 @@ async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
         );
         reconciler.forget();
     }
+}
+
+/// The pools are read for the write after the confirmation listing, not
+/// before it: a foreign pool created while the second listing runs (over
+/// an address the cycle would add) is seen, and the address is withheld.
+#[tokio::test]
+async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    let servers = |ids: &[i64]| -> Vec<FakeServer> {
+        ids.iter()
+            .map(|id| FakeServer::new(*id, &format!("198.51.100.{id}")))
+            .collect()
+    };
+    hetzner.set_servers(servers(&[1, 2, 3]));
+    reconciler.full(&settings).await.unwrap();
+    kube.record_snapshots();
+    // Server 3 leaves (a removal: a second listing follows) and server 4
+    // joins; while the second listing runs, someone creates a pool over 4.
+    hetzner.set_servers(servers(&[1, 2, 4]));
+    let meanwhile = kube.clone();
+    let mut listings = 0;
+    hetzner.set_script(Some(Box::new(move |page| {
+        if page == 1 {
+            listings += 1;
+            if listings == 2 {
+                meanwhile.insert_pool(
+                    "theirs",
+                    pool_object("theirs", json!([{"cidr": "198.51.100.4/32"}]), false),
+                );
+            }
+        }
+        Directive::default()
+    })));
+    let _ = reconciler.full(&settings).await;
+    assert!(
+        !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.4/32"),
+        "the write was decided from the pools as they were before the second listing"
+    );
 }
