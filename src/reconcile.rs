@@ -539,7 +539,7 @@ impl Reconciler {
         warn_about(settings, &rendered);
         let mut requests = listing.requests;
         drop(listing);
-        let all = self.pools.list_all(&resource).await?;
+        let mut all = self.pools.list_all(&resource).await?;
         // Offset paging is not a snapshot: a server deleted on one page and
         // another created before the next request shift the pages and hide
         // a server, with the total unchanged. So a removal needs a second
@@ -552,6 +552,9 @@ impl Reconciler {
                 render_recording(settings, &again, &self.nodes, &mut scratch, now, None);
             drop(again);
             keep_unconfirmed(&mut rendered, &confirmation, &all);
+            // The writes are decided from a read after that listing, which
+            // may have taken a while: the pools may have changed.
+            all = self.pools.list_all(&resource).await?;
         }
         let outcomes = self
             .converge_all(
