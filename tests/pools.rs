@@ -932,3 +932,35 @@ async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
         "the write was decided from the pools as they were before the second listing"
     );
 }
+
+/// A Node change only ever removes: after a write that failed, what the
+/// pool was last meant to hold includes addresses it never got, and a Node
+/// change must not add them (a listing does, when it comes).
+#[tokio::test]
+async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    let servers = |ids: std::ops::RangeInclusive<i64>| -> Vec<FakeServer> {
+        ids.map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect()
+    };
+    reconciler.set_nodes(deleting(&[]));
+    hetzner.set_servers(servers(1..=3));
+    reconciler.full(&settings).await.unwrap();
+    // Server 4 joins, but the write fails (not done).
+    hetzner.set_servers(servers(1..=4));
+    kube.fail_next_patch(500);
+    let _ = reconciler.full(&settings).await;
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
+    assert!(!blocks(&kube).contains("198.51.100.4/32"));
+    // Then server 1's Node is deleted: only that goes.
+    reconciler.set_nodes(deleting(&[1]));
+    reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    let after = blocks(&kube);
+    assert!(!after.contains("198.51.100.1/32"), "{after:?}");
+    assert!(
+        !after.contains("198.51.100.4/32"),
+        "a Node change added an address: {after:?}"
+    );
+}
