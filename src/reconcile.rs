@@ -587,44 +587,52 @@ impl Reconciler {
             &mut self.unhealthy,
             Instant::now(),
         );
-        // Removals only: what each pool was written with, less the
-        // addresses of servers a node rule leaves out now.
-        let rendered: Vec<Rendered> = settings
-            .pools
-            .iter()
-            .zip(out)
-            .map(|(pool, (removed, excluded, servers))| {
-                let kept = self
-                    .last_desired(&pool.name)
-                    .map(|last| {
-                        last.addresses
-                            .iter()
-                            .filter(|a| !removed.contains(a))
-                            .copied()
-                            .collect::<Vec<IpAddr>>()
-                    })
-                    .unwrap_or_default();
-                let members = Members {
-                    pool: pool.name.clone(),
-                    servers_matched: servers,
-                    excluded,
-                    ..Members::default()
-                };
-                let desired = pool::render(&template_from(pool), kept);
-                let verdict =
-                    guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from);
-                (members, desired, verdict)
-            })
-            .collect();
-        let result = match self.pools.resource().await {
+        let read = match self.pools.resource().await {
             Ok(resource) => match self.pools.list_all(&resource).await {
-                Ok(all) => {
-                    self.converge_all(settings, &resource, all, rendered, 0, CycleKind::Nodes)
-                        .await
-                }
+                Ok(all) => Ok((resource, all)),
                 Err(e) => Err(e.into()),
             },
             Err(e) => Err(e.into()),
+        };
+        let result = match read {
+            Ok((resource, all)) => {
+                // Removals only: what each pool was written with and holds
+                // now (a failed write may not have written all of it), less
+                // the addresses of servers a node rule leaves out now.
+                let rendered: Vec<Rendered> = settings
+                    .pools
+                    .iter()
+                    .zip(out)
+                    .map(|(pool, (removed, excluded, servers))| {
+                        let live = find_pool(&all, &pool.name)
+                            .map(pool::live_addresses)
+                            .unwrap_or_default();
+                        let kept: Vec<IpAddr> = self
+                            .last_desired(&pool.name)
+                            .map(|last| {
+                                last.addresses
+                                    .iter()
+                                    .filter(|a| !removed.contains(a) && live.addresses.contains(a))
+                                    .copied()
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let members = Members {
+                            pool: pool.name.clone(),
+                            servers_matched: servers,
+                            excluded,
+                            ..Members::default()
+                        };
+                        let desired = pool::render(&template_from(pool), kept);
+                        let verdict = guard::check(&desired, &members, &pool.addresses)
+                            .map_err(ReconcileError::from);
+                        (members, desired, verdict)
+                    })
+                    .collect();
+                self.converge_all(settings, &resource, all, rendered, 0, CycleKind::Nodes)
+                    .await
+            }
+            Err(e) => Err(e),
         };
         self.last_listing = Some(record);
         result.map(Some)
