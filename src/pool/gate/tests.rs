@@ -228,6 +228,12 @@ fn pools_that_wait_for_each_other_are_found() {
         swaps(&stuck(&[("a", &["b"])])).is_empty(),
         "b is not stuck: it may still let go"
     );
+    // a waits for c (stuck on a foreign pool) and for b; b waits for a.
+    assert_eq!(
+        swaps(&stuck(&[("a", &["c", "b"]), ("b", &["a"]), ("c", &[])])),
+        vec![vec!["a".to_owned(), "b".to_owned()]],
+        "every pool a pool waits for counts, not the first"
+    );
 }
 
 #[test]
