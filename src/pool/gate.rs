@@ -235,29 +235,37 @@ fn empty_refusal(withheld: &[Withheld]) -> Refusal {
 /// let go first. `stuck` is, per pool refused for that, its name and the
 /// pools of ours it waits for. Returns the pools of each circle found.
 pub fn swaps(stuck: &[(String, Vec<String>)]) -> Vec<Vec<String>> {
-    let waits = |name: &str| -> Option<&Vec<String>> {
-        stuck.iter().find(|(n, _)| n == name).map(|(_, by)| by)
-    };
+    let index = |name: &str| stuck.iter().position(|(n, _)| n == name);
+    // Which stuck pools each stuck pool waits for, by index.
+    let edges: Vec<Vec<usize>> = stuck
+        .iter()
+        .map(|(_, by)| by.iter().filter_map(|b| index(b)).collect())
+        .collect();
+    // Every pool each one reaches, by following any of its waits.
+    let reach: Vec<Vec<bool>> = (0..stuck.len())
+        .map(|start| {
+            let mut seen = vec![false; stuck.len()];
+            let mut next: Vec<usize> = edges[start].clone();
+            while let Some(at) = next.pop() {
+                if !std::mem::replace(&mut seen[at], true) {
+                    next.extend(&edges[at]);
+                }
+            }
+            seen
+        })
+        .collect();
+    // Pools that reach each other wait in one circle.
     let mut circles: Vec<Vec<String>> = Vec::new();
-    for (start, _) in stuck {
-        if circles.iter().any(|c| c.contains(start)) {
+    for (a, (name, _)) in stuck.iter().enumerate() {
+        if !reach[a][a] || circles.iter().any(|c| c.contains(name)) {
             continue;
         }
-        // Follow the first pool each waits for until a pool repeats.
-        let mut path: Vec<String> = vec![start.clone()];
-        while let Some(next) = waits(path.last().map(String::as_str).unwrap_or_default())
-            .and_then(|by| by.iter().find(|b| waits(b).is_some()))
-        {
-            if let Some(at) = path.iter().position(|p| p == next) {
-                let mut circle = path.split_off(at);
-                circle.sort();
-                if !circles.contains(&circle) {
-                    circles.push(circle);
-                }
-                break;
-            }
-            path.push(next.clone());
-        }
+        let mut circle: Vec<String> = (0..stuck.len())
+            .filter(|&b| reach[a][b] && reach[b][a])
+            .map(|b| stuck[b].0.clone())
+            .collect();
+        circle.sort();
+        circles.push(circle);
     }
     circles
 }
