@@ -1052,12 +1052,13 @@ async fn a_200_page_echoing_the_token_never_leaks_it() {
     let server = MockServer::start().await;
     let meta = serde_json::json!({"pagination": {"page": 1, "per_page": 50,
         "previous_page": null, "next_page": null, "last_page": 1, "total_entries": 1}});
-    for field in ["id", "ip"] {
+    for field in ["id", "ip", "name"] {
         server.reset().await;
         let mut entry = serde_json::json!({"id": 1, "name": "a",
             "public_net": {"ipv4": {"ip": "192.0.2.1", "blocked": false}}});
         match field {
             "id" => entry["id"] = serde_json::json!(TOKEN),
+            "name" => entry["name"] = serde_json::json!(format!("web-{TOKEN}")),
             _ => entry["public_net"]["ipv4"]["ip"] = serde_json::json!(TOKEN),
         }
         Mock::given(method("GET"))
@@ -1074,8 +1075,10 @@ async fn a_200_page_echoing_the_token_never_leaks_it() {
                 assert!(!text.contains(TOKEN), "{field}: the token leaked: {text}");
             }
             Ok(listing) => {
+                // A name is logged and put into Events (a server left out):
+                // the token in it is replaced.
                 for server in &listing.servers {
-                    let text = format!("{:?}", server.ipv4);
+                    let text = format!("{:?} {}", server.ipv4, server.name);
                     assert!(!text.contains(TOKEN), "{field}: {text}");
                 }
             }
