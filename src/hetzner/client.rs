@@ -62,6 +62,21 @@ pub struct HetznerClient {
     listing_time_limit: Duration,
 }
 
+/// Names from a 200 answer are logged, put into `/health` and Events: one
+/// that holds the token (an echoing proxy, or a name someone chose) has it
+/// replaced.
+fn scrub_names<'a>(token: &SecretString, names: impl Iterator<Item = &'a mut String>) {
+    let secret = token.expose().trim();
+    if secret.is_empty() {
+        return;
+    }
+    for name in names {
+        if name.contains(secret) {
+            *name = scrub(name, secret);
+        }
+    }
+}
+
 impl HetznerClient {
     pub fn new(options: HetznerOptions) -> Result<Self, HetznerError> {
         if options.connect_timeout.is_zero() || options.request_timeout.is_zero() {
@@ -166,6 +181,7 @@ impl HetznerClient {
             })
             .await?;
         listing.add_cost(&cost);
+        scrub_names(token, listing.servers.iter_mut().map(|s| &mut s.name));
         tracing::debug!(
             servers = listing.servers.len(),
             without_ipv4 = listing.skipped().count(),
@@ -193,6 +209,7 @@ impl HetznerClient {
             })
             .await?;
         listing.requests = cost.requests;
+        scrub_names(token, listing.floating_ips.iter_mut().map(|f| &mut f.name));
         Ok(listing)
     }
 
@@ -210,6 +227,7 @@ impl HetznerClient {
                 Ok((decoded.meta.pagination, count))
             })
             .await?;
+        scrub_names(token, networks.iter_mut().map(|n| &mut n.name));
         Ok((networks, cost.requests))
     }
 
