@@ -1,0 +1,266 @@
+//! Cilium's own LB IPAM for the allocator suites (tests/cilium.rs and
+//! tests/cilium_soak.rs): the releases scripts/cilium-bins.sh builds, the
+//! allocator as a process, and what the suites read from Services and
+//! pools.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+use serde_json::{json, Value};
+
+use super::cluster::TestCluster;
+use super::e2e::apply_deploy;
+
+pub const CILIUM_DIR_ENV: &str = "CANADA_KAKTUS_CILIUM_BIN_DIR";
+
+/// One Cilium release as scripts/cilium-bins.sh builds it, named by the
+/// pool API version it serves: its LB IPAM program, the CRD it ships and
+/// its version.
+pub struct Release {
+    pub api: &'static str,
+    pub dir: PathBuf,
+    pub version: String,
+}
+
+impl Release {
+    pub fn of(api: &'static str) -> Release {
+        let root = std::env::var_os(CILIUM_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| {
+                panic!("{CILIUM_DIR_ENV} is not set: run scripts/test, or set it to what scripts/cilium-bins.sh prints")
+            });
+        let dir = PathBuf::from(root).join(api);
+        let version = std::fs::read_to_string(dir.join("release"))
+            .unwrap_or_else(|e| panic!("{}/release: {e}", dir.display()))
+            .trim()
+            .to_owned();
+        Release { api, dir, version }
+    }
+
+    /// The CRD as the release ships it, parsed as YAML.
+    pub fn crd_yaml(&self) -> Value {
+        let path = self.dir.join("ciliumloadbalancerippools.yaml");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The versions discovery serves with this CRD, the preferred first.
+    pub fn served(&self) -> &'static [&'static str] {
+        match self.api {
+            "v2" => &["v2", "v2alpha1"],
+            _ => &["v2alpha1"],
+        }
+    }
+
+    /// A fresh cluster with this release's own CRD and deploy/ applied.
+    pub async fn cluster(&self) -> TestCluster {
+        let cluster = TestCluster::start().await;
+        let crd: CustomResourceDefinition = serde_json::from_value(self.crd_yaml()).unwrap();
+        cluster.install_crd_object(crd, self.served()).await;
+        apply_deploy(&cluster);
+        cluster
+    }
+}
+
+/// Cilium's LB IPAM as a separate process, as the cluster admin (it stands
+/// in for cilium-operator). Killed when dropped.
+pub struct LbIpam {
+    child: Child,
+    log: PathBuf,
+    version: String,
+    _dir: tempfile::TempDir,
+}
+
+impl LbIpam {
+    pub fn start(cluster: &TestCluster, release: &Release) -> LbIpam {
+        let work = tempfile::tempdir().unwrap();
+        let log = work.path().join("lbipam.log");
+        let child = Command::new(release.dir.join("cilium-lbipam"))
+            .arg(format!(
+                "--k8s-kubeconfig-path={}",
+                cluster.admin_kubeconfig().display()
+            ))
+            .current_dir(work.path())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(work.path().join("lbipam.err")).unwrap())
+            .spawn()
+            .expect("starting Cilium's LB IPAM");
+        LbIpam {
+            child,
+            log,
+            version: release.version.clone(),
+            _dir: work,
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        let mut text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.push_str(
+            &std::fs::read_to_string(self.log.with_file_name("lbipam.err")).unwrap_or_default(),
+        );
+        text
+    }
+}
+
+impl Drop for LbIpam {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- Cilium {} LB IPAM log ---\n{}",
+                self.version,
+                self.log_text()
+            );
+        }
+    }
+}
+
+pub fn condition(pool: &kube::api::DynamicObject, kind: &str) -> Value {
+    pool.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+pub async fn create_labelled_service(
+    services: &Api<Service>,
+    name: &str,
+    labels: Value,
+    family_policy: Option<&str>,
+) {
+    let mut spec = json!({"type": "LoadBalancer", "ports": [{"port": 443}]});
+    if let Some(policy) = family_policy {
+        spec["ipFamilyPolicy"] = json!(policy);
+    }
+    let service: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap();
+}
+
+/// Every address in `status.loadBalancer.ingress`.
+pub async fn addresses(services: &Api<Service>, name: &str) -> Vec<String> {
+    services
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|lb| lb.ingress)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|i| i.ip)
+        .collect()
+}
+
+/// Every `cilium.io/PoolConflict=True` an admin watch sees, as
+/// `(pool, message)`.
+pub type Conflicts = Arc<Mutex<Vec<(String, String)>>>;
+
+pub fn record_conflicts(
+    api: Api<kube::api::DynamicObject>,
+) -> (Conflicts, tokio::task::JoinHandle<()>) {
+    let seen: Conflicts = Arc::default();
+    let sink = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let pool = match event {
+                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
+                _ => continue,
+            };
+            let conflict = condition(&pool, "cilium.io/PoolConflict");
+            if conflict["status"] == "True" {
+                sink.lock().unwrap().push((
+                    pool.metadata.name.clone().unwrap_or_default(),
+                    conflict["message"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// A pool of someone else's with `blocks`, for Services of theirs only (so
+/// it hands nothing to ours; Cilium's overlap check ignores selectors), and
+/// `disabled` or not (Cilium's overlap check ignores that too).
+pub async fn foreign_pool_of(
+    api: &Api<kube::api::DynamicObject>,
+    release: &Release,
+    name: &str,
+    blocks: Value,
+    disabled: bool,
+) {
+    let pool: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("cilium.io/{}", release.api),
+        "kind": "CiliumLoadBalancerIPPool",
+        "metadata": {"name": name},
+        "spec": {"blocks": blocks, "disabled": disabled,
+                 "serviceSelector": {"matchLabels": {"owner": "someone-else"}}},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &pool).await.unwrap();
+}
+
+/// An enabled foreign pool covering one `cidr`.
+pub async fn foreign_pool(
+    api: &Api<kube::api::DynamicObject>,
+    release: &Release,
+    name: &str,
+    cidr: &str,
+) {
+    foreign_pool_of(api, release, name, json!([{"cidr": cidr}]), false).await;
+}
+
+/// Every state of every Service's `status.loadBalancer.ingress` that an
+/// admin watch sees, per Service name (consecutive duplicates folded).
+pub type ServiceHistory = Arc<Mutex<BTreeMap<String, Vec<Vec<String>>>>>;
+
+pub fn record_services(services: Api<Service>) -> (ServiceHistory, tokio::task::JoinHandle<()>) {
+    let history: ServiceHistory = Arc::default();
+    let sink = history.clone();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher::watcher(services, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            let service = match event {
+                Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => s,
+                _ => continue,
+            };
+            let ips: Vec<String> = service
+                .status
+                .and_then(|s| s.load_balancer)
+                .and_then(|lb| lb.ingress)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|i| i.ip)
+                .collect();
+            let mut history = sink.lock().unwrap();
+            let states = history
+                .entry(service.metadata.name.unwrap_or_default())
+                .or_default();
+            if states.last() != Some(&ips) {
+                states.push(ips);
+            }
+        }
+    });
+    (history, task)
+}
