@@ -521,7 +521,9 @@ impl Reconciler {
         // The last listing goes first: two of them at 10,000 servers would
         // double the peak.
         self.last_listing = None;
-        let listing = list_hetzner(&self.hetzner, settings).await?;
+        // Both listings of the cycle share one time limit.
+        let hetzner = self.hetzner.for_cycle();
+        let listing = list_hetzner(&hetzner, settings).await?;
         let resource = self
             .pools
             .refresh_resource(settings.cilium_api_version)
@@ -545,7 +547,7 @@ impl Reconciler {
         // a server, with the total unchanged. So a removal needs a second
         // listing that agrees.
         if removes_any(&rendered, &all) {
-            let again = list_hetzner(&self.hetzner, settings).await?;
+            let again = list_hetzner(&hetzner, settings).await?;
             requests += again.requests;
             let mut scratch = self.unhealthy.clone();
             let confirmation =

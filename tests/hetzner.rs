@@ -1157,3 +1157,59 @@ async fn a_listing_the_rate_limit_cannot_finish_in_time_stops_after_one_page() {
         "one request spent"
     );
 }
+
+/// One cycle's listings share one time limit: a cycle that lists twice
+/// (a removal is confirmed by a second listing) does not get the limit
+/// twice over, which together would pass the cycle's own limit. With the
+/// rate limit used up, each of these listings waits about 3 s (a second
+/// before each page); with a 4 s limit the first fits, and the second would
+/// fit on its own (1 s before its first page, 2 s more) but not in what is
+/// left of the cycle's 4 s: it is refused at its first page.
+#[tokio::test]
+async fn the_listings_of_one_cycle_share_one_time_limit() {
+    use wiremock::matchers::query_param;
+    install_crypto();
+    let server = MockServer::start().await;
+    let reset = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    for page in 1..=3u32 {
+        let next = (page < 3).then_some(page + 1);
+        Mock::given(method("GET"))
+            .and(path("/v1/servers"))
+            .and(query_param("page", page.to_string().as_str()))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(serde_json::json!({
+                        "servers": [{"id": page, "name": format!("s{page}"),
+                            "public_net": {"ipv4": {"ip": format!("10.0.0.{page}"),
+                                                    "blocked": false}}}],
+                        "meta": {"pagination": {"page": page, "per_page": 1,
+                                 "previous_page": null, "next_page": next,
+                                 "last_page": 3, "total_entries": 3}}}))
+                    .insert_header("RateLimit-Limit", "3600")
+                    .insert_header("RateLimit-Remaining", "0")
+                    .insert_header("RateLimit-Reset", reset.to_string().as_str()),
+            )
+            .mount(&server)
+            .await;
+    }
+    let client = HetznerClient::new(HetznerOptions {
+        listing_time_limit: Duration::from_secs(4),
+        ..options(format!("{}/v1", server.uri()))
+    })
+    .unwrap();
+    let token = SecretString::new(TOKEN);
+    let cycle = client.for_cycle();
+    cycle
+        .list_servers(&token, SELECTOR)
+        .await
+        .expect("the first listing fits");
+    let error = cycle
+        .list_servers(&token, SELECTOR)
+        .await
+        .expect_err("the second would pass the cycle's limit");
+    assert_eq!(error.metric_label(), "rate_limited");
+}

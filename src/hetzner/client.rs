@@ -60,6 +60,9 @@ pub struct HetznerClient {
     request_timeout: Duration,
     /// The longest one listing may take (see `HetznerOptions`).
     listing_time_limit: Duration,
+    /// Set by [`HetznerClient::for_cycle`]: when every listing of the
+    /// cycle must be done by.
+    cycle_deadline: Option<tokio::time::Instant>,
 }
 
 /// Names from a 200 answer are logged, put into `/health` and Events: one
@@ -124,7 +127,15 @@ impl HetznerClient {
             observer: None,
             request_timeout: options.request_timeout,
             listing_time_limit: options.listing_time_limit,
+            cycle_deadline: None,
         })
+    }
+
+    /// This client for one cycle: every listing it makes shares one time
+    /// limit from now (`HetznerOptions::listing_time_limit`), so a cycle
+    /// that lists twice does not get the limit twice over.
+    pub fn for_cycle(&self) -> HetznerClient {
+        self.clone()
     }
 
     /// Reports every request's outcome and duration to `observer`.
@@ -302,7 +313,10 @@ impl HetznerClient {
         else {
             return Ok(());
         };
-        if started.elapsed() + wait <= self.listing_time_limit {
+        let limit = self
+            .cycle_deadline
+            .unwrap_or(started + self.listing_time_limit);
+        if tokio::time::Instant::now() + wait <= limit {
             return Ok(());
         }
         if let (Waiter::Budget, Some((_, per_hour))) = (waiter, budget) {
