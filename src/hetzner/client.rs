@@ -135,7 +135,10 @@ impl HetznerClient {
     /// limit from now (`HetznerOptions::listing_time_limit`), so a cycle
     /// that lists twice does not get the limit twice over.
     pub fn for_cycle(&self) -> HetznerClient {
-        self.clone()
+        HetznerClient {
+            cycle_deadline: Some(tokio::time::Instant::now() + self.listing_time_limit),
+            ..self.clone()
+        }
     }
 
     /// Reports every request's outcome and duration to `observer`.
