@@ -94,7 +94,13 @@ pub async fn run(cli: Cli) -> ExitCode {
         // No watch: the Nodes are listed once, before anything is decided.
         // Without that list nothing is added (removals still go).
         if settings.operate.watch_nodes {
-            match run::nodes::list_once(reconciler.pools().client().clone()).await {
+            let listed = tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                run::nodes::list_once(reconciler.pools().client().clone()),
+            )
+            .await
+            .unwrap_or_else(|_| Err(kube::Error::Service("no answer within 30s".into())));
+            match listed {
                 Ok(nodes) => reconciler.set_nodes(nodes),
                 Err(e) => {
                     warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");

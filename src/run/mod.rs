@@ -295,7 +295,7 @@ impl Controller {
                     self.reconciler.set_nodes(nodes);
                     let started = Instant::now();
                     // Lost leadership mid-cycle: the leader arm takes over.
-                    let Some(outcome) = while_leading(&ops.leader, self.cycle(Work::Full)).await else { continue };
+                    let Some(outcome) = while_leading(&ops.leader, term, self.cycle(Work::Full)).await else { continue };
                     let Some(result) = outcome else { break };
                     self.observe(&mut ops, CycleKind::Full, &result, started.elapsed());
                     let all_ok = matches!(&result, Ok(o) if o.iter().all(|o| o.result.is_ok()));
@@ -322,7 +322,7 @@ impl Controller {
                     for pool in &pools {
                         repairs.entry(pool.clone()).or_default().record(started);
                     }
-                    let Some(outcome) = while_leading(&ops.leader, self.cycle(Work::Repair(pools))).await else { continue };
+                    let Some(outcome) = while_leading(&ops.leader, term, self.cycle(Work::Repair(pools))).await else { continue };
                     let Some(result) = outcome else { break };
                     self.observe(&mut ops, CycleKind::Repair, &result, started.elapsed());
                     known_conflict.extend(conflicts(&result));
@@ -338,7 +338,7 @@ impl Controller {
                     pending_nodes = None;
                     self.reconciler.set_nodes(ops.node_view());
                     let started = Instant::now();
-                    let Some(outcome) = while_leading(&ops.leader, self.cycle(Work::Nodes)).await else { continue };
+                    let Some(outcome) = while_leading(&ops.leader, term, self.cycle(Work::Nodes)).await else { continue };
                     let Some(result) = outcome else { break };
                     if matches!(&result, Ok(outcomes) if !outcomes.is_empty()) || result.is_err() {
                         self.observe(&mut ops, CycleKind::Nodes, &result, started.elapsed());

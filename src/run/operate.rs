@@ -173,15 +173,16 @@ pub async fn next_node_change(
     }
 }
 
-/// Runs `work` in the current leadership term; `None` as soon as that term
-/// ends, by losing the Lease or by a new term (the work is dropped, so a
-/// half-done cycle writes nothing more).
+/// Runs `work` in leadership term `term` (the one the caller decided in);
+/// `None` as soon as that term is not the current one, by losing the Lease
+/// or by a new term, also one that began before `work` started (the work is
+/// dropped, so a half-done cycle writes nothing more).
 pub async fn while_leading<T>(
     leader: &watch::Receiver<Term>,
+    term: Term,
     work: impl Future<Output = T>,
 ) -> Option<T> {
     let mut leader = leader.clone();
-    let term = *leader.borrow_and_update();
     let lost = async move {
         if leader
             .wait_for(|now| *now != term || !now.leading)
