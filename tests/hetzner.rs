@@ -1106,6 +1106,20 @@ async fn a_200_page_echoing_the_token_never_leaks_it() {
     assert!(!logs.contains(TOKEN), "{logs}");
 }
 
+/// `template` as Hetzner answers when the project's requests are used up:
+/// `RateLimit-Remaining: 0` of 3600 an hour, full again in an hour.
+fn rate_limit_used_up(template: ResponseTemplate) -> ResponseTemplate {
+    let reset = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    template
+        .insert_header("RateLimit-Limit", "3600")
+        .insert_header("RateLimit-Remaining", "0")
+        .insert_header("RateLimit-Reset", reset.to_string().as_str())
+}
+
 /// With Hetzner's rate limit used up (`RateLimit-Remaining: 0`, one request
 /// back per second), a listing of 200 pages would take over three minutes,
 /// longer than a cycle may run: it is refused after the first page, naming
@@ -1116,11 +1130,6 @@ async fn a_listing_the_rate_limit_cannot_finish_in_time_stops_after_one_page() {
     use wiremock::matchers::query_param;
     install_crypto();
     let server = MockServer::start().await;
-    let reset = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
     let servers: Vec<serde_json::Value> = (1..=50)
         .map(|id| {
             serde_json::json!({"id": id, "name": format!("s{id}"),
@@ -1130,15 +1139,11 @@ async fn a_listing_the_rate_limit_cannot_finish_in_time_stops_after_one_page() {
     Mock::given(method("GET"))
         .and(path("/v1/servers"))
         .and(query_param("page", "1"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(serde_json::json!({"servers": servers,
-                    "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
-                             "next_page": 2, "last_page": 200, "total_entries": 10000}}}))
-                .insert_header("RateLimit-Limit", "3600")
-                .insert_header("RateLimit-Remaining", "0")
-                .insert_header("RateLimit-Reset", reset.to_string().as_str()),
-        )
+        .respond_with(rate_limit_used_up(
+            ResponseTemplate::new(200).set_body_json(serde_json::json!({"servers": servers,
+                "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
+                         "next_page": 2, "last_page": 200, "total_entries": 10000}}})),
+        ))
         .mount(&server)
         .await;
     let listing = tokio::time::timeout(
@@ -1170,29 +1175,20 @@ async fn the_listings_of_one_cycle_share_one_time_limit() {
     use wiremock::matchers::query_param;
     install_crypto();
     let server = MockServer::start().await;
-    let reset = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 3600;
     for page in 1..=3u32 {
         let next = (page < 3).then_some(page + 1);
         Mock::given(method("GET"))
             .and(path("/v1/servers"))
             .and(query_param("page", page.to_string().as_str()))
-            .respond_with(
-                ResponseTemplate::new(200)
-                    .set_body_json(serde_json::json!({
-                        "servers": [{"id": page, "name": format!("s{page}"),
-                            "public_net": {"ipv4": {"ip": format!("10.0.0.{page}"),
-                                                    "blocked": false}}}],
-                        "meta": {"pagination": {"page": page, "per_page": 1,
-                                 "previous_page": null, "next_page": next,
-                                 "last_page": 3, "total_entries": 3}}}))
-                    .insert_header("RateLimit-Limit", "3600")
-                    .insert_header("RateLimit-Remaining", "0")
-                    .insert_header("RateLimit-Reset", reset.to_string().as_str()),
-            )
+            .respond_with(rate_limit_used_up(
+                ResponseTemplate::new(200).set_body_json(serde_json::json!({
+                    "servers": [{"id": page, "name": format!("s{page}"),
+                        "public_net": {"ipv4": {"ip": format!("10.0.0.{page}"),
+                                                "blocked": false}}}],
+                    "meta": {"pagination": {"page": page, "per_page": 1,
+                             "previous_page": null, "next_page": next,
+                             "last_page": 3, "total_entries": 3}}})),
+            ))
             .mount(&server)
             .await;
     }

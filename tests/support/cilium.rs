@@ -181,23 +181,35 @@ pub fn record_conflicts(
 ) -> (Conflicts, tokio::task::JoinHandle<()>) {
     let seen: Conflicts = Arc::default();
     let sink = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
-        while let Some(event) = stream.next().await {
-            let pool = match event {
-                Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => p,
-                _ => continue,
-            };
-            let conflict = condition(&pool, "cilium.io/PoolConflict");
-            if conflict["status"] == "True" {
-                sink.lock().unwrap().push((
-                    pool.metadata.name.clone().unwrap_or_default(),
-                    conflict["message"].as_str().unwrap_or_default().to_owned(),
-                ));
-            }
+    let task = on_every_state(api, move |pool: kube::api::DynamicObject| {
+        let conflict = condition(&pool, "cilium.io/PoolConflict");
+        if conflict["status"] == "True" {
+            sink.lock().unwrap().push((
+                pool.metadata.name.clone().unwrap_or_default(),
+                conflict["message"].as_str().unwrap_or_default().to_owned(),
+            ));
         }
     });
     (seen, task)
+}
+
+/// Calls `on` with every state of every object an admin watch of `api`
+/// sees (deletes left out), until the task is aborted.
+pub fn on_every_state<K>(
+    api: Api<K>,
+    mut on: impl FnMut(K) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            if let Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) = event {
+                on(object);
+            }
+        }
+    })
 }
 
 /// A pool of someone else's with `blocks`, for Services of theirs only (so
@@ -238,28 +250,21 @@ pub type ServiceHistory = Arc<Mutex<BTreeMap<String, Vec<Vec<String>>>>>;
 pub fn record_services(services: Api<Service>) -> (ServiceHistory, tokio::task::JoinHandle<()>) {
     let history: ServiceHistory = Arc::default();
     let sink = history.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = watcher::watcher(services, watcher::Config::default()).boxed();
-        while let Some(event) = stream.next().await {
-            let service = match event {
-                Ok(watcher::Event::Apply(s)) | Ok(watcher::Event::InitApply(s)) => s,
-                _ => continue,
-            };
-            let ips: Vec<String> = service
-                .status
-                .and_then(|s| s.load_balancer)
-                .and_then(|lb| lb.ingress)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|i| i.ip)
-                .collect();
-            let mut history = sink.lock().unwrap();
-            let states = history
-                .entry(service.metadata.name.unwrap_or_default())
-                .or_default();
-            if states.last() != Some(&ips) {
-                states.push(ips);
-            }
+    let task = on_every_state(services, move |service: Service| {
+        let ips: Vec<String> = service
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|i| i.ip)
+            .collect();
+        let mut history = sink.lock().unwrap();
+        let states = history
+            .entry(service.metadata.name.unwrap_or_default())
+            .or_default();
+        if states.last() != Some(&ips) {
+            states.push(ips);
         }
     });
     (history, task)
