@@ -157,12 +157,14 @@ pub async fn create_labelled_service(
         .unwrap();
 }
 
-/// Every address in `status.loadBalancer.ingress`.
+/// Every address in the Service's `status.loadBalancer.ingress`, now.
 pub async fn addresses(services: &Api<Service>, name: &str) -> Vec<String> {
-    services
-        .get(name)
-        .await
-        .unwrap()
+    ingress(services.get(name).await.unwrap())
+}
+
+/// Every address in `status.loadBalancer.ingress`.
+pub fn ingress(service: Service) -> Vec<String> {
+    service
         .status
         .and_then(|s| s.load_balancer)
         .and_then(|lb| lb.ingress)
@@ -251,18 +253,10 @@ pub fn record_services(services: Api<Service>) -> (ServiceHistory, tokio::task::
     let history: ServiceHistory = Arc::default();
     let sink = history.clone();
     let task = on_every_state(services, move |service: Service| {
-        let ips: Vec<String> = service
-            .status
-            .and_then(|s| s.load_balancer)
-            .and_then(|lb| lb.ingress)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|i| i.ip)
-            .collect();
+        let name = service.metadata.name.clone().unwrap_or_default();
+        let ips = ingress(service);
         let mut history = sink.lock().unwrap();
-        let states = history
-            .entry(service.metadata.name.unwrap_or_default())
-            .or_default();
+        let states = history.entry(name).or_default();
         if states.last() != Some(&ips) {
             states.push(ips);
         }
