@@ -5,8 +5,8 @@
 //! Nodes are labelled out, tainted for deletion and let back in; foreign
 //! pools (enabled and disabled, CIDRs and ranges) come and go, some over the
 //! addresses of servers that join later; Services (IPv4, dual-stack, for
-//! each pool) are created throughout; Hetzner fails; the controller is
-//! killed and started again.
+//! each pool) are created throughout; Hetzner fails; a reload reorders
+//! the pools; the controller is killed and started again.
 //!
 //! Judged from watch histories, not samples: no pool of ours ever had
 //! `cilium.io/PoolConflict=True`, no address was in two pools of ours at
@@ -275,7 +275,8 @@ async fn soak(release: Release) {
             60..=69 => "foreign pool created",
             70..=74 => "foreign pool deleted",
             75..=87 => "service created",
-            88..=93 => "hetzner fails",
+            88..=90 => "hetzner fails",
+            91..=93 => "pools reordered",
             _ => "controller restarted",
         };
         *done.entry(what).or_default() += 1;
@@ -402,6 +403,20 @@ async fn soak(release: Release) {
                     policy,
                 )
                 .await;
+            }
+            "pools reordered" => {
+                // A reload that changes the pool order (and so which pool an
+                // address would go to first): every listing is forgotten and
+                // a fresh one decides.
+                let path = controller.dir().join("config.json");
+                let mut config: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                if let Some(pools) = config["Pools"].as_array_mut() {
+                    pools.reverse();
+                }
+                let staged = path.with_extension("staged");
+                std::fs::write(&staged, config.to_string()).unwrap();
+                std::fs::rename(&staged, &path).unwrap();
             }
             "hetzner fails" => {
                 hetzner.set_fault(Some(Fault::times(2, Fault::status(503))));
