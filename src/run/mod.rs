@@ -222,9 +222,8 @@ impl Controller {
             self.metrics.clone(),
         );
         let mut term = *ops.leader.borrow_and_update();
-        let mut leading = term.leading;
-        self.metrics.set_leader(leading);
-        if !leading {
+        self.metrics.set_leader(term.leading);
+        if !term.leading {
             self.health.record_standby();
         }
         let mut trigger = Trigger::Interval;
@@ -248,7 +247,6 @@ impl Controller {
                     }
                     term = changed;
                     let now = changed.leading;
-                    leading = now;
                     self.metrics.set_leader(now);
                     // A new term starts from a fresh listing: while we did
                     // not lead, another replica may have written the pool.
@@ -269,7 +267,7 @@ impl Controller {
                 }
                 Ok(()) = ops.election_problem.changed() => {
                     let problem = ops.election_problem.borrow_and_update().clone();
-                    if !leading {
+                    if !term.leading {
                         // A standby that cannot take part could not take
                         // over either: not ready, with the reason.
                         match problem {
@@ -278,7 +276,7 @@ impl Controller {
                         }
                     }
                 }
-                _ = sleep_until(next_full), if leading => {
+                _ = sleep_until(next_full), if term.leading => {
                     if trigger == Trigger::Node {
                         ops.last_node_listing = Some(Instant::now());
                     }
@@ -315,7 +313,7 @@ impl Controller {
                     self.list_when_health_flips(&ops, started, &mut next_full, &mut trigger);
                     self.ensure_pool_watches(&mut pool_watches, &events_tx);
                 }
-                _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() && leading => {
+                _ = sleep_until(pending_repair.unwrap_or_else(Instant::now)), if pending_repair.is_some() && term.leading => {
                     pending_repair = None;
                     let started = Instant::now();
                     let pools: Vec<String> = std::mem::take(&mut to_repair).into_iter().collect();
@@ -334,7 +332,7 @@ impl Controller {
                         }
                     }
                 }
-                _ = sleep_until(pending_nodes.unwrap_or_else(Instant::now)), if pending_nodes.is_some() && leading => {
+                _ = sleep_until(pending_nodes.unwrap_or_else(Instant::now)), if pending_nodes.is_some() && term.leading => {
                     pending_nodes = None;
                     self.reconciler.set_nodes(ops.node_view());
                     let started = Instant::now();
@@ -350,7 +348,7 @@ impl Controller {
                     // without it (and so added nothing).
                     let first_list_unneeded = change.what == nodes::FIRST_LIST
                         && !std::mem::take(&mut decided_without_nodes);
-                    if !leading || first_list_unneeded {
+                    if !term.leading || first_list_unneeded {
                         continue;
                     }
                     let operate = &self.settings.operate;
@@ -370,7 +368,7 @@ impl Controller {
                     }
                 }
                 Some((pool, event)) = events.recv() => {
-                    if !leading {
+                    if !term.leading {
                         continue;
                     }
                     let Some(desired) = self.reconciler.last_desired(&pool) else {
