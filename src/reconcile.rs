@@ -342,32 +342,38 @@ fn warn_about(settings: &Settings, rendered: &[Rendered]) {
     }
 }
 
-/// Whether a write from `rendered` would remove an address some managed
-/// pool holds now (`all` is the read of every pool).
-fn removes_any(rendered: &[Rendered], all: &[Pool]) -> bool {
-    rendered.iter().any(|(_, desired, verdict)| {
-        verdict.is_ok()
-            && find_pool(all, &desired.name).is_some_and(|live| {
-                pool::live_addresses(live)
+/// Per pool, the single addresses it holds now (`all` is the read of every
+/// pool) that a write from `rendered` would remove; empty for a pool that
+/// is refused or holds nothing more.
+fn removals(rendered: &[Rendered], all: &[Pool]) -> Vec<Vec<IpAddr>> {
+    rendered
+        .iter()
+        .map(
+            |(_, desired, verdict)| match (verdict, find_pool(all, &desired.name)) {
+                (Ok(()), Some(live)) => pool::live_addresses(live)
                     .addresses
-                    .iter()
-                    .any(|a| desired.addresses.binary_search(a).is_err())
-            })
-    })
+                    .into_iter()
+                    .filter(|a| desired.addresses.binary_search(a).is_err())
+                    .collect(),
+                _ => Vec::new(),
+            },
+        )
+        .collect()
 }
 
 /// Keeps in each pool what a second listing (`confirmation`) still wants
-/// of what the first would remove: only a removal both listings agree on
-/// goes ahead.
-fn keep_unconfirmed(rendered: &mut [Rendered], confirmation: &[Rendered], all: &[Pool]) {
-    for ((_, desired, _), (_, again, _)) in rendered.iter_mut().zip(confirmation) {
-        let Some(live) = find_pool(all, &desired.name) else {
-            continue;
-        };
-        let kept: Vec<IpAddr> = pool::live_addresses(live)
-            .addresses
+/// of what the first would remove (`removing`, from [`removals`]): only a
+/// removal both listings agree on goes ahead.
+fn keep_unconfirmed(
+    rendered: &mut [Rendered],
+    confirmation: &[Rendered],
+    removing: Vec<Vec<IpAddr>>,
+) {
+    for (((_, desired, _), (_, again, _)), removing) in
+        rendered.iter_mut().zip(confirmation).zip(removing)
+    {
+        let kept: Vec<IpAddr> = removing
             .into_iter()
-            .filter(|a| desired.addresses.binary_search(a).is_err())
             .filter(|a| again.addresses.binary_search(a).is_ok())
             .collect();
         if !kept.is_empty() {
@@ -546,14 +552,15 @@ impl Reconciler {
         // another created before the next request shift the pages and hide
         // a server, with the total unchanged. So a removal needs a second
         // listing that agrees.
-        if removes_any(&rendered, &all) {
+        let removing = removals(&rendered, &all);
+        if removing.iter().any(|r| !r.is_empty()) {
             let again = list_hetzner(&hetzner, settings).await?;
             requests += again.requests;
             let mut scratch = self.unhealthy.clone();
             let confirmation =
                 render_recording(settings, &again, &self.nodes, &mut scratch, now, None);
             drop(again);
-            keep_unconfirmed(&mut rendered, &confirmation, &all);
+            keep_unconfirmed(&mut rendered, &confirmation, removing);
             // The writes are decided from a read after that listing, which
             // may have taken a while: the pools may have changed.
             all = self.pools.list_all(&resource).await?;
@@ -580,7 +587,7 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
     ) -> Result<Option<Vec<PoolOutcome>>, ReconcileError> {
-        let Some(record) = self.last_listing.take() else {
+        let Some(record) = &self.last_listing else {
             return Ok(None);
         };
         let out = record.excluded_now(
@@ -589,55 +596,44 @@ impl Reconciler {
             &mut self.unhealthy,
             Instant::now(),
         );
-        let read = match self.pools.resource().await {
-            Ok(resource) => match self.pools.list_all(&resource).await {
-                Ok(all) => Ok((resource, all)),
-                Err(e) => Err(e.into()),
-            },
-            Err(e) => Err(e.into()),
-        };
-        let result = match read {
-            Ok((resource, all)) => {
-                // Removals only: what each pool was written with and holds
-                // now (a failed write may not have written all of it), less
-                // the addresses of servers a node rule leaves out now.
-                let rendered: Vec<Rendered> = settings
-                    .pools
-                    .iter()
-                    .zip(out)
-                    .map(|(pool, (removed, excluded, servers))| {
-                        let live = find_pool(&all, &pool.name)
-                            .map(pool::live_addresses)
-                            .unwrap_or_default();
-                        let kept: Vec<IpAddr> = self
-                            .last_desired(&pool.name)
-                            .map(|last| {
-                                last.addresses
-                                    .iter()
-                                    .filter(|a| !removed.contains(a) && live.addresses.contains(a))
-                                    .copied()
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        let members = Members {
-                            pool: pool.name.clone(),
-                            servers_matched: servers,
-                            excluded,
-                            ..Members::default()
-                        };
-                        let desired = pool::render(&template_from(pool), kept);
-                        let verdict = guard::check(&desired, &members, &pool.addresses)
-                            .map_err(ReconcileError::from);
-                        (members, desired, verdict)
+        let resource = self.pools.resource().await?;
+        let all = self.pools.list_all(&resource).await?;
+        // Removals only: what each pool was written with and holds now (a
+        // failed write may not have written all of it), less the addresses
+        // of servers a node rule leaves out now.
+        let rendered: Vec<Rendered> = settings
+            .pools
+            .iter()
+            .zip(out)
+            .map(|(pool, (removed, excluded, servers))| {
+                let live = find_pool(&all, &pool.name)
+                    .map(pool::live_addresses)
+                    .unwrap_or_default();
+                let kept: Vec<IpAddr> = self
+                    .last_desired(&pool.name)
+                    .map(|last| {
+                        last.addresses
+                            .iter()
+                            .filter(|a| !removed.contains(a) && live.addresses.contains(a))
+                            .copied()
+                            .collect()
                     })
-                    .collect();
-                self.converge_all(settings, &resource, all, rendered, 0, CycleKind::Nodes)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        self.last_listing = Some(record);
-        result.map(Some)
+                    .unwrap_or_default();
+                let members = Members {
+                    pool: pool.name.clone(),
+                    servers_matched: servers,
+                    excluded,
+                    ..Members::default()
+                };
+                let desired = pool::render(&template_from(pool), kept);
+                let verdict =
+                    guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from);
+                (members, desired, verdict)
+            })
+            .collect();
+        self.converge_all(settings, &resource, all, rendered, 0, CycleKind::Nodes)
+            .await
+            .map(Some)
     }
 
     async fn converge_all(
