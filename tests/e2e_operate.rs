@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -20,9 +19,9 @@ use kube::runtime::watcher;
 use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    blocks, blocks_of, cluster, edit_blocks, established, hetzner_with, phases, pools,
-    record_pool_history, replica, set_ips, set_of, wait_cycles, wait_history_ends_with, wait_pool,
-    Controller, NAMESPACE, POOL,
+    blocks, blocks_of, cluster, edit_blocks, established, hetzner_with, lease_holder, phases,
+    pools, record_pool_history, replica, set_ips, set_of, wait_cycles, wait_history_ends_with,
+    wait_pool, Controller, POOL,
 };
 use support::fake_hetzner::{FakeHetzner, Fault};
 use tokio::time::Instant;
@@ -265,16 +264,6 @@ async fn wait_leaders(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn lease_holder(cluster: &TestCluster) -> Option<String> {
-    let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), NAMESPACE);
-    leases
-        .get_opt("canada-kaktus")
-        .await
-        .unwrap()
-        .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
 }
 
 /// Two replicas, each with its own fake Hetzner API (servers `x` for a, `y`

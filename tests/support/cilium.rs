@@ -141,9 +141,19 @@ pub async fn create_labelled_service(
     labels: Value,
     family_policy: Option<&str>,
 ) {
+    let extra = match family_policy {
+        Some(policy) => json!({"ipFamilyPolicy": policy}),
+        None => json!({}),
+    };
+    create_service(services, name, labels, extra).await;
+}
+
+/// A `LoadBalancer` Service with `labels`, its spec extended by `extra`
+/// (such as `ipFamilies`).
+pub async fn create_service(services: &Api<Service>, name: &str, labels: Value, extra: Value) {
     let mut spec = json!({"type": "LoadBalancer", "ports": [{"port": 443}]});
-    if let Some(policy) = family_policy {
-        spec["ipFamilyPolicy"] = json!(policy);
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        spec[key] = value.clone();
     }
     let service: Service = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service",

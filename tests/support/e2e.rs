@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use canada_kaktus::pool::pool_resource;
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
 use kube::runtime::watcher;
@@ -462,6 +463,17 @@ pub fn set_of(ips: &[&str]) -> BTreeSet<String> {
     ips.iter().map(|ip| format!("{ip}/32")).collect()
 }
 
+/// Who holds the controller's Lease now, as the admin reads it.
+pub async fn lease_holder(cluster: &TestCluster) -> Option<String> {
+    let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), NAMESPACE);
+    leases
+        .get_opt("canada-kaktus")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec)
+        .and_then(|s| s.holder_identity)
+}
+
 /// A replica with leader election (a 4 s Lease), as the shipped
 /// ServiceAccount, cycling every second with the shrink guard off and a
 /// request budget that never runs out.
@@ -613,12 +625,19 @@ pub async fn start_several_pools_with(
     hetzner: &FakeHetzner,
     extra_env: &[(&str, &str)],
 ) -> Controller {
+    let config = std::fs::read_to_string(repo().join(SEVERAL_POOLS).join("config.json")).unwrap();
+    start_with_config(cluster, hetzner, &config, extra_env).await
+}
+
+/// Like [`start_several_pools_with`], with `config` as its config.json.
+pub async fn start_with_config(
+    cluster: &TestCluster,
+    hetzner: &FakeHetzner,
+    config: &str,
+    extra_env: &[(&str, &str)],
+) -> Controller {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        repo().join(SEVERAL_POOLS).join("config.json"),
-        dir.path().join("config.json"),
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
     let kubeconfig = cluster
         .service_account_kubeconfig(NAMESPACE, NAMESPACE)
         .await;

@@ -7,6 +7,7 @@ pub mod e2e;
 pub mod fake_hetzner;
 pub mod fake_kube;
 pub mod relay;
+pub mod soak;
 
 /// Moves this test binary once into an empty temporary directory, so that
 /// no `./config.json` in the crate root (or anywhere the tests are started)

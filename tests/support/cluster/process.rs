@@ -42,7 +42,11 @@ pub(super) fn write_kubeconfig(path: &Path, server: &str, ca_pem: &[u8], user: &
         "current-context": "test",
     });
     let text = serde_yaml_ng::to_string(&kubeconfig).expect("serialising a kubeconfig");
-    fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    // Staged, then renamed: a controller started a moment ago may be
+    // reading the same file, and must never see it half written.
+    let staged = path.with_extension("staged");
+    fs::write(&staged, text).unwrap_or_else(|e| panic!("writing {}: {e}", staged.display()));
+    fs::rename(&staged, path).unwrap_or_else(|e| panic!("renaming to {}: {e}", path.display()));
 }
 
 /// A port that was free a moment ago (the OS picks it).
