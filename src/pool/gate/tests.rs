@@ -263,3 +263,26 @@ fn ranges_read_every_block_form() {
     assert!(!merged.covers(ip("2001:db8::2")));
     assert!(!merged.covers(ip("::192.0.2.1")));
 }
+
+/// Cilium 1.15 (the release for `v2alpha1`-only clusters) settles conflicts
+/// over `spec.cidrs` and `spec.blocks` together (`operator/pkg/lbipam`,
+/// `append(pool.Spec.Cidrs, pool.Spec.Blocks...)`): a pool written in the
+/// older form covers its `cidrs` too, in the pool as the API server sends it.
+#[test]
+fn the_older_spec_cidrs_covers_as_blocks_do() {
+    let old: Pool = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hand-made"},
+        "spec": {"cidrs": [{"cidr": "198.51.100.0/24"}], "blocks": [{"cidr": "192.0.2.1/32"}]},
+    }))
+    .unwrap();
+    let gate = Gate::new(&["ours"], [&old], Additions::Allowed);
+    let verdict = gate.decide(0, &wanted("ours", &["198.51.100.5", "192.0.2.1", "100.64.0.1"]));
+    assert_eq!(written(&verdict), ["100.64.0.1"]);
+    assert_eq!(
+        withheld(&verdict),
+        [
+            ("192.0.2.1".into(), "hand-made".into(), "foreign_pool"),
+            ("198.51.100.5".into(), "hand-made".into(), "foreign_pool"),
+        ]
+    );
+}
