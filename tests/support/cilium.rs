@@ -234,12 +234,24 @@ pub async fn foreign_pool_of(
     blocks: Value,
     disabled: bool,
 ) {
+    let spec = json!({"blocks": blocks, "disabled": disabled});
+    foreign_pool_spec(api, release, name, spec).await;
+}
+
+/// A pool of someone else's with `spec` (for Services labelled
+/// `owner: someone-else`).
+pub async fn foreign_pool_spec(
+    api: &Api<kube::api::DynamicObject>,
+    release: &Release,
+    name: &str,
+    mut spec: Value,
+) {
+    spec["serviceSelector"] = json!({"matchLabels": {"owner": "someone-else"}});
     let pool: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("cilium.io/{}", release.api),
         "kind": "CiliumLoadBalancerIPPool",
         "metadata": {"name": name},
-        "spec": {"blocks": blocks, "disabled": disabled,
-                 "serviceSelector": {"matchLabels": {"owner": "someone-else"}}},
+        "spec": spec,
     }))
     .unwrap();
     api.create(&PostParams::default(), &pool).await.unwrap();
