@@ -123,7 +123,7 @@ impl Gate {
         };
         for pool in pools {
             let name = pool.metadata.name.as_deref().unwrap_or_default();
-            let ranges = Ranges::of_blocks(&pool.spec.blocks);
+            let ranges = Ranges::of_blocks(pool.spec.every_block());
             match managed.iter().position(|m| *m == name) {
                 Some(index) => gate.managed[index].1 = ranges,
                 None => gate.foreign.push((name.to_owned(), ranges)),

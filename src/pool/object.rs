@@ -1,5 +1,6 @@
 //! The pool as the API server holds it, typed: only the fields the
-//! controller reads (metadata, `spec.blocks`, `disabled`, `serviceSelector`
+//! controller reads (metadata, `spec.blocks` and the older `spec.cidrs`,
+//! `disabled`, `serviceSelector`
 //! and Cilium's status conditions). Both API versions, `cilium.io/v2` and
 //! `cilium.io/v2alpha1`, have this shape; which one is used is chosen at run
 //! time by discovery, so [`Pool`] is a `kube::Resource` over an
@@ -29,12 +30,28 @@ pub struct Pool {
 pub struct PoolSpec {
     #[serde(default, deserialize_with = "null_as_default")]
     pub blocks: Vec<Block>,
+    /// The older form of `blocks` (`v2alpha1` before Cilium 1.15), read
+    /// only: Cilium 1.15 still counts it in its conflict check, so the gate
+    /// does too. The controller never writes it.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub cidrs: Vec<Block>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
     /// Kept as JSON: it is compared with the configured selector as the
     /// API server returns it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_selector: Option<serde_json::Value>,
+}
+
+impl PoolSpec {
+    /// Every block Cilium counts: `cidrs`, then `blocks`.
+    pub fn every_block(&self) -> impl Iterator<Item = &Block> {
+        self.cidrs.iter().chain(&self.blocks)
+    }
 }
 
 /// One entry of `spec.blocks`: a CIDR, or a `start`–`stop` range.

@@ -14,8 +14,8 @@ pub struct Ranges(Vec<(IpAddr, IpAddr)>);
 impl Ranges {
     /// The ranges of a pool's blocks. A block Cilium cannot read covers
     /// nothing (Cilium rejects it too).
-    pub fn of_blocks(blocks: &[Block]) -> Self {
-        Self::merged(blocks.iter().filter_map(range).collect())
+    pub fn of_blocks<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> Self {
+        Self::merged(blocks.into_iter().filter_map(range).collect())
     }
 
     /// One range per address.

@@ -276,7 +276,10 @@ fn the_older_spec_cidrs_covers_as_blocks_do() {
     }))
     .unwrap();
     let gate = Gate::new(&["ours"], [&old], Additions::Allowed);
-    let verdict = gate.decide(0, &wanted("ours", &["198.51.100.5", "192.0.2.1", "100.64.0.1"]));
+    let verdict = gate.decide(
+        0,
+        &wanted("ours", &["198.51.100.5", "192.0.2.1", "100.64.0.1"]),
+    );
     assert_eq!(written(&verdict), ["100.64.0.1"]);
     assert_eq!(
         withheld(&verdict),
