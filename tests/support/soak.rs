@@ -30,6 +30,10 @@ pub struct Member {
     pub excluded: bool,
     /// Its Node has been NotReady for long (edge's `ExcludeUnhealthyAfter`).
     pub not_ready: bool,
+    /// Healthy again after `not_ready`: `edge` takes it back once it has
+    /// been healthy for `ExcludeUnhealthyAfter` (or at a start), so until
+    /// its address is seen in `edge` it may be held either way.
+    pub recovering: bool,
 }
 
 impl Member {
@@ -39,11 +43,18 @@ impl Member {
             node: true,
             excluded: false,
             not_ready: false,
+            recovering: false,
         }
     }
 
-    /// In `edge`: labelled, and its Node (if any) neither out nor NotReady.
+    /// Certainly in `edge`: labelled, its Node (if any) neither out nor
+    /// NotReady, and not recovering.
     pub fn in_edge(&self) -> bool {
+        self.may_be_in_edge() && !self.recovering
+    }
+
+    /// In `edge` or on its way back.
+    pub fn may_be_in_edge(&self) -> bool {
         self.edge && !self.excluded && !self.not_ready
     }
 
@@ -87,7 +98,17 @@ impl World {
     /// What `edge` should hold: the labelled members' public addresses and
     /// the Floating IPs assigned to them.
     pub fn wanted_edge(&self) -> BTreeSet<String> {
-        let members = |id: &i64| self.members.get(id).is_some_and(Member::in_edge);
+        self.edge_of(Member::in_edge)
+    }
+
+    /// What `edge` may hold: [`World::wanted_edge`] and the members on
+    /// their way back.
+    pub fn allowed_edge(&self) -> BTreeSet<String> {
+        self.edge_of(Member::may_be_in_edge)
+    }
+
+    fn edge_of(&self, counts: impl Fn(&Member) -> bool) -> BTreeSet<String> {
+        let members = |id: &i64| self.members.get(id).is_some_and(&counts);
         let mut wanted: BTreeSet<String> = self
             .members
             .keys()
@@ -116,6 +137,13 @@ impl World {
     /// address).
     pub fn wanted(&self) -> BTreeSet<String> {
         let mut all = self.wanted_edge();
+        all.extend(self.wanted_internal());
+        all
+    }
+
+    /// What the pools may hold together.
+    pub fn allowed(&self) -> BTreeSet<String> {
+        let mut all = self.allowed_edge();
         all.extend(self.wanted_internal());
         all
     }
@@ -181,8 +209,8 @@ impl Departures {
 #[derive(Default)]
 pub struct PoolLog {
     pub now: BTreeMap<String, Vec<(IpAddr, IpAddr)>>,
-    /// Every state of a pool of ours, in order.
-    pub history: Vec<(String, Vec<(IpAddr, IpAddr)>)>,
+    /// Every state of a pool of ours, in order (`None`: deleted).
+    pub history: Vec<(String, Option<Vec<(IpAddr, IpAddr)>>)>,
     pub states: usize,
     pub violations: Vec<String>,
 }
@@ -203,11 +231,12 @@ pub fn singles(ranges: &[(IpAddr, IpAddr)]) -> BTreeSet<String> {
         .collect()
 }
 
-/// The blocks of `pool` as ranges of addresses.
+/// The blocks of `pool` (and its older `cidrs`, which Cilium 1.15 counts)
+/// as ranges of addresses.
 pub fn ranges(pool: &DynamicObject) -> Vec<(IpAddr, IpAddr)> {
-    pool.data["spec"]["blocks"]
-        .as_array()
-        .into_iter()
+    ["cidrs", "blocks"]
+        .iter()
+        .filter_map(|field| pool.data["spec"][field].as_array())
         .flatten()
         .filter_map(|block| {
             let block: canada_kaktus::pool::Block = serde_json::from_value(block.clone()).ok()?;
@@ -235,6 +264,9 @@ pub fn record_pools(api: Api<DynamicObject>) -> (Arc<Mutex<PoolLog>>, tokio::tas
             let mut log = sink.lock().unwrap();
             log.states += 1;
             if gone {
+                if OURS.contains(&name.as_str()) {
+                    log.history.push((name.clone(), None));
+                }
                 log.now.remove(&name);
                 continue;
             }
@@ -259,7 +291,7 @@ pub fn record_pools(api: Api<DynamicObject>) -> (Arc<Mutex<PoolLog>>, tokio::tas
                     .map(|(other, _)| format!("{name} and {other} overlapped"))
                     .collect();
                 log.violations.extend(overlapping);
-                log.history.push((name.clone(), held.clone()));
+                log.history.push((name.clone(), Some(held.clone())));
             }
             log.now.insert(name, held);
         }
