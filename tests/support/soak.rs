@@ -204,13 +204,16 @@ impl Departures {
     }
 }
 
+/// What a pool holds, as ranges of addresses.
+pub type Held = Vec<(IpAddr, IpAddr)>;
+
 /// Every state the pools went through, in the API server's order (one
 /// watch over all pools), and what was wrong with any of them.
 #[derive(Default)]
 pub struct PoolLog {
-    pub now: BTreeMap<String, Vec<(IpAddr, IpAddr)>>,
+    pub now: BTreeMap<String, Held>,
     /// Every state of a pool of ours, in order (`None`: deleted).
-    pub history: Vec<(String, Option<Vec<(IpAddr, IpAddr)>>)>,
+    pub history: Vec<(String, Option<Held>)>,
     pub states: usize,
     pub violations: Vec<String>,
 }
