@@ -1052,13 +1052,18 @@ async fn a_200_page_echoing_the_token_never_leaks_it() {
     let server = MockServer::start().await;
     let meta = serde_json::json!({"pagination": {"page": 1, "per_page": 50,
         "previous_page": null, "next_page": null, "last_page": 1, "total_entries": 1}});
-    for field in ["id", "ip", "name"] {
+    for field in ["id", "ip", "name", "name of a server without IPv4"] {
         server.reset().await;
         let mut entry = serde_json::json!({"id": 1, "name": "a",
             "public_net": {"ipv4": {"ip": "192.0.2.1", "blocked": false}}});
         match field {
             "id" => entry["id"] = serde_json::json!(TOKEN),
             "name" => entry["name"] = serde_json::json!(format!("web-{TOKEN}")),
+            // Such a server is logged as it is read (debug), page by page.
+            "name of a server without IPv4" => {
+                entry["name"] = serde_json::json!(format!("web-{TOKEN}"));
+                entry["public_net"]["ipv4"] = serde_json::Value::Null;
+            }
             _ => entry["public_net"]["ipv4"]["ip"] = serde_json::json!(TOKEN),
         }
         Mock::given(method("GET"))
