@@ -259,9 +259,10 @@ pub(super) fn absorb_servers(
         let blocked = ipv4.as_ref().is_some_and(|ip| ip.blocked);
         let ipv4 = classify(ipv4);
         if let Err(reason) = &ipv4 {
+            // The ID only: names are scrubbed of the token once the whole
+            // listing is read, after this line.
             tracing::debug!(
                 server_id = server.id,
-                server_name = %server.name,
                 reason = %reason,
                 "Hetzner server without a usable public IPv4"
             );
