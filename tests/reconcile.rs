@@ -575,3 +575,67 @@ async fn a_page_shift_never_removes_a_server_that_is_still_there() {
         "server 51 was removed on a shifted listing: {blocks}"
     );
 }
+
+/// An adopted pool of ours holds a range (Services have addresses all over
+/// it) and the listing gives three of them: the write would drop 37 of 40
+/// addresses. That is a removal like any other (issue 20 review): a second
+/// listing must confirm it, and the shrink guard holds it.
+#[tokio::test]
+async fn a_range_in_our_pool_is_removed_only_through_the_guards() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(3));
+    kube.insert_pool(
+        "covidnetes-pool",
+        json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {"name": "covidnetes-pool"},
+            "spec": {"blocks": [{"start": "10.0.0.1", "stop": "10.0.0.40"}]}
+        }),
+    );
+    let settings = settings(&hetzner, &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "0.5")]);
+    let report = single(reconciler.full(&settings).await).unwrap();
+    assert_eq!(
+        hetzner.requests(),
+        2,
+        "a removal is confirmed by a second listing"
+    );
+    let held = report.held.expect("the shrink guard holds the removal");
+    assert_eq!(held.addresses.len(), 37);
+    // The pool still holds every address of the range.
+    let pool = kube.pool("covidnetes-pool").unwrap();
+    let blocks = pool["spec"]["blocks"].to_string();
+    for n in 1..=40 {
+        let single = format!("\"10.0.0.{n}/32\"");
+        assert!(
+            blocks.contains(&single) || blocks.contains("\"stop\":\"10.0.0.40\""),
+            "10.0.0.{n} left the pool without the guards: {blocks}"
+        );
+    }
+}
+
+/// A block of ours too wide to hold address by address (an IPv6 /64 an
+/// adopted pool had) cannot be kept while the guards decide: the pool is
+/// left as it is, with an error that says what to do.
+#[tokio::test]
+async fn a_block_too_wide_to_keep_address_by_address_is_never_dropped() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(3));
+    let before = json!({
+        "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+        "metadata": {"name": "covidnetes-pool"},
+        "spec": {"blocks": [{"cidr": "10.0.0.1/32"}, {"cidr": "2001:db8:5::/64"}]}
+    });
+    kube.insert_pool("covidnetes-pool", before.clone());
+    let settings = settings(&hetzner, &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1")]);
+    let error = single(reconciler.full(&settings).await).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("2001:db8:5::/64") && text.contains("by hand"),
+        "{text}"
+    );
+    assert_eq!(
+        kube.pool("covidnetes-pool").unwrap()["spec"],
+        before["spec"],
+        "the pool was written"
+    );
+}
