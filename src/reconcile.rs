@@ -699,6 +699,12 @@ impl Reconciler {
                 planned.push(entry);
                 continue;
             }
+            if !entry.live_addresses.too_wide.is_empty() {
+                let blocks = entry.live_addresses.too_wide.join(", ");
+                entry.failed = Some(ReconcileError::Refused(Refusal::WideBlock { blocks }));
+                planned.push(entry);
+                continue;
+            }
             let (wanted, held, confirmed) = self.shrink(pool, listed, &entry.live_addresses);
             entry.report.held = held.clone();
             entry.report.confirmed = confirmed;

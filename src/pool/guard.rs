@@ -49,6 +49,14 @@ pub enum Refusal {
     NodesNotListed { addresses: usize },
     #[error("nothing to write; refusing to write an empty pool")]
     NothingToWrite,
+    #[error(
+        "the pool holds {blocks}, too wide to keep address by address while a removal is \
+         confirmed; writing it would take the addresses of every Service in it at once, so the \
+         pool is left unchanged. Edit the pool by hand: replace the block by the addresses \
+         your Services use (kubectl get services -A), or remove it; the next cycle writes the \
+         pool"
+    )]
+    WideBlock { blocks: String },
 }
 
 impl Refusal {
@@ -59,6 +67,7 @@ impl Refusal {
             | Refusal::Swap { .. }
             | Refusal::NothingToWrite => "empty_pool",
             Refusal::NodesNotListed { .. } => "nodes_unknown",
+            Refusal::WideBlock { .. } => "wide_block",
         }
     }
 }

@@ -167,26 +167,85 @@ impl PoolDiff {
     }
 }
 
-/// The single addresses a live pool holds, and how many other blocks it has.
+/// The addresses a live pool holds, and how many blocks it has that are
+/// not single addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveAddresses {
+    /// Every address of its blocks, those of ranges and wider CIDRs
+    /// included (up to [`WIDEST_KEPT`] addresses a block): dropping one is
+    /// a removal like any other, under the same guards.
     pub addresses: BTreeSet<IpAddr>,
+    /// Blocks that are not single addresses (ranges, wider CIDRs,
+    /// unparsable entries); a write of ours replaces them.
     pub foreign_blocks: usize,
+    /// Blocks wider than [`WIDEST_KEPT`] addresses: they cannot be held
+    /// address by address while a removal waits, so such a pool is not
+    /// written (`Refusal::WideBlock`).
+    pub too_wide: Vec<String>,
 }
 
+/// The widest block whose addresses a pool of ours can keep one by one
+/// (an IPv4 /16, an IPv6 /112).
+pub const WIDEST_KEPT: u128 = 65_536;
+
 /// Reads `spec.blocks` of a live pool. `/32` CIDRs and `start`-only (or
-/// `start == stop`) blocks are single addresses; anything else is foreign.
+/// `start == stop`) blocks are single addresses; any other block is foreign
+/// and gives every address in it.
 pub fn live_addresses(live: &Pool) -> LiveAddresses {
     let mut result = LiveAddresses::default();
     for block in &live.spec.blocks {
-        match single_address(block) {
-            Some(ip) => {
-                result.addresses.insert(ip);
-            }
-            None => result.foreign_blocks += 1,
+        if let Some(ip) = single_address(block) {
+            result.addresses.insert(ip);
+            continue;
+        }
+        result.foreign_blocks += 1;
+        let Some((start, stop)) = super::ranges::range(block) else {
+            // Cilium cannot use it either: nothing is allocated from it.
+            continue;
+        };
+        match addresses_between(start, stop) {
+            Some(all) => result.addresses.extend(all),
+            None => result.too_wide.push(block_text(block)),
         }
     }
     result
+}
+
+/// Every address from `start` to `stop` (same family), or `None` when
+/// there are more than [`WIDEST_KEPT`].
+fn addresses_between(start: IpAddr, stop: IpAddr) -> Option<Vec<IpAddr>> {
+    let (from, to, v4) = match (start, stop) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            (u128::from(u32::from(a)), u128::from(u32::from(b)), true)
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), false),
+        _ => return Some(Vec::new()),
+    };
+    if to < from {
+        return Some(Vec::new());
+    }
+    if to - from >= WIDEST_KEPT {
+        return None;
+    }
+    Some(
+        (from..=to)
+            .map(|n| match v4 {
+                // Within u32: both bounds came from IPv4 addresses.
+                true => IpAddr::V4(std::net::Ipv4Addr::from(n as u32)),
+                false => IpAddr::V6(n.into()),
+            })
+            .collect(),
+    )
+}
+
+/// A block as an operator would write it.
+fn block_text(block: &Block) -> String {
+    match (&block.cidr, &block.start, &block.stop) {
+        (Some(cidr), _, _) => cidr.clone(),
+        (None, Some(start), Some(stop)) => format!("{start}-{stop}"),
+        (None, Some(start), None) => start.clone(),
+        _ => "(empty block)".to_owned(),
+    }
 }
 
 /// The prefix of a one-address block: 32 for IPv4, 128 for IPv6.

@@ -179,15 +179,31 @@ fn diff_names_added_removed_and_foreign_blocks() {
             {"start": "4.4.4.4", "stop": "4.4.4.4"},
             {"cidr": "10.0.0.0/24"},
             {"start": "5.5.5.1", "stop": "5.5.5.9"},
+            {"cidr": "2001:db8::/64"},
         ]}}),
     );
     let live = live_addresses(&live);
-    assert_eq!(live.foreign_blocks, 2);
-    let desired = render(&template(), [ip("2.2.2.2"), ip("3.3.3.3"), ip("6.6.6.6")]);
+    assert_eq!(live.foreign_blocks, 3);
+    // A range or a wider CIDR gives every address in it; one too wide to
+    // keep address by address is named instead.
+    assert_eq!(live.addresses.len(), 4 + 256 + 9);
+    assert_eq!(live.too_wide, ["2001:db8::/64"]);
+    let desired = render(
+        &template(),
+        [ip("2.2.2.2"), ip("3.3.3.3"), ip("5.5.5.5"), ip("6.6.6.6")],
+    );
     let d = diff(Some(&live), &desired);
     assert_eq!(d.added, vec![ip("6.6.6.6")]);
-    assert_eq!(d.removed, vec![ip("1.1.1.1"), ip("4.4.4.4")]);
-    assert_eq!(d.foreign_blocks_removed, 2);
+    let mut removed = vec![ip("1.1.1.1"), ip("4.4.4.4")];
+    removed.extend(
+        (1..=9)
+            .filter(|n| *n != 5)
+            .map(|n| ip(&format!("5.5.5.{n}"))),
+    );
+    removed.extend((0..=255).map(|n| ip(&format!("10.0.0.{n}"))));
+    removed.sort();
+    assert_eq!(d.removed, removed);
+    assert_eq!(d.foreign_blocks_removed, 3);
     assert!(!d.is_empty());
 }
 
