@@ -4,11 +4,11 @@
 mod support;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
-use canada_kaktus::pool::PoolClient;
+use canada_kaktus::pool::{Fence, PoolClient};
 use canada_kaktus::pool::WriteReason;
 use canada_kaktus::reconcile::{single, CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
@@ -638,4 +638,24 @@ async fn a_block_too_wide_to_keep_address_by_address_is_never_dropped() {
         before["spec"],
         "the pool was written"
     );
+}
+
+/// A leader that stopped dead between its read and its write (a paused
+/// process, a hung node) wakes with its Lease run out by the clock, before
+/// the election has noticed: the write must not go out (issue 20 review).
+#[tokio::test]
+async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(2));
+    let fence = Fence::closed();
+    fence.allow_until(Some(SystemTime::now() - Duration::from_secs(1)));
+    reconciler.set_fence(fence.clone());
+    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
+    assert_eq!(error.metric_label(), "lease_expired", "{error}");
+    assert!(kube.pool("covidnetes-pool").is_none(), "written without the Lease");
+
+    // Renewed: the same cycle writes.
+    fence.allow_until(Some(SystemTime::now() + Duration::from_secs(60)));
+    single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
+    assert!(kube.pool("covidnetes-pool").is_some());
 }
