@@ -17,6 +17,7 @@ use crate::members::{
     members, Claimed, Contributions, Excluded, Listed, Members, NodeView, Unhealthy,
 };
 use crate::pool::api::{PoolApiError, PoolClient};
+use crate::pool::fence::Fence;
 use crate::pool::gate::{self, Additions, Approved, Gate, WithheldReason};
 use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
 use crate::pool::{
@@ -57,6 +58,12 @@ pub enum ReconcileError {
          network's ID"
     )]
     NetworkMissing { network: String, known: String },
+    #[error(
+        "this replica's leader Lease ran out before the write (the process was paused, or the \
+         API server did not answer the renewal in time); nothing written, a standby may have \
+         taken over"
+    )]
+    LeaseExpired,
     /// A problem of one pool of `Pools`, named.
     #[error("pool {pool}: {source}")]
     Pool {
@@ -77,6 +84,7 @@ impl ReconcileError {
             ReconcileError::TimedOut { .. } => "cycle_timeout",
             ReconcileError::NodesUnknown => "nodes_unknown",
             ReconcileError::NetworkMissing { .. } => "network_missing",
+            ReconcileError::LeaseExpired => "lease_expired",
             ReconcileError::Pool { source, .. } => source.metric_label(),
         }
     }
@@ -449,6 +457,8 @@ pub struct Reconciler {
     unhealthy: Unhealthy,
     /// How long a held removal waits before a listing may confirm it.
     confirm_after: Duration,
+    /// Asked right before every write: the leader Lease still holds.
+    fence: Fence,
 }
 
 impl Reconciler {
@@ -466,11 +476,17 @@ impl Reconciler {
             nodes: NodeView::new([], true),
             unhealthy: Unhealthy::default(),
             confirm_after: Duration::ZERO,
+            fence: Fence::open(),
         }
     }
 
     pub fn set_confirm_after(&mut self, confirm_after: Duration) {
         self.confirm_after = confirm_after;
+    }
+
+    /// The fence leader election moves; without one every write goes out.
+    pub fn set_fence(&mut self, fence: Fence) {
+        self.fence = fence;
     }
 
     /// What the Node watch knows now; used by the next cycle.
@@ -960,6 +976,9 @@ impl Reconciler {
         };
         match reason {
             Some(_) => {
+                if !self.fence.allows() {
+                    return Err(ReconcileError::LeaseExpired);
+                }
                 let written = self.pools.apply(resource, approved).await?;
                 Ok((report, Some(written)))
             }

@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
-use canada_kaktus::pool::{Fence, PoolClient};
 use canada_kaktus::pool::WriteReason;
+use canada_kaktus::pool::{Fence, PoolClient};
 use canada_kaktus::reconcile::{single, CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
 use support::fake_hetzner::{numbered_servers, Directive, FakeHetzner, FakeServer, Fault};
@@ -652,7 +652,10 @@ async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
     reconciler.set_fence(fence.clone());
     let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
     assert_eq!(error.metric_label(), "lease_expired", "{error}");
-    assert!(kube.pool("covidnetes-pool").is_none(), "written without the Lease");
+    assert!(
+        kube.pool("covidnetes-pool").is_none(),
+        "written without the Lease"
+    );
 
     // Renewed: the same cycle writes.
     fence.allow_until(Some(SystemTime::now() + Duration::from_secs(60)));

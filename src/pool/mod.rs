@@ -10,6 +10,8 @@
 //! - `ranges`: pool blocks as address ranges, as Cilium compares them.
 //! - `gate`: the one decision every write passes: what a pool may be
 //!   written with, given what every pool in the cluster holds. Pure.
+//! - `fence`: the last check before a write, that this replica's leader
+//!   Lease has not run out by the clock.
 //! - `repairs`: the limiter that backs off when another writer keeps
 //!   changing the pool. Pure.
 //! - `api`: the Kubernetes side: API version discovery, GET and server-side
@@ -19,6 +21,7 @@
 //! Nothing here lists Hetzner or decides when to run a cycle.
 
 pub(crate) mod api;
+pub(crate) mod fence;
 pub mod gate;
 pub(crate) mod guard;
 pub(crate) mod object;
@@ -27,6 +30,7 @@ pub(crate) mod render;
 pub(crate) mod repairs;
 
 pub use api::*;
+pub use fence::Fence;
 pub use guard::*;
 pub use object::*;
 pub use ranges::*;

@@ -28,6 +28,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::pool::Fence;
+
 /// Where the Lease is and who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseConfig {
@@ -89,6 +91,7 @@ impl Term {
 /// A running election. `subscribe` follows it; `stop` releases the Lease.
 pub struct LeaderElection {
     state: watch::Receiver<Term>,
+    fence: Fence,
     problem: watch::Receiver<Option<String>>,
     stop: CancellationToken,
     task: JoinHandle<()>,
@@ -99,9 +102,18 @@ impl LeaderElection {
         let (tx, state) = watch::channel(Term::default());
         let (problem_tx, problem) = watch::channel(None);
         let stop = CancellationToken::new();
-        let task = tokio::spawn(run(client, config, tx, problem_tx, stop.clone()));
+        let fence = Fence::closed();
+        let task = tokio::spawn(run(
+            client,
+            config,
+            tx,
+            problem_tx,
+            fence.clone(),
+            stop.clone(),
+        ));
         Self {
             state,
+            fence,
             problem,
             stop,
             task,
@@ -112,6 +124,12 @@ impl LeaderElection {
     /// unreachable), or `None` while it works.
     pub fn problems(&self) -> watch::Receiver<Option<String>> {
         self.problem.clone()
+    }
+
+    /// The fence every write asks: open until the Lease would certainly
+    /// still be ours.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
     }
 
     /// Follows leadership: each term, leading while this process holds the
@@ -168,6 +186,7 @@ async fn run(
     config: LeaseConfig,
     tx: watch::Sender<Term>,
     problem: watch::Sender<Option<String>>,
+    writes: Fence,
     stop: CancellationToken,
 ) {
     let report = |now: Option<String>| {
@@ -185,6 +204,9 @@ async fn run(
         view_tx,
     ));
     let publish = |leader: bool| {
+        if !leader {
+            writes.allow_until(None);
+        }
         tx.send_if_modified(|current| {
             let changed = current.leading != leader;
             *current = current.then(leader);
@@ -269,6 +291,7 @@ async fn run(
                         leader = now;
                         if now {
                             valid_until = SystemTime::now() + config.duration;
+                            writes.allow_until(valid_until.checked_sub(margin));
                             info!(identity = %config.identity, lease = %config.name, "became the leader");
                         } else {
                             info!(identity = %config.identity, "lost the leader Lease; standing by");
@@ -296,6 +319,7 @@ async fn run(
                             Some(holder) if holder == config.identity => {
                                 if let Some(expires) = view.expires {
                                     valid_until = expires;
+                                    writes.allow_until(valid_until.checked_sub(margin));
                                 }
                             }
                             Some(other) => {

@@ -221,6 +221,7 @@ impl Controller {
             &self.env,
             self.metrics.clone(),
         );
+        self.reconciler.set_fence(ops.fence());
         let mut term = *ops.leader.borrow_and_update();
         self.metrics.set_leader(term.leading);
         if !term.leading {

@@ -14,6 +14,7 @@ use tracing::info;
 
 use crate::config::Settings;
 use crate::members::NodeView;
+use crate::pool::Fence;
 use crate::run::events::{EventPlanner, EventSink};
 use crate::run::leader::{self, LeaderElection, LeaseConfig, Term};
 use crate::run::nodes::{self, NodeChange};
@@ -152,6 +153,14 @@ impl Operations {
     /// The event planner of `pool`.
     pub fn planner(&mut self, pool: &str) -> &mut EventPlanner {
         self.planners.entry(pool.to_owned()).or_default()
+    }
+
+    /// The fence every write asks: the election's, or always open when
+    /// election is off.
+    pub fn fence(&self) -> Fence {
+        self.election
+            .as_ref()
+            .map_or_else(Fence::open, LeaderElection::fence)
     }
 
     /// Leaves the election, releasing the Lease if held. Call after the
