@@ -647,16 +647,10 @@ async fn without_pools_the_stored_pool_is_what_the_release_before_wrote() {
     );
 }
 
-/// A kubeadm control plane (`exclude-from-external-load-balancers`) and a
-/// node the autoscaler is deleting exist before the controller starts: their
-/// servers' addresses are never written, not even by the first cycle after
-/// the start (which may come before the Node watch has listed).
-#[tokio::test]
-#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
-async fn nodes_that_are_out_before_the_start_are_never_written() {
-    let hetzner = four_servers().await;
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
+/// Nodes 1 to 4 for [`four_servers`]: 2 is a kubeadm control plane
+/// (`exclude-from-external-load-balancers`), 4 a node the autoscaler is
+/// deleting.
+async fn four_nodes_two_out(cluster: &TestCluster) {
     let nodes: Api<Node> = Api::all(cluster.admin_client());
     for id in 1..=4 {
         let mut node = node(id);
@@ -677,24 +671,27 @@ async fn nodes_that_are_out_before_the_start_are_never_written() {
         }
         nodes.create(&PostParams::default(), &node).await.unwrap();
     }
-    let api = pools(&cluster, "v2");
-    let (edge_history, _edge_task) = record_history_of(api.clone(), "edge");
-    let (internal_history, _internal_task) = record_history_of(api.clone(), "internal");
-    let controller = start_several_pools(&cluster, &hetzner).await;
-    wait_named_pool(&api, "edge", WITHIN, "edge written", |p| {
+}
+
+/// Waits until edge and internal hold what servers 1 and 3 give, and
+/// checks that no state either pool was ever in held an address of 2 or 4.
+async fn only_nodes_in_were_ever_written(
+    api: &Api<DynamicObject>,
+    hetzner: &FakeHetzner,
+    histories: [&support::e2e::History; 2],
+    within: Duration,
+) {
+    wait_named_pool(api, "edge", within, "edge written", |p| {
         cidrs(p) == set(&["198.51.100.1/32", "2001:db8:1::1/128"])
     })
     .await;
-    wait_named_pool(&api, "internal", WITHIN, "internal written", |p| {
+    wait_named_pool(api, "internal", within, "internal written", |p| {
         cidrs(p) == set(&["10.0.0.1/32", "10.0.0.3/32"])
     })
     .await;
     let since = hetzner.requests();
-    wait_listings(&hetzner, since, 2).await;
-    for phase in phases(&edge_history)
-        .into_iter()
-        .chain(phases(&internal_history))
-    {
+    wait_listings(hetzner, since, 2).await;
+    for phase in histories.into_iter().flat_map(phases) {
         for out in [
             "198.51.100.2/32",
             "2001:db8:2::1/128",
@@ -704,5 +701,96 @@ async fn nodes_that_are_out_before_the_start_are_never_written() {
             assert!(!phase.contains(out), "{out} was written: {phase:?}");
         }
     }
+}
+
+/// A kubeadm control plane and a node the autoscaler is deleting exist
+/// before the controller starts: their servers' addresses are never
+/// written, not even by the first cycle after the start (which waits for
+/// the Node watch's first list).
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn nodes_that_are_out_before_the_start_are_never_written() {
+    let hetzner = four_servers().await;
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    four_nodes_two_out(&cluster).await;
+    let api = pools(&cluster, "v2");
+    let (edge_history, _edge_task) = record_history_of(api.clone(), "edge");
+    let (internal_history, _internal_task) = record_history_of(api.clone(), "internal");
+    let controller = start_several_pools(&cluster, &hetzner).await;
+    let histories = [&edge_history, &internal_history];
+    only_nodes_in_were_ever_written(&api, &hetzner, histories, WITHIN).await;
     drop(controller);
+}
+
+/// The Node list does not come (here: `list` on nodes is not granted,
+/// as when the API server is slow to answer it): after its 10 s wait the
+/// first cycle adds nothing, says why, and creates no pool; once the list
+/// comes, it brings a listing at once and the pools are written without
+/// the nodes that are out (issue 20, item 4, the start-up gap itself).
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn without_the_node_list_nothing_is_added_until_it_comes() {
+    let hetzner = four_servers().await;
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    four_nodes_two_out(&cluster).await;
+    drop_node_rule(&cluster);
+    let api = pools(&cluster, "v2");
+    let (edge_history, _edge_task) = record_history_of(api.clone(), "edge");
+    let (internal_history, _internal_task) = record_history_of(api.clone(), "internal");
+    let mut controller = start_several_pools(&cluster, &hetzner).await;
+    let body = controller
+        .wait_health(503, |body| {
+            body.to_string()
+                .contains("the Node watch has not listed the Nodes yet")
+        })
+        .await;
+    assert!(
+        api.get_opt("edge").await.unwrap().is_none()
+            && api.get_opt("internal").await.unwrap().is_none(),
+        "a pool was created before the Nodes were listed: {body}"
+    );
+    // The role as shipped again: the watch lists on its next retry.
+    apply_several_pools(&cluster);
+    let histories = [&edge_history, &internal_history];
+    // The watch retries with a backoff of up to 30 s.
+    only_nodes_in_were_ever_written(&api, &hetzner, histories, Duration::from_secs(60)).await;
+    drop(controller);
+}
+
+/// Takes `list` and `watch` on nodes out of the shipped ClusterRole.
+fn drop_node_rule(cluster: &TestCluster) {
+    let out = cluster.kubectl(&["get", "clusterrole", "canada-kaktus", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let role: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rules: Vec<Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|rule| {
+            !rule["resources"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r == "nodes"))
+        })
+        .cloned()
+        .collect();
+    let patch = json!([{"op": "replace", "path": "/rules", "value": rules}]);
+    let out = cluster.kubectl(&[
+        "patch",
+        "clusterrole",
+        "canada-kaktus",
+        "--type=json",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
