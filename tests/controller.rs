@@ -92,6 +92,18 @@ async fn start_with(
     cli_config: Option<PathBuf>,
     extra_env: &[(&str, &str)],
 ) -> Running {
+    start_loaded(hetzner, kube, cli_config, extra_env, || {}).await
+}
+
+/// Like `start_with`, calling `after_load` between loading the settings
+/// and starting the loop.
+async fn start_loaded(
+    hetzner: &FakeHetzner,
+    kube: &FakeKube,
+    cli_config: Option<PathBuf>,
+    extra_env: &[(&str, &str)],
+    after_load: impl FnOnce(),
+) -> Running {
     support::isolate_working_directory();
     canada_kaktus::sync::install_crypto_provider();
     canada_kaktus::serve::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
@@ -105,6 +117,7 @@ async fn start_with(
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );
     let settings = config::load(cli_config.as_deref(), &env).unwrap();
+    after_load();
     let hetzner_client = HetznerClient::new(HetznerOptions {
         request_timeout: Duration::from_secs(2),
         retry: RetryPolicy {
@@ -221,6 +234,30 @@ async fn shutdown_ends_the_loop_within_a_second_even_mid_request() {
         .await
         .expect("the loop did not stop within a second")
         .unwrap();
+}
+
+/// The file changes after the process read it and before the loop
+/// watches it (a ConfigMap update during a start): the change is not lost.
+#[tokio::test]
+async fn a_config_file_changed_during_the_start_takes_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, r#"{"LabelSelector": "role=a"}"#).unwrap();
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(
+        numbered_servers(2)
+            .into_iter()
+            .map(|s| s.with_label("role", "a").with_label("tier", "b"))
+            .collect(),
+    );
+    let kube = FakeKube::new(&["v2"]);
+    let changed = path.clone();
+    let running = start_loaded(&hetzner, &kube, Some(path.clone()), &[], move || {
+        std::fs::write(&changed, r#"{"LabelSelector": "tier=b"}"#).unwrap();
+    })
+    .await;
+    wait_for(|| hetzner.last_label_selector().as_deref() == Some("tier=b")).await;
+    running.shutdown.cancel();
 }
 
 #[tokio::test]

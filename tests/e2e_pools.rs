@@ -538,6 +538,9 @@ async fn the_several_pools_component_grants_exactly_its_pools() {
             assert_eq!(rule["resourceNames"], json!(names), "{rule}");
         } else {
             assert_eq!(rule["resourceNames"], Value::Null, "{rule}");
+            // On every pool only what one LIST of all of them needs: get
+            // and watch are limited to the pools named (issue 20, item 12).
+            assert_eq!(rule["verbs"], json!(["list"]), "{rule}");
         }
     }
     let env =
