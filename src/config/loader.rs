@@ -59,6 +59,7 @@ pub(super) struct Raw {
 pub(super) struct Loader {
     pub(super) figment: Figment,
     pub(super) config_file: Option<PathBuf>,
+    pub(super) config_digest: Option<u64>,
     pub(super) problems: Vec<ConfigProblem>,
     pub(super) warnings: Vec<String>,
     /// Token settings that were present but empty, for the "no token" hint.
@@ -141,6 +142,7 @@ impl Loader {
             }
         };
         self.config_file = Some(path.to_path_buf());
+        self.config_digest = Some(super::digest(&bytes));
         // Editors on Windows like to add a byte-order mark.
         let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
         let Ok(text) = std::str::from_utf8(bytes) else {
@@ -494,6 +496,7 @@ impl Loader {
                 guards,
                 operate,
                 config_file: self.config_file,
+                config_digest: self.config_digest,
                 warnings: self.warnings,
             }),
             _ => {

@@ -37,6 +37,15 @@ pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Reads a config file, at most [`MAX_CONFIG_FILE_BYTES`]; a larger one is
 /// an `InvalidData` error saying so (nothing past the cap is read).
+/// A fingerprint of a config file's bytes, the same in every process.
+pub fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{DefaultHasher, Hasher};
+    // DefaultHasher::new() always starts from the same keys.
+    let mut hasher = DefaultHasher::new();
+    hasher.write(bytes);
+    hasher.finish()
+}
+
 pub fn read_config_file(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
@@ -117,6 +126,10 @@ pub struct Settings {
     pub operate: OperateSettings,
     /// The config file actually read, if any.
     pub config_file: Option<PathBuf>,
+    /// [`digest`] of that file's bytes as read (never the bytes: they may
+    /// hold the token), so that a change made before anyone watched the
+    /// file is still seen.
+    pub config_digest: Option<u64>,
     /// Things worth logging that do not stop the start (unknown keys, plain
     /// http, …); the Go version ignored unknown keys silently, so they are not
     /// errors. Never contains a value, only names.

@@ -207,6 +207,11 @@ impl Controller {
         // (a ConfigMap may be created later).
         let watched_config = config::config_file_path(self.cli_config.as_deref(), &self.env);
         let mut config_snapshot = ConfigFile::read(&watched_config).await;
+        // Changed since the settings were loaded from it (a ConfigMap
+        // update during the start): the first look counts as a change.
+        if config_snapshot.digest() != self.settings.config_digest {
+            config_snapshot = ConfigFile::Unknown;
+        }
         let observed = self
             .reconciler
             .hetzner()

@@ -28,7 +28,7 @@ impl Controller {
                  (restore the file, or restart to run without it)",
                 path.display()
             )),
-            ConfigFile::Missing | ConfigFile::Present(_) => None,
+            ConfigFile::Unknown | ConfigFile::Missing | ConfigFile::Present(_) => None,
         }
     }
 
@@ -145,6 +145,8 @@ impl Controller {
 /// The config file as the poll last saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum ConfigFile {
+    /// Not looked at yet: the next look is a change, whatever it finds.
+    Unknown,
     Missing,
     /// It exists but could not be read (permissions, I/O error, a directory).
     Unreadable(String),
@@ -152,6 +154,14 @@ pub(super) enum ConfigFile {
 }
 
 impl ConfigFile {
+    /// [`crate::config::digest`] of the bytes, when there are any.
+    pub(super) fn digest(&self) -> Option<u64> {
+        match self {
+            ConfigFile::Present(bytes) => Some(crate::config::digest(bytes)),
+            _ => None,
+        }
+    }
+
     /// Reads the file (at most `MAX_CONFIG_FILE_BYTES`) on the blocking
     /// pool, off the async runtime.
     pub(super) async fn read(path: &std::path::Path) -> Self {
