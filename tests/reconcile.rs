@@ -662,3 +662,26 @@ async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
     single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
     assert!(kube.pool("covidnetes-pool").is_some());
 }
+
+/// Someone adds a block too wide to keep address by address to our pool
+/// (a GitOps re-sync of an old manifest, say) and Services take addresses
+/// from it: the repair that follows the edit must not drop it either.
+#[tokio::test]
+async fn a_repair_never_drops_a_block_too_wide_to_keep() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(numbered_servers(2));
+    let settings = settings(&hetzner, &[]);
+    single(reconciler.full(&settings).await).unwrap();
+    let mut edited = kube.pool("covidnetes-pool").unwrap();
+    edited["spec"]["blocks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"cidr": "2001:db8:5::/64"}));
+    kube.insert_pool("covidnetes-pool", edited.clone());
+    let error = reconciler
+        .repair(&settings, "covidnetes-pool")
+        .await
+        .expect_err("repaired");
+    assert_eq!(error.metric_label(), "wide_block", "{error}");
+    assert_eq!(kube.pool("covidnetes-pool").unwrap()["spec"], edited["spec"]);
+}

@@ -289,3 +289,45 @@ fn the_older_spec_cidrs_covers_as_blocks_do() {
         ]
     );
 }
+
+/// A pool of ours that has entries in the older `spec.cidrs` (another field
+/// manager owns them, so our apply can never clear them, and Cilium 1.15
+/// counts them): it is never written, whatever path asks, and says why.
+#[test]
+fn a_pool_of_ours_with_the_older_spec_cidrs_is_never_written() {
+    let ours: Pool = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "ours"},
+        "spec": {"cidrs": [{"cidr": "10.0.0.0/24"}], "blocks": [{"cidr": "10.0.0.5/32"}]},
+    }))
+    .unwrap();
+    let gate = Gate::new(&["ours"], [&ours], Additions::Allowed);
+    let verdict = gate.decide(0, &wanted("ours", &["10.0.0.5", "100.64.0.1"]));
+    let refusal = verdict.write.expect_err("written");
+    assert_eq!(refusal.metric_label(), "older_cidrs");
+    assert!(refusal.to_string().contains("10.0.0.0/24"), "{refusal}");
+}
+
+/// Ranges and wider CIDRs of a pool of ours are kept address by address
+/// while a removal waits; past 16,384 addresses in all (a write that large
+/// would near the API server's request limit) the pool is refused, even
+/// when no single block is that wide.
+#[test]
+fn a_pool_of_ours_with_too_many_addresses_in_ranges_is_never_written() {
+    let ours = pool(
+        "ours",
+        &[cidr("10.1.0.0/18"), cidr("10.2.0.0/18"), cidr("10.3.0.1/32")],
+        false,
+    );
+    let gate = Gate::new(&["ours"], [&ours], Additions::Allowed);
+    let refusal = gate
+        .decide(0, &wanted("ours", &["10.3.0.1"]))
+        .write
+        .expect_err("written");
+    assert_eq!(refusal.metric_label(), "wide_block");
+    let text = refusal.to_string();
+    assert!(text.contains("10.1.0.0/18") && text.contains("10.2.0.0/18"), "{text}");
+    // Within the cap: written.
+    let small = pool("ours", &[span("10.4.0.1", Some("10.4.0.200"))], false);
+    let gate = Gate::new(&["ours"], [&small], Additions::Allowed);
+    assert_eq!(written(&gate.decide(0, &wanted("ours", &["10.4.0.1"]))), ["10.4.0.1"]);
+}
