@@ -358,6 +358,8 @@ fn removals(rendered: &[Rendered], all: &[Pool]) -> Vec<Vec<IpAddr>> {
         .iter()
         .map(
             |(_, desired, verdict)| match (verdict, find_pool(all, &desired.name)) {
+                // A pool the gate will refuse anyway needs no confirmation.
+                (Ok(()), Some(live)) if pool::unwritable(live).is_some() => Vec::new(),
                 (Ok(()), Some(live)) => pool::live_addresses(live)
                     .addresses
                     .into_iter()
@@ -712,12 +714,6 @@ impl Reconciler {
             }
             if let Err(e) = verdict {
                 entry.failed = Some(e);
-                planned.push(entry);
-                continue;
-            }
-            if !entry.live_addresses.too_wide.is_empty() {
-                let blocks = entry.live_addresses.too_wide.join(", ");
-                entry.failed = Some(ReconcileError::Refused(Refusal::WideBlock { blocks }));
                 planned.push(entry);
                 continue;
             }

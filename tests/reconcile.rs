@@ -683,5 +683,8 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
         .await
         .expect_err("repaired");
     assert_eq!(error.metric_label(), "wide_block", "{error}");
-    assert_eq!(kube.pool("covidnetes-pool").unwrap()["spec"], edited["spec"]);
+    assert_eq!(
+        kube.pool("covidnetes-pool").unwrap()["spec"],
+        edited["spec"]
+    );
 }

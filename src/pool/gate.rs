@@ -25,7 +25,7 @@ use std::net::IpAddr;
 use super::guard::Refusal;
 use super::object::Pool;
 use super::ranges::Ranges;
-use super::render::DesiredPool;
+use super::render::{unwritable, DesiredPool};
 
 /// Whether this cycle may add addresses to a pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +102,9 @@ pub struct Gate {
     managed: Vec<(String, Ranges)>,
     /// Every other pool, enabled or disabled.
     foreign: Vec<(String, Ranges)>,
+    /// Per pool of ours, why it must not be written at all (its live
+    /// blocks cannot be kept or cleared by a write of ours).
+    unwritable: Vec<Option<Refusal>>,
     additions: Additions,
 }
 
@@ -119,13 +122,17 @@ impl Gate {
                 .map(|name| ((*name).to_owned(), Ranges::default()))
                 .collect(),
             foreign: Vec::new(),
+            unwritable: vec![None; managed.len()],
             additions,
         };
         for pool in pools {
             let name = pool.metadata.name.as_deref().unwrap_or_default();
             let ranges = Ranges::of_blocks(pool.spec.every_block());
             match managed.iter().position(|m| *m == name) {
-                Some(index) => gate.managed[index].1 = ranges,
+                Some(index) => {
+                    gate.managed[index].1 = ranges;
+                    gate.unwritable[index] = unwritable(pool);
+                }
                 None => gate.foreign.push((name.to_owned(), ranges)),
             }
         }
@@ -141,6 +148,12 @@ impl Gate {
     /// `wanted`: the addresses it holds and wants, and those it wants that
     /// no other pool covers, when additions are allowed.
     pub fn decide(&self, index: usize, wanted: &DesiredPool) -> Verdict {
+        if let Some(refusal) = &self.unwritable[index] {
+            return Verdict {
+                withheld: Vec::new(),
+                write: Err(refusal.clone()),
+            };
+        }
         let own = &self.managed[index].1;
         let mut target = Vec::with_capacity(wanted.addresses.len());
         let mut withheld = Vec::new();

@@ -50,13 +50,20 @@ pub enum Refusal {
     #[error("nothing to write; refusing to write an empty pool")]
     NothingToWrite,
     #[error(
-        "the pool holds {blocks}, too wide to keep address by address while a removal is \
-         confirmed; writing it would take the addresses of every Service in it at once, so the \
-         pool is left unchanged. Edit the pool by hand: replace the block by the addresses \
-         your Services use (kubectl get services -A), or remove it; the next cycle writes the \
-         pool"
+        "the pool holds {blocks}: more than 16,384 addresses in ranges and wider CIDRs, too \
+         many to keep address by address while a removal is confirmed; writing it would take \
+         the addresses of every Service in them at once, so the pool is left unchanged. Edit \
+         the pool by hand: replace those blocks by the addresses your Services use (kubectl \
+         get services -A), or remove them; the next cycle writes the pool"
     )]
     WideBlock { blocks: String },
+    #[error(
+        "the pool has entries in the older spec.cidrs ({blocks}), which this controller never \
+         writes and cannot clear, and which Cilium 1.15 counts as blocks; the pool is left \
+         unchanged. Move them into spec.blocks or remove them (kubectl edit \
+         ciliumloadbalancerippool); the next cycle writes the pool"
+    )]
+    OlderCidrs { blocks: String },
 }
 
 impl Refusal {
@@ -68,6 +75,7 @@ impl Refusal {
             | Refusal::NothingToWrite => "empty_pool",
             Refusal::NodesNotListed { .. } => "nodes_unknown",
             Refusal::WideBlock { .. } => "wide_block",
+            Refusal::OlderCidrs { .. } => "older_cidrs",
         }
     }
 }

@@ -9,6 +9,7 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
 use serde_json::Value;
 
+use super::guard::Refusal;
 use super::object::{Block, Pool};
 
 /// The field manager name used for server-side apply. Kubernetes keys field
@@ -172,67 +173,101 @@ impl PoolDiff {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveAddresses {
     /// Every address of its blocks, those of ranges and wider CIDRs
-    /// included (up to [`WIDEST_KEPT`] addresses a block): dropping one is
-    /// a removal like any other, under the same guards.
+    /// included (up to [`MOST_KEPT`] of them): dropping one is a removal
+    /// like any other, under the same guards.
     pub addresses: BTreeSet<IpAddr>,
     /// Blocks that are not single addresses (ranges, wider CIDRs,
     /// unparsable entries); a write of ours replaces them.
     pub foreign_blocks: usize,
-    /// Blocks wider than [`WIDEST_KEPT`] addresses: they cannot be held
-    /// address by address while a removal waits, so such a pool is not
-    /// written (`Refusal::WideBlock`).
-    pub too_wide: Vec<String>,
 }
 
-/// The widest block whose addresses a pool of ours can keep one by one
-/// (an IPv4 /16, an IPv6 /112).
-pub const WIDEST_KEPT: u128 = 65_536;
+/// The most addresses in ranges and wider CIDRs a pool of ours may have
+/// and still be written: they are kept one by one while a removal waits,
+/// and the write must stay well inside the API server's request limit.
+pub const MOST_KEPT: u128 = 16_384;
 
 /// Reads `spec.blocks` of a live pool. `/32` CIDRs and `start`-only (or
 /// `start == stop`) blocks are single addresses; any other block is foreign
-/// and gives every address in it.
+/// and gives every address in it (while they number at most [`MOST_KEPT`];
+/// past that the pool is [`unwritable`]).
 pub fn live_addresses(live: &Pool) -> LiveAddresses {
     let mut result = LiveAddresses::default();
+    let mut budget = MOST_KEPT;
     for block in &live.spec.blocks {
         if let Some(ip) = single_address(block) {
             result.addresses.insert(ip);
             continue;
         }
         result.foreign_blocks += 1;
-        let Some((start, stop)) = super::ranges::range(block) else {
-            // Cilium cannot use it either: nothing is allocated from it.
-            continue;
-        };
-        match addresses_between(start, stop) {
-            Some(all) => result.addresses.extend(all),
-            None => result.too_wide.push(block_text(block)),
+        // Unparsable: Cilium cannot use it either.
+        if let Some((start, stop)) = super::ranges::range(block) {
+            if let Some(all) = addresses_between(start, stop, budget) {
+                budget -= all.len() as u128;
+                result.addresses.extend(all);
+            }
         }
     }
     result
 }
 
-/// Every address from `start` to `stop` (same family), or `None` when
-/// there are more than [`WIDEST_KEPT`].
-fn addresses_between(start: IpAddr, stop: IpAddr) -> Option<Vec<IpAddr>> {
-    let (from, to, v4) = match (start, stop) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            (u128::from(u32::from(a)), u128::from(u32::from(b)), true)
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), false),
-        _ => return Some(Vec::new()),
-    };
-    if to < from {
-        return Some(Vec::new());
+/// Why a pool of ours must not be written at all, whatever the listing
+/// says, or `None`: entries in the older `spec.cidrs` (our apply can never
+/// clear them, and Cilium 1.15 counts them), or more than [`MOST_KEPT`]
+/// addresses in ranges and wider CIDRs.
+pub fn unwritable(live: &Pool) -> Option<Refusal> {
+    if !live.spec.cidrs.is_empty() {
+        let blocks: Vec<String> = live.spec.cidrs.iter().map(block_text).collect();
+        return Some(Refusal::OlderCidrs {
+            blocks: blocks.join(", "),
+        });
     }
-    if to - from >= WIDEST_KEPT {
+    let wide: Vec<&Block> = (live.spec.blocks.iter())
+        .filter(|b| single_address(b).is_none())
+        .collect();
+    let total: u128 = (wide.iter())
+        .filter_map(|b| super::ranges::range(b))
+        .map(|(start, stop)| width(start, stop))
+        .fold(0, u128::saturating_add);
+    (total > MOST_KEPT).then(|| Refusal::WideBlock {
+        blocks: wide
+            .into_iter()
+            .map(block_text)
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
+/// How many addresses from `start` to `stop` (0 across families or when
+/// reversed).
+fn width(start: IpAddr, stop: IpAddr) -> u128 {
+    match (start, stop) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            u128::from(u32::from(b)).saturating_sub(u128::from(u32::from(a))) + 1
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) if b >= a => {
+            (u128::from(b) - u128::from(a)).saturating_add(1)
+        }
+        _ => 0,
+    }
+}
+
+/// Every address from `start` to `stop` (same family), or `None` when
+/// there are more than `most`.
+fn addresses_between(start: IpAddr, stop: IpAddr, most: u128) -> Option<Vec<IpAddr>> {
+    let count = width(start, stop);
+    if count > most {
         return None;
     }
+    let first = match start {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    };
     Some(
-        (from..=to)
-            .map(|n| match v4 {
-                // Within u32: both bounds came from IPv4 addresses.
-                true => IpAddr::V4(std::net::Ipv4Addr::from(n as u32)),
-                false => IpAddr::V6(n.into()),
+        (first..first + count)
+            .map(|n| match start {
+                // Within u32: both bounds are IPv4 addresses.
+                IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::from(n as u32)),
+                IpAddr::V6(_) => IpAddr::V6(n.into()),
             })
             .collect(),
     )

@@ -315,7 +315,11 @@ fn a_pool_of_ours_with_the_older_spec_cidrs_is_never_written() {
 fn a_pool_of_ours_with_too_many_addresses_in_ranges_is_never_written() {
     let ours = pool(
         "ours",
-        &[cidr("10.1.0.0/18"), cidr("10.2.0.0/18"), cidr("10.3.0.1/32")],
+        &[
+            cidr("10.1.0.0/18"),
+            cidr("10.2.0.0/18"),
+            cidr("10.3.0.1/32"),
+        ],
         false,
     );
     let gate = Gate::new(&["ours"], [&ours], Additions::Allowed);
@@ -325,9 +329,15 @@ fn a_pool_of_ours_with_too_many_addresses_in_ranges_is_never_written() {
         .expect_err("written");
     assert_eq!(refusal.metric_label(), "wide_block");
     let text = refusal.to_string();
-    assert!(text.contains("10.1.0.0/18") && text.contains("10.2.0.0/18"), "{text}");
+    assert!(
+        text.contains("10.1.0.0/18") && text.contains("10.2.0.0/18"),
+        "{text}"
+    );
     // Within the cap: written.
     let small = pool("ours", &[span("10.4.0.1", Some("10.4.0.200"))], false);
     let gate = Gate::new(&["ours"], [&small], Additions::Allowed);
-    assert_eq!(written(&gate.decide(0, &wanted("ours", &["10.4.0.1"]))), ["10.4.0.1"]);
+    assert_eq!(
+        written(&gate.decide(0, &wanted("ours", &["10.4.0.1"]))),
+        ["10.4.0.1"]
+    );
 }
