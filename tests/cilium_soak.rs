@@ -151,6 +151,10 @@ impl Replicas {
             ("POD_NAMESPACE", NAMESPACE),
         ];
         let controller = start_with_config(cluster, hetzner, &config.to_string(), &env).await;
+        // It has read its config.json: a reload from now on is one.
+        controller
+            .wait_log_since(0, "starting canada-kaktus", Duration::from_secs(30))
+            .await;
         self.running.push((name, controller));
     }
 
@@ -518,18 +522,28 @@ impl Soak {
             }
             "leader frozen" => {
                 // The leader stops dead past its Lease, still believing it
-                // leads; it thaws once another replica has taken over and
-                // listed, and must write nothing from its old term.
+                // leads. While it is frozen a server joins, and the replica
+                // that took over writes it; the frozen one thaws and must
+                // write nothing from its old term (which would take the
+                // new server's addresses out again).
                 let leader = self.replicas.leader(&self.cluster).await;
-                let (name, controller) = &self.replicas.running[leader];
-                controller.freeze();
+                let name = self.replicas.running[leader].0.clone();
+                self.replicas.running[leader].1.freeze();
                 let deadline = Instant::now() + Duration::from_secs(20);
-                while lease_holder(&self.cluster).await.as_ref() == Some(name) {
+                while lease_holder(&self.cluster).await.as_ref() == Some(&name) {
                     assert!(Instant::now() < deadline, "nobody took over from {name}");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                wait_cycles(&self.hetzner, 3).await;
-                controller.thaw();
+                let free: Vec<i64> = IDS
+                    .filter(|id| !self.world.members.contains_key(id))
+                    .collect();
+                if let Some(&id) = free.first() {
+                    self.world.members.insert(id, Member::new(true));
+                    create_node(&self.nodes, id).await;
+                    self.serve();
+                }
+                wait_cycles(&self.hetzner, 6).await;
+                self.replicas.running[leader].1.thaw();
             }
             "controller restarted" => self.restart().await,
             other => unreachable!("no step {other}"),

@@ -291,7 +291,15 @@ async fn run(
                         leader = now;
                         if now {
                             valid_until = SystemTime::now() + config.duration;
-                            writes.allow_until(valid_until.checked_sub(margin));
+                            // A new manager says we lead when the Lease
+                            // names us, without renewing it first: writes
+                            // go out only as long as the Lease as seen lasts.
+                            writes.allow_until(write_deadline(
+                                &views.borrow(),
+                                &config.identity,
+                                Some(valid_until),
+                                margin,
+                            ));
                             info!(identity = %config.identity, lease = %config.name, "became the leader");
                         } else {
                             info!(identity = %config.identity, "lost the leader Lease; standing by");
@@ -319,17 +327,19 @@ async fn run(
                             Some(holder) if holder == config.identity => {
                                 if let Some(expires) = view.expires {
                                     valid_until = expires;
-                                    writes.allow_until(valid_until.checked_sub(margin));
                                 }
+                                writes.allow_until(write_deadline(&view, &config.identity, None, margin));
                             }
                             Some(other) => {
                                 warn!(holder = other, "the leader Lease has another holder; standing by");
                                 publish(false);
                                 continue 'manager;
                             }
-                            // Released under us: the manager takes it again
-                            // on its next renewal.
-                            None => {}
+                            // Released or deleted under us: the manager
+                            // takes it again on its next renewal; until the
+                            // watch shows that, a standby may take it, so
+                            // nothing is written.
+                            None => writes.allow_until(None),
                         }
                     } else if view.is_free() {
                         debug!(holder = ?view.holder, "the leader Lease is free; taking over now");
@@ -345,6 +355,24 @@ async fn run(
         }
     }
     watch_task.abort();
+}
+
+/// Until when a leader named `identity` may write, by the Lease as last
+/// seen: its last renewal plus its duration, less `margin`. When the view
+/// does not show us holding it, `fallback`: right after taking the Lease
+/// the watch may not have caught up (now + duration), while leading there
+/// is none (released, deleted or taken: writes stop).
+fn write_deadline(
+    view: &LeaseView,
+    identity: &str,
+    fallback: Option<SystemTime>,
+    margin: Duration,
+) -> Option<SystemTime> {
+    let until = match view.holder.as_deref() {
+        Some(holder) if holder == identity => view.expires.or(fallback),
+        _ => fallback,
+    }?;
+    Some(until.checked_sub(margin).unwrap_or(until))
 }
 
 /// The wait after `failures` failed Lease attempts in a row: 0.5 s,

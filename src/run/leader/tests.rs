@@ -43,3 +43,27 @@ fn identity_prefers_the_pod_name() {
     let own = identity(&Default::default());
     assert!(own.ends_with(&format!("-{}", std::process::id())), "{own}");
 }
+
+#[test]
+fn writes_stop_where_the_lease_as_seen_runs_out() {
+    let margin = Duration::from_secs(1);
+    let fallback = SystemTime::now() + Duration::from_secs(15);
+    // Our own Lease, renewed 13 s ago for 15 s: not the fresh 15 s a new
+    // manager's "you lead" suggests (it only checks the holder).
+    let stale = LeaseView::of(&lease(Some("me"), Duration::from_secs(13), 15));
+    let until = write_deadline(&stale, "me", Some(fallback), margin).unwrap();
+    assert!(
+        until < SystemTime::now() + Duration::from_secs(2),
+        "{until:?}"
+    );
+    // Just taken over: the watch still shows the old holder, or none.
+    let old = LeaseView::of(&lease(Some("other"), Duration::from_secs(20), 15));
+    assert_eq!(
+        write_deadline(&old, "me", Some(fallback), margin),
+        fallback.checked_sub(margin)
+    );
+    // While leading: released or deleted under us, or taken, closes it.
+    let released = LeaseView::of(&lease(None, Duration::ZERO, 15));
+    assert_eq!(write_deadline(&released, "me", None, margin), None);
+    assert_eq!(write_deadline(&old, "me", None, margin), None);
+}
