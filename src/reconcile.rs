@@ -358,8 +358,6 @@ fn removals(rendered: &[Rendered], all: &[Pool]) -> Vec<Vec<IpAddr>> {
         .iter()
         .map(
             |(_, desired, verdict)| match (verdict, find_pool(all, &desired.name)) {
-                // A pool the gate will refuse anyway needs no confirmation.
-                (Ok(()), Some(live)) if pool::unwritable(live).is_some() => Vec::new(),
                 (Ok(()), Some(live)) => pool::live_addresses(live)
                     .addresses
                     .into_iter()
