@@ -15,7 +15,7 @@ use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::members::{NodeFacts, NodeView};
 use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::{CycleKind, Reconciler};
+use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use support::fake_hetzner::{Directive, FakeFloatingIp, FakeHetzner, FakePrivateNet, FakeServer};
@@ -962,5 +962,47 @@ async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
     assert!(
         !after.contains("198.51.100.4/32"),
         "a Node change added an address: {after:?}"
+    );
+}
+
+/// `Nodes.RequireNode` before the Node watch has listed: which servers are
+/// Nodes is not known, so that pool is not written at all (cause
+/// `nodes_unknown`, `ReconcileError::NodesUnknown`); once the Nodes are
+/// listed, it takes the servers that are Nodes.
+#[tokio::test]
+async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "Nodes": {"RequireNode": true}}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(
+        (1..=4)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    reconciler.set_nodes(NodeView::new([], false));
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    let error = outcomes[0].result.as_ref().unwrap_err();
+    assert!(
+        matches!(error.inner(), ReconcileError::NodesUnknown),
+        "{error:?}"
+    );
+    assert_eq!(error.metric_label(), "nodes_unknown");
+    assert!(kube.pool("p").is_none(), "written without the Node list");
+
+    // Listed: servers 1 and 2 are Nodes, 3 and 4 are not.
+    let nodes = (1..=2).map(|id| NodeFacts {
+        name: format!("node-{id}"),
+        server_id: Some(id),
+        ready: true,
+        ..NodeFacts::default()
+    });
+    reconciler.set_nodes(NodeView::new(nodes, true));
+    reconciler.full(&settings).await.unwrap();
+    assert_eq!(
+        cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]),
+        ["198.51.100.1/32", "198.51.100.2/32"]
+            .into_iter()
+            .map(String::from)
+            .collect()
     );
 }
