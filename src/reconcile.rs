@@ -314,11 +314,13 @@ fn render_recording(
         .zip(all)
         .map(|(pool, members)| {
             let desired = pool::render(&template_from(pool), members.addresses.iter().copied());
-            let mut verdict =
-                guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from);
-            if verdict.is_ok() && pool.nodes.require_node && !nodes.complete {
-                verdict = Err(ReconcileError::NodesUnknown);
-            }
+            // Before the Node list every server of such a pool seems to
+            // have no Node: say that, not that the pool would be empty.
+            let mut verdict = if pool.nodes.require_node && !nodes.complete {
+                Err(ReconcileError::NodesUnknown)
+            } else {
+                guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from)
+            };
             if let Some(network) = &members.network_missing {
                 verdict = Err(network_missing(network, &listing.networks));
             }
