@@ -173,21 +173,6 @@ pub struct PoolOutcome {
     pub result: Result<CycleReport, ReconcileError>,
 }
 
-/// The outcome of a single-pool configuration, as one result: what
-/// `--once`, the tests of one pool and the single-pool callers read.
-pub fn single(
-    outcomes: Result<Vec<PoolOutcome>, ReconcileError>,
-) -> Result<CycleReport, ReconcileError> {
-    let mut outcomes = outcomes?;
-    match outcomes.len() {
-        1 => outcomes.remove(0).result,
-        _ => match outcomes.iter().position(|o| o.result.is_err()) {
-            Some(failed) => outcomes.remove(failed).result,
-            None => outcomes.remove(0).result,
-        },
-    }
-}
-
 pub fn template_from(pool: &PoolConfig) -> PoolTemplate {
     PoolTemplate {
         name: pool.name.clone(),

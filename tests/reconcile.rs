@@ -10,10 +10,11 @@ use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::pool::WriteReason;
 use canada_kaktus::pool::{Fence, PoolClient};
-use canada_kaktus::reconcile::{single, CycleKind, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
 use support::fake_hetzner::{numbered_servers, Directive, FakeHetzner, FakeServer, Fault};
 use support::fake_kube::FakeKube;
+use support::single;
 
 const TOKEN: &str = "test-token-4f1c9a";
 const PATH_V2: &str = "/apis/cilium.io/v2/ciliumloadbalancerippools/covidnetes-pool";

@@ -20,3 +20,18 @@ pub fn isolate_working_directory() {
         std::env::set_current_dir(dir).expect("chdir");
     });
 }
+
+/// The outcome of a one-pool cycle as one result: the only pool's, or the
+/// first failed one's.
+pub fn single(
+    outcomes: Result<
+        Vec<canada_kaktus::reconcile::PoolOutcome>,
+        canada_kaktus::reconcile::ReconcileError,
+    >,
+) -> Result<canada_kaktus::reconcile::CycleReport, canada_kaktus::reconcile::ReconcileError> {
+    let mut outcomes = outcomes?;
+    match outcomes.iter().position(|o| o.result.is_err()) {
+        Some(failed) => outcomes.remove(failed).result,
+        None => outcomes.remove(0).result,
+    }
+}
