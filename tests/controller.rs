@@ -236,6 +236,24 @@ async fn shutdown_ends_the_loop_within_a_second_even_mid_request() {
         .unwrap();
 }
 
+/// The first cycle waits up to 10 s for the Node list; a shutdown in that
+/// wait ends the loop at once.
+#[tokio::test]
+async fn shutdown_ends_the_wait_for_the_node_list() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(numbered_servers(1));
+    let kube = FakeKube::new(&["v2"]);
+    kube.forbid_nodes();
+    let running = start(&hetzner, &kube, None).await;
+    wait_for(|| kube.refused_node_lists() > 0).await;
+    assert_eq!(hetzner.requests(), 0, "the first cycle did not wait");
+    running.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(2), running.controller)
+        .await
+        .expect("the loop waited out the Node list after the shutdown")
+        .unwrap();
+}
+
 /// The file changes after the process read it and before the loop
 /// watches it (a ConfigMap update during a start): the change is not lost.
 #[tokio::test]

@@ -45,6 +45,10 @@ struct State {
     /// that lands between the controller's read and its write).
     /// A pool deleted right after the next read (GET or LIST) is answered.
     delete_after_read: Option<String>,
+    /// Node lists are answered 403 (the Node watch never lists).
+    forbid_nodes: bool,
+    /// How many Node lists were asked for.
+    node_lists: usize,
     /// Every pool's `spec.blocks` after each successful PATCH, in order,
     /// once [`FakeKube::record_snapshots`] asked for them.
     snapshots: Option<Vec<BTreeMap<String, Value>>>,
@@ -67,6 +71,8 @@ impl FakeKube {
                 patch_status: None,
                 next_patch_status: None,
                 next_patch_lost: None,
+                forbid_nodes: false,
+                node_lists: 0,
                 events: Vec::new(),
                 delete_after_read: None,
                 snapshots: None,
@@ -140,6 +146,13 @@ impl FakeKube {
         let mut state = self.state.lock().unwrap();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         match (method.as_str(), segments.as_slice()) {
+            ("GET", ["api", "v1", "nodes"]) if state.forbid_nodes => {
+                state.node_lists += 1;
+                Some((
+                    StatusCode::FORBIDDEN,
+                    status_body(403, "Forbidden", "nodes is forbidden"),
+                ))
+            }
             ("GET", ["api", "v1", "nodes"]) => Some((
                 StatusCode::OK,
                 json!({"kind": "NodeList", "apiVersion": "v1",
@@ -167,6 +180,16 @@ impl FakeKube {
             }
             _ => None,
         }
+    }
+
+    /// Answers every Node list with 403, so the Node watch never lists.
+    pub fn forbid_nodes(&self) {
+        self.state.lock().unwrap().forbid_nodes = true;
+    }
+
+    /// How many Node lists were refused by [`FakeKube::forbid_nodes`].
+    pub fn refused_node_lists(&self) -> usize {
+        self.state.lock().unwrap().node_lists
     }
 
     /// Makes every PATCH fail with this status (None: succeed again).
