@@ -293,7 +293,10 @@ impl Controller {
                     // Nothing is added before the Nodes are listed: wait
                     // for that list a little (then removals go on anyway,
                     // and the list, when it comes, brings a listing).
-                    ops.nodes_listed(NODE_LIST_WAIT).await;
+                    tokio::select! {
+                        _ = ops.nodes_listed(NODE_LIST_WAIT) => {}
+                        _ = self.shutdown.cancelled() => break,
+                    }
                     let nodes = ops.node_view();
                     decided_without_nodes |= !nodes.complete;
                     self.reconciler.set_nodes(nodes);
