@@ -254,10 +254,9 @@ async fn shutdown_ends_the_wait_for_the_node_list() {
         .unwrap();
 }
 
-/// The file changes after the process read it and before the loop
-/// watches it (a ConfigMap update during a start): the change is not lost.
-#[tokio::test]
-async fn a_config_file_changed_during_the_start_takes_effect() {
+/// A config.json selecting `role=a` (kept alive by the returned folder),
+/// and two servers labelled both `role=a` and `tier=b`.
+async fn selector_a_config() -> (tempfile::TempDir, PathBuf, FakeHetzner, FakeKube) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
     std::fs::write(&path, r#"{"LabelSelector": "role=a"}"#).unwrap();
@@ -268,7 +267,14 @@ async fn a_config_file_changed_during_the_start_takes_effect() {
             .map(|s| s.with_label("role", "a").with_label("tier", "b"))
             .collect(),
     );
-    let kube = FakeKube::new(&["v2"]);
+    (dir, path, hetzner, FakeKube::new(&["v2"]))
+}
+
+/// The file changes after the process read it and before the loop
+/// watches it (a ConfigMap update during a start): the change is not lost.
+#[tokio::test]
+async fn a_config_file_changed_during_the_start_takes_effect() {
+    let (_dir, path, hetzner, kube) = selector_a_config().await;
     let changed = path.clone();
     let running = start_loaded(&hetzner, &kube, Some(path.clone()), &[], move || {
         std::fs::write(&changed, r#"{"LabelSelector": "tier=b"}"#).unwrap();
@@ -280,17 +286,7 @@ async fn a_config_file_changed_during_the_start_takes_effect() {
 
 #[tokio::test]
 async fn a_changed_config_file_takes_effect_and_a_broken_one_is_ignored() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.json");
-    std::fs::write(&path, r#"{"LabelSelector": "role=a"}"#).unwrap();
-    let hetzner = FakeHetzner::start().await;
-    hetzner.set_servers(
-        numbered_servers(2)
-            .into_iter()
-            .map(|s| s.with_label("role", "a").with_label("tier", "b"))
-            .collect(),
-    );
-    let kube = FakeKube::new(&["v2"]);
+    let (dir, path, hetzner, kube) = selector_a_config().await;
     let running = start(&hetzner, &kube, Some(path.clone())).await;
     running.wait_health(200).await;
     assert_eq!(hetzner.last_label_selector().as_deref(), Some("role=a"));

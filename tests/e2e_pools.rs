@@ -16,9 +16,9 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_several_pools, cluster, phases, pools, record_history_of, repo, several_pools_overlay,
-    several_pools_server as server, start_several_pools, start_several_pools_with, wait_named_pool,
-    Controller, TOKEN,
+    apply_several_pools, cluster, edit_role_rules, phases, pools, record_history_of, repo,
+    several_pools_overlay, several_pools_server as server, start_several_pools,
+    start_several_pools_with, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer, DEFAULT_NETWORK};
 
@@ -764,36 +764,15 @@ async fn without_the_node_list_nothing_is_added_until_it_comes() {
 
 /// Takes `list` and `watch` on nodes out of the shipped ClusterRole.
 fn drop_node_rule(cluster: &TestCluster) {
-    let out = cluster.kubectl(&["get", "clusterrole", "canada-kaktus", "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let role: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rules: Vec<Value> = role["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|rule| {
-            !rule["resources"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|r| r == "nodes"))
-        })
-        .cloned()
-        .collect();
-    let patch = json!([{"op": "replace", "path": "/rules", "value": rules}]);
-    let out = cluster.kubectl(&[
-        "patch",
-        "clusterrole",
-        "canada-kaktus",
-        "--type=json",
-        "-p",
-        &patch.to_string(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    edit_role_rules(cluster, |rules| {
+        rules
+            .iter()
+            .filter(|rule| {
+                !rule["resources"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|r| r == "nodes"))
+            })
+            .cloned()
+            .collect()
+    });
 }

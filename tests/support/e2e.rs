@@ -410,39 +410,47 @@ pub fn revoke_pool_patch(cluster: &TestCluster) {
 /// editing RBAC would: the reading ones on every pool, `patch` on ours;
 /// `apply_deploy` restores it.
 pub fn limit_pool_verbs(cluster: &TestCluster, verbs: &[&str]) {
+    edit_role_rules(cluster, |rules| {
+        let is_pool_rule = |rule: &Value| {
+            rule["resources"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r == "ciliumloadbalancerippools"))
+        };
+        let read: Vec<&str> = verbs
+            .iter()
+            .copied()
+            .filter(|v| ["get", "list", "watch"].contains(v))
+            .collect();
+        let write: Vec<&str> = verbs.iter().copied().filter(|v| *v == "patch").collect();
+        let mut new_rules: Vec<Value> = Vec::new();
+        if !read.is_empty() {
+            new_rules.push(json!({"apiGroups": ["cilium.io"], "resources": ["ciliumloadbalancerippools"], "verbs": read}));
+        }
+        if !write.is_empty() {
+            let names = rules
+                .iter()
+                .find(|r| is_pool_rule(r) && r["resourceNames"].is_array())
+                .map(|r| r["resourceNames"].clone())
+                .expect("the shipped role names its pools");
+            new_rules.push(json!({"apiGroups": ["cilium.io"], "resources": ["ciliumloadbalancerippools"], "resourceNames": names, "verbs": write}));
+        }
+        new_rules.extend(rules.iter().filter(|r| !is_pool_rule(r)).cloned());
+        new_rules
+    });
+}
+
+/// Replaces the rules of the shipped ClusterRole with what `edit` makes of
+/// them, as the admin (a JSON patch); `apply_deploy` restores them.
+pub fn edit_role_rules(cluster: &TestCluster, edit: impl FnOnce(&[Value]) -> Vec<Value>) {
     let out = cluster.kubectl(&["get", "clusterrole", "canada-kaktus", "-o", "json"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let role: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rules = role["rules"].as_array().unwrap();
-    let is_pool_rule = |rule: &serde_json::Value| {
-        rule["resources"]
-            .as_array()
-            .is_some_and(|r| r.iter().any(|r| r == "ciliumloadbalancerippools"))
-    };
-    let read: Vec<&str> = verbs
-        .iter()
-        .copied()
-        .filter(|v| ["get", "list", "watch"].contains(v))
-        .collect();
-    let write: Vec<&str> = verbs.iter().copied().filter(|v| *v == "patch").collect();
-    let mut new_rules: Vec<serde_json::Value> = Vec::new();
-    if !read.is_empty() {
-        new_rules.push(json!({"apiGroups": ["cilium.io"], "resources": ["ciliumloadbalancerippools"], "verbs": read}));
-    }
-    if !write.is_empty() {
-        let names = rules
-            .iter()
-            .find(|r| is_pool_rule(r) && r["resourceNames"].is_array())
-            .map(|r| r["resourceNames"].clone())
-            .expect("the shipped role names its pools");
-        new_rules.push(json!({"apiGroups": ["cilium.io"], "resources": ["ciliumloadbalancerippools"], "resourceNames": names, "verbs": write}));
-    }
-    new_rules.extend(rules.iter().filter(|r| !is_pool_rule(r)).cloned());
-    let patch = json!([{"op": "replace", "path": "/rules", "value": new_rules}]);
+    let role: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rules = edit(role["rules"].as_array().unwrap());
+    let patch = json!([{"op": "replace", "path": "/rules", "value": rules}]);
     let out = cluster.kubectl(&[
         "patch",
         "clusterrole",
