@@ -12,7 +12,7 @@ use crate::config::{self, NodeRules, Settings};
 use crate::members::{NodeView, Unhealthy};
 use crate::pool::api::{candidate_versions, PoolClient};
 use crate::reconcile::{self, shared_selector, Reconciler};
-use crate::run::{self, Controller, LoopTimings};
+use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
 
 /// Exit status for invalid configuration, apart from runtime failures (1).
@@ -140,7 +140,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let controller = Controller::new(settings, reconciler, cli.config, env).with_log(log);
+    let controller = ControlLoop::new(settings, reconciler, cli.config, env).with_log(log);
     if let Ok(address) = listener.local_addr() {
         // With port 0 the kernel picks one; this line says which.
         info!(address = %address, "health server listening");

@@ -12,7 +12,7 @@ use canada_kaktus::config::{self, CiliumApiVersion};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::Reconciler;
-use canada_kaktus::run::{Controller, LoopTimings};
+use canada_kaktus::run::{ControlLoop, LoopTimings};
 use canada_kaktus::serve::health::Health;
 use canada_kaktus::serve::http;
 use canada_kaktus::serve::metrics::Metrics;
@@ -143,7 +143,7 @@ async fn start_loaded(
         hetzner_client,
         PoolClient::new(kube.client(), CiliumApiVersion::Auto),
     );
-    let controller = Controller::new(settings, reconciler, cli_config, env).with_timings(timings);
+    let controller = ControlLoop::new(settings, reconciler, cli_config, env).with_timings(timings);
     let shutdown = controller.shutdown_token();
     let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let base_url = format!("http://{}", listener.local_addr().unwrap());

@@ -16,7 +16,7 @@ use canada_kaktus::config::{self, CiliumApiVersion};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::Reconciler;
-use canada_kaktus::run::{Controller, LoopTimings};
+use canada_kaktus::run::{ControlLoop, LoopTimings};
 use canada_kaktus::serve::health::Health;
 use canada_kaktus::serve::metrics::Metrics;
 use serde_json::{json, Value};
@@ -134,7 +134,7 @@ fn start_timed(
         HetznerClient::new(options).unwrap(),
         PoolClient::new(kube.client(), CiliumApiVersion::Auto),
     );
-    let controller = Controller::new(settings, reconciler, None, env).with_timings(timings);
+    let controller = ControlLoop::new(settings, reconciler, None, env).with_timings(timings);
     Running {
         health: controller.health(),
         metrics: controller.metrics(),

@@ -46,7 +46,7 @@ use canada_kaktus::config::{self, CiliumApiVersion};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy, PER_PAGE};
 use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::Reconciler;
-use canada_kaktus::run::{Controller, LoopTimings};
+use canada_kaktus::run::{ControlLoop, LoopTimings};
 use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::BodyExt;
@@ -555,7 +555,7 @@ async fn thousands_of_cycles_with_random_faults_never_write_wrong() {
         hetzner_client,
         PoolClient::new(kube::Client::new(tap, "default"), CiliumApiVersion::Auto),
     );
-    let controller = Controller::new(settings, reconciler, None, env).with_timings(timings);
+    let controller = ControlLoop::new(settings, reconciler, None, env).with_timings(timings);
     let health = controller.health();
     let shutdown = controller.shutdown_token();
     let task = tokio::spawn(controller.run());

@@ -1,6 +1,6 @@
-//! What the control loop needs to run in production next to the reconcile
-//! itself: leader election, the Node watch and Kubernetes Events, set up
-//! from the settings in one place.
+//! What the control loop needs next to the reconcile, set up from the
+//! settings in one place: the leadership (election, term, fence), the Node
+//! feed (changes and the current view) and the Event recorder.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -9,54 +9,36 @@ use std::time::Duration;
 
 use kube::Client;
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 use tracing::info;
 
 use crate::config::Settings;
 use crate::members::NodeView;
 use crate::pool::Fence;
-use crate::run::events::{EventPlanner, EventSink};
+use crate::run::events::{EventPlanner, EventSink, PoolEvent, Target};
 use crate::run::leader::{self, LeaderElection, LeaseConfig, Term};
 use crate::run::nodes::{self, NodeChange};
 use crate::serve::metrics::Metrics;
 
-pub struct Operations {
+/// Who may write: the leader election, or always this process when it is off.
+pub struct Leadership {
     /// `None` when leader election is off: this process always leads.
     election: Option<LeaderElection>,
     /// The leadership term: this process may list Hetzner and write while
     /// it leads.
-    pub leader: watch::Receiver<Term>,
-    /// Keeps `leader` open (and leading) when election is off.
+    pub term: watch::Receiver<Term>,
+    /// Keeps `term` open (and leading) when election is off.
     _always: Option<watch::Sender<Term>>,
     /// Why the election fails right now; never changes when it is off.
-    pub election_problem: watch::Receiver<Option<String>>,
-    /// Publish `LeaderElected` with the next cycle's events (by then the
-    /// pool's API version, and so its uid, is known).
-    pub announce_leadership: bool,
-    /// Node changes; `None` when the Node watch is off.
-    pub nodes: Option<mpsc::Receiver<NodeChange>>,
-    /// What the Node watch knows now; `None` when it is off.
-    pub node_view: Option<watch::Receiver<Arc<NodeView>>>,
-    pub events: EventSink,
-    /// One per pool: each pool's Warnings are deduplicated on their own.
-    pub planners: BTreeMap<String, EventPlanner>,
+    pub problem: watch::Receiver<Option<String>>,
+    /// This replica's name in the Lease and in Events.
     pub identity: String,
-    /// When the last node-triggered listing started.
-    pub last_node_listing: Option<Instant>,
-    /// The first full cycle waited for the Node list.
-    waited_for_nodes: bool,
 }
 
-impl Operations {
-    pub fn start(
-        client: &Client,
-        settings: &Settings,
-        env: &HashMap<String, String>,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+impl Leadership {
+    pub fn start(client: &Client, settings: &Settings, env: &HashMap<String, String>) -> Self {
         let operate = &settings.operate;
         let identity = leader::identity(env);
-        let (election, leader, always) = if operate.leader_election.enabled(env) {
+        let (election, term, always) = if operate.leader_election.enabled(env) {
             let namespace = operate
                 .lease_namespace
                 .clone()
@@ -80,79 +62,24 @@ impl Operations {
                 "leader election on; standing by until this replica holds the Lease"
             );
             let election = LeaderElection::start(client.clone(), config);
-            let leader = election.subscribe();
-            (Some(election), leader, None)
+            let term = election.subscribe();
+            (Some(election), term, None)
         } else {
             info!("leader election off (CANADA_KAKTUS_LEADER_ELECTION); run a single replica");
             let (tx, rx) = watch::channel(Term::default().then(true));
             (None, rx, Some(tx))
         };
-        let election_problem = match &election {
+        let problem = match &election {
             Some(election) => election.problems(),
             None => watch::channel(None).1,
         };
-        let (nodes, node_view) = match operate.watch_nodes.then(|| nodes::start(client.clone())) {
-            Some((changes, view)) => (Some(changes), Some(view)),
-            None => (None, None),
-        };
-        let events = if operate.events {
-            EventSink::start(client.clone(), identity.clone(), metrics)
-        } else {
-            EventSink::disabled()
-        };
         Self {
             election,
-            leader,
+            term,
             _always: always,
-            election_problem,
-            announce_leadership: false,
-            nodes,
-            node_view,
-            events,
-            planners: BTreeMap::new(),
+            problem,
             identity,
-            last_node_listing: None,
-            waited_for_nodes: false,
         }
-    }
-
-    /// When a node-triggered listing may start: after the debounce, and no
-    /// sooner than `min_gap` after the previous node-triggered listing.
-    pub fn node_listing_at(&self, now: Instant, debounce: Duration, min_gap: Duration) -> Instant {
-        let debounced = now + debounce;
-        match self.last_node_listing {
-            Some(last) => debounced.max(last + min_gap),
-            None => debounced,
-        }
-    }
-
-    /// What the Node watch knows now: everything it has seen, complete once
-    /// its first list is done. With the watch off, an empty view that counts
-    /// as complete (no node rules can apply).
-    pub fn node_view(&self) -> NodeView {
-        match &self.node_view {
-            Some(view) => (**view.borrow()).clone(),
-            None => NodeView::new([], true),
-        }
-    }
-
-    /// Waits until the Node watch has listed the Nodes, at most `bound`,
-    /// once: a cycle before that list adds nothing, so the first cycle
-    /// waits a little for it; later ones go on without (they remove what
-    /// they must, and the list brings a listing when it comes).
-    pub async fn nodes_listed(&mut self, bound: Duration) {
-        if std::mem::replace(&mut self.waited_for_nodes, true) {
-            return;
-        }
-        if let Some(view) = &self.node_view {
-            let mut view = view.clone();
-            let _ = tokio::time::timeout(bound, view.wait_for(|v| v.complete)).await;
-        }
-    }
-
-    /// The event planner of `pool`.
-    pub fn planner(&mut self, pool: &str) -> &mut EventPlanner {
-        self.planners.entry(pool.to_owned()).or_default()
     }
 
     /// The fence every write asks: the election's, or always open when
@@ -172,13 +99,102 @@ impl Operations {
     }
 }
 
-/// The next Node change (never, when the Node watch is off).
-pub async fn next_node_change(
-    nodes: &mut Option<mpsc::Receiver<NodeChange>>,
-) -> Option<NodeChange> {
-    match nodes {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
+/// The Node watch as the loop sees it: its changes and what it knows now.
+pub struct NodeFeed {
+    /// Node changes; `None` when the Node watch is off.
+    changes: Option<mpsc::Receiver<NodeChange>>,
+    /// What the Node watch knows now; `None` when it is off.
+    view: Option<watch::Receiver<Arc<NodeView>>>,
+    /// The first full cycle waited for the Node list.
+    waited: bool,
+}
+
+impl NodeFeed {
+    pub fn start(client: &Client, settings: &Settings) -> Self {
+        let (changes, view) = match settings
+            .operate
+            .watch_nodes
+            .then(|| nodes::start(client.clone()))
+        {
+            Some((changes, view)) => (Some(changes), Some(view)),
+            None => (None, None),
+        };
+        Self {
+            changes,
+            view,
+            waited: false,
+        }
+    }
+
+    /// The next Node change (never, when the Node watch is off).
+    pub async fn next_change(&mut self) -> Option<NodeChange> {
+        match &mut self.changes {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// What the Node watch knows now: everything it has seen, complete once
+    /// its first list is done. With the watch off, an empty view that counts
+    /// as complete (no node rules can apply).
+    pub fn view(&self) -> NodeView {
+        match &self.view {
+            Some(view) => (**view.borrow()).clone(),
+            None => NodeView::new([], true),
+        }
+    }
+
+    /// Waits until the Node watch has listed the Nodes, at most `bound`,
+    /// once: a cycle before that list adds nothing, so the first cycle
+    /// waits a little for it; later ones go on without (they remove what
+    /// they must, and the list brings a listing when it comes).
+    pub async fn listed(&mut self, bound: Duration) {
+        if std::mem::replace(&mut self.waited, true) {
+            return;
+        }
+        if let Some(view) = &self.view {
+            let mut view = view.clone();
+            let _ = tokio::time::timeout(bound, view.wait_for(|v| v.complete)).await;
+        }
+    }
+}
+
+/// Kubernetes Events on the pools, each pool's Warnings deduplicated on
+/// their own.
+pub struct Recorder {
+    sink: EventSink,
+    planners: BTreeMap<String, EventPlanner>,
+    /// Publish `LeaderElected` with the next cycle's events (by then the
+    /// pool's API version, and so its uid, is known).
+    pub announce_leadership: bool,
+}
+
+impl Recorder {
+    pub fn start(
+        client: &Client,
+        settings: &Settings,
+        identity: &str,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let sink = if settings.operate.events {
+            EventSink::start(client.clone(), identity.to_owned(), metrics)
+        } else {
+            EventSink::disabled()
+        };
+        Self {
+            sink,
+            planners: BTreeMap::new(),
+            announce_leadership: false,
+        }
+    }
+
+    /// The event planner of `pool`.
+    pub fn planner(&mut self, pool: &str) -> &mut EventPlanner {
+        self.planners.entry(pool.to_owned()).or_default()
+    }
+
+    pub fn publish(&self, target: Target, events: Vec<PoolEvent>) {
+        self.sink.publish(target, events);
     }
 }
 

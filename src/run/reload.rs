@@ -6,9 +6,14 @@
 //! so an edited ConfigMap cannot send the token elsewhere. A reload never
 //! lists Hetzner or writes the pool itself.
 
-use super::*;
+use std::sync::Arc;
 
-impl Controller {
+use tracing::{error, info, warn};
+
+use super::{hetzner_client, ControlLoop};
+use crate::config::{self, Settings};
+
+impl ControlLoop {
     /// Why the config file as it is now cannot replace the running config:
     /// it cannot be read, or it disappeared although the running config came
     /// from it (a deleted optional ConfigMap must not silently bring back the
@@ -48,90 +53,8 @@ impl Controller {
             });
         match loaded {
             Ok(mut new) => {
-                if new.log_format != self.settings.log_format {
-                    warn!(
-                        setting = "LogFormat",
-                        "the log format changes only after a restart"
-                    );
-                }
-                if new.listen_address != self.settings.listen_address {
-                    warn!(
-                        setting = "ListenAddress",
-                        "the listen address changes only after a restart"
-                    );
-                }
-                let operate = (&new.operate, &self.settings.operate);
-                if (
-                    operate.0.leader_election,
-                    &operate.0.lease_name,
-                    &operate.0.lease_namespace,
-                    operate.0.lease_duration,
-                    operate.0.watch_nodes,
-                    operate.0.events,
-                ) != (
-                    operate.1.leader_election,
-                    &operate.1.lease_name,
-                    &operate.1.lease_namespace,
-                    operate.1.lease_duration,
-                    operate.1.watch_nodes,
-                    operate.1.events,
-                ) {
-                    warn!(
-                        settings = "LeaderElection, LeaseName, LeaseNamespace, LeaseDuration, WatchNodes, Events",
-                        "these settings change only after a restart (NodeDebounce and NodeMinGap apply at once)"
-                    );
-                }
-                // Whoever can edit the ConfigMap must not be able to send the
-                // token somewhere else: the endpoint is fixed at start.
-                if new.hcloud_endpoint != self.settings.hcloud_endpoint
-                    || new.hcloud_allow_http != self.settings.hcloud_allow_http
-                {
-                    warn!(
-                        settings = "HcloudEndpoint, HcloudAllowHttp",
-                        endpoint = %self.settings.hcloud_endpoint,
-                        "these settings change only after a restart; the running endpoint stays"
-                    );
-                    new.hcloud_endpoint = self.settings.hcloud_endpoint.clone();
-                    new.hcloud_allow_http = self.settings.hcloud_allow_http;
-                }
-                // A new client starts with a full budget: acceptable for the
-                // rare reload that changes the budget or the timeout.
-                if new.hcloud_timeout != self.settings.hcloud_timeout
-                    || new.guards.hcloud_request_budget
-                        != self.settings.guards.hcloud_request_budget
-                {
-                    match hetzner_client(&new) {
-                        Ok(client) => self
-                            .reconciler
-                            .set_hetzner(client.with_observer(self.metrics.clone())),
-                        Err(e) => {
-                            error!(error = %e, "config reload rejected; keeping the previous config");
-                            self.health.record_config_reload(Some(e.to_string()));
-                            return false;
-                        }
-                    }
-                }
-                for warning in &new.warnings {
-                    warn!(%warning, "config");
-                }
-                self.log.set_level(new.log_level);
-                self.health.record_config_reload(None);
-                info!(path = %path.display(), "configuration reloaded");
-                for pool in dropped_pools(&self.settings, &new) {
-                    info!(
-                        pool = %pool,
-                        "the pool is no longer in the configuration: it is no longer managed and \
-                         is left as it is (never deleted); delete it yourself when no Service \
-                         needs its addresses"
-                    );
-                }
-                if changes_what_a_listing_means(&self.settings, &new) {
-                    // A hold or a pool rendered under the old selector or
-                    // template must not be confirmed or re-applied.
-                    self.reconciler.forget();
-                }
-                self.settings = Arc::new(new);
-                true
+                self.keep_start_only_settings(&mut new);
+                self.apply_reloaded(new, path)
             }
             Err(errors) => {
                 error!(path = %path.display(), errors = %errors, "config reload rejected; keeping the previous config");
@@ -139,6 +62,101 @@ impl Controller {
                 false
             }
         }
+    }
+
+    /// Settings that apply only at start draw a warning; the endpoint
+    /// stays as it was.
+    fn keep_start_only_settings(&self, new: &mut Settings) {
+        if new.log_format != self.settings.log_format {
+            warn!(
+                setting = "LogFormat",
+                "the log format changes only after a restart"
+            );
+        }
+        if new.listen_address != self.settings.listen_address {
+            warn!(
+                setting = "ListenAddress",
+                "the listen address changes only after a restart"
+            );
+        }
+        let operate = (&new.operate, &self.settings.operate);
+        if (
+            operate.0.leader_election,
+            &operate.0.lease_name,
+            &operate.0.lease_namespace,
+            operate.0.lease_duration,
+            operate.0.watch_nodes,
+            operate.0.events,
+        ) != (
+            operate.1.leader_election,
+            &operate.1.lease_name,
+            &operate.1.lease_namespace,
+            operate.1.lease_duration,
+            operate.1.watch_nodes,
+            operate.1.events,
+        ) {
+            warn!(
+                settings = "LeaderElection, LeaseName, LeaseNamespace, LeaseDuration, WatchNodes, Events",
+                "these settings change only after a restart (NodeDebounce and NodeMinGap apply at once)"
+            );
+        }
+        // Whoever can edit the ConfigMap must not be able to send the
+        // token somewhere else: the endpoint is fixed at start.
+        if new.hcloud_endpoint != self.settings.hcloud_endpoint
+            || new.hcloud_allow_http != self.settings.hcloud_allow_http
+        {
+            warn!(
+                settings = "HcloudEndpoint, HcloudAllowHttp",
+                endpoint = %self.settings.hcloud_endpoint,
+                "these settings change only after a restart; the running endpoint stays"
+            );
+            new.hcloud_endpoint = self.settings.hcloud_endpoint.clone();
+            new.hcloud_allow_http = self.settings.hcloud_allow_http;
+        }
+    }
+
+    /// Puts valid reloaded settings into force: a new Hetzner client when
+    /// its budget or timeout changed, the log level, and a fresh start for
+    /// what a listing meant under the old pools. `false` when the new
+    /// client cannot be built (the old settings stay).
+    fn apply_reloaded(&mut self, new: Settings, path: &std::path::Path) -> bool {
+        // A new client starts with a full budget: acceptable for the
+        // rare reload that changes the budget or the timeout.
+        if new.hcloud_timeout != self.settings.hcloud_timeout
+            || new.guards.hcloud_request_budget != self.settings.guards.hcloud_request_budget
+        {
+            match hetzner_client(&new) {
+                Ok(client) => self
+                    .reconciler
+                    .set_hetzner(client.with_observer(self.metrics.clone())),
+                Err(e) => {
+                    error!(error = %e, "config reload rejected; keeping the previous config");
+                    self.health.record_config_reload(Some(e.to_string()));
+                    return false;
+                }
+            }
+        }
+        for warning in &new.warnings {
+            warn!(%warning, "config");
+        }
+        self.log.set_level(new.log_level);
+        self.health.record_config_reload(None);
+        info!(path = %path.display(), "configuration reloaded");
+        for pool in dropped_pools(&self.settings, &new) {
+            info!(
+                pool = %pool,
+                "the pool is no longer in the configuration: it is no longer managed and \
+                 is left as it is (never deleted); delete it yourself when no Service \
+                 needs its addresses"
+            );
+        }
+        if changes_what_a_listing_means(&self.settings, &new) {
+            // A hold or a pool rendered under the old selector or
+            // template must not be confirmed or re-applied.
+            self.reconciler.forget();
+        }
+        self.settings = Arc::new(new);
+        true
     }
 }
 

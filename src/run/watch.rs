@@ -4,14 +4,23 @@
 //! `watch_object`, which filters by `metadata.name` so RBAC `resourceNames`
 //! can restrict list and watch to that object.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::{future, Stream, StreamExt};
 use kube::api::Api;
+use kube::core::ApiResource;
 use kube::runtime::watcher;
+use kube::Client;
 use kube::Resource;
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use super::ControlLoop;
+use crate::pool::Pool;
 
 /// The first wait after a failed watch request, and the longest.
 const FIRST_RETRY: Duration = Duration::from_millis(800);
@@ -49,4 +58,72 @@ where
             }
         })
         .filter_map(future::ready)
+}
+
+/// A pool event from a watch: the pool's name, and the object or `None`
+/// when it is gone.
+pub(super) type PoolWatchEvent = (String, Option<Pool>);
+
+/// The watch of one pool, stopped when dropped.
+pub(super) struct PoolWatch {
+    key: (String, String),
+    task: JoinHandle<()>,
+}
+
+impl Drop for PoolWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ControlLoop {
+    /// Starts (or restarts) a watch on each configured pool once its API
+    /// version is known, and whenever the version changes.
+    pub(super) fn ensure_pool_watches(
+        &self,
+        current: &mut BTreeMap<String, PoolWatch>,
+        events: &mpsc::Sender<PoolWatchEvent>,
+    ) {
+        let Some(resource) = self.reconciler.resource() else {
+            return;
+        };
+        for pool in &self.settings.pools {
+            let key = (resource.api_version.clone(), pool.name.clone());
+            if current
+                .get(&pool.name)
+                .is_some_and(|w| w.key == key && !w.task.is_finished())
+            {
+                continue;
+            }
+            let client = self.reconciler.pools().client().clone();
+            let task = tokio::spawn(watch_pool(
+                client,
+                resource.clone(),
+                pool.name.clone(),
+                events.clone(),
+            ));
+            current.insert(pool.name.clone(), PoolWatch { key, task });
+        }
+    }
+}
+
+/// Watches one pool object (a field selector on its name, which also sees
+/// deletes) and forwards every state of it to the loop.
+async fn watch_pool(
+    client: Client,
+    resource: ApiResource,
+    name: String,
+    events: mpsc::Sender<PoolWatchEvent>,
+) {
+    let api: Api<Pool> = Api::all_with(client, &resource);
+    let pool = name.clone();
+    let mut states = watch_one(api, &name, move |error| {
+        warn!(%error, pool = %pool, "watching the pool failed; retrying with backoff");
+    })
+    .boxed();
+    while let Some(state) = states.next().await {
+        if events.send((name.clone(), state)).await.is_err() {
+            return;
+        }
+    }
 }

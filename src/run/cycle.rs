@@ -1,0 +1,247 @@
+//! One cycle of the loop as the world sees it: run under the cycle
+//! timeout and the leadership term, then logged, counted, shown in
+//! `/health` and published as Events.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{error, info};
+
+use super::operate::while_leading;
+use super::{events, ControlLoop, Flow, Running};
+use crate::pool::gate::WithheldReason;
+use crate::reconcile::{join, CycleKind, CycleReport, PoolOutcome, ReconcileError};
+use crate::run::schedule::{FullCycleEnd, RepairEnd};
+
+/// What one cycle ends with: per pool, or a failure of them all.
+pub(super) type CycleResult = Result<Vec<PoolOutcome>, ReconcileError>;
+
+impl ControlLoop {
+    /// Runs `work` in the schedule's term: the result, or how the loop goes
+    /// on when the term ended first ([`Flow::Go`]: the term handler takes
+    /// over) or the process shuts down ([`Flow::Stop`]).
+    pub(super) async fn lead(&mut self, st: &Running, work: Work) -> Result<CycleResult, Flow> {
+        match while_leading(&st.leadership.term, st.schedule.term(), self.cycle(work)).await {
+            None => Err(Flow::Go),
+            Some(None) => Err(Flow::Stop),
+            Some(Some(result)) => Ok(result),
+        }
+    }
+
+    /// Metrics, health and Kubernetes Events for a finished cycle: per pool,
+    /// and a failure that concerns every pool (the listing) for each one.
+    pub(super) fn observe(
+        &self,
+        st: &mut Running,
+        kind: CycleKind,
+        result: &Result<Vec<PoolOutcome>, ReconcileError>,
+        duration: Duration,
+    ) {
+        self.metrics.record_duration(kind, duration);
+        let per_pool: Vec<(&str, Result<&CycleReport, &ReconcileError>)> = match result {
+            Ok(outcomes) => outcomes
+                .iter()
+                .map(|o| (o.pool.as_str(), o.result.as_ref()))
+                .collect(),
+            Err(e) => self
+                .settings
+                .pools
+                .iter()
+                .map(|p| (p.name.as_str(), Err(e)))
+                .collect(),
+        };
+        let announce = std::mem::take(&mut st.recorder.announce_leadership);
+        for (pool, result) in per_pool {
+            self.metrics.record_cycle(pool, kind, result);
+            match result {
+                Ok(report) => {
+                    let waiting = report
+                        .withheld
+                        .iter()
+                        .filter(|w| w.reason == WithheldReason::NodesUnknown)
+                        .count();
+                    let notice = report
+                        .held
+                        .as_ref()
+                        .map(|held| held.describe())
+                        .or_else(|| {
+                            (waiting > 0).then(|| {
+                                format!(
+                                    "the Node watch has not listed the Nodes yet: {waiting} \
+                                 address(es) are added once it has"
+                                )
+                            })
+                        });
+                    self.health.record_success(pool, report.addresses, notice);
+                }
+                Err(e) => self.health.record_failure(pool, e.to_string()),
+            }
+            let mut planned = st.recorder.planner(pool).plan(result);
+            if announce {
+                planned.insert(0, events::leader_elected(&st.leadership.identity));
+            }
+            st.recorder.publish(self.event_target(pool), planned);
+        }
+    }
+
+    /// Runs one cycle, bounded by the cycle timeout and abandoned at once
+    /// on shutdown (`None`).
+    async fn cycle(&mut self, work: Work) -> Option<CycleResult> {
+        let timeout = self.timings.cycle_timeout;
+        let started = Instant::now();
+        let settings = self.settings.clone();
+        let shutdown = self.shutdown.clone();
+        let work = async {
+            match work {
+                Work::Full => self.reconciler.full(&settings).await,
+                Work::Nodes => Ok(self
+                    .reconciler
+                    .nodes_changed(&settings)
+                    .await?
+                    .unwrap_or_default()),
+                Work::Repair(pools) => {
+                    let mut outcomes = Vec::with_capacity(pools.len());
+                    for pool in pools {
+                        let result = match self.reconciler.repair(&settings, &pool).await {
+                            Ok(Some(report)) => Ok(report),
+                            // No listing in this term: a full cycle instead.
+                            Ok(None) => return self.reconciler.full(&settings).await,
+                            Err(e) if settings.pools_listed => Err(ReconcileError::Pool {
+                                pool: pool.clone(),
+                                source: Box::new(e),
+                            }),
+                            Err(e) => Err(e),
+                        };
+                        outcomes.push(PoolOutcome { pool, result });
+                    }
+                    Ok(outcomes)
+                }
+            }
+        };
+        let result = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            result = tokio::time::timeout(timeout, work) => result,
+        };
+        let result = result.unwrap_or(Err(ReconcileError::TimedOut {
+            seconds: timeout.as_secs(),
+        }));
+        let duration = started.elapsed();
+        // What the cycle allocated is dropped by now; idle memory is what
+        // stays (the last listing's record, the watches' objects).
+        crate::memory::release_freed();
+        match &result {
+            Ok(outcomes) => {
+                for outcome in outcomes {
+                    match &outcome.result {
+                        Ok(report) => log_report(report, duration),
+                        Err(e) => log_failure(&outcome.pool, e, duration),
+                    }
+                }
+            }
+            Err(e) => log_failure("", e, duration),
+        }
+        Some(result)
+    }
+}
+
+/// What one run of [`ControlLoop::cycle`] does.
+pub(super) enum Work {
+    Full,
+    /// Re-apply these pools' last write.
+    Repair(Vec<String>),
+    /// Apply a Node change to the last listing.
+    Nodes,
+}
+
+/// The pools whose last cycle ended in Cilium's conflict verdict.
+fn conflicts(result: &CycleResult) -> BTreeSet<String> {
+    match result {
+        Ok(outcomes) => outcomes
+            .iter()
+            .filter(|o| {
+                matches!(&o.result, Err(e) if matches!(e.inner(), ReconcileError::PoolConflict { .. }))
+            })
+            .map(|o| o.pool.clone())
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// What a full cycle's result tells the schedule.
+pub(super) fn full_end(result: &CycleResult) -> FullCycleEnd {
+    FullCycleEnd {
+        all_ok: matches!(result, Ok(o) if o.iter().all(|o| o.result.is_ok())),
+        holding: matches!(result, Ok(o) if o.iter().any(|o| matches!(&o.result, Ok(r) if r.held.is_some()))),
+        conflicts: conflicts(result),
+    }
+}
+
+/// What a repair's result tells the schedule.
+pub(super) fn repair_end(result: &CycleResult) -> RepairEnd {
+    let succeeded = match result {
+        Ok(outcomes) => outcomes
+            .iter()
+            .filter(|o| o.result.is_ok())
+            .map(|o| o.pool.clone())
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    };
+    RepairEnd {
+        conflicts: conflicts(result),
+        succeeded,
+    }
+}
+
+fn log_failure(pool: &str, e: &ReconcileError, duration: Duration) {
+    error!(
+        pool = (!pool.is_empty()).then_some(pool),
+        error = %e,
+        cause = e.metric_label(),
+        duration_ms = duration.as_millis() as u64,
+        "reconcile failed; pool left unchanged"
+    );
+}
+
+fn log_report(report: &CycleReport, duration: Duration) {
+    let listing = report.listing.as_ref();
+    let held = |removal: &Option<crate::pool::guard::HeldRemoval>| {
+        removal
+            .as_ref()
+            .map(|r| r.addresses.iter().copied().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let excluded: Vec<String> = report
+        .excluded
+        .iter()
+        .map(|e| format!("{}={}", e.server, e.reason.as_str()))
+        .collect();
+    let withheld: Vec<std::net::IpAddr> = report
+        .claimed
+        .iter()
+        .map(|c| c.address)
+        .chain(report.withheld.iter().map(|w| w.address))
+        .collect();
+    info!(
+        pool = %report.pool,
+        kind = %report.kind,
+        servers_matched = listing.map(|l| l.servers_matched),
+        servers_skipped = listing.map(|l| l.servers_skipped),
+        hetzner_requests = listing.map(|l| l.hetzner_requests),
+        addresses = report.addresses,
+        added = report.diff.added.len(),
+        removed = report.diff.removed.len(),
+        added_addresses = %join(&report.diff.added),
+        removed_addresses = %join(&report.diff.removed),
+        held_removals = %join(&held(&report.held)),
+        confirmed_removals = %join(&held(&report.confirmed)),
+        blocked_addresses = %listing.map(|l| join(&l.blocked)).unwrap_or_default(),
+        excluded_servers = %excluded.join(","),
+        withheld_addresses = %join(&withheld),
+        outcome = if report.written.is_some() { "written" } else { "unchanged" },
+        reason = report.written.map(|r| r.as_str()),
+        api_version = %report.api_version,
+        duration_ms = duration.as_millis() as u64,
+        "reconcile finished"
+    );
+}
