@@ -217,7 +217,12 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
         tokio::time::Instant::now(),
     );
     let mut pools = Vec::with_capacity(rendered.len());
-    for (members, desired, verdict) in rendered {
+    for reconcile::RenderedPool {
+        members,
+        desired,
+        verdict,
+    } in rendered
+    {
         if let Err(e) = verdict {
             error!(pool = %desired.name, error = %e, cause = e.metric_label(), "dry run failed");
             return ExitCode::FAILURE;

@@ -187,7 +187,7 @@ pub fn load(
     load_with_default_file(cli_config_path, env, Path::new(DEFAULT_CONFIG_FILE))
 }
 
-fn load_with_default_file(
+pub(crate) fn load_with_default_file(
     cli_config_path: Option<&Path>,
     env: &HashMap<String, String>,
     default_file: &Path,

@@ -1,0 +1,216 @@
+//! The writes of a cycle, acting on its plan: every pool through the gate,
+//! in `Pools` order, passes repeated while a write lets go of an address
+//! another pool waits for; the fence is asked right before each write.
+
+use kube::core::ApiResource;
+
+use super::listing::RenderedPool;
+use super::plan::{self, merge_diff, PlanContext, PoolPlan};
+use super::report::{CycleKind, CycleReport, PoolOutcome, ReconcileError};
+use super::Reconciler;
+use crate::config::Settings;
+use crate::pool::gate::{Additions, Approved, Gate};
+use crate::pool::guard::Refusal;
+use crate::pool::{self, LiveAddresses, Pool, PoolConflict};
+use tokio::time::Instant;
+
+impl Reconciler {
+    /// Plans every pool from `rendered` and `all` (one read of every pool,
+    /// ours and the others, enabled or not: what the gate decides every
+    /// write of this cycle from), then writes what the plan and the gate
+    /// allow.
+    pub(super) async fn converge_all(
+        &mut self,
+        settings: &Settings,
+        resource: &ApiResource,
+        mut all: Vec<Pool>,
+        rendered: Vec<RenderedPool>,
+        hetzner_requests: u32,
+        kind: CycleKind,
+    ) -> Result<Vec<PoolOutcome>, ReconcileError> {
+        let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+        let gate = Gate::new(&managed, &all, self.additions());
+        self.state
+            .retain(|name, _| managed.contains(&name.as_str()));
+        log_members(&rendered);
+        let ctx = PlanContext {
+            kind,
+            api_version: &resource.api_version,
+            hetzner_requests,
+            now: Instant::now(),
+            confirm_after: self.confirm_after,
+        };
+        let mut plans = plan::plan_pools(settings, rendered, &mut all, &mut self.state, ctx);
+        drop(all);
+        for plan in &plans {
+            if let Some(held) = &plan.report.held {
+                tracing::warn!(pool = %plan.report.pool, held = %held.describe(), "shrink guard held a removal");
+            }
+        }
+        self.write_planned(&mut plans, resource, gate).await;
+        Ok(plan::outcomes(settings, plans))
+    }
+
+    /// Writes the planned pools, each through the gate, so that no address
+    /// is ever in two pools: a pool first gets what no other pool holds;
+    /// further passes add what another pool let go of, while writes let go
+    /// of something (at most one pass per pool, and one more).
+    async fn write_planned(
+        &mut self,
+        plans: &mut [PoolPlan],
+        resource: &ApiResource,
+        mut gate: Gate,
+    ) {
+        let mut refused: Vec<Option<Refusal>> = vec![None; plans.len()];
+        let mut attempted = vec![false; plans.len()];
+        for pass in 0..=plans.len() {
+            let mut released = false;
+            for (i, plan) in plans.iter_mut().enumerate() {
+                if !plan.due_in_pass(pass) {
+                    continue;
+                }
+                let Some(wanted) = plan.wanted.as_ref() else {
+                    continue;
+                };
+                let verdict = gate.decide(i, wanted);
+                plan.report.withheld = verdict.withheld;
+                match verdict.write {
+                    Err(refusal) => refused[i] = Some(refusal),
+                    Ok(approved) => {
+                        refused[i] = None;
+                        released |= self
+                            .write_approved(plan, &approved, &mut gate, resource, attempted[i])
+                            .await;
+                        attempted[i] = true;
+                    }
+                }
+            }
+            if !released {
+                break;
+            }
+        }
+        plan::settle_refusals(plans, refused);
+    }
+
+    /// Writes one approved pool and records it in the plan and the gate;
+    /// `true` when the write let go of an address another pool may take.
+    async fn write_approved(
+        &mut self,
+        plan: &mut PoolPlan,
+        approved: &Approved,
+        gate: &mut Gate,
+        resource: &ApiResource,
+        attempted: bool,
+    ) -> bool {
+        // Remember the pool before writing: a failed write must not make a
+        // later repair fall back to an older listing.
+        self.state
+            .entry(approved.pool().name.clone())
+            .or_default()
+            .last_desired = Some(approved.pool().clone());
+        let live_addresses = if attempted {
+            plan.live
+                .as_ref()
+                .map(pool::live_addresses)
+                .unwrap_or_default()
+        } else {
+            std::mem::take(&mut plan.live_addresses)
+        };
+        let result = self
+            .converge(
+                resource,
+                approved,
+                plan.live.take(),
+                &live_addresses,
+                plan.report.kind,
+            )
+            .await;
+        match result {
+            Ok((report, live)) => {
+                let released = gate.record(approved, true);
+                plan.report.addresses = report.addresses;
+                plan.report.written = report.written.or(plan.report.written);
+                if !attempted || report.written.is_some() {
+                    plan.report.diff = merge_diff(&plan.report.diff, report.diff, attempted);
+                }
+                plan.live = live;
+                released
+            }
+            Err(e) => {
+                gate.record(approved, false);
+                plan.failed = Some(e);
+                false
+            }
+        }
+    }
+
+    /// Whether this cycle may add addresses: not before the Node watch has
+    /// listed the Nodes (a Node may leave its server out).
+    pub(super) fn additions(&self) -> Additions {
+        if self.nodes.complete {
+            Additions::Allowed
+        } else {
+            Additions::NodesUnknown
+        }
+    }
+
+    pub(super) async fn converge(
+        &self,
+        resource: &ApiResource,
+        approved: &Approved,
+        live: Option<Pool>,
+        live_addresses: &LiveAddresses,
+        kind: CycleKind,
+    ) -> Result<(CycleReport, Option<Pool>), ReconcileError> {
+        let desired = approved.pool();
+        let reason = pool::write_reason(live.as_ref(), desired);
+        let diff = pool::diff(Some(live_addresses), desired);
+        let report = CycleReport {
+            kind,
+            pool: desired.name.clone(),
+            addresses: desired.addresses.len(),
+            diff,
+            written: reason,
+            api_version: resource.api_version.clone(),
+            ..CycleReport::default()
+        };
+        match reason {
+            Some(_) => {
+                if !self.fence.allows() {
+                    return Err(ReconcileError::LeaseExpired);
+                }
+                let written = self.pools.apply(resource, approved).await?;
+                Ok((report, Some(written)))
+            }
+            None => {
+                // Cilium's status describes the spec we would have written, so a
+                // conflict it reports is current and the operator must hear of it.
+                if let Some(conflict) = live.as_ref().and_then(pool::pool_conflict) {
+                    return Err(conflict_error(&desired.name, conflict));
+                }
+                Ok((report, live))
+            }
+        }
+    }
+}
+
+/// Logs, per pool, the servers a node rule left out and the addresses
+/// left to an earlier pool.
+fn log_members(rendered: &[RenderedPool]) {
+    for RenderedPool { members, .. } in rendered {
+        for excluded in &members.excluded {
+            tracing::info!(pool = %members.pool, server = %excluded.server, reason = excluded.reason.as_str(), "server left out of the pool: {}", excluded.reason.describe());
+        }
+        for claimed in &members.claimed {
+            tracing::warn!(pool = %members.pool, address = %claimed.address, earlier_pool = %claimed.by, "address left to an earlier pool in Pools; an address may be in one pool only");
+        }
+    }
+}
+
+fn conflict_error(name: &str, conflict: PoolConflict) -> ReconcileError {
+    ReconcileError::PoolConflict {
+        name: name.to_owned(),
+        reason: conflict.reason,
+        message: conflict.message,
+    }
+}

@@ -1,0 +1,259 @@
+//! The listing side of a cycle: everything the pools read from Hetzner in
+//! one go, and each pool rendered from it with the empty-pool guard's
+//! verdict. A removal is confirmed by a second listing before it is written.
+
+use std::net::IpAddr;
+
+use tokio::time::Instant;
+
+use super::report::{join, ReconcileError};
+use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings};
+use crate::hetzner::{FloatingIp, HetznerClient, Network, Server};
+use crate::members::{members, Contributions, Listed, Members, NodeView, Unhealthy};
+use crate::pool::guard;
+use crate::pool::{self, DesiredPool, Pool, PoolTemplate};
+
+pub fn template_from(pool: &PoolConfig) -> PoolTemplate {
+    PoolTemplate {
+        name: pool.name.clone(),
+        annotations: pool.annotations.clone(),
+        labels: pool.labels.clone(),
+        service_selector: pool.service_selector.as_ref().map(|s| s.to_kubernetes()),
+    }
+}
+
+/// A complete listing of everything the configured pools read.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub servers: Vec<Server>,
+    /// The Hetzner API matched the servers (every pool has one selector).
+    pub prefiltered: bool,
+    pub floating_ips: Vec<FloatingIp>,
+    pub networks: Vec<Network>,
+    pub requests: u32,
+}
+
+impl Listing {
+    fn listed(&self) -> Listed<'_> {
+        Listed {
+            servers: &self.servers,
+            prefiltered: self.prefiltered,
+            floating_ips: &self.floating_ips,
+            networks: &self.networks,
+        }
+    }
+}
+
+/// The selector the Hetzner API can match for every pool at once: the
+/// pools' one selector, or none (an unfiltered listing matched here) when
+/// they differ. Either way no server is listed twice in a cycle.
+pub fn shared_selector(pools: &[PoolConfig]) -> Option<String> {
+    let first = pools.first()?.label_selector.to_string();
+    pools
+        .iter()
+        .all(|p| p.label_selector.to_string() == first)
+        .then_some(first)
+}
+
+/// Lists everything the pools need from Hetzner, or fails without touching
+/// anything: the servers, and the Floating IPs and networks when a pool
+/// uses them. A failure of any listing fails the whole cycle.
+pub async fn list_hetzner(
+    hetzner: &HetznerClient,
+    settings: &Settings,
+) -> Result<Listing, ReconcileError> {
+    let token = settings.token.read_async().await?;
+    let selector = shared_selector(&settings.pools);
+    let private_networks = settings
+        .pools
+        .iter()
+        .any(|p| p.wants(AddressKind::PrivateIpv4));
+    let servers = hetzner
+        .list_servers_with(&token, selector.as_deref().unwrap_or(""), private_networks)
+        .await?;
+    let mut listing = Listing {
+        requests: servers.requests,
+        servers: servers.servers,
+        prefiltered: selector.is_some(),
+        ..Listing::default()
+    };
+    if settings
+        .pools
+        .iter()
+        .any(|p| p.wants(AddressKind::FloatingIp))
+    {
+        let floating = hetzner.list_floating_ips(&token).await?;
+        listing.requests += floating.requests;
+        listing.floating_ips = floating.floating_ips;
+    }
+    let named_network = settings
+        .pools
+        .iter()
+        .any(|p| matches!(p.private_network, Some(NetworkRef::Name(_))));
+    if named_network {
+        let (networks, requests) = hetzner.list_networks(&token).await?;
+        listing.requests += requests;
+        listing.networks = networks;
+    }
+    Ok(listing)
+}
+
+/// Renders every pool from a listing (for `--dry-run` and the cycle): the
+/// members, the desired pool, and the empty-pool guard's verdict.
+pub fn render_pools(
+    settings: &Settings,
+    listing: &Listing,
+    nodes: &NodeView,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+) -> Vec<RenderedPool> {
+    let rendered = render_recording(settings, listing, nodes, unhealthy, now, None);
+    warn_about(settings, &rendered);
+    rendered
+}
+
+/// One pool's share of a listing, rendered, and the empty-pool guard's
+/// verdict on it.
+#[derive(Debug)]
+pub struct RenderedPool {
+    pub members: Members,
+    pub desired: DesiredPool,
+    pub verdict: Result<(), ReconcileError>,
+}
+
+pub(super) fn render_recording(
+    settings: &Settings,
+    listing: &Listing,
+    nodes: &NodeView,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+    record: Option<&mut Contributions>,
+) -> Vec<RenderedPool> {
+    let all = members(
+        &settings.pools,
+        listing.listed(),
+        nodes,
+        settings.guards.blocked_addresses,
+        unhealthy,
+        now,
+        record,
+    );
+    settings
+        .pools
+        .iter()
+        .zip(all)
+        .map(|(pool, members)| {
+            let desired = pool::render(&template_from(pool), members.addresses.iter().copied());
+            // Before the Node list every server of such a pool seems to
+            // have no Node: say that, not that the pool would be empty.
+            let mut verdict = if pool.nodes.require_node && !nodes.complete {
+                Err(ReconcileError::NodesUnknown)
+            } else {
+                guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from)
+            };
+            if let Some(network) = &members.network_missing {
+                verdict = Err(network_missing(network, &listing.networks));
+            }
+            RenderedPool {
+                members,
+                desired,
+                verdict,
+            }
+        })
+        .collect()
+}
+
+/// Warns about what a listing showed that the operator should act on:
+/// blocked addresses, servers in several private networks.
+pub(super) fn warn_about(settings: &Settings, rendered: &[RenderedPool]) {
+    for (pool, RenderedPool { members, .. }) in settings.pools.iter().zip(rendered) {
+        if !members.blocked.is_empty() {
+            tracing::warn!(
+                pool = %pool.name,
+                blocked_addresses = %join(&members.blocked),
+                policy = settings.guards.blocked_addresses.as_str(),
+                "Hetzner reports addresses blocked by its abuse team (CANADA_KAKTUS_BLOCKED_ADDRESSES)"
+            );
+        }
+        if members.several_networks > 0 {
+            tracing::warn!(
+                pool = %pool.name,
+                servers = members.several_networks,
+                "servers in several private networks give no private address; set \
+                 PrivateNetwork to the network the pool should take"
+            );
+        }
+    }
+}
+
+/// Per pool, the single addresses it holds now (`all` is the read of every
+/// pool) that a write from `rendered` would remove; empty for a pool that
+/// is refused or holds nothing more.
+pub(super) fn removals(rendered: &[RenderedPool], all: &[Pool]) -> Vec<Vec<IpAddr>> {
+    rendered
+        .iter()
+        .map(
+            |RenderedPool {
+                 desired, verdict, ..
+             }| match (verdict, find_pool(all, &desired.name)) {
+                (Ok(()), Some(live)) => pool::live_addresses(live)
+                    .addresses
+                    .into_iter()
+                    .filter(|a| desired.addresses.binary_search(a).is_err())
+                    .collect(),
+                _ => Vec::new(),
+            },
+        )
+        .collect()
+}
+
+/// Keeps in each pool what a second listing (`confirmation`) still wants
+/// of what the first would remove (`removing`, from [`removals`]): only a
+/// removal both listings agree on goes ahead.
+pub(super) fn keep_unconfirmed(
+    rendered: &mut [RenderedPool],
+    confirmation: &[RenderedPool],
+    removing: Vec<Vec<IpAddr>>,
+) {
+    for ((RenderedPool { desired, .. }, again), removing) in
+        rendered.iter_mut().zip(confirmation).zip(removing)
+    {
+        let again = &again.desired;
+        let kept: Vec<IpAddr> = removing
+            .into_iter()
+            .filter(|a| again.addresses.binary_search(a).is_ok())
+            .collect();
+        if !kept.is_empty() {
+            tracing::info!(
+                pool = %desired.name,
+                addresses = %join(&kept),
+                "a second listing still has these addresses; not removed (a listing whose pages \
+                 shifted missed them)"
+            );
+            desired.addresses.extend(kept);
+            desired.addresses.sort_unstable();
+            desired.addresses.dedup();
+        }
+    }
+}
+
+pub(super) fn find_pool<'a>(all: &'a [Pool], name: &str) -> Option<&'a Pool> {
+    all.iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+}
+
+/// The pool's `PrivateNetwork` names no listed network: without it, the
+/// pool's servers would seem to have no private address, and the write
+/// would take those addresses away.
+fn network_missing(network: &str, networks: &[Network]) -> ReconcileError {
+    let mut known: Vec<&str> = networks.iter().map(|n| n.name.as_str()).collect();
+    known.sort_unstable();
+    ReconcileError::NetworkMissing {
+        network: network.to_owned(),
+        known: if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        },
+    }
+}

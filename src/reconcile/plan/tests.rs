@@ -1,0 +1,283 @@
+//! The plan, decided from values: no Hetzner, no Kubernetes, no runtime.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::config::PoolConfig;
+use crate::pool::gate::Withheld;
+use crate::pool::guard::HeldRemoval;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Settings with pools `names`, as `Pools` lists them.
+fn settings(names: &[&str]) -> Settings {
+    let env = HashMap::from([("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".to_owned())]);
+    let absent = std::path::Path::new("/nonexistent/canada-kaktus/config.json");
+    let mut settings =
+        crate::config::load_with_default_file(None, &env, absent).expect("defaults load");
+    let template = settings.pools[0].clone();
+    settings.pools = names
+        .iter()
+        .map(|name| PoolConfig {
+            name: (*name).to_owned(),
+            ..template.clone()
+        })
+        .collect();
+    settings.pools_listed = true;
+    settings
+}
+
+fn desired(pool: &str, addresses: &[&str]) -> DesiredPool {
+    pool::render(
+        &crate::pool::PoolTemplate {
+            name: pool.to_owned(),
+            ..Default::default()
+        },
+        addresses.iter().map(|a| ip(a)),
+    )
+}
+
+fn rendered(pool: &str, addresses: &[&str]) -> RenderedPool {
+    RenderedPool {
+        members: Members {
+            pool: pool.to_owned(),
+            servers_matched: addresses.len(),
+            ..Members::default()
+        },
+        desired: desired(pool, addresses),
+        verdict: Ok(()),
+    }
+}
+
+fn live(addresses: &[&str]) -> LiveAddresses {
+    LiveAddresses {
+        addresses: addresses.iter().map(|a| ip(a)).collect(),
+        foreign_blocks: 0,
+    }
+}
+
+fn ctx(kind: CycleKind, now: Instant) -> PlanContext<'static> {
+    PlanContext {
+        kind,
+        api_version: "cilium.io/v2",
+        hetzner_requests: 3,
+        now,
+        confirm_after: Duration::from_secs(60),
+    }
+}
+
+#[test]
+fn a_removal_of_half_the_pool_is_held_and_the_held_addresses_are_written_back() {
+    let settings = settings(&["edge"]);
+    let now = Instant::now();
+    let shrunk = shrink(
+        &settings.pools[0],
+        desired("edge", &["192.0.2.1"]),
+        &live(&["192.0.2.1", "192.0.2.2"]),
+        None,
+        now,
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        shrunk.write.addresses,
+        vec![ip("192.0.2.1"), ip("192.0.2.2")]
+    );
+    let held = shrunk.held.expect("held");
+    assert_eq!(held.addresses, BTreeSet::from([ip("192.0.2.2")]));
+    assert_eq!(shrunk.confirmed, None);
+}
+
+#[test]
+fn a_held_removal_is_confirmed_only_by_a_listing_after_the_delay() {
+    let settings = settings(&["edge"]);
+    let t0 = Instant::now();
+    let held = HeldRemoval {
+        addresses: BTreeSet::from([ip("192.0.2.2")]),
+        pool_size: 2,
+        since: t0,
+    };
+    let at = |now| {
+        shrink(
+            &settings.pools[0],
+            desired("edge", &["192.0.2.1"]),
+            &live(&["192.0.2.1", "192.0.2.2"]),
+            Some(&held),
+            now,
+            Duration::from_secs(60),
+        )
+    };
+    let early = at(t0 + Duration::from_secs(59));
+    assert_eq!(early.write.addresses.len(), 2, "still held");
+    let late = at(t0 + Duration::from_secs(60));
+    assert_eq!(late.write.addresses, vec![ip("192.0.2.1")]);
+    assert_eq!((late.held, late.confirmed), (None, Some(held)));
+}
+
+#[test]
+fn every_pool_is_planned_from_its_listing_and_its_own_live_object() {
+    let settings = settings(&["edge", "internal"]);
+    let mut refused = rendered("internal", &[]);
+    refused.verdict = Err(ReconcileError::NodesUnknown);
+    let mut all = vec![
+        crate::pool::Pool::from_json(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("edge".into()),
+                ..Default::default()
+            },
+            serde_json::json!({"spec": {"blocks": [{"cidr": "192.0.2.9/32"}]}}),
+        ),
+        crate::pool::Pool::from_json(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("foreign".into()),
+                ..Default::default()
+            },
+            serde_json::json!({"spec": {"blocks": []}}),
+        ),
+    ];
+    let mut state = BTreeMap::new();
+    let plans = plan_pools(
+        &settings,
+        vec![rendered("edge", &["192.0.2.1"]), refused],
+        &mut all,
+        &mut state,
+        ctx(CycleKind::Full, Instant::now()),
+    );
+    assert_eq!(all.len(), 1, "edge's live object was taken out of the read");
+    let edge = &plans[0];
+    assert_eq!(edge.live_addresses, live(&["192.0.2.9"]));
+    assert_eq!(
+        edge.wanted.as_ref().map(|w| w.addresses.clone()),
+        Some(vec![ip("192.0.2.1"), ip("192.0.2.9")]),
+        "removing the only live address is held"
+    );
+    assert!(state["edge"].held.is_some(), "the hold is remembered");
+    assert_eq!(edge.report.listing.as_ref().unwrap().hetzner_requests, 3);
+    let internal = &plans[1];
+    assert!(internal.wanted.is_none());
+    assert!(matches!(
+        internal.failed,
+        Some(ReconcileError::NodesUnknown)
+    ));
+    assert!(internal.reported);
+}
+
+#[test]
+fn a_node_change_skips_pools_not_written_in_this_term() {
+    let settings = settings(&["edge", "internal"]);
+    let mut state = BTreeMap::new();
+    state.insert(
+        "edge".to_owned(),
+        PoolState {
+            last_desired: Some(desired("edge", &["192.0.2.1"])),
+            held: None,
+        },
+    );
+    let plans = plan_pools(
+        &settings,
+        vec![
+            rendered("edge", &["192.0.2.1"]),
+            rendered("internal", &["10.0.0.1"]),
+        ],
+        &mut Vec::new(),
+        &mut state,
+        ctx(CycleKind::Nodes, Instant::now()),
+    );
+    assert!(plans[0].reported && plans[0].wanted.is_some());
+    assert!(!plans[1].reported && plans[1].wanted.is_none());
+    assert!(
+        plans[0].report.listing.is_none(),
+        "no listing in a Node change"
+    );
+    assert_eq!(outcomes(&settings, plans).len(), 1);
+}
+
+fn waiting_for(plan: &mut PoolPlan, by: &str, address: &str) {
+    plan.report.withheld.push(Withheld {
+        address: ip(address),
+        by: by.to_owned(),
+        reason: WithheldReason::OtherPool,
+    });
+}
+
+fn planned(settings: &Settings) -> Vec<PoolPlan> {
+    let rendered = settings
+        .pools
+        .iter()
+        .map(|p| rendered(&p.name, &["192.0.2.1"]))
+        .collect();
+    plan_pools(
+        settings,
+        rendered,
+        &mut Vec::new(),
+        &mut BTreeMap::new(),
+        ctx(CycleKind::Full, Instant::now()),
+    )
+}
+
+#[test]
+fn only_pools_waiting_for_another_pool_take_part_in_later_passes() {
+    let settings = settings(&["a", "b"]);
+    let mut plans = planned(&settings);
+    waiting_for(&mut plans[1], "a", "192.0.2.1");
+    assert!(plans.iter().all(|p| p.due_in_pass(0)));
+    assert!(!plans[0].due_in_pass(1) && plans[1].due_in_pass(1));
+    plans[1].failed = Some(ReconcileError::NodesUnknown);
+    assert!(!plans[1].due_in_pass(0), "a failed pool is not written");
+}
+
+#[test]
+fn pools_waiting_for_each_other_are_named_as_a_swap_and_the_later_one_gives_way() {
+    let settings = settings(&["a", "b", "c"]);
+    let mut plans = planned(&settings);
+    waiting_for(&mut plans[0], "b", "192.0.2.2");
+    waiting_for(&mut plans[1], "a", "192.0.2.1");
+    let all_withheld = || {
+        Some(Refusal::AllWithheld {
+            addresses: 1,
+            pools: "x".into(),
+        })
+    };
+    plans[2].failed = Some(ReconcileError::NodesUnknown);
+    settle_refusals(
+        &mut plans,
+        vec![
+            all_withheld(),
+            all_withheld(),
+            Some(Refusal::NothingToWrite),
+        ],
+    );
+    for plan in &plans[..2] {
+        match &plan.failed {
+            Some(ReconcileError::Refused(Refusal::Swap { pools, first })) => {
+                assert_eq!((pools.as_str(), first.as_str()), ("a, b", "b"));
+            }
+            other => panic!("{}: {other:?}", plan.report.pool),
+        }
+    }
+    assert!(
+        matches!(plans[2].failed, Some(ReconcileError::NodesUnknown)),
+        "an earlier failure stays"
+    );
+}
+
+#[test]
+fn a_refusal_outside_a_swap_stands_as_it_is_and_names_its_pool() {
+    let settings = settings(&["a", "b"]);
+    let mut plans = planned(&settings);
+    settle_refusals(&mut plans, vec![None, Some(Refusal::NothingToWrite)]);
+    assert!(plans[0].failed.is_none());
+    let outcomes = outcomes(&settings, plans);
+    assert!(outcomes[0].result.is_ok());
+    let error = outcomes[1].result.as_ref().unwrap_err();
+    assert!(error.to_string().starts_with("pool b: "), "{error}");
+    assert!(matches!(
+        error.inner(),
+        ReconcileError::Refused(Refusal::NothingToWrite)
+    ));
+}
