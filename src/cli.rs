@@ -22,7 +22,12 @@ pub const EXIT_CONFIG: u8 = 2;
 #[command(
     name = "canada-kaktus",
     version,
-    about = "Keeps a CiliumLoadBalancerIPPool equal to the public IPv4s of the Hetzner Cloud servers that match a label selector."
+    about = "Keeps Cilium CiliumLoadBalancerIPPools equal to the addresses of the Hetzner Cloud servers that match each pool's label selector.",
+    long_about = "Keeps one or more Cilium CiliumLoadBalancerIPPools equal to the addresses of Hetzner Cloud servers. \
+Each pool takes the servers that match its own label selector and the address kinds it lists \
+(public-ipv4, public-ipv6, private-ipv4, floating-ip); servers whose Nodes are going away are left out. \
+Without Pools in the configuration it keeps one pool of public IPv4s, as the Go version did. \
+Settings come from config.json and CANADA_KAKTUS_* environment variables; see the README."
 )]
 pub struct Cli {
     /// Path of config.json (default: CANADA_KAKTUS_CONFIG, else ./config.json if present).
@@ -31,7 +36,7 @@ pub struct Cli {
     /// Run one reconcile and exit: 0 on success, 1 on failure.
     #[arg(long, conflicts_with = "dry_run")]
     pub once: bool,
-    /// List Hetzner, render the pool and print it; touches no cluster.
+    /// List Hetzner, render every pool and print them; touches no cluster.
     #[arg(long)]
     pub dry_run: bool,
     /// Output format of --dry-run.

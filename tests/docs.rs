@@ -3,7 +3,11 @@
 //! to rewrite it in place), every message its Troubleshooting table
 //! quotes must still be text the code writes, the fault matrix names
 //! causes instead of explaining the same messages a second time, and the
-//! metrics table names every metric `/metrics` serves with its labels.
+//! metrics table names every metric `/metrics` serves with its labels, and
+//! the fields the Logs section lists for `reconcile finished` are those a
+//! running controller writes.
+
+mod support;
 
 use canada_kaktus::config::settings_table_markdown;
 
@@ -460,4 +464,170 @@ fn the_metrics_table_names_every_metric_with_its_labels() {
     }
     problems.dedup();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// The Logs section's `reconcile finished` fields are what the controller logs.
+
+/// The field names of the table after `<!-- reconcile-finished-fields -->`.
+fn readme_log_fields(readme: &str) -> Vec<String> {
+    let start = readme
+        .find("<!-- reconcile-finished-fields -->")
+        .expect("README marks the reconcile finished field table");
+    let mut fields = Vec::new();
+    for line in readme[start..].lines().skip(3) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let first = line.split('|').nth(1).unwrap_or_default();
+        fields.extend(
+            first
+                .split(',')
+                .map(|f| f.trim().trim_matches('`').to_owned())
+                .filter(|f| !f.is_empty()),
+        );
+    }
+    fields
+}
+
+/// Every line written, and a signal for each write.
+#[derive(Clone, Default)]
+struct Captured {
+    bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    wrote: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.bytes.lock().unwrap().extend_from_slice(buf);
+        self.wrote.notify_waiters();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Captured {
+    /// The first JSON line whose `message` is `message` and that `check` accepts.
+    fn find(
+        &self,
+        message: &str,
+        check: &dyn Fn(&serde_json::Value) -> bool,
+    ) -> Option<serde_json::Value> {
+        let bytes = self.bytes.lock().unwrap();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|line| line["message"] == message && check(line))
+    }
+}
+
+#[tokio::test]
+async fn the_logs_section_lists_the_fields_of_the_reconcile_finished_line() {
+    use canada_kaktus::config::{self, CiliumApiVersion, LogFormat, LogLevel};
+    use canada_kaktus::hetzner::{HetznerClient, HetznerOptions};
+    use canada_kaktus::pool::PoolClient;
+    use canada_kaktus::reconcile::Reconciler;
+    use canada_kaktus::run::ControlLoop;
+    use support::fake_hetzner::{numbered_servers, FakeHetzner};
+    use support::fake_kube::FakeKube;
+
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let listed = readme_log_fields(&readme);
+    assert!(listed.len() > 10, "the table is found: {listed:?}");
+
+    support::isolate_working_directory();
+    canada_kaktus::sync::install_crypto_provider();
+    let captured = Captured::default();
+    canada_kaktus::serve::telemetry::init_with_writer(
+        LogLevel::Info,
+        LogFormat::Json,
+        captured.clone(),
+    );
+    let hetzner = FakeHetzner::start().await;
+    hetzner.set_servers(numbered_servers(2));
+    let kube = FakeKube::new(&["v2"]);
+    let env = std::collections::HashMap::from([
+        (
+            "CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(),
+            "docs-test-token".to_owned(),
+        ),
+        (
+            "CANADA_KAKTUS_HCLOUD_ENDPOINT".to_owned(),
+            hetzner.endpoint(),
+        ),
+    ]);
+    let settings = config::load(None, &env).unwrap();
+    let reconciler = Reconciler::new(
+        HetznerClient::new(HetznerOptions::new(hetzner.endpoint())).unwrap(),
+        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+    );
+    let control = ControlLoop::new(settings, reconciler, None, env);
+    let shutdown = control.shutdown_token();
+    let running = tokio::spawn(control.run());
+
+    // A first cycle that writes: every field has a value, `reason` too.
+    let written = |line: &serde_json::Value| line["outcome"] == "written";
+    let line = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let wrote = captured.wrote.notified();
+            if let Some(line) = captured.find("reconcile finished", &written) {
+                return line;
+            }
+            wrote.await;
+        }
+    })
+    .await
+    .expect("a reconcile finished line within 30 s");
+    shutdown.cancel();
+    running.await.unwrap();
+
+    let standard = ["timestamp", "level", "message", "target"];
+    let emitted: Vec<String> = line
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| !standard.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    let mut sorted_listed = listed.clone();
+    sorted_listed.sort();
+    let mut sorted_emitted = emitted.clone();
+    sorted_emitted.sort();
+    assert_eq!(
+        sorted_listed, sorted_emitted,
+        "README Logs table (left) against the controller's reconcile finished line (right): {line}"
+    );
+    assert!(
+        readme.contains(&format!("\"target\":{}", line["target"])),
+        "the README's example names the real target {}",
+        line["target"]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The Command line section shows the help the binary prints.
+
+#[test]
+fn the_command_line_section_is_the_short_help() {
+    use clap::CommandFactory;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let block = section(&readme, "## Command line");
+    let start = block
+        .find("$ canada-kaktus -h\n")
+        .expect("the section shows `canada-kaktus -h`")
+        + "$ canada-kaktus -h\n".len();
+    let end = start + block[start..].find("```").expect("the block ends");
+    let help = canada_kaktus::cli::Cli::command().render_help().to_string();
+    assert_eq!(block[start..end].trim_end(), help.trim_end());
 }

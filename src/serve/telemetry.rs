@@ -50,6 +50,14 @@ impl LogControl {
 /// Installs the global subscriber, writing to stderr so `--dry-run` output on
 /// stdout stays clean. A second call (tests) leaves the first in place.
 pub fn init(level: LogLevel, format: LogFormat) -> LogControl {
+    init_with_writer(level, format, std::io::stderr)
+}
+
+/// [`init`] with another output (tests read what the controller logs).
+pub fn init_with_writer<W>(level: LogLevel, format: LogFormat, writer: W) -> LogControl
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
     let (filter, handle) = reload::Layer::new(filter_for(level));
     let output = match format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
@@ -58,13 +66,13 @@ pub fn init(level: LogLevel, format: LogFormat) -> LogControl {
             .with_current_span(false)
             .with_span_list(false)
             .with_target(true)
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .boxed(),
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_target(true)
             // Colour only for a person at a terminal, not for `kubectl logs`.
             .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(std::io::stderr)
+            .with_writer(writer)
             .boxed(),
     };
     let installed = tracing_subscriber::registry()
