@@ -3,31 +3,37 @@
 //! Cloud servers that match each pool's label selector and should serve, so
 //! LoadBalancer Services get addresses of servers that serve.
 //!
-//! The data path, one module per step, arrows pointing one way:
+//! The data path, one module per step; every arrow points one way (no two
+//! modules import each other):
 //!
 //! ```text
-//! config ──► run (the loop: when to cycle, leadership, Node watch, Events)
-//!             │
-//!             ▼
-//!         reconcile::Reconciler   list → split → render → guard → apply → report
-//!             │
-//!             ├─► hetzner   the token on the wire, every page or an error
-//!             ├─► members   which address goes into which pool (pure)
-//!             ├─► pool      render, diff, guards (pure); PoolClient (apply)
-//!             └─► serve     what happened: health, metrics, logs
+//! cli ──► run (the loop: its schedule, leadership, Node feed, Events, reloads)
+//!          │                                  │
+//!          ▼                                  ▼
+//!      reconcile   listing → plan → act    serve   health, metrics, logs
+//!          │
+//!          ├─► hetzner   the token on the wire, every page or an error
+//!          ├─► members   which address goes into which pool (pure)
+//!          └─► pool      render, diff, gate, guards (pure); PoolClient (apply)
+//!
+//! config (settings) and vocab (label selectors, secrets) are read by all.
 //! ```
 //!
 //! - [`config`]: the settings table, parsing, layering (env over config.json
 //!   over defaults) and the token source.
+//! - [`vocab`]: what several modules share and none owns: the label-selector
+//!   grammar and the string that never prints its secret.
 //! - [`hetzner`]: the API client (paging, retries, rate limit and request
-//!   budget inside it), the server model and the label selector.
+//!   budget inside it) and the server model.
 //! - [`members`]: each pool's share of a listing: the address kinds, the
 //!   node rules, an address in one pool only (the pool order, other pools).
 //! - [`pool`]: the pool as Cilium reads it; the pure decisions (render, diff,
-//!   guards, repair limiter) and the Kubernetes discovery, GET and apply.
+//!   the write gate, guards, repair limiter), the lease fence, and the
+//!   Kubernetes discovery, LIST and apply.
 //! - [`reconcile`]: one cycle, the only place that calls both Hetzner and
-//!   Kubernetes.
-//! - [`run`]: the loop, leader election, the Node watch and Events.
+//!   Kubernetes: the listing, a pure plan per pool, then the writes.
+//! - [`run`]: the loop (a schedule of pure transitions), leader election,
+//!   the Node watch, Events and config reloads.
 //! - [`serve`]: health, metrics, the HTTP server and logging.
 //! - [`cli`]: the binary's entry points (`run`, `--once`, `--dry-run`).
 //! - [`sync`], [`backoff`]: the poison-tolerant locks, the TLS provider and
@@ -47,3 +53,4 @@ pub mod reconcile;
 pub mod run;
 pub mod serve;
 pub mod sync;
+pub mod vocab;

@@ -696,7 +696,7 @@ fn label_selector_validation() {
     // An empty string is not a selector: parsing it directly is refused, and
     // the message says why.
     let empty = ""
-        .parse::<canada_kaktus::hetzner::LabelSelector>()
+        .parse::<canada_kaktus::vocab::LabelSelector>()
         .expect_err("empty");
     assert!(empty.to_string().contains("every server"), "{empty}");
 }

@@ -7,11 +7,11 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use canada_kaktus::config::SecretString;
 use canada_kaktus::hetzner::{
     HetznerClient, HetznerError, HetznerOptions, RetryPolicy, ServerListing, SkipReason,
     TransportKind,
 };
+use canada_kaktus::vocab::SecretString;
 use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};

@@ -16,12 +16,12 @@ use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::time::Duration;
 
-use canada_kaktus::config::SecretString;
 use canada_kaktus::config::{self, SETTINGS};
-use canada_kaktus::hetzner::LabelSelector;
 use canada_kaktus::hetzner::{
     parse_servers_page, HetznerClient, HetznerError, HetznerOptions, RetryPolicy,
 };
+use canada_kaktus::vocab::LabelSelector;
+use canada_kaktus::vocab::SecretString;
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{json, Value};

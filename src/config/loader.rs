@@ -2,8 +2,22 @@
 //! with its origin, parsed into `Settings` with every problem collected at
 //! once.
 
-use super::*;
-use crate::hetzner::selector::{quote, LabelSelector};
+use super::{
+    accepts_list, accepts_object, check_token, is_token_setting, json_to_text, json_type,
+    normalize, parse_blocked_addresses, parse_bool, parse_bounded_duration, parse_interval,
+    parse_leader_election, parse_lease_duration, parse_listen_address, parse_namespace,
+    parse_object_name, parse_pool_name, parse_pools, parse_ratio, parse_request_budget,
+    parse_service_selector, parse_string_map, suggestion, AddressKind, CiliumApiVersion,
+    ConfigErrors, ConfigProblem, Entries, GuardSettings, LogFormat, LogLevel, NodeRules,
+    OperateSettings, PoolConfig, Setting, Settings, TokenSource, BLOCKED_ADDRESSES,
+    CILIUM_API_VERSION, CONFIG_FILE_ENV, DEFAULT_IPV6_HOST_PART, ENV_PREFIX, EVENTS,
+    HCLOUD_ALLOW_HTTP, HCLOUD_ENDPOINT, HCLOUD_REQUEST_BUDGET, HCLOUD_TIMEOUT, HCLOUD_TOKEN,
+    HCLOUD_TOKEN_FILE, INTERVAL, LABEL_SELECTOR, LEADER_ELECTION, LEASE_DURATION, LEASE_NAME,
+    LEASE_NAMESPACE, LISTEN_ADDRESS, LOG_FORMAT, LOG_LEVEL, MAX_REMOVAL_RATIO, NODE_DEBOUNCE,
+    NODE_MIN_GAP, POOLS, POOL_ANNOTATIONS, POOL_LABELS, POOL_NAME, POOL_SERVICE_SELECTOR, SETTINGS,
+    SINGLE_POOL_SETTINGS, WATCH_NODES,
+};
+use crate::vocab::selector::{quote, LabelSelector};
 use figment::providers::Serialized;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};

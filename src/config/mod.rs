@@ -6,8 +6,6 @@
 //! once, each naming the setting, the bad value (never the token), what is
 //! accepted and how to fix it.
 
-pub(crate) mod secret;
-pub use secret::*;
 mod choices;
 mod loader;
 mod pools;
@@ -29,7 +27,7 @@ use std::time::Duration;
 
 use figment::Figment;
 
-use crate::hetzner::selector::LabelSelector;
+use crate::vocab::selector::LabelSelector;
 
 /// The most a config file may hold: it is read every few seconds, and a
 /// file this large is not a config (a log or an image mounted by mistake).
@@ -75,7 +73,7 @@ pub const DEFAULT_CONFIG_FILE: &str = "config.json";
 /// (3600/h for every tool using the project).
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_INTERVAL: Duration = Duration::from_secs(24 * 60 * 60);
-/// Settings of the safety guards (see `crate::pool::guard`).
+/// Settings of the safety guards (the pool module applies them).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuardSettings {
     pub max_removal_ratio: f64,

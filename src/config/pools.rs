@@ -3,8 +3,13 @@
 //! single-pool settings describe one pool exactly as before. Pure: every
 //! problem of every pool is collected, each naming the pool's index and name.
 
-use super::*;
-use crate::hetzner::selector::quote;
+use super::{
+    fmt, json_to_text, json_type, normalize, parse_bool, parse_bounded_duration, parse_pool_name,
+    parse_ratio, parse_service_selector, parse_string_map, suggestion, AddressKind, BTreeMap,
+    Duration, SettingDefault, MAX_REMOVAL_RATIO,
+};
+use crate::vocab::selector::quote;
+use crate::vocab::LabelSelector;
 use std::net::Ipv6Addr;
 
 /// One pool to keep.

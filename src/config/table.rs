@@ -2,7 +2,7 @@
 //! key, default and description, in one list. The defaults live here and
 //! nowhere else; the README's table is generated from it.
 
-use super::*;
+use super::{CONFIG_FILE_ENV, DEFAULT_CONFIG_FILE};
 
 /// One configurable setting: the single source for parsing, error messages
 /// and the README table.

@@ -1,7 +1,8 @@
 //! Where the Hetzner API token comes from (a value or a file), read fresh
 //! for each cycle and checked without ever putting it into an error.
 
-use super::*;
+use super::HCLOUD_TOKEN_FILE;
+use crate::vocab::SecretString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 

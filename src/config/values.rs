@@ -2,8 +2,8 @@
 //! selectors, the endpoint) and the helpers that turn config.json values
 //! into text. Each returns the problem as text for `ConfigProblem`. Pure.
 
-use super::*;
-use crate::hetzner::selector::{
+use super::{BlockedAddresses, LeaderElectionMode, MAX_INTERVAL, MIN_INTERVAL};
+use crate::vocab::selector::{
     check_dns_subdomain, check_label_key, check_label_value, quote, LabelSelector, Requirement,
 };
 use std::collections::BTreeMap;

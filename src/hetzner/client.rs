@@ -4,9 +4,16 @@
 //! connection pool and nothing else; paging rules live in `page`, error
 //! texts in `error`.
 
-use super::*;
-use crate::config::SecretString;
+use super::{
+    absorb_floating_ips, absorb_networks, absorb_servers, decode, error_chain, jitter,
+    listing_wait, message_text, next_page, parse_api_error, parse_endpoint, rate_limit_wait,
+    retry_delay, scrub, Collection, FloatingIpListing, FloatingIpsPage, HetznerError,
+    HetznerOptions, ListingCost, Network, NetworksPage, PageResponse, Pagination, PagingCheck,
+    RateLimit, ReadError, RequestBudget, RetryPolicy, RetryReason, ServerFields, ServerListing,
+    ServersPage, TransportKind, Waiter, PER_PAGE,
+};
 use crate::sync::lock;
+use crate::vocab::SecretString;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION};
 use reqwest::{StatusCode, Url};
 use std::collections::HashSet;

@@ -1,7 +1,7 @@
 //! The API endpoint setting: the one place an endpoint URL is checked
 //! (scheme, credentials, query, host) and printed without secrets. Pure.
 
-use super::*;
+use super::HetznerError;
 use reqwest::Url;
 
 /// Hetzner's public API endpoint.

@@ -2,7 +2,7 @@
 //! Hetzner's error document parsed and scrubbed of the token, and the hint
 //! for each case. No I/O.
 
-use super::*;
+use super::{is_retryable_status, unix_now, DEFAULT_ENDPOINT};
 use serde::Deserialize;
 use std::fmt;
 

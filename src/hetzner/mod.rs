@@ -6,9 +6,7 @@
 //! no error, log line or `Debug` output of this module contains it.
 
 pub(crate) mod budget;
-pub(crate) mod selector;
 pub use budget::*;
-pub use selector::*;
 mod client;
 mod endpoint;
 mod error;

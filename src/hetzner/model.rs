@@ -3,7 +3,7 @@
 //! unfiltered listing, its labels; and the Floating IPs. Plain data shared
 //! by the client and the pool membership rules.
 
-use super::*;
+use super::RateLimit;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};

@@ -2,7 +2,11 @@
 //! used), decoding, the pagination checks that reject a listing ending
 //! early, and the classification of each server's address. Pure.
 
-use super::*;
+use super::{
+    shown_value, without_values, FloatingAddress, FloatingIp, FloatingIpListing, HetznerError,
+    Ipv6Net, Network, PrivateNet, RateLimit, Server, ServerListing, ServerStatus, SkipReason,
+    MAX_PAGES, PER_PAGE,
+};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;

@@ -1,7 +1,7 @@
 //! When to retry a failed request and how long to wait: the retry policy,
 //! the retryable statuses, exponential backoff with jitter. Pure.
 
-use super::*;
+use super::{RetryReason, MAX_TIMEOUT_RETRIES, ONE_REQUEST_REFILL};
 use std::time::Duration;
 
 /// When and how long to wait before repeating a failed request.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue};
 
-use crate::config::SecretString;
+use crate::vocab::SecretString;
 
 fn policy() -> RetryPolicy {
     RetryPolicy::default()

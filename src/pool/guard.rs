@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::AddressKind;
-use crate::members::Members;
 use crate::pool::render::DesiredPool;
 
 /// Why a write was refused. The live pool is left exactly as it was.
@@ -80,20 +79,31 @@ impl Refusal {
     }
 }
 
+/// How a pool's servers came out of a listing, for the empty-pool message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ServerCounts {
+    /// Servers the pool's selector matched.
+    pub matched: usize,
+    /// Matched servers that gave the pool no address of its kinds.
+    pub without_address: usize,
+    /// Matched servers a node rule left out.
+    pub excluded: usize,
+}
+
 /// Checks a desired pool built from a complete listing. (A failed or partial
 /// listing never reaches this point: the Hetzner client returns all pages or
 /// an error.)
 pub fn check(
     desired: &DesiredPool,
-    members: &Members,
+    servers: ServerCounts,
     kinds: &[AddressKind],
 ) -> Result<(), Refusal> {
     if desired.addresses.is_empty() {
         return Err(Refusal::EmptyPool {
-            matched: members.servers_matched,
-            skipped: members.without_address,
+            matched: servers.matched,
+            skipped: servers.without_address,
             what: kinds_text(kinds),
-            excluded: members.excluded.len(),
+            excluded: servers.excluded,
         });
     }
     Ok(())

@@ -149,7 +149,8 @@ pub(super) fn render_recording(
             let mut verdict = if pool.nodes.require_node && !nodes.complete {
                 Err(ReconcileError::NodesUnknown)
             } else {
-                guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from)
+                guard::check(&desired, server_counts(&members), &pool.addresses)
+                    .map_err(ReconcileError::from)
             };
             if let Some(network) = &members.network_missing {
                 verdict = Err(network_missing(network, &listing.networks));
@@ -255,5 +256,14 @@ fn network_missing(network: &str, networks: &[Network]) -> ReconcileError {
         } else {
             known.join(", ")
         },
+    }
+}
+
+/// How a pool's servers came out of the listing, for the empty-pool guard.
+pub(super) fn server_counts(members: &Members) -> guard::ServerCounts {
+    guard::ServerCounts {
+        matched: members.servers_matched,
+        without_address: members.without_address,
+        excluded: members.excluded.len(),
     }
 }

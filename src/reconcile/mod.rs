@@ -24,7 +24,7 @@ use crate::pool::guard::{self, HeldRemoval};
 use crate::pool::{self, DesiredPool, Pool};
 
 pub use crate::pool::gate::Withheld;
-use listing::{find_pool, keep_unconfirmed, removals, render_recording, warn_about};
+use listing::{find_pool, keep_unconfirmed, removals, render_recording, server_counts, warn_about};
 pub use listing::{
     list_hetzner, render_pools, shared_selector, template_from, Listing, RenderedPool,
 };
@@ -240,8 +240,8 @@ impl Reconciler {
                     ..Members::default()
                 };
                 let desired = pool::render(&template_from(pool), kept);
-                let verdict =
-                    guard::check(&desired, &members, &pool.addresses).map_err(ReconcileError::from);
+                let verdict = guard::check(&desired, server_counts(&members), &pool.addresses)
+                    .map_err(ReconcileError::from);
                 RenderedPool {
                     members,
                     desired,

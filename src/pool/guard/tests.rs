@@ -68,12 +68,12 @@ fn a_hold_is_confirmed_only_after_the_confirmation_delay() {
 #[test]
 fn an_empty_pool_is_refused_and_says_why() {
     let desired = render(&PoolTemplate::default(), Vec::<IpAddr>::new());
-    let members = Members {
-        servers_matched: 2,
+    let servers = ServerCounts {
+        matched: 2,
         without_address: 2,
-        ..Members::default()
+        excluded: 0,
     };
-    let refusal = check(&desired, &members, &[AddressKind::PublicIpv4]).unwrap_err();
+    let refusal = check(&desired, servers, &[AddressKind::PublicIpv4]).unwrap_err();
     assert_eq!(
         refusal,
         Refusal::EmptyPool {
@@ -90,16 +90,13 @@ fn an_empty_pool_is_refused_and_says_why() {
          LoadBalancer IP away"
     );
     // Other kinds are named; servers left out by node rules are counted.
-    let members = Members {
-        excluded: vec![crate::members::Excluded {
-            server: "a".into(),
-            reason: crate::members::Exclusion::NodeDeleting,
-        }],
-        ..members
+    let servers = ServerCounts {
+        excluded: 1,
+        ..servers
     };
     let refusal = check(
         &desired,
-        &members,
+        servers,
         &[AddressKind::PublicIpv6, AddressKind::FloatingIp],
     )
     .unwrap_err();
@@ -118,14 +115,11 @@ fn a_pool_with_addresses_passes() {
         &PoolTemplate::default(),
         ["1.2.3.4".parse::<IpAddr>().unwrap()],
     );
-    let members = Members {
-        servers_matched: 1,
-        ..Members::default()
+    let servers = ServerCounts {
+        matched: 1,
+        ..ServerCounts::default()
     };
-    assert_eq!(
-        check(&desired, &members, &[AddressKind::PublicIpv4]),
-        Ok(())
-    );
+    assert_eq!(check(&desired, servers, &[AddressKind::PublicIpv4]), Ok(()));
 }
 
 #[test]
