@@ -80,15 +80,15 @@ fn defaults() {
     assert_eq!(s.log_level, LogLevel::Info);
     assert_eq!(s.log_format, LogFormat::Json);
     assert_eq!(
-        s.label_selector.to_string(),
+        s.pools[0].label_selector.to_string(),
         "kops.k8s.io/instance-role=Node"
     );
     assert_eq!(token_of(&s), "test-token");
     assert_eq!(s.hcloud_endpoint, "https://api.hetzner.cloud/v1");
-    assert_eq!(s.pool_name, "covidnetes-pool");
-    assert!(s.pool_annotations.is_empty());
-    assert!(s.pool_labels.is_empty());
-    assert_eq!(s.pool_service_selector, None);
+    assert_eq!(s.pools[0].name, "covidnetes-pool");
+    assert!(s.pools[0].annotations.is_empty());
+    assert!(s.pools[0].labels.is_empty());
+    assert_eq!(s.pools[0].service_selector.clone(), None);
     assert_eq!(s.interval, Duration::from_secs(15 * 60));
     assert_eq!(
         s.listen_address,
@@ -136,23 +136,34 @@ fn every_setting_via_environment() {
     assert_eq!(s.log_level, LogLevel::Debug);
     assert_eq!(s.log_format, LogFormat::Text);
     assert_eq!(
-        s.label_selector.to_string(),
+        s.pools[0].label_selector.to_string(),
         "role=worker,env in (prod,dev),!draining"
     );
     assert_eq!(s.token, TokenSource::File(token_file));
     assert_eq!(token_of(&s), "file-token");
     assert_eq!(s.hcloud_endpoint, "https://example.test/v1");
-    assert_eq!(s.pool_name, "my.pool-1");
+    assert_eq!(s.pools[0].name, "my.pool-1");
     assert_eq!(
-        s.pool_annotations
+        s.pools[0]
+            .annotations
             .get("example.com/team")
             .map(String::as_str),
         Some("platform")
     );
-    assert_eq!(s.pool_annotations.get("n").map(String::as_str), Some("1"));
-    assert_eq!(s.pool_labels.get("tier").map(String::as_str), Some("true"));
     assert_eq!(
-        s.pool_service_selector.map(|x| x.to_string()).as_deref(),
+        s.pools[0].annotations.get("n").map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(
+        s.pools[0].labels.get("tier").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        s.pools[0]
+            .service_selector
+            .clone()
+            .map(|x| x.to_string())
+            .as_deref(),
         Some("color=blue,env in (prod)")
     );
     assert_eq!(s.interval, Duration::from_secs(90 * 60));
@@ -190,16 +201,22 @@ fn every_setting_via_config_json() {
     let s = ok(Some(&config), &vars(&[]));
     assert_eq!(s.log_level, LogLevel::Error);
     assert_eq!(s.log_format, LogFormat::Text);
-    assert_eq!(s.label_selector.to_string(), "role notin (db)");
+    assert_eq!(s.pools[0].label_selector.to_string(), "role notin (db)");
     assert_eq!(token_of(&s), "file-token");
     assert_eq!(s.hcloud_endpoint, "http://127.0.0.1:1234");
-    assert_eq!(s.pool_name, "p");
+    assert_eq!(s.pools[0].name, "p");
     assert_eq!(
-        s.pool_annotations.get("a.example/b").map(String::as_str),
+        s.pools[0]
+            .annotations
+            .get("a.example/b")
+            .map(String::as_str),
         Some("c")
     );
-    assert_eq!(s.pool_labels.get("l").map(String::as_str), Some("v"));
-    let service = s.pool_service_selector.expect("service selector");
+    assert_eq!(s.pools[0].labels.get("l").map(String::as_str), Some("v"));
+    let service = s.pools[0]
+        .service_selector
+        .clone()
+        .expect("service selector");
     assert_eq!(service.to_string(), "color=blue,zone=1");
     let k8s = service.to_kubernetes();
     assert_eq!(k8s.match_labels.map(|m| m.len()), Some(2));
@@ -231,10 +248,10 @@ fn environment_overrides_config_json() {
     ]);
     let s = ok(Some(&config), &env);
     assert_eq!(s.log_level, LogLevel::Warn);
-    assert_eq!(s.pool_name, "from-file");
+    assert_eq!(s.pools[0].name, "from-file");
     assert_eq!(token_of(&s), "env-token");
     // The environment replaces the whole object; it is not merged key by key.
-    assert_eq!(s.pool_labels.keys().collect::<Vec<_>>(), ["b"]);
+    assert_eq!(s.pools[0].labels.keys().collect::<Vec<_>>(), ["b"]);
 }
 
 #[test]
@@ -246,7 +263,7 @@ fn the_go_versions_config_json_and_env_names_still_work() {
     );
     let s = ok(Some(&config), &vars(&[]));
     assert_eq!(s.log_level, LogLevel::Debug);
-    assert_eq!(s.label_selector.to_string(), "role=worker");
+    assert_eq!(s.pools[0].label_selector.to_string(), "role=worker");
     assert_eq!(token_of(&s), "abc");
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
 
@@ -259,7 +276,7 @@ fn the_go_versions_config_json_and_env_names_still_work() {
         ]),
     );
     assert_eq!(s.log_level, LogLevel::Debug);
-    assert_eq!(s.label_selector.to_string(), "role=worker");
+    assert_eq!(s.pools[0].label_selector.to_string(), "role=worker");
     assert_eq!(token_of(&s), "abc");
 }
 
@@ -279,7 +296,7 @@ fn config_json_keys_match_in_any_case_and_with_underscores() {
             &format!(r#"{{"{a}": "x=y", "{b}": "warning", "{c}": "tok"}}"#),
         );
         let s = ok(Some(&config), &vars(&[]));
-        assert_eq!(s.label_selector.to_string(), "x=y", "{a}");
+        assert_eq!(s.pools[0].label_selector.to_string(), "x=y", "{a}");
         assert_eq!(s.log_level, LogLevel::Warn, "{b}");
         assert_eq!(token_of(&s), "tok", "{c}");
     }
@@ -321,14 +338,14 @@ fn numbers_and_booleans_in_config_json_are_read_as_text() {
     );
     let s = ok(Some(&config), &vars(&[]));
     assert_eq!(token_of(&s), "12345");
-    assert_eq!(s.label_selector.to_string(), "on");
+    assert_eq!(s.pools[0].label_selector.to_string(), "on");
     assert_eq!(
-        s.pool_labels.get("enabled").map(String::as_str),
+        s.pools[0].labels.get("enabled").map(String::as_str),
         Some("true")
     );
-    assert_eq!(s.pool_labels.get("n").map(String::as_str), Some("7"));
+    assert_eq!(s.pools[0].labels.get("n").map(String::as_str), Some("7"));
     assert_eq!(
-        s.pool_annotations.get("x").map(String::as_str),
+        s.pools[0].annotations.get("x").map(String::as_str),
         Some("false")
     );
 }
@@ -343,9 +360,9 @@ fn null_and_empty_values_count_as_unset() {
     let env = vars(&[("CANADA_KAKTUS_LABELSELECTOR", "")]);
     let s = ok(Some(&config), &env);
     assert_eq!(s.log_level, LogLevel::Info);
-    assert_eq!(s.pool_name, "covidnetes-pool");
+    assert_eq!(s.pools[0].name, "covidnetes-pool");
     assert_eq!(
-        s.label_selector.to_string(),
+        s.pools[0].label_selector.to_string(),
         "kops.k8s.io/instance-role=Node"
     );
 }
@@ -475,7 +492,7 @@ fn the_config_file_can_be_named_by_the_environment() {
         None,
         &with_token(&[("CANADA_KAKTUS_CONFIG", config.to_str().expect("path"))]),
     );
-    assert_eq!(s.pool_name, "named-by-env");
+    assert_eq!(s.pools[0].name, "named-by-env");
     assert_eq!(s.config_file.as_deref(), Some(config.as_path()));
     // --config wins over the variable.
     let other = files.write("other.json", r#"{"PoolName": "named-by-flag"}"#);
@@ -483,7 +500,7 @@ fn the_config_file_can_be_named_by_the_environment() {
         Some(&other),
         &with_token(&[("CANADA_KAKTUS_CONFIG", config.to_str().expect("path"))]),
     );
-    assert_eq!(s.pool_name, "named-by-flag");
+    assert_eq!(s.pools[0].name, "named-by-flag");
 }
 
 #[test]
@@ -548,7 +565,7 @@ fn config_json_must_be_an_object() {
 fn byte_order_mark_and_empty_file_are_tolerated() {
     let files = Files::new();
     let config = files.write("bom.json", "\u{feff}{\"PoolName\": \"bom\"}");
-    assert_eq!(ok(Some(&config), &with_token(&[])).pool_name, "bom");
+    assert_eq!(ok(Some(&config), &with_token(&[])).pools[0].name, "bom");
     let config = files.write("empty.json", "  \n");
     let s = ok(Some(&config), &with_token(&[]));
     assert!(
@@ -807,7 +824,7 @@ fn pool_name_must_be_a_dns_subdomain() {
         None,
         &with_token(&[("CANADA_KAKTUS_POOL_NAME", &"p".repeat(253))]),
     );
-    assert_eq!(s.pool_name.len(), 253);
+    assert_eq!(s.pools[0].name.len(), 253);
 }
 
 #[test]
@@ -843,7 +860,7 @@ fn pool_labels_annotations_and_service_selector_are_validated() {
         )]),
     );
     assert_eq!(
-        s.pool_annotations.get("note").map(String::as_str),
+        s.pools[0].annotations.get("note").map(String::as_str),
         Some("any text, even (this)")
     );
     // The service selector also takes a JSON object string from the environment.
@@ -855,7 +872,11 @@ fn pool_labels_annotations_and_service_selector_are_validated() {
         )]),
     );
     assert_eq!(
-        s.pool_service_selector.map(|x| x.to_string()).as_deref(),
+        s.pools[0]
+            .service_selector
+            .clone()
+            .map(|x| x.to_string())
+            .as_deref(),
         Some("color=blue")
     );
 }

@@ -392,74 +392,27 @@ impl Loader {
                 "a duration from 1s to 2m, e.g. 10s",
             )
         });
-        let pool_name = self.parse(&POOL_NAME, parse_pool_name);
-        let pool_annotations = self
-            .parse(&POOL_ANNOTATIONS, |s| parse_string_map(s, false))
-            .unwrap_or_default();
-        let pool_labels = self
-            .parse(&POOL_LABELS, |s| parse_string_map(s, true))
-            .unwrap_or_default();
-        let pool_service_selector = self
-            .parse(&POOL_SERVICE_SELECTOR, parse_service_selector)
-            .flatten();
+        let single = self.single_pool(label_selector);
         let interval = self.parse(&INTERVAL, parse_interval);
         let listen_address = self.parse(&LISTEN_ADDRESS, parse_listen_address);
         let cilium_api_version = self.parse(&CILIUM_API_VERSION, |s| {
             s.parse::<CiliumApiVersion>().map_err(|e| e.reason())
         });
-        // Every setting has a default in the table, so `None` means a failed
-        // parse, which is a recorded problem: the placeholders below never
-        // reach a returned Settings.
-        let guards = GuardSettings {
-            max_removal_ratio: self
-                .parse(&MAX_REMOVAL_RATIO, parse_ratio)
-                .unwrap_or_default(),
-            blocked_addresses: self
-                .parse(&BLOCKED_ADDRESSES, parse_blocked_addresses)
-                .unwrap_or_default(),
-            hcloud_request_budget: self
-                .parse(&HCLOUD_REQUEST_BUDGET, parse_request_budget)
-                .unwrap_or_default(),
-        };
+        let guards = self.guard_settings();
         let operate = self.operate_settings();
         let listed_pools = self.listed_pools(operate.watch_nodes);
         let pools_listed = listed_pools.is_some();
-
         if let Some(endpoint) = &hcloud_endpoint {
-            let plain_http = endpoint.to_ascii_lowercase().starts_with("http://");
-            if plain_http
-                && (hcloud_allow_http || !crate::hetzner::is_plain_http_off_host(endpoint))
-            {
-                self.warnings.push(format!(
-                    "{} uses plain http, so the API token travels unencrypted; use https outside \
-                     tests",
-                    HCLOUD_ENDPOINT.label()
-                ));
-            } else if plain_http {
-                {
-                    let origin = self.origin_of(&HCLOUD_ENDPOINT);
-                    self.problem(
-                        Some(&HCLOUD_ENDPOINT),
-                        format!(
-                            "{} (from {origin}) uses plain http to a host that is not a \
-                             loopback address, so the API token would travel unencrypted; use \
-                             https, or set {} to true for a trusted proxy",
-                            quote(endpoint),
-                            HCLOUD_ALLOW_HTTP.label()
-                        ),
-                    );
-                }
-            }
+            self.check_plain_http(endpoint, hcloud_allow_http);
         }
 
         match (
             log_level,
             log_format,
-            label_selector,
             token,
             hcloud_endpoint,
             hcloud_timeout,
-            pool_name,
+            single,
             interval,
             listen_address,
             cilium_api_version,
@@ -467,43 +420,25 @@ impl Loader {
             (
                 Some(log_level),
                 Some(log_format),
-                Some(label_selector),
                 Some(token),
                 Some(hcloud_endpoint),
                 Some(hcloud_timeout),
-                Some(pool_name),
+                Some(single),
                 Some(interval),
                 Some(listen_address),
                 Some(cilium_api_version),
             ) if self.problems.is_empty() => Ok(Settings {
-                pools: listed_pools.unwrap_or_else(|| {
-                    vec![PoolConfig {
-                        name: pool_name.clone(),
-                        label_selector: label_selector.clone(),
-                        addresses: vec![AddressKind::PublicIpv4],
-                        ipv6_host_part: DEFAULT_IPV6_HOST_PART,
-                        private_network: None,
-                        include_alias_ips: false,
-                        floating_ip_selector: None,
-                        service_selector: pool_service_selector.clone(),
-                        annotations: pool_annotations.clone(),
-                        labels: pool_labels.clone(),
-                        max_removal_ratio: guards.max_removal_ratio,
-                        nodes: NodeRules::default(),
-                    }]
-                }),
+                // The single-pool settings are the one pool when `Pools`
+                // is unset (they are checked either way).
+                pools: listed_pools
+                    .unwrap_or_else(|| vec![single.into_pool(guards.max_removal_ratio)]),
                 pools_listed,
                 log_level,
                 log_format,
-                label_selector,
                 token,
                 hcloud_endpoint,
                 hcloud_allow_http,
                 hcloud_timeout,
-                pool_name,
-                pool_annotations,
-                pool_labels,
-                pool_service_selector,
                 interval,
                 listen_address,
                 cilium_api_version,
@@ -524,6 +459,100 @@ impl Loader {
                 }
                 Err(ConfigErrors(self.problems))
             }
+        }
+    }
+
+    /// The single-pool settings (`LabelSelector`, `PoolName`, …), each
+    /// checked; `None` when one of them is invalid (recorded).
+    fn single_pool(&mut self, label_selector: Option<LabelSelector>) -> Option<SinglePool> {
+        let name = self.parse(&POOL_NAME, parse_pool_name);
+        let annotations = self
+            .parse(&POOL_ANNOTATIONS, |s| parse_string_map(s, false))
+            .unwrap_or_default();
+        let labels = self
+            .parse(&POOL_LABELS, |s| parse_string_map(s, true))
+            .unwrap_or_default();
+        let service_selector = self
+            .parse(&POOL_SERVICE_SELECTOR, parse_service_selector)
+            .flatten();
+        Some(SinglePool {
+            name: name?,
+            label_selector: label_selector?,
+            annotations,
+            labels,
+            service_selector,
+        })
+    }
+
+    /// The guards' settings. Every setting has a default in the table, so
+    /// a missing value means a failed parse, which is a recorded problem:
+    /// the placeholders never reach a returned `Settings`.
+    fn guard_settings(&mut self) -> GuardSettings {
+        GuardSettings {
+            max_removal_ratio: self
+                .parse(&MAX_REMOVAL_RATIO, parse_ratio)
+                .unwrap_or_default(),
+            blocked_addresses: self
+                .parse(&BLOCKED_ADDRESSES, parse_blocked_addresses)
+                .unwrap_or_default(),
+            hcloud_request_budget: self
+                .parse(&HCLOUD_REQUEST_BUDGET, parse_request_budget)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Plain http carries the token unencrypted: a warning where allowed
+    /// (loopback, or `HcloudAllowHttp`), else a problem.
+    fn check_plain_http(&mut self, endpoint: &str, allowed: bool) {
+        if !endpoint.to_ascii_lowercase().starts_with("http://") {
+            return;
+        }
+        if allowed || !crate::hetzner::is_plain_http_off_host(endpoint) {
+            self.warnings.push(format!(
+                "{} uses plain http, so the API token travels unencrypted; use https outside \
+                 tests",
+                HCLOUD_ENDPOINT.label()
+            ));
+            return;
+        }
+        let origin = self.origin_of(&HCLOUD_ENDPOINT);
+        self.problem(
+            Some(&HCLOUD_ENDPOINT),
+            format!(
+                "{} (from {origin}) uses plain http to a host that is not a loopback address, \
+                 so the API token would travel unencrypted; use https, or set {} to true for a \
+                 trusted proxy",
+                quote(endpoint),
+                HCLOUD_ALLOW_HTTP.label()
+            ),
+        );
+    }
+}
+
+/// The one pool the single-pool settings describe (the Go version's pool).
+struct SinglePool {
+    name: String,
+    label_selector: LabelSelector,
+    annotations: BTreeMap<String, String>,
+    labels: BTreeMap<String, String>,
+    service_selector: Option<LabelSelector>,
+}
+
+impl SinglePool {
+    fn into_pool(self, max_removal_ratio: f64) -> PoolConfig {
+        PoolConfig {
+            name: self.name,
+            label_selector: self.label_selector,
+            addresses: vec![AddressKind::PublicIpv4],
+            ipv6_host_part: DEFAULT_IPV6_HOST_PART,
+            private_network: None,
+            include_alias_ips: false,
+            floating_ip_selector: None,
+            service_selector: self.service_selector,
+            annotations: self.annotations,
+            labels: self.labels,
+            max_removal_ratio,
+            nodes: NodeRules::default(),
         }
     }
 }

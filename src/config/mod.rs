@@ -27,8 +27,6 @@ use std::time::Duration;
 
 use figment::Figment;
 
-use crate::vocab::selector::LabelSelector;
-
 /// The most a config file may hold: it is read every few seconds, and a
 /// file this large is not a config (a log or an image mounted by mistake).
 pub const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
@@ -101,21 +99,17 @@ pub struct OperateSettings {
 pub struct Settings {
     pub log_level: LogLevel,
     pub log_format: LogFormat,
-    pub label_selector: LabelSelector,
     pub token: TokenSource,
     pub hcloud_endpoint: String,
     /// Plain http to a non-loopback endpoint was allowed explicitly.
     pub hcloud_allow_http: bool,
     /// Covers one whole request to Hetzner.
     pub hcloud_timeout: Duration,
-    pub pool_name: String,
-    pub pool_annotations: BTreeMap<String, String>,
-    pub pool_labels: BTreeMap<String, String>,
-    pub pool_service_selector: Option<LabelSelector>,
     /// The pools to keep, in order: those of `Pools`, or the one the
-    /// single-pool settings describe.
+    /// single-pool settings (`LabelSelector`, `PoolName`, …) describe.
     pub pools: Vec<PoolConfig>,
-    /// `Pools` was set (rather than the single-pool settings).
+    /// `Pools` was set (rather than the single-pool settings): shapes only
+    /// the output (`--dry-run` prints a list, errors name their pool).
     pub pools_listed: bool,
     pub interval: Duration,
     pub listen_address: SocketAddr,

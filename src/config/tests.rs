@@ -21,7 +21,7 @@ fn implicit_config_json_is_read_when_present_and_skipped_when_absent() {
 
     std::fs::write(&file, r#"{"PoolName": "from-file"}"#).expect("write");
     let settings = load_with_default_file(None, &vars, &file).expect("file is read");
-    assert_eq!(settings.pool_name, "from-file");
+    assert_eq!(settings.pools[0].name, "from-file");
     assert_eq!(settings.config_file.as_deref(), Some(file.as_path()));
 }
 
