@@ -3,22 +3,18 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canada_kaktus::config::{self, CiliumApiVersion};
-use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
-use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::Reconciler;
-use canada_kaktus::run::{ControlLoop, LoopTimings};
+use canada_kaktus::config;
 use canada_kaktus::serve::health::Health;
 use canada_kaktus::serve::http;
 use canada_kaktus::serve::metrics::Metrics;
 use serde_json::Value;
 use support::fake_hetzner::{numbered_servers, FakeHetzner, Fault};
 use support::fake_kube::FakeKube;
+use support::in_process::{control_loop, hcloud_env, quick_options, quick_timings};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -107,10 +103,7 @@ async fn start_loaded(
     support::isolate_working_directory();
     canada_kaktus::sync::install_crypto_provider();
     canada_kaktus::serve::telemetry::init(config::LogLevel::Info, config::LogFormat::Text);
-    let mut env: HashMap<String, String> = HashMap::from([
-        ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
-        ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
-    ]);
+    let mut env = hcloud_env(TOKEN, hetzner.endpoint());
     env.extend(
         extra_env
             .iter()
@@ -118,32 +111,14 @@ async fn start_loaded(
     );
     let settings = config::load(cli_config.as_deref(), &env).unwrap();
     after_load();
-    let hetzner_client = HetznerClient::new(HetznerOptions {
-        request_timeout: Duration::from_secs(2),
-        retry: RetryPolicy {
-            max_retries: 1,
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(5),
-            max_rate_limit_wait: Duration::from_millis(10),
-        },
-        ..HetznerOptions::new(hetzner.endpoint())
-    })
-    .unwrap();
-    let timings = LoopTimings {
-        debounce: Duration::from_millis(10),
-        heartbeat: Duration::from_millis(50),
-        cycle_timeout: Duration::from_secs(5),
-        config_poll: Duration::from_millis(50),
-        retry_base: Duration::from_millis(20),
-        // Far below the configurable minimum, so the test sees many cycles.
-        interval_override: Some(Duration::from_millis(100)),
-        confirm_delay: Duration::from_millis(100),
-    };
-    let reconciler = Reconciler::new(
-        hetzner_client,
-        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+    let controller = control_loop(
+        settings,
+        cli_config,
+        env,
+        quick_options(hetzner.endpoint()),
+        kube.client(),
+        quick_timings(),
     );
-    let controller = ControlLoop::new(settings, reconciler, cli_config, env).with_timings(timings);
     let shutdown = controller.shutdown_token();
     let listener = http::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let base_url = format!("http://{}", listener.local_addr().unwrap());

@@ -532,13 +532,12 @@ impl Captured {
 
 #[tokio::test]
 async fn the_logs_section_lists_the_fields_of_the_reconcile_finished_line() {
-    use canada_kaktus::config::{self, CiliumApiVersion, LogFormat, LogLevel};
-    use canada_kaktus::hetzner::{HetznerClient, HetznerOptions};
-    use canada_kaktus::pool::PoolClient;
-    use canada_kaktus::reconcile::Reconciler;
-    use canada_kaktus::run::ControlLoop;
+    use canada_kaktus::config::{self, LogFormat, LogLevel};
+    use canada_kaktus::hetzner::HetznerOptions;
+    use canada_kaktus::run::LoopTimings;
     use support::fake_hetzner::{numbered_servers, FakeHetzner};
     use support::fake_kube::FakeKube;
+    use support::in_process::{control_loop, hcloud_env};
 
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
@@ -556,22 +555,17 @@ async fn the_logs_section_lists_the_fields_of_the_reconcile_finished_line() {
     let hetzner = FakeHetzner::start().await;
     hetzner.set_servers(numbered_servers(2));
     let kube = FakeKube::new(&["v2"]);
-    let env = std::collections::HashMap::from([
-        (
-            "CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(),
-            "docs-test-token".to_owned(),
-        ),
-        (
-            "CANADA_KAKTUS_HCLOUD_ENDPOINT".to_owned(),
-            hetzner.endpoint(),
-        ),
-    ]);
+    let env = hcloud_env("docs-test-token", hetzner.endpoint());
     let settings = config::load(None, &env).unwrap();
-    let reconciler = Reconciler::new(
-        HetznerClient::new(HetznerOptions::new(hetzner.endpoint())).unwrap(),
-        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+    // The defaults a deployment runs with, not the quick ones.
+    let control = control_loop(
+        settings,
+        None,
+        env,
+        HetznerOptions::new(hetzner.endpoint()),
+        kube.client(),
+        LoopTimings::default(),
     );
-    let control = ControlLoop::new(settings, reconciler, None, env);
     let shutdown = control.shutdown_token();
     let running = tokio::spawn(control.run());
 

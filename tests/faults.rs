@@ -8,20 +8,18 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use canada_kaktus::config::{self, CiliumApiVersion};
-use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
-use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::Reconciler;
-use canada_kaktus::run::{ControlLoop, LoopTimings};
+use canada_kaktus::config;
+use canada_kaktus::hetzner::HetznerOptions;
+use canada_kaktus::run::LoopTimings;
 use canada_kaktus::serve::health::Health;
 use canada_kaktus::serve::metrics::Metrics;
 use serde_json::{json, Value};
 use support::fake_hetzner::{numbered_servers, FakeHetzner, Fault};
 use support::fake_kube::FakeKube;
+use support::in_process::{control_loop, hcloud_env, quick_options, quick_timings};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -114,45 +112,20 @@ fn start_timed(
 ) -> Running {
     support::isolate_working_directory();
     canada_kaktus::sync::install_crypto_provider();
-    let env: HashMap<String, String> = HashMap::from([
-        ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
-        ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
-    ]);
+    let env = hcloud_env(TOKEN, hetzner.endpoint());
     let settings = config::load(None, &env).unwrap();
-    let timings = LoopTimings {
-        debounce: Duration::from_millis(10),
-        heartbeat: Duration::from_millis(50),
+    let mut timings = LoopTimings {
         cycle_timeout,
         config_poll: Duration::from_secs(3600),
-        retry_base: Duration::from_millis(20),
-        interval_override: Some(Duration::from_millis(100)),
-        confirm_delay: Duration::from_millis(100),
+        ..quick_timings()
     };
-    let mut timings = timings;
     adjust(&mut timings);
-    let reconciler = Reconciler::new(
-        HetznerClient::new(options).unwrap(),
-        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
-    );
-    let controller = ControlLoop::new(settings, reconciler, None, env).with_timings(timings);
+    let controller = control_loop(settings, None, env, options, kube.client(), timings);
     Running {
         health: controller.health(),
         metrics: controller.metrics(),
         shutdown: controller.shutdown_token(),
         task: tokio::spawn(controller.run()),
-    }
-}
-
-fn quick_options(hetzner: &FakeHetzner) -> HetznerOptions {
-    HetznerOptions {
-        request_timeout: Duration::from_secs(2),
-        retry: RetryPolicy {
-            max_retries: 1,
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(5),
-            max_rate_limit_wait: Duration::from_millis(10),
-        },
-        ..HetznerOptions::new(hetzner.endpoint())
     }
 }
 
@@ -216,7 +189,7 @@ async fn a_response_stalled_past_the_request_timeout_fails_the_cycle() {
     let kube = FakeKube::new(&["v2"]);
     let options = HetznerOptions {
         request_timeout: Duration::from_millis(500),
-        ..quick_options(&hetzner)
+        ..quick_options(hetzner.endpoint())
     };
     let running = start(&hetzner, &kube, options, Duration::from_secs(20));
     running.wait_healthy("pool established").await;
@@ -244,7 +217,7 @@ async fn a_cycle_past_its_time_limit_is_abandoned() {
     // cycle's own limit ends it.
     let options = HetznerOptions {
         request_timeout: Duration::from_secs(30),
-        ..quick_options(&hetzner)
+        ..quick_options(hetzner.endpoint())
     };
     let running = start(&hetzner, &kube, options, Duration::from_secs(1));
     running.wait_healthy("pool established").await;
@@ -265,7 +238,7 @@ async fn a_cycle_past_its_time_limit_is_abandoned() {
 async fn a_409_conflict_on_the_write_leaves_the_pool_and_is_retried() {
     let hetzner = hetzner_with(3).await;
     let kube = FakeKube::new(&["v2"]);
-    let running = start(&hetzner, &kube, quick_options(&hetzner), DEADLINE);
+    let running = start(&hetzner, &kube, quick_options(hetzner.endpoint()), DEADLINE);
     running.wait_healthy("pool established").await;
     wait_pool(&kube, "pool established", &cidrs(3)).await;
     let before = resource_version(&kube);
@@ -288,7 +261,7 @@ async fn a_409_conflict_on_the_write_leaves_the_pool_and_is_retried() {
 async fn a_pool_cilium_marks_as_conflicting_fails_health_and_names_the_problem() {
     let hetzner = hetzner_with(3).await;
     let kube = FakeKube::new(&["v2"]);
-    let running = start(&hetzner, &kube, quick_options(&hetzner), DEADLINE);
+    let running = start(&hetzner, &kube, quick_options(hetzner.endpoint()), DEADLINE);
     running.wait_healthy("pool established").await;
     wait_pool(&kube, "pool established", &cidrs(3)).await;
 
@@ -332,7 +305,7 @@ async fn a_held_removal_whose_write_failed_still_waits_the_confirmation_delay() 
     let running = start_timed(
         &hetzner,
         &kube,
-        quick_options(&hetzner),
+        quick_options(hetzner.endpoint()),
         Duration::from_secs(5),
         |timings| {
             timings.confirm_delay = Duration::from_secs(3600);

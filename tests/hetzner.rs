@@ -13,6 +13,7 @@ use canada_kaktus::hetzner::{
 };
 use canada_kaktus::vocab::SecretString;
 use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
+use support::in_process::{quick_options, quick_retry};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -27,17 +28,14 @@ fn install_crypto() {
 /// Short timeouts and a tiny backoff: retries happen, nothing waits long.
 fn options(endpoint: String) -> HetznerOptions {
     HetznerOptions {
-        endpoint,
         connect_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_secs(5),
         retry: RetryPolicy {
             max_retries: MAX_RETRIES,
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(5),
             max_rate_limit_wait: Duration::from_secs(60),
+            ..quick_retry()
         },
-        request_budget_per_hour: None,
-        listing_time_limit: Duration::from_secs(90),
+        ..quick_options(endpoint)
     }
 }
 

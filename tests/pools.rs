@@ -20,6 +20,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use support::fake_hetzner::{Directive, FakeFloatingIp, FakeHetzner, FakePrivateNet, FakeServer};
 use support::fake_kube::FakeKube;
+use support::in_process::{quick_options, quick_retry};
 
 const TOKEN: &str = "pools-token-7d21";
 
@@ -37,14 +38,13 @@ fn client(endpoint: String) -> HetznerClient {
     canada_kaktus::sync::install_crypto_provider();
     HetznerClient::new(HetznerOptions {
         connect_timeout: Duration::from_secs(2),
-        request_timeout: Duration::from_secs(2),
         retry: RetryPolicy {
             max_retries: 0,
-            base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(1),
             max_rate_limit_wait: Duration::from_millis(50),
+            ..quick_retry()
         },
-        ..HetznerOptions::new(endpoint)
+        ..quick_options(endpoint)
     })
     .unwrap()
 }

@@ -11,6 +11,8 @@
 //!
 //! A failing case is shrunk to a minimal input and printed.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::Ipv4Addr;
 use std::str::FromStr;
@@ -25,6 +27,7 @@ use canada_kaktus::vocab::SecretString;
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{json, Value};
+use support::in_process::{quick_options, quick_retry};
 
 /// `cases` per property, or `PROPTEST_CASES` when set.
 fn cases(default: u32) -> ProptestConfig {
@@ -598,11 +601,11 @@ fn hostile_error_documents_give_short_messages_and_never_panic() {
         request_timeout: Duration::from_secs(5),
         retry: RetryPolicy {
             max_retries: 0,
-            base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(1),
             max_rate_limit_wait: Duration::from_millis(1),
+            ..quick_retry()
         },
-        ..HetznerOptions::new(format!("{}/v1", server.uri()))
+        ..quick_options(format!("{}/v1", server.uri()))
     })
     .unwrap();
     let token = SecretString::new("hostile-token");

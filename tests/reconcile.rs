@@ -14,6 +14,7 @@ use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
 use support::fake_hetzner::{numbered_servers, Directive, FakeHetzner, FakeServer, Fault};
 use support::fake_kube::FakeKube;
+use support::in_process::{quick_options, quick_retry};
 use support::single;
 
 const TOKEN: &str = "test-token-4f1c9a";
@@ -35,14 +36,12 @@ fn fast_hetzner(endpoint: String) -> HetznerClient {
     canada_kaktus::sync::install_crypto_provider();
     HetznerClient::new(HetznerOptions {
         connect_timeout: Duration::from_secs(2),
-        request_timeout: Duration::from_secs(2),
         retry: RetryPolicy {
             max_retries: 2,
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(5),
             max_rate_limit_wait: Duration::from_millis(50),
+            ..quick_retry()
         },
-        ..HetznerOptions::new(endpoint)
+        ..quick_options(endpoint)
     })
     .unwrap()
 }

@@ -32,7 +32,7 @@
 mod support;
 
 use canada_kaktus::sync::lock;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::Ipv4Addr;
@@ -42,11 +42,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use canada_kaktus::config::{self, CiliumApiVersion};
-use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy, PER_PAGE};
-use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::Reconciler;
-use canada_kaktus::run::{ControlLoop, LoopTimings};
+use canada_kaktus::config;
+use canada_kaktus::hetzner::{HetznerOptions, RetryPolicy, PER_PAGE};
+use canada_kaktus::run::LoopTimings;
 use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
 use http_body_util::BodyExt;
@@ -56,6 +54,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use support::fake_hetzner::{Directive, FakeHetzner, FakeServer, Fault};
 use support::fake_kube::FakeKube;
+use support::in_process::{control_loop, hcloud_env, quick_options, quick_retry, quick_timings};
 use tokio::time::Instant;
 
 const TOKEN: &str = "soak-token-5150";
@@ -520,42 +519,34 @@ async fn thousands_of_cycles_with_random_faults_never_write_wrong() {
         lock(&script_model).next_request(page)
     })));
 
-    let env: HashMap<String, String> = HashMap::from([
-        ("CANADA_KAKTUS_HCLOUD_TOKEN".into(), TOKEN.into()),
-        ("CANADA_KAKTUS_HCLOUD_ENDPOINT".into(), hetzner.endpoint()),
-    ]);
+    let env = hcloud_env(TOKEN, hetzner.endpoint());
     support::isolate_working_directory();
     let settings = config::load(None, &env).unwrap();
     assert_eq!(settings.guards.max_removal_ratio, MAX_REMOVAL_RATIO);
-    let hetzner_client = HetznerClient::new(HetznerOptions {
+    let options = HetznerOptions {
         request_timeout: Duration::from_millis(150),
         retry: RetryPolicy {
-            max_retries: 1,
-            base_delay: Duration::from_millis(1),
             max_delay: Duration::from_millis(2),
             max_rate_limit_wait: Duration::from_millis(5),
+            ..quick_retry()
         },
-        ..HetznerOptions::new(hetzner.endpoint())
-    })
-    .unwrap();
+        ..quick_options(hetzner.endpoint())
+    };
     let tap = Tap {
         inner: kube.clone(),
         model: model.clone(),
     };
     let timings = LoopTimings {
         debounce: Duration::from_millis(1),
-        heartbeat: Duration::from_millis(50),
         cycle_timeout: Duration::from_secs(10),
         config_poll: Duration::from_secs(3600),
         retry_base: Duration::from_millis(1),
         confirm_delay: Duration::from_millis(1),
         interval_override: Some(Duration::from_millis(1)),
+        ..quick_timings()
     };
-    let reconciler = Reconciler::new(
-        hetzner_client,
-        PoolClient::new(kube::Client::new(tap, "default"), CiliumApiVersion::Auto),
-    );
-    let controller = ControlLoop::new(settings, reconciler, None, env).with_timings(timings);
+    let tapped = kube::Client::new(tap, "default");
+    let controller = control_loop(settings, None, env, options, tapped, timings);
     let health = controller.health();
     let shutdown = controller.shutdown_token();
     let task = tokio::spawn(controller.run());
