@@ -25,7 +25,9 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kube::api::{Api, DynamicObject};
@@ -221,20 +223,116 @@ impl Rig {
     }
 }
 
-/// Waits until the pool holds `want` and `/health` is 200 again.
-async fn recovered(
-    controller: &mut Controller,
-    api: &Api<DynamicObject>,
-    what: &str,
-    want: &Value,
-) {
-    wait_pool(api, TO_RECOVER, what, |p| {
-        p.is_some_and(|p| blocks_of(p) == *want)
-    })
-    .await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+/// One step of a Kubernetes row (inject, check while failing, undo): a
+/// future borrowing the rig while it runs.
+type Step<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// One controller process against a cluster whose API server, CRD and RBAC
+/// the Kubernetes rows break and restore. Fields drop in order: the
+/// controller stops before the cluster does.
+struct KubeRig {
+    controller: Controller,
+    api: Api<DynamicObject>,
+    hetzner: FakeHetzner,
+    cluster: TestCluster,
+    /// The pool as the current row read it before its fault, if it did.
+    pool_before: Option<DynamicObject>,
+    lines: Vec<String>,
+}
+
+/// What a Kubernetes row expects and how its line in the matrix reads.
+struct KubeRow {
+    name: &'static str,
+    /// What `last_error` must contain (all of them; none: any error).
+    needles: &'static [&'static str],
+    /// The failure column, after "503 after …s".
+    failing: &'static str,
+    /// The recovery column, before and after "…s".
+    recovers: [&'static str; 2],
+}
+
+impl KubeRig {
+    fn new(
+        cluster: TestCluster,
+        hetzner: FakeHetzner,
+        controller: Controller,
+        api: Api<DynamicObject>,
+    ) -> KubeRig {
+        KubeRig {
+            controller,
+            api,
+            hetzner,
+            cluster,
+            pool_before: None,
+            lines: Vec::new(),
+        }
+    }
+
+    /// A whole row for a fault that must turn health 503: `inject` it, wait
+    /// for 503 naming the cause, run the row's checks `while_failing`, then
+    /// `undo` it (which waits for the recovery and checks the pool), and
+    /// record the timings.
+    async fn row(
+        &mut self,
+        row: KubeRow,
+        inject: impl for<'a> FnOnce(&'a mut KubeRig) -> Step<'a>,
+        while_failing: impl for<'a> FnOnce(&'a mut KubeRig) -> Step<'a>,
+        undo: impl for<'a> FnOnce(&'a mut KubeRig) -> Step<'a>,
+    ) {
+        self.pool_before = None;
+        inject(self).await;
+        let started = Instant::now();
+        let body = self
+            .controller
+            .wait_health_within(TO_FAIL, 503, |b| {
+                b["last_error"]
+                    .as_str()
+                    .is_some_and(|e| row.needles.iter().all(|n| e.contains(n)))
+            })
+            .await;
+        let to_fail = started.elapsed();
+        while_failing(self).await;
+        let started = Instant::now();
+        undo(self).await;
+        let to_recover = started.elapsed();
+        self.lines.push(format!(
+            "| {} | 503 after {:.1}s{} | {} {:.1}s {} | {} |",
+            row.name,
+            to_fail.as_secs_f64(),
+            row.failing,
+            row.recovers[0],
+            to_recover.as_secs_f64(),
+            row.recovers[1],
+            body["last_error"].as_str().unwrap()
+        ));
+    }
+
+    /// Reads the pool before a row's fault, for [`KubeRig::before`].
+    async fn remember_pool(&mut self) {
+        self.pool_before = Some(self.api.get(POOL).await.unwrap());
+    }
+
+    /// The pool as [`KubeRig::remember_pool`] read it in this row.
+    fn before(&self) -> &DynamicObject {
+        self.pool_before
+            .as_ref()
+            .expect("the row read the pool before its fault")
+    }
+
+    /// Waits until the pool holds `want` and `/health` is 200 again.
+    async fn recovered(&mut self, what: &str, want: &Value) {
+        wait_pool(&self.api, TO_RECOVER, what, |p| {
+            p.is_some_and(|p| blocks_of(p) == *want)
+        })
         .await;
+        self.controller
+            .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+            .await;
+    }
+
+    fn print_matrix(&self) {
+        eprintln!("\nKubernetes faults:\n{}\n", self.lines.join("\n"));
+    }
 }
 
 fn write_atomically(path: &std::path::Path, text: &str) {
@@ -619,17 +717,18 @@ async fn hetzner_faults_that_are_retried_first() {
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn kubernetes_api_server_down_and_patch_forbidden() {
+    // What Hetzner lists outside the rows that change it.
+    const SERVERS: &[&str] = &["192.0.2.80", "192.0.2.81"];
     let mut cluster = cluster(Some(CrdFixture::V2)).await;
-    let hetzner = support::e2e::hetzner_with(&["192.0.2.80", "192.0.2.81"]).await;
+    let hetzner = support::e2e::hetzner_with(SERVERS).await;
     let kubeconfig = cluster
         .service_account_kubeconfig(NAMESPACE, NAMESPACE)
         .await;
     let api = pools(&cluster, "v2");
-    let mut lines = Vec::new();
 
     // Down at start.
     cluster.stop_apiserver();
-    let mut controller = Controller::spawn(
+    let controller = Controller::spawn(
         &kubeconfig,
         &[
             ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
@@ -639,90 +738,96 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
         ],
         &[],
     );
-    let started = Instant::now();
-    let body = controller
-        .wait_health_within(TO_FAIL, 503, |b| {
-            b["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains("cannot reach the Kubernetes API server"))
-        })
-        .await;
-    let to_fail = started.elapsed();
-    // Still down a few cycles later: the process waits, it does not exit.
-    wait_cycles(&hetzner, 3).await;
-    controller.assert_running();
-    let started = Instant::now();
-    cluster.start_apiserver().await;
-    let want = blocks(&["192.0.2.80", "192.0.2.81"]);
-    recovered(
-        &mut controller,
-        &api,
-        "pool created once the API server is up",
-        &want,
+    let mut rig = KubeRig::new(cluster, hetzner, controller, api);
+    rig.row(
+        KubeRow {
+            name: "API server down at start",
+            needles: &["cannot reach the Kubernetes API server"],
+            failing: "",
+            recovers: ["pool created and 200", "after the API server came up"],
+        },
+        // Injected above: stopped before the controller started.
+        |_| Box::pin(async {}),
+        // Still down a few cycles later: the process waits, it does not exit.
+        |rig| {
+            Box::pin(async move {
+                wait_cycles(&rig.hetzner, 3).await;
+                rig.controller.assert_running();
+            })
+        },
+        |rig| {
+            Box::pin(async move {
+                rig.cluster.start_apiserver().await;
+                rig.recovered("pool created once the API server is up", &blocks(SERVERS))
+                    .await;
+            })
+        },
     )
     .await;
-    lines.push(format!(
-        "| API server down at start | 503 after {:.1}s | pool created and 200 {:.1}s after the API server came up | {} |",
-        to_fail.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        body["last_error"].as_str().unwrap()
-    ));
 
     // Down mid-run.
-    let before = api.get(POOL).await.unwrap();
-    cluster.stop_apiserver();
-    let started = Instant::now();
-    let body = controller
-        .wait_health_within(TO_FAIL, 503, |b| {
-            b["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains("cannot reach the Kubernetes API server"))
-        })
-        .await;
-    let to_fail = started.elapsed();
-    let (live, _) = controller.livez().await.unwrap();
-    assert_eq!(live, 200, "/livez stays 200 while the API server is down");
-    let started = Instant::now();
-    cluster.start_apiserver().await;
-    controller
-        .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
-        .await;
-    let after = api.get(POOL).await.unwrap();
-    assert_eq!(
-        after.metadata.resource_version, before.metadata.resource_version,
-        "nothing changed in Hetzner, so nothing may be written after the restart"
-    );
-    assert_eq!(blocks_of(&after), want);
-    lines.push(format!(
-        "| API server down mid-run | 503 after {:.1}s; /livez stays 200 | 200 {:.1}s after the API server came back; pool untouched | {} |",
-        to_fail.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        body["last_error"].as_str().unwrap()
-    ));
+    rig.row(
+        KubeRow {
+            name: "API server down mid-run",
+            needles: &["cannot reach the Kubernetes API server"],
+            failing: "; /livez stays 200",
+            recovers: ["200", "after the API server came back; pool untouched"],
+        },
+        |rig| {
+            Box::pin(async move {
+                rig.remember_pool().await;
+                rig.cluster.stop_apiserver();
+            })
+        },
+        |rig| {
+            Box::pin(async move {
+                let (live, _) = rig.controller.livez().await.unwrap();
+                assert_eq!(live, 200, "/livez stays 200 while the API server is down");
+            })
+        },
+        |rig| {
+            Box::pin(async move {
+                rig.cluster.start_apiserver().await;
+                rig.controller
+                    .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
+                    .await;
+                let after = rig.api.get(POOL).await.unwrap();
+                assert_eq!(
+                    after.metadata.resource_version,
+                    rig.before().metadata.resource_version,
+                    "nothing changed in Hetzner, so nothing may be written after the restart"
+                );
+                assert_eq!(blocks_of(&after), blocks(SERVERS));
+            })
+        },
+    )
+    .await;
 
     // The API server stalls (SIGSTOP) while a cycle that listed a change
     // waits for it: the controller keeps running, and once the API server
-    // answers again the pool is what Hetzner lists, nothing else.
-    let (history, watch_task) = record_pool_history(pools(&cluster, "v2"));
-    let log_offset = controller.log_text().len();
-    cluster.freeze_apiserver(true);
-    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.84"]);
+    // answers again the pool is what Hetzner lists, nothing else. Not a row
+    // of the shared shape: health does not turn 503, and what is checked is
+    // the pool's history.
+    let (history, watch_task) = record_pool_history(pools(&rig.cluster, "v2"));
+    let log_offset = rig.controller.log_text().len();
+    rig.cluster.freeze_apiserver(true);
+    support::e2e::set_ips(&rig.hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.84"]);
     let started = Instant::now();
     // The controller (debug logs) has sent a request to the frozen server.
-    controller
+    rig.controller
         .wait_log_since(
             log_offset,
             "\"message\":\"requesting\"",
             Duration::from_secs(30),
         )
         .await;
-    controller.assert_running();
-    let (live, _) = controller.livez().await.unwrap();
+    rig.controller.assert_running();
+    let (live, _) = rig.controller.livez().await.unwrap();
     assert_eq!(live, 200, "/livez stays 200 while the API server stalls");
-    cluster.freeze_apiserver(false);
+    rig.cluster.freeze_apiserver(false);
     let stalled = started.elapsed();
     let stalled_want = blocks(&["192.0.2.80", "192.0.2.81", "192.0.2.84"]);
-    wait_pool(&api, TO_RECOVER, "written after the stall", |p| {
+    wait_pool(&rig.api, TO_RECOVER, "written after the stall", |p| {
         p.is_some_and(|p| blocks_of(p) == stalled_want)
     })
     .await;
@@ -741,94 +846,95 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
         vec![before_set, stalled_set],
         "only the listing was written after the stall"
     );
-    controller
+    rig.controller
         .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
         .await;
-    lines.push(format!(
+    rig.lines.push(format!(
         "| API server stalls (SIGSTOP) for {:.1}s mid-cycle | keeps running; /livez 200 | the listing written once it answers; nothing else | — |",
         stalled.as_secs_f64()
     ));
-    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81"]);
-    wait_pool(&api, TO_RECOVER, "back to the usual servers", |p| {
+    support::e2e::set_ips(&rig.hetzner, SERVERS);
+    let want = blocks(SERVERS);
+    wait_pool(&rig.api, TO_RECOVER, "back to the usual servers", |p| {
         p.is_some_and(|p| blocks_of(p) == want)
     })
     .await;
 
     // 403 on patch: take `patch` away, then give the controller something to write.
-    let before = api.get(POOL).await.unwrap();
-    support::e2e::revoke_pool_patch(&cluster);
-    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
-    let started = Instant::now();
-    let body = controller
-        .wait_health_within(TO_FAIL, 503, |b| {
-            b["last_error"].as_str().is_some_and(|e| {
-                e.contains("permission denied to patch") && e.contains("deploy/rbac.yaml")
+    rig.row(
+        KubeRow {
+            name: "403 on patch (RBAC edited)",
+            needles: &["permission denied to patch", "deploy/rbac.yaml"],
+            failing: "",
+            recovers: ["written and 200", "after the role was restored"],
+        },
+        |rig| {
+            Box::pin(async move {
+                rig.remember_pool().await;
+                support::e2e::revoke_pool_patch(&rig.cluster);
+                support::e2e::set_ips(&rig.hetzner, &["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
             })
-        })
-        .await;
-    let to_fail = started.elapsed();
-    let now = api.get(POOL).await.unwrap();
-    assert_eq!(
-        now.metadata.resource_version,
-        before.metadata.resource_version
-    );
-    controller.assert_running();
-    let started = Instant::now();
-    apply_deploy(&cluster);
-    let want = blocks(&["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
-    recovered(
-        &mut controller,
-        &api,
-        "written once the role is restored",
-        &want,
+        },
+        |rig| {
+            Box::pin(async move {
+                let now = rig.api.get(POOL).await.unwrap();
+                assert_eq!(
+                    now.metadata.resource_version,
+                    rig.before().metadata.resource_version
+                );
+                rig.controller.assert_running();
+            })
+        },
+        |rig| {
+            Box::pin(async move {
+                apply_deploy(&rig.cluster);
+                let want = blocks(&["192.0.2.80", "192.0.2.81", "192.0.2.82"]);
+                rig.recovered("written once the role is restored", &want)
+                    .await;
+            })
+        },
     )
     .await;
-    lines.push(format!(
-        "| 403 on patch (RBAC edited) | 503 after {:.1}s | written and 200 {:.1}s after the role was restored | {} |",
-        to_fail.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        body["last_error"].as_str().unwrap()
-    ));
 
     // 403 on list/watch: the other pools cannot be read, so nothing may
     // be written (an address might overlap a pool the controller cannot
     // see); the pool watch fails too (logged). Pool unchanged throughout.
-    support::e2e::limit_pool_verbs(&cluster, &["get", "patch"]);
-    let before = api.get(POOL).await.unwrap();
-    support::e2e::set_ips(&hetzner, &["192.0.2.80", "192.0.2.84"]);
-    let started = Instant::now();
-    let body = controller
-        .wait_health_within(TO_FAIL, 503, |b| {
-            b["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains("permission denied to list"))
-        })
-        .await;
-    let to_fail = started.elapsed();
-    assert_eq!(
-        api.get(POOL).await.unwrap().metadata.resource_version,
-        before.metadata.resource_version,
-        "written without knowing the other pools"
-    );
-    let started = Instant::now();
-    apply_deploy(&cluster);
-    let want = blocks(&["192.0.2.80", "192.0.2.84"]);
-    recovered(
-        &mut controller,
-        &api,
-        "written once list is allowed again",
-        &want,
+    rig.row(
+        KubeRow {
+            name: "403 on list/watch (RBAC edited)",
+            needles: &["permission denied to list"],
+            failing: ", pool unchanged",
+            recovers: ["written and 200", "after the role was restored"],
+        },
+        |rig| {
+            Box::pin(async move {
+                support::e2e::limit_pool_verbs(&rig.cluster, &["get", "patch"]);
+                rig.remember_pool().await;
+                support::e2e::set_ips(&rig.hetzner, &["192.0.2.80", "192.0.2.84"]);
+            })
+        },
+        |rig| {
+            Box::pin(async move {
+                assert_eq!(
+                    rig.api.get(POOL).await.unwrap().metadata.resource_version,
+                    rig.before().metadata.resource_version,
+                    "written without knowing the other pools"
+                );
+            })
+        },
+        |rig| {
+            Box::pin(async move {
+                apply_deploy(&rig.cluster);
+                let want = blocks(&["192.0.2.80", "192.0.2.84"]);
+                rig.recovered("written once list is allowed again", &want)
+                    .await;
+            })
+        },
     )
     .await;
-    lines.push(format!(
-        "| 403 on list/watch (RBAC edited) | 503 after {:.1}s, pool unchanged | written and 200 {:.1}s after the role was restored | {} |",
-        to_fail.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        body["last_error"].as_str().unwrap()
-    ));
 
-    controller.assert_running();
-    eprintln!("\nKubernetes faults:\n{}\n", lines.join("\n"));
+    rig.controller.assert_running();
+    rig.print_matrix();
 }
 
 /// CRD missing at start, then a watch broken by an API server restart: with
@@ -837,62 +943,65 @@ async fn kubernetes_api_server_down_and_patch_forbidden() {
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
-    let mut cluster = cluster(None).await;
-    let hetzner = support::e2e::hetzner_with(&["192.0.2.90", "192.0.2.91"]).await;
-    let mut controller = Controller::start(&cluster, &hetzner, "1h").await;
-    let mut lines = Vec::new();
-
-    let started = Instant::now();
-    let body = controller
-        .wait_health_within(TO_FAIL, 503, |b| {
-            b["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains("Cilium LB IPAM is not installed"))
-        })
-        .await;
-    let to_fail = started.elapsed();
-    controller.assert_running();
-    let started = Instant::now();
-    cluster.install_crd(CrdFixture::V2).await;
+    // What Hetzner lists throughout.
+    const SERVERS: &[&str] = &["192.0.2.90", "192.0.2.91"];
+    let cluster = cluster(None).await;
+    let hetzner = support::e2e::hetzner_with(SERVERS).await;
+    let controller = Controller::start(&cluster, &hetzner, "1h").await;
     let api = pools(&cluster, "v2");
-    let want = blocks(&["192.0.2.90", "192.0.2.91"]);
-    recovered(
-        &mut controller,
-        &api,
-        "pool created after the CRD appeared",
-        &want,
+    let mut rig = KubeRig::new(cluster, hetzner, controller, api);
+
+    rig.row(
+        KubeRow {
+            name: "CRD missing",
+            needles: &["Cilium LB IPAM is not installed"],
+            failing: ", no pool written",
+            recovers: [
+                "pool created and 200",
+                "after the CRD was installed (failed cycles retry after 5 s, doubling)",
+            ],
+        },
+        // Injected above: the cluster has no CRD since it started.
+        |_| Box::pin(async {}),
+        |rig| Box::pin(async move { rig.controller.assert_running() }),
+        |rig| {
+            Box::pin(async move {
+                rig.cluster.install_crd(CrdFixture::V2).await;
+                rig.recovered("pool created after the CRD appeared", &blocks(SERVERS))
+                    .await;
+            })
+        },
     )
     .await;
-    lines.push(format!(
-        "| CRD missing | 503 after {:.1}s, no pool written | pool created and 200 {:.1}s after the CRD was installed (failed cycles retry after 5 s, doubling) | {} |",
-        to_fail.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        body["last_error"].as_str().unwrap()
-    ));
 
-    // Let the watch start, then break it with a restart.
-    let polls = hetzner.requests();
-    edit_blocks(&api, json!([{"cidr": "192.0.2.99/32"}])).await;
-    wait_pool(&api, TO_RECOVER, "edit repaired before the restart", |p| {
-        p.is_some_and(|p| blocks_of(p) == want)
-    })
+    // Let the watch start, then break it with a restart. Not a row of the
+    // shared shape: health stays 200 (no cycle is due).
+    let want = blocks(SERVERS);
+    let polls = rig.hetzner.requests();
+    edit_blocks(&rig.api, json!([{"cidr": "192.0.2.99/32"}])).await;
+    wait_pool(
+        &rig.api,
+        TO_RECOVER,
+        "edit repaired before the restart",
+        |p| p.is_some_and(|p| blocks_of(p) == want),
+    )
     .await;
-    let stop_log = controller.log_text().len();
-    cluster.stop_apiserver();
+    let stop_log = rig.controller.log_text().len();
+    rig.cluster.stop_apiserver();
     // The controller notices (its pool watch fails) and keeps running.
-    controller
+    rig.controller
         .wait_log_since(
             stop_log,
             "watching the pool failed",
             Duration::from_secs(30),
         )
         .await;
-    controller.assert_running();
-    cluster.start_apiserver().await;
+    rig.controller.assert_running();
+    rig.cluster.start_apiserver().await;
     let started = Instant::now();
-    edit_blocks(&api, json!([{"cidr": "192.0.2.98/32"}])).await;
+    edit_blocks(&rig.api, json!([{"cidr": "192.0.2.98/32"}])).await;
     wait_pool(
-        &api,
+        &rig.api,
         TO_RECOVER,
         "edit repaired after the watch broke and resumed",
         |p| p.is_some_and(|p| blocks_of(p) == want),
@@ -900,14 +1009,14 @@ async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
     .await;
     let repaired = started.elapsed();
     assert_eq!(
-        hetzner.requests(),
+        rig.hetzner.requests(),
         polls,
         "the repair reused the last listing (no full cycle was due for an hour)"
     );
-    controller
+    rig.controller
         .wait_health_within(TO_RECOVER, 200, |b| b["last_error"].is_null())
         .await;
-    lines.push(format!(
+    rig.lines.push(format!(
         "| watch stream broken (API server restart) | stays 200 (no cycle due) | an edit after the restart was repaired in {:.1}s by the resumed watch, without a Hetzner request | |",
         repaired.as_secs_f64()
     ));
@@ -915,38 +1024,41 @@ async fn kubernetes_crd_missing_and_watch_broken_by_a_restart() {
     // Cilium's CRD is deleted while running (the pools go with it): the
     // controller cannot write, says so, keeps running, and recreates the
     // pool once the CRD is back.
-    let out = cluster.kubectl(&[
-        "delete",
-        "crd",
-        "ciliumloadbalancerippools.cilium.io",
-        "--wait=true",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let started = Instant::now();
-    let body = controller
-        .wait_health_within(TO_FAIL, 503, |b| b["last_error"].is_string())
-        .await;
-    let to_fail = started.elapsed();
-    controller.assert_running();
-    let started = Instant::now();
-    cluster.install_crd(CrdFixture::V2).await;
-    recovered(
-        &mut controller,
-        &api,
-        "pool recreated after the CRD came back",
-        &want,
+    rig.row(
+        KubeRow {
+            name: "CRD deleted while running",
+            needles: &[],
+            failing: "",
+            recovers: [
+                "pool recreated and 200",
+                "after the CRD was installed again",
+            ],
+        },
+        |rig| {
+            Box::pin(async move {
+                let out = rig.cluster.kubectl(&[
+                    "delete",
+                    "crd",
+                    "ciliumloadbalancerippools.cilium.io",
+                    "--wait=true",
+                ]);
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            })
+        },
+        |rig| Box::pin(async move { rig.controller.assert_running() }),
+        |rig| {
+            Box::pin(async move {
+                rig.cluster.install_crd(CrdFixture::V2).await;
+                rig.recovered("pool recreated after the CRD came back", &blocks(SERVERS))
+                    .await;
+            })
+        },
     )
     .await;
-    lines.push(format!(
-        "| CRD deleted while running | 503 after {:.1}s | pool recreated and 200 {:.1}s after the CRD was installed again | {} |",
-        to_fail.as_secs_f64(),
-        started.elapsed().as_secs_f64(),
-        body["last_error"].as_str().unwrap()
-    ));
-    controller.assert_running();
-    eprintln!("\nKubernetes faults:\n{}\n", lines.join("\n"));
+    rig.controller.assert_running();
+    rig.print_matrix();
 }
