@@ -215,8 +215,8 @@ async fn servers_without_a_usable_ipv4_are_skipped_with_a_reason() {
     let listing = list(&fake).await.expect("listing succeeds");
 
     let kept: Vec<_> = listing
-        .with_ipv4()
-        .map(|(s, ip)| (s.id, s.name.as_str(), ip.to_string(), s.blocked))
+        .with_public_ipv4()
+        .map(|(s, ip)| (s.id, s.name.as_str(), ip.to_string(), s.public_ipv4_blocked))
         .collect();
     assert_eq!(
         kept,
@@ -280,7 +280,10 @@ async fn unknown_and_unexpected_fields_are_ignored() {
 
     assert_eq!(listing.servers.len(), 1);
     assert_eq!(
-        listing.servers[0].ipv4.as_ref().map(ToString::to_string),
+        listing.servers[0]
+            .public_ipv4
+            .as_ref()
+            .map(ToString::to_string),
         Ok("198.51.100.7".to_owned())
     );
     assert_eq!(listing.rate_limit, None);
@@ -1081,7 +1084,7 @@ async fn a_200_page_echoing_the_token_never_leaks_it() {
                 // A name is logged and put into Events (a server left out):
                 // the token in it is replaced.
                 for server in &listing.servers {
-                    let text = format!("{:?} {}", server.ipv4, server.name);
+                    let text = format!("{:?} {}", server.public_ipv4, server.name);
                     assert!(!text.contains(TOKEN), "{field}: {text}");
                 }
             }

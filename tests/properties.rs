@@ -484,7 +484,7 @@ fn check_listing(
     for server in &listing.servers {
         prop_assert!(ids.insert(server.id), "server {} listed twice", server.id);
     }
-    for (_, ipv4) in listing.with_ipv4() {
+    for (_, ipv4) in listing.with_public_ipv4() {
         prop_assert!(!ipv4.is_unspecified(), "0.0.0.0 is usable");
         let text = ipv4.to_string();
         prop_assert!(
@@ -577,7 +577,7 @@ proptest! {
                 None => skipped.push(server.id),
             }
         }
-        let got: Vec<_> = listing.with_ipv4().map(|(s, ip)| (s.id, ip, s.blocked)).collect();
+        let got: Vec<_> = listing.with_public_ipv4().map(|(s, ip)| (s.id, ip, s.public_ipv4_blocked)).collect();
         prop_assert_eq!(got, usable);
         let got: Vec<_> = listing.skipped().map(|(s, _)| s.id).collect();
         prop_assert_eq!(got, skipped);
@@ -722,7 +722,7 @@ proptest! {
         match parse_servers_page(1, &body) {
             Ok((listing, _)) => {
                 for server in &listing.servers {
-                    if let Err(reason) = &server.ipv4 {
+                    if let Err(reason) = &server.public_ipv4 {
                         let text = format!("{reason} {reason:?}");
                         prop_assert!(!text.contains(ECHOED), "{}", text);
                     }

@@ -46,7 +46,8 @@ pub const LABEL_SELECTOR: Setting = Setting {
     key: "LabelSelector",
     default: SettingDefault::Value("kops.k8s.io/instance-role=Node"),
     description:
-        "Hetzner label selector choosing the servers whose public IPv4s form the pool: \
+        "Hetzner label selector choosing the servers whose public IPv4s form the single pool \
+                  (each entry of Pools has its own): \
                   k=v, k!=v, k, !k, k in (a,b), k notin (a,b); a comma means AND; must not be empty",
 };
 pub const HCLOUD_TOKEN: Setting = Setting {
@@ -158,8 +159,9 @@ pub const BLOCKED_ADDRESSES: Setting = Setting {
     env: "CANADA_KAKTUS_BLOCKED_ADDRESSES",
     key: "BlockedAddresses",
     default: SettingDefault::Value("keep"),
-    description: "What to do with an IPv4 that Hetzner's abuse team has blocked: keep (stay in \
-                  the pool, reported) or drop (left out of the pool)",
+    description: "What to do with an address Hetzner's abuse team has blocked (a public IPv4, \
+                  an address in a blocked IPv6 /64, a Floating IP): keep (stay in the pool, \
+                  reported) or drop (left out of the pool)",
 };
 pub const HCLOUD_REQUEST_BUDGET: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET",

@@ -40,14 +40,14 @@ impl ServerListing {
     pub fn skipped(&self) -> impl Iterator<Item = (&Server, &SkipReason)> {
         self.servers
             .iter()
-            .filter_map(|s| s.ipv4.as_ref().err().map(|reason| (s, reason)))
+            .filter_map(|s| s.public_ipv4.as_ref().err().map(|reason| (s, reason)))
     }
 
     /// The servers with a usable public IPv4, with it.
-    pub fn with_ipv4(&self) -> impl Iterator<Item = (&Server, Ipv4Addr)> {
+    pub fn with_public_ipv4(&self) -> impl Iterator<Item = (&Server, Ipv4Addr)> {
         self.servers
             .iter()
-            .filter_map(|s| s.ipv4.as_ref().ok().map(|ip| (s, *ip)))
+            .filter_map(|s| s.public_ipv4.as_ref().ok().map(|ip| (s, *ip)))
     }
 
     pub(super) fn add_cost(&mut self, cost: &ListingCost) {
@@ -67,9 +67,9 @@ pub struct Server {
     pub name: String,
     pub status: ServerStatus,
     /// The public IPv4, or why there is no usable one.
-    pub ipv4: Result<Ipv4Addr, SkipReason>,
+    pub public_ipv4: Result<Ipv4Addr, SkipReason>,
     /// Hetzner's abuse team blocked the public IPv4; the caller decides.
-    pub blocked: bool,
+    pub public_ipv4_blocked: bool,
     /// The public IPv6 network (`public_net.ipv6.ip`, a `/64`).
     pub ipv6: Option<Ipv6Net>,
     /// Attachments to private networks, in API order.
@@ -82,13 +82,13 @@ pub struct Server {
 impl Server {
     /// A running server with a usable public IPv4 and nothing else; for tests
     /// and benchmarks.
-    pub fn with_ipv4(id: i64, name: impl Into<String>, ipv4: Ipv4Addr) -> Self {
+    pub fn with_public_ipv4(id: i64, name: impl Into<String>, ipv4: Ipv4Addr) -> Self {
         Self {
             id,
             name: name.into(),
             status: ServerStatus::Running,
-            ipv4: Ok(ipv4),
-            blocked: false,
+            public_ipv4: Ok(ipv4),
+            public_ipv4_blocked: false,
             ipv6: None,
             private_net: Vec::new(),
             labels: BTreeMap::new(),

@@ -275,8 +275,8 @@ pub(super) fn absorb_servers(
             id: server.id,
             name: server.name,
             status: ServerStatus::parse(server.status.as_deref().unwrap_or_default()),
-            ipv4,
-            blocked,
+            public_ipv4: ipv4,
+            public_ipv4_blocked: blocked,
             ipv6: ipv6.and_then(|ip| Ipv6Net::parse(ip.ip.as_deref()?, ip.blocked)),
             private_net: if fields.private_networks {
                 private_networks(server.private_net).map_err(|error| HetznerError::Decode {

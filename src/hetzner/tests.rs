@@ -229,8 +229,8 @@ fn parses_only_the_needed_fields() {
             id: 1,
             name: "a".to_owned(),
             status: ServerStatus::Running,
-            ipv4: Ok(Ipv4Addr::new(192, 0, 2, 1)),
-            blocked: true,
+            public_ipv4: Ok(Ipv4Addr::new(192, 0, 2, 1)),
+            public_ipv4_blocked: true,
             ipv6: Some(Ipv6Net {
                 network: "2001:db8:1::".parse().unwrap(),
                 prefix: 64,
@@ -246,7 +246,10 @@ fn parses_only_the_needed_fields() {
     );
     assert_eq!(listing.servers[1].status, ServerStatus::Deleting);
     assert_eq!(listing.servers[1].ipv6, None);
-    let usable: Vec<_> = listing.with_ipv4().map(|(s, ip)| (s.id, ip)).collect();
+    let usable: Vec<_> = listing
+        .with_public_ipv4()
+        .map(|(s, ip)| (s.id, ip))
+        .collect();
     assert_eq!(usable, vec![(1, Ipv4Addr::new(192, 0, 2, 1))]);
     let reasons: Vec<_> = listing
         .skipped()

@@ -46,8 +46,9 @@ pub struct Members {
     /// kinds.
     pub without_address: usize,
     /// Why matched servers had no usable public IPv4 (pools with
-    /// `public-ipv4` only), as metric labels.
-    pub skip_reasons: Vec<&'static str>,
+    /// `public-ipv4` only, whether or not the server gave another kind of
+    /// address), as labels of `servers_skipped{reason}`.
+    pub public_ipv4_problems: Vec<&'static str>,
     /// Addresses Hetzner reports as blocked by its abuse team, kept or not.
     pub blocked: Vec<IpAddr>,
     /// Addresses an earlier pool took.
@@ -238,7 +239,7 @@ pub fn members(
             if found.is_empty() {
                 members.without_address += 1;
                 if pool.wants(AddressKind::PublicIpv4) {
-                    if let Err(reason) = &server.ipv4 {
+                    if let Err(reason) = &server.public_ipv4 {
                         tracing::warn!(
                             pool = %pool.name,
                             server_id = server.id,
@@ -250,8 +251,8 @@ pub fn members(
                 }
             }
             if pool.wants(AddressKind::PublicIpv4) {
-                if let Err(reason) = &server.ipv4 {
-                    members.skip_reasons.push(reason.as_str());
+                if let Err(reason) = &server.public_ipv4 {
+                    members.public_ipv4_problems.push(reason.as_str());
                 }
             }
         }
@@ -309,8 +310,8 @@ fn addresses_of(
     for kind in &pool.addresses {
         match kind {
             AddressKind::PublicIpv4 => {
-                if let Ok(ip) = server.ipv4 {
-                    take(IpAddr::V4(ip), server.blocked, false, members);
+                if let Ok(ip) = server.public_ipv4 {
+                    take(IpAddr::V4(ip), server.public_ipv4_blocked, false, members);
                 }
             }
             AddressKind::PublicIpv6 => {

@@ -22,8 +22,8 @@ fn pool(name: &str, selector: &str, kinds: &[AddressKind]) -> PoolConfig {
 }
 
 fn server(id: i64, ipv4: Option<&str>) -> Server {
-    let mut server = Server::with_ipv4(id, format!("node-{id}"), "0.0.0.0".parse().unwrap());
-    server.ipv4 = match ipv4 {
+    let mut server = Server::with_public_ipv4(id, format!("node-{id}"), "0.0.0.0".parse().unwrap());
+    server.public_ipv4 = match ipv4 {
         Some(ip) => Ok(ip.parse().unwrap()),
         None => Err(crate::hetzner::SkipReason::NoPublicIpv4),
     };
@@ -79,7 +79,7 @@ fn public_ipv4_is_the_single_pool_behaviour() {
     assert_eq!(got[0].addresses, ips(&["192.0.2.1"]));
     assert_eq!(got[0].servers_matched, 2);
     assert_eq!(got[0].without_address, 1);
-    assert_eq!(got[0].skip_reasons, vec!["no_public_ipv4"]);
+    assert_eq!(got[0].public_ipv4_problems, vec!["no_public_ipv4"]);
     // A listing the Hetzner API filtered already is taken whole.
     let got = split(
         &pools,
@@ -117,7 +117,7 @@ fn public_ipv6_gives_one_address_per_server_even_without_ipv4() {
         ips(&["192.0.2.2", "2001:db8:1::1", "2001:db8:2::1"])
     );
     assert_eq!(got[0].without_address, 0, "an IPv6 is an address too");
-    assert_eq!(got[0].skip_reasons, vec!["no_public_ipv4"]);
+    assert_eq!(got[0].public_ipv4_problems, vec!["no_public_ipv4"]);
     dual.ipv6_host_part = ip("::a:2").to_string().parse().unwrap();
     dual.addresses = vec![AddressKind::PublicIpv6];
     let got = split(
@@ -133,7 +133,7 @@ fn public_ipv6_gives_one_address_per_server_even_without_ipv4() {
         ips(&["2001:db8:1::a:2", "2001:db8:2::a:2"])
     );
     assert!(
-        got[0].skip_reasons.is_empty(),
+        got[0].public_ipv4_problems.is_empty(),
         "no public-ipv4 in this pool"
     );
 }
@@ -251,7 +251,7 @@ fn floating_ips_follow_their_server_and_their_own_labels() {
 #[test]
 fn blocked_addresses_are_reported_and_kept_or_dropped_by_policy() {
     let mut blocked = server(2, Some("192.0.2.2"));
-    blocked.blocked = true;
+    blocked.public_ipv4_blocked = true;
     let servers = [server(1, Some("192.0.2.1")), blocked];
     let pools = [pool("p", "x", &[AddressKind::PublicIpv4])];
     let all = Listed {

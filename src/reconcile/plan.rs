@@ -139,7 +139,7 @@ fn report_of(pool: &PoolConfig, members: &Members, ctx: PlanContext<'_>) -> Cycl
             servers_skipped: members.without_address,
             hetzner_requests: ctx.hetzner_requests,
             blocked: members.blocked.clone(),
-            skip_reasons: members.skip_reasons.clone(),
+            public_ipv4_problems: members.public_ipv4_problems.clone(),
         }),
         api_version: ctx.api_version.to_owned(),
         excluded: members.excluded.clone(),

@@ -147,8 +147,9 @@ pub struct ListingSummary {
     pub hetzner_requests: u32,
     /// Addresses Hetzner reports as blocked by its abuse team.
     pub blocked: Vec<IpAddr>,
-    /// Why each skipped server was skipped (`SkipReason::as_str`), for metrics.
-    pub skip_reasons: Vec<&'static str>,
+    /// The public-IPv4 problems of matching servers (`SkipReason::as_str`;
+    /// pools with `public-ipv4`), for `servers_skipped{reason}`.
+    pub public_ipv4_problems: Vec<&'static str>,
 }
 
 /// One pool's outcome in a cycle.

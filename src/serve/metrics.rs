@@ -201,7 +201,7 @@ impl Metrics {
                         .servers_matched
                         .get_or_create(&PoolLabels { pool: owned() })
                         .set(count(listing.servers_matched));
-                    self.record_skipped(pool, listing.skip_reasons.iter().copied());
+                    self.record_skipped(pool, listing.public_ipv4_problems.iter().copied());
                     self.pools
                         .blocked_addresses
                         .get_or_create(&PoolLabels { pool: owned() })

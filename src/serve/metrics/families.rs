@@ -184,8 +184,9 @@ impl PoolMetrics {
         let servers_skipped = registered(
             registry,
             "servers_skipped",
-            "Matching servers without a usable public IPv4 in the last listing, by reason \
-             (pools with public-ipv4)",
+            "Matching servers without a usable public IPv4 in the last listing, by reason, in \
+             pools that take public-ipv4, whether or not they gave the pool another kind of \
+             address (the log's servers_skipped counts servers that gave none)",
             Family::<PoolReasonLabels, Gauge>::default(),
         );
         let servers_excluded = registered(
@@ -206,8 +207,9 @@ impl PoolMetrics {
         let blocked_addresses = registered(
             registry,
             "blocked_addresses",
-            "Matching servers whose IPv4 Hetzner reports as blocked by its abuse team, in the \
-             last listing (CANADA_KAKTUS_BLOCKED_ADDRESSES decides whether they stay in the pool)",
+            "Addresses of the pool's kinds that Hetzner reports as blocked by its abuse team \
+             (public IPv4s, the pool's addresses in blocked IPv6 /64s, Floating IPs), in the last \
+             listing (CANADA_KAKTUS_BLOCKED_ADDRESSES decides whether they stay in the pool)",
             Family::<PoolLabels, Gauge>::default(),
         );
         let pool_writes_total = registered(
