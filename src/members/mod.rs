@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use tokio::time::Instant;
 
 use crate::config::{AddressKind, BlockedAddresses, NetworkRef, PoolConfig};
-use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server, ServerStatus};
+use crate::hetzner::{FloatingAddress, FloatingIp, Network, PrivateNet, Server, ServerStatus};
 
 /// What one cycle read: the servers (matched by the Hetzner API already
 /// when `prefiltered`, else by each pool's selector here), the Floating
@@ -139,23 +139,15 @@ pub fn members(
     policy: BlockedAddresses,
     unhealthy: &mut Unhealthy,
     now: Instant,
-    mut record: Option<&mut Contributions>,
+    record: Option<&mut Contributions>,
 ) -> Vec<Members> {
-    // The index of each server in `record`, once it gave something.
-    let mut recorded: HashMap<i64, u32> = HashMap::new();
-    let by_server: HashMap<i64, Vec<&FloatingIp>> =
-        listed
-            .floating_ips
-            .iter()
-            .fold(HashMap::new(), |mut map, fip| {
-                if let Some(server) = fip.server {
-                    map.entry(server).or_default().push(fip);
-                }
-                map
-            });
-    // Which pool took an address; one pool needs no record.
-    let several = pools.len() > 1;
-    let mut taken: HashMap<IpAddr, usize> = HashMap::new();
+    let by_server = floating_by_server(listed.floating_ips);
+    let mut split = Split {
+        several: pools.len() > 1,
+        taken: HashMap::new(),
+        recorded: HashMap::new(),
+        record,
+    };
     let mut found = Vec::new();
     let mut result = Vec::with_capacity(pools.len());
     // Per pool with the unhealthy rule, the servers it saw.
@@ -199,67 +191,109 @@ pub fn members(
                 &mut members,
                 &mut found,
             );
-            for &(address, floating) in &found {
-                let kept = if !several {
-                    members.addresses.insert(address);
-                    true
-                } else {
-                    match taken.get(&address) {
-                        Some(&earlier) if earlier != index => {
-                            members.claimed.push(Claimed {
-                                address,
-                                by: pools[earlier].name.clone(),
-                            });
-                            false
-                        }
-                        _ => {
-                            taken.insert(address, index);
-                            members.addresses.insert(address);
-                            true
-                        }
-                    }
-                };
-                if let (true, Some(record)) = (kept, record.as_deref_mut()) {
-                    let at = *recorded.entry(server.id).or_insert_with(|| {
-                        record.servers.push((
-                            server.id,
-                            server.name.as_str().into(),
-                            server.status,
-                        ));
-                        u32::try_from(record.servers.len() - 1).unwrap_or(u32::MAX)
-                    });
-                    record.given.push((
-                        at,
-                        u16::try_from(index).unwrap_or(u16::MAX),
-                        address,
-                        floating,
-                    ));
-                }
+            for &given in &found {
+                split.give(pools, index, server, given, &mut members);
             }
-            if found.is_empty() {
-                members.without_address += 1;
-                if pool.wants(AddressKind::PublicIpv4) {
-                    if let Err(reason) = &server.public_ipv4 {
-                        tracing::warn!(
-                            pool = %pool.name,
-                            server_id = server.id,
-                            server_name = %server.name,
-                            reason = %reason,
-                            "skipping Hetzner server without a usable public IPv4"
-                        );
-                    }
-                }
-            }
-            if pool.wants(AddressKind::PublicIpv4) {
-                if let Err(reason) = &server.public_ipv4 {
-                    members.public_ipv4_problems.push(reason.as_str());
-                }
-            }
+            note_public_ipv4(pool, server, found.is_empty(), &mut members);
         }
         result.push(members);
     }
     unhealthy.retain(&health_seen);
     result
+}
+
+/// The Floating IPs assigned to each server.
+fn floating_by_server(floating_ips: &[FloatingIp]) -> HashMap<i64, Vec<&FloatingIp>> {
+    floating_ips.iter().fold(HashMap::new(), |mut map, fip| {
+        if let Some(server) = fip.server {
+            map.entry(server).or_default().push(fip);
+        }
+        map
+    })
+}
+
+/// What splitting a listing keeps from pool to pool: which pool took each
+/// address, and the record of what each server gave.
+struct Split<'r> {
+    /// More than one pool: an address may be claimed by an earlier one.
+    several: bool,
+    taken: HashMap<IpAddr, usize>,
+    /// The index of each server in `record`, once it gave something.
+    recorded: HashMap<i64, u32>,
+    record: Option<&'r mut Contributions>,
+}
+
+impl Split<'_> {
+    /// Gives `server`'s `address` to pool `index`, unless an earlier pool
+    /// took it (then it is reported as claimed).
+    fn give(
+        &mut self,
+        pools: &[PoolConfig],
+        index: usize,
+        server: &Server,
+        (address, floating): (IpAddr, bool),
+        members: &mut Members,
+    ) {
+        if self.several {
+            match self.taken.get(&address) {
+                Some(&earlier) if earlier != index => {
+                    members.claimed.push(Claimed {
+                        address,
+                        by: pools[earlier].name.clone(),
+                    });
+                    return;
+                }
+                _ => {
+                    self.taken.insert(address, index);
+                }
+            }
+        }
+        members.addresses.insert(address);
+        self.remember(index, server, address, floating);
+    }
+
+    /// Records that `server` gave `address` to pool `index`.
+    fn remember(&mut self, index: usize, server: &Server, address: IpAddr, floating: bool) {
+        let Some(record) = self.record.as_deref_mut() else {
+            return;
+        };
+        let at = *self.recorded.entry(server.id).or_insert_with(|| {
+            record
+                .servers
+                .push((server.id, server.name.as_str().into(), server.status));
+            u32::try_from(record.servers.len() - 1).unwrap_or(u32::MAX)
+        });
+        record.given.push((
+            at,
+            u16::try_from(index).unwrap_or(u16::MAX),
+            address,
+            floating,
+        ));
+    }
+}
+
+/// Counts a server that gave the pool nothing, and notes an unusable
+/// public IPv4 in a pool that takes public IPv4s (warned about when the
+/// server gave nothing).
+fn note_public_ipv4(pool: &PoolConfig, server: &Server, gave_nothing: bool, members: &mut Members) {
+    if gave_nothing {
+        members.without_address += 1;
+    }
+    if !pool.wants(AddressKind::PublicIpv4) {
+        return;
+    }
+    if let Err(reason) = &server.public_ipv4 {
+        if gave_nothing {
+            tracing::warn!(
+                pool = %pool.name,
+                server_id = server.id,
+                server_name = %server.name,
+                reason = %reason,
+                "skipping Hetzner server without a usable public IPv4"
+            );
+        }
+        members.public_ipv4_problems.push(reason.as_str());
+    }
 }
 
 /// The network ID `private-ipv4` takes: the configured one (a name looked
@@ -325,20 +359,7 @@ fn addresses_of(
                 }
             }
             AddressKind::PrivateIpv4 => {
-                let attachment = match network {
-                    Some(NetworkChoice::Only) if server.private_net.len() == 1 => {
-                        server.private_net.first()
-                    }
-                    Some(NetworkChoice::Only) if server.private_net.len() > 1 => {
-                        members.several_networks += 1;
-                        None
-                    }
-                    Some(NetworkChoice::Id(id)) => {
-                        server.private_net.iter().find(|n| n.network == *id)
-                    }
-                    _ => None,
-                };
-                if let Some(attachment) = attachment {
+                if let Some(attachment) = attachment(server, network, members) {
                     let aliases: &[Ipv4Addr] = if pool.include_alias_ips {
                         &attachment.alias_ips
                     } else {
@@ -368,6 +389,24 @@ fn addresses_of(
                 }
             }
         }
+    }
+}
+
+/// The server's attachment to the private network the pool takes; a
+/// server in several networks when the pool names none is counted.
+fn attachment<'s>(
+    server: &'s Server,
+    network: Option<&NetworkChoice<'_>>,
+    members: &mut Members,
+) -> Option<&'s PrivateNet> {
+    match network {
+        Some(NetworkChoice::Only) if server.private_net.len() == 1 => server.private_net.first(),
+        Some(NetworkChoice::Only) if server.private_net.len() > 1 => {
+            members.several_networks += 1;
+            None
+        }
+        Some(NetworkChoice::Id(id)) => server.private_net.iter().find(|n| n.network == *id),
+        _ => None,
     }
 }
 

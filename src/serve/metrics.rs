@@ -175,86 +175,90 @@ impl Metrics {
         kind: CycleKind,
         result: Result<&CycleReport, &ReconcileError>,
     ) {
-        let kind = kind.as_str();
+        match result {
+            Ok(report) => self.record_success(pool, kind.as_str(), report),
+            Err(error) => self.record_failure(pool, kind.as_str(), error),
+        }
+    }
+
+    fn record_success(&self, pool: &str, kind: &'static str, report: &CycleReport) {
         let owned = || pool.to_owned();
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        match result {
-            Ok(report) => {
-                self.cycles
-                    .reconcile_total
-                    .get_or_create(&CycleLabels {
-                        pool: owned(),
-                        kind,
-                        result: "success",
-                    })
-                    .inc();
-                self.cycles
-                    .last_success
-                    .get_or_create(&PoolLabels { pool: owned() })
-                    .set(unix_seconds(SystemTime::now()));
+        self.cycles
+            .reconcile_total
+            .get_or_create(&CycleLabels {
+                pool: owned(),
+                kind,
+                result: "success",
+            })
+            .inc();
+        self.cycles
+            .last_success
+            .get_or_create(&PoolLabels { pool: owned() })
+            .set(unix_seconds(SystemTime::now()));
+        self.pools
+            .pool_addresses
+            .get_or_create(&PoolLabels { pool: owned() })
+            .set(count(report.addresses));
+        if let Some(listing) = &report.listing {
+            self.pools
+                .servers_matched
+                .get_or_create(&PoolLabels { pool: owned() })
+                .set(count(listing.servers_matched));
+            self.record_skipped(pool, listing.public_ipv4_problems.iter().copied());
+            self.pools
+                .blocked_addresses
+                .get_or_create(&PoolLabels { pool: owned() })
+                .set(count(listing.blocked.len()));
+        }
+        if report.kind != CycleKind::Repair {
+            self.record_exclusions(pool, report);
+        }
+        if let Some(reason) = report.written {
+            self.pools
+                .pool_writes_total
+                .get_or_create(&PoolReasonLabels {
+                    pool: owned(),
+                    reason: reason.metric_label(),
+                })
+                .inc();
+            for (change, n) in [
+                ("added", report.diff.added.len()),
+                ("removed", report.diff.removed.len()),
+            ] {
                 self.pools
-                    .pool_addresses
-                    .get_or_create(&PoolLabels { pool: owned() })
-                    .set(count(report.addresses));
-                if let Some(listing) = &report.listing {
-                    self.pools
-                        .servers_matched
-                        .get_or_create(&PoolLabels { pool: owned() })
-                        .set(count(listing.servers_matched));
-                    self.record_skipped(pool, listing.public_ipv4_problems.iter().copied());
-                    self.pools
-                        .blocked_addresses
-                        .get_or_create(&PoolLabels { pool: owned() })
-                        .set(count(listing.blocked.len()));
-                }
-                if report.kind != CycleKind::Repair {
-                    self.record_exclusions(pool, report);
-                }
-                if let Some(reason) = report.written {
-                    self.pools
-                        .pool_writes_total
-                        .get_or_create(&PoolReasonLabels {
-                            pool: owned(),
-                            reason: reason.metric_label(),
-                        })
-                        .inc();
-                    for (change, n) in [
-                        ("added", report.diff.added.len()),
-                        ("removed", report.diff.removed.len()),
-                    ] {
-                        self.pools
-                            .pool_changes_total
-                            .get_or_create(&PoolChangeLabels {
-                                pool: owned(),
-                                change,
-                            })
-                            .inc_by(n as u64);
-                    }
-                }
-                if report.held.is_some() {
-                    self.guard_held(pool, SHRINK_GUARD);
-                }
-            }
-            Err(error) => {
-                self.cycles
-                    .reconcile_total
-                    .get_or_create(&CycleLabels {
+                    .pool_changes_total
+                    .get_or_create(&PoolChangeLabels {
                         pool: owned(),
-                        kind,
-                        result: "failure",
+                        change,
                     })
-                    .inc();
-                self.cycles
-                    .reconcile_errors_total
-                    .get_or_create(&PoolCauseLabels {
-                        pool: owned(),
-                        cause: error.metric_label(),
-                    })
-                    .inc();
-                if let ReconcileError::Refused(refusal) = error.inner() {
-                    self.guard_held(pool, refusal.metric_label());
-                }
+                    .inc_by(n as u64);
             }
+        }
+        if report.held.is_some() {
+            self.guard_held(pool, SHRINK_GUARD);
+        }
+    }
+
+    fn record_failure(&self, pool: &str, kind: &'static str, error: &ReconcileError) {
+        let owned = || pool.to_owned();
+        self.cycles
+            .reconcile_total
+            .get_or_create(&CycleLabels {
+                pool: owned(),
+                kind,
+                result: "failure",
+            })
+            .inc();
+        self.cycles
+            .reconcile_errors_total
+            .get_or_create(&PoolCauseLabels {
+                pool: owned(),
+                cause: error.metric_label(),
+            })
+            .inc();
+        if let ReconcileError::Refused(refusal) = error.inner() {
+            self.guard_held(pool, refusal.metric_label());
         }
     }
 
