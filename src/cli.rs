@@ -11,6 +11,7 @@ use tracing::{error, info, warn};
 use crate::config::{self, NodeRules, Settings};
 use crate::members::{NodeView, Unhealthy};
 use crate::pool::api::{candidate_versions, PoolClient};
+use crate::pool::DesiredPool;
 use crate::reconcile::{self, shared_selector, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
@@ -59,6 +60,24 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    let log = start(&settings);
+
+    if cli.dry_run {
+        return dry_run(&settings, cli.output).await;
+    }
+    let Some(mut reconciler) = connect(&settings).await else {
+        return ExitCode::FAILURE;
+    };
+
+    if cli.once {
+        return once(&settings, &mut reconciler).await;
+    }
+    run_controller(settings, reconciler, cli.config, env, log).await
+}
+
+/// Starts logging, reports the configuration's warnings, installs the TLS
+/// crypto provider and says what starts.
+fn start(settings: &Settings) -> telemetry::LogControl {
     let log = telemetry::init(settings.log_level, settings.log_format);
     for warning in &settings.warnings {
         warn!(%warning, "config");
@@ -72,72 +91,85 @@ pub async fn run(cli: Cli) -> ExitCode {
         config_file = %settings.config_file.as_deref().map(|p| p.display().to_string()).unwrap_or_else(|| "none".into()),
         "starting canada-kaktus"
     );
+    log
+}
 
-    if cli.dry_run {
-        return dry_run(&settings, cli.output).await;
-    }
+/// The reconciler with its Kubernetes and Hetzner clients, or `None` (and
+/// why, logged) when either cannot be built.
+async fn connect(settings: &Settings) -> Option<Reconciler> {
     let client = match kube::Client::try_default().await {
         Ok(client) => client,
         Err(e) => {
             error!(error = %e, "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)");
-            return ExitCode::FAILURE;
+            return None;
         }
     };
-    let hetzner = match run::hetzner_client(&settings) {
+    let hetzner = match run::hetzner_client(settings) {
         Ok(hetzner) => hetzner,
         Err(e) => {
             error!(error = %e, "cannot build the Hetzner client");
+            return None;
+        }
+    };
+    Some(Reconciler::new(
+        hetzner,
+        PoolClient::new(client, settings.cilium_api_version),
+    ))
+}
+
+/// `--once`: one full reconcile; success only when every pool reconciled.
+async fn once(settings: &Settings, reconciler: &mut Reconciler) -> ExitCode {
+    // No watch: the Nodes are listed once, before anything is decided.
+    // Without that list nothing is added (removals still go).
+    if settings.operate.watch_nodes {
+        let listed = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            run::nodes::list_once(reconciler.pools().client().clone()),
+        )
+        .await
+        .unwrap_or_else(|_| Err(kube::Error::Service("no answer within 30s".into())));
+        match listed {
+            Ok(nodes) => reconciler.set_nodes(nodes),
+            Err(e) => {
+                warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");
+                reconciler.set_nodes(NodeView::new([], false));
+            }
+        }
+    }
+    let outcomes = match bounded(reconciler.full(settings)).await {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
+            error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
             return ExitCode::FAILURE;
         }
     };
-    let mut reconciler = Reconciler::new(
-        hetzner,
-        PoolClient::new(client, settings.cilium_api_version),
-    );
-
-    if cli.once {
-        // No watch: the Nodes are listed once, before anything is decided.
-        // Without that list nothing is added (removals still go).
-        if settings.operate.watch_nodes {
-            let listed = tokio::time::timeout(
-                std::time::Duration::from_secs(30),
-                run::nodes::list_once(reconciler.pools().client().clone()),
-            )
-            .await
-            .unwrap_or_else(|_| Err(kube::Error::Service("no answer within 30s".into())));
-            match listed {
-                Ok(nodes) => reconciler.set_nodes(nodes),
-                Err(e) => {
-                    warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");
-                    reconciler.set_nodes(NodeView::new([], false));
-                }
-            }
-        }
-        let outcomes = match bounded(reconciler.full(&settings)).await {
-            Ok(outcomes) => outcomes,
+    let mut code = ExitCode::SUCCESS;
+    for outcome in outcomes {
+        match outcome.result {
+            Ok(report) => info!(
+                pool = %report.pool,
+                addresses = report.addresses,
+                written = report.written.is_some(),
+                "reconcile finished"
+            ),
             Err(e) => {
-                error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
-                return ExitCode::FAILURE;
-            }
-        };
-        let mut code = ExitCode::SUCCESS;
-        for outcome in outcomes {
-            match outcome.result {
-                Ok(report) => info!(
-                    pool = %report.pool,
-                    addresses = report.addresses,
-                    written = report.written.is_some(),
-                    "reconcile finished"
-                ),
-                Err(e) => {
-                    error!(pool = %outcome.pool, error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
-                    code = ExitCode::FAILURE;
-                }
+                error!(pool = %outcome.pool, error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
+                code = ExitCode::FAILURE;
             }
         }
-        return code;
     }
+    code
+}
 
+/// The controller: the health server and the control loop, until a
+/// termination signal ends both; failure when the health server failed.
+async fn run_controller(
+    settings: Settings,
+    reconciler: Reconciler,
+    cli_config: Option<PathBuf>,
+    env: HashMap<String, String>,
+    log: telemetry::LogControl,
+) -> ExitCode {
     let listener = match http::bind(settings.listen_address).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -145,7 +177,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let controller = ControlLoop::new(settings, reconciler, cli.config, env).with_log(log);
+    let controller = ControlLoop::new(settings, reconciler, cli_config, env).with_log(log);
     if let Ok(address) = listener.local_addr() {
         // With port 0 the kernel picks one; this line says which.
         info!(address = %address, "health server listening");
@@ -206,6 +238,18 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let Some(pools) = render_without_cluster(settings, &listing) else {
+        return ExitCode::FAILURE;
+    };
+    print_pools(settings, output, &pools)
+}
+
+/// Every pool rendered from `listing` as it would be written, or `None`
+/// (and why, logged) when one of them would not be.
+fn render_without_cluster(
+    settings: &Settings,
+    listing: &reconcile::Listing,
+) -> Option<Vec<DesiredPool>> {
     // Without a cluster there are no Nodes: the node rules are not applied.
     let mut unbound = settings.clone();
     for pool in &mut unbound.pools {
@@ -216,7 +260,7 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
     }
     let rendered = reconcile::render_pools(
         &unbound,
-        &listing,
+        listing,
         &NodeView::default(),
         &mut Unhealthy::default(),
         tokio::time::Instant::now(),
@@ -230,7 +274,7 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
     {
         if let Err(e) = verdict {
             error!(pool = %desired.name, error = %e, cause = e.metric_label(), "dry run failed");
-            return ExitCode::FAILURE;
+            return None;
         }
         info!(
             pool = %desired.name,
@@ -242,6 +286,11 @@ async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
         );
         pools.push(desired);
     }
+    Some(pools)
+}
+
+/// Prints the pools' manifests to stdout in `output`'s format.
+fn print_pools(settings: &Settings, output: Output, pools: &[DesiredPool]) -> ExitCode {
     // Without a cluster there is no discovery: show the preferred version.
     let version = candidate_versions(settings.cilium_api_version)[0];
     let api_version = format!("{}/{version}", crate::pool::render::POOL_GROUP);

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::Client;
-use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -181,6 +181,8 @@ impl LeaseView {
     }
 }
 
+/// The election task: takes part until stopped, then releases the Lease if
+/// held.
 async fn run(
     client: Client,
     config: LeaseConfig,
@@ -189,172 +191,287 @@ async fn run(
     writes: Fence,
     stop: CancellationToken,
 ) {
-    let report = |now: Option<String>| {
-        problem.send_if_modified(|current| {
-            let changed = *current != now;
-            *current = now;
-            changed
-        });
-    };
-    let (view_tx, mut views) = watch::channel(LeaseView::default());
+    let (view_tx, views) = watch::channel(LeaseView::default());
     let watch_task = tokio::spawn(watch_lease(
         client.clone(),
         config.namespace.clone(),
         config.name.clone(),
         view_tx,
     ));
-    let publish = |leader: bool| {
-        if !leader {
-            writes.allow_until(None);
-        }
-        tx.send_if_modified(|current| {
-            let changed = current.leading != leader;
-            *current = current.then(leader);
-            changed
-        });
-    };
     let margin = Duration::from_millis(config.grace_secs() * 500);
-    // Failed attempts in a row: the wait before the next one doubles.
-    let mut failures: u32 = 0;
-    'manager: loop {
+    let mut election = Election {
+        client,
+        config,
+        tx,
+        problem,
+        writes,
+        stop,
+        views,
+        margin,
+        failures: 0,
+    };
+    // Each attempt builds a manager and follows the Lease with it until it
+    // has to start over.
+    while election.attempt().await == Next::Restart {}
+    watch_task.abort();
+}
+
+/// What the election does when it is done with a manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// Start over with a new manager.
+    Restart,
+    /// Stopped: leave the election.
+    Stop,
+}
+
+/// The election task: what it was started with, the Lease as the watch
+/// last showed it, and how many attempts failed in a row.
+struct Election {
+    client: Client,
+    config: LeaseConfig,
+    tx: watch::Sender<Term>,
+    problem: watch::Sender<Option<String>>,
+    writes: Fence,
+    stop: CancellationToken,
+    views: watch::Receiver<LeaseView>,
+    /// How long before the Lease as seen runs out the leader stops writing.
+    margin: Duration,
+    /// Failed attempts in a row: the wait before the next one doubles.
+    failures: u32,
+}
+
+/// Leadership under one manager.
+struct Held {
+    leader: bool,
+    /// Until when our Lease is certainly ours: renewTime + duration of the
+    /// last renewal we saw.
+    valid_until: SystemTime,
+}
+
+impl Held {
+    /// When a leader steps down unless a renewal comes first: `margin`
+    /// before the Lease runs out. `None` while standing by.
+    fn step_down(&self, margin: Duration) -> Option<SystemTime> {
+        if !self.leader {
+            return None;
+        }
+        let until = self.valid_until;
+        Some(until.checked_sub(margin).unwrap_or(until))
+    }
+}
+
+impl Election {
+    /// One attempt: builds a manager for the Lease and follows the Lease
+    /// with it, or backs off when the Lease cannot be used.
+    async fn attempt(&mut self) -> Next {
         let built = tokio::select! {
-            _ = stop.cancelled() => break 'manager,
-            built = LeaseManagerBuilder::new(client.clone(), &config.name)
-                .with_namespace(&config.namespace)
-                .with_identity(&config.identity)
-                .with_duration(config.duration_secs())
-                .with_grace(config.grace_secs())
+            _ = self.stop.cancelled() => return Next::Stop,
+            built = LeaseManagerBuilder::new(self.client.clone(), &self.config.name)
+                .with_namespace(&self.config.namespace)
+                .with_identity(&self.config.identity)
+                .with_duration(self.config.duration_secs())
+                .with_grace(self.config.grace_secs())
                 .build() => built,
         };
-        let manager: LeaseManager = match built {
+        match built {
             Ok(manager) => {
-                report(None);
-                manager
+                self.report(None);
+                self.follow(manager).await
             }
             Err(error) => {
-                report(Some(format!(
-                    "leader election: cannot use Lease {}/{}: {error}",
-                    config.namespace, config.name
-                )));
-                warn!(%error, lease = %config.name, namespace = %config.namespace,
-                    "cannot use the leader Lease (the ServiceAccount needs get and create on \
-                     coordination.k8s.io leases in this namespace, deploy/rbac.yaml); retrying");
-                publish(false);
-                if sleep_or_stop(retry_wait(failures), &stop).await {
-                    break 'manager;
-                }
-                failures = failures.saturating_add(1);
-                continue 'manager;
+                self.lease_unusable(error);
+                self.retry().await
             }
+        }
+    }
+
+    /// Follows the Lease with `manager` until it has to start over or is
+    /// stopped: publishes each term, keeps the fence at the Lease as seen,
+    /// steps down in time, and releases the Lease when stopped leading.
+    async fn follow(&mut self, manager: LeaseManager) -> Next {
+        let mut held = Held {
+            leader: false,
+            valid_until: SystemTime::now(),
         };
-        let mut leader = false;
-        // Until when our Lease is certainly ours: renewTime + duration of the
-        // last renewal we saw.
-        let mut valid_until = SystemTime::now();
-        views.borrow_and_update();
+        self.views.borrow_and_update();
         // Kept across iterations: re-creating it on every Lease event could
         // interrupt a renewal and make the manager renew again at once.
         let mut pending = Box::pin(manager.changed());
         loop {
-            let fence = async {
-                if leader {
-                    let step_down = valid_until.checked_sub(margin).unwrap_or(valid_until);
-                    let wait = step_down
-                        .duration_since(SystemTime::now())
-                        .unwrap_or(Duration::ZERO);
-                    tokio::time::sleep(wait).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
+            let step_down = held.step_down(self.margin);
+            let next = tokio::select! {
                 biased;
-                _ = stop.cancelled() => {
+                _ = self.stop.cancelled() => {
                     // It may hold the manager's state lock, which release needs.
                     drop(pending);
-                    if leader {
-                        // Writers have stopped (the caller stops them first);
-                        // say so before the Lease goes.
-                        publish(false);
-                        match manager.release().await {
-                            Ok(()) => info!(lease = %config.name, "released the leader Lease"),
-                            Err(error) => warn!(%error, "cannot release the leader Lease; it expires on its own"),
-                        }
+                    if held.leader {
+                        self.release(&manager).await;
                     }
-                    break 'manager;
+                    return Next::Stop;
                 }
                 changed = &mut pending => match changed {
                     Ok(now) => {
                         pending = Box::pin(manager.changed());
-                        report(None);
-                        failures = 0;
-                        leader = now;
-                        if now {
-                            valid_until = SystemTime::now() + config.duration;
-                            // A new manager says we lead when the Lease
-                            // names us, without renewing it first: writes
-                            // go out only as long as the Lease as seen lasts.
-                            writes.allow_until(write_deadline(
-                                &views.borrow(),
-                                &config.identity,
-                                Some(valid_until),
-                                margin,
-                            ));
-                            info!(identity = %config.identity, lease = %config.name, "became the leader");
-                        } else {
-                            info!(identity = %config.identity, "lost the leader Lease; standing by");
-                        }
-                        publish(now);
+                        self.leadership_changed(&mut held, now);
+                        None
                     }
                     Err(error) => {
-                        report(Some(format!(
-                            "leader election: Lease {}/{}: {error}",
-                            config.namespace, config.name
-                        )));
-                        warn!(%error, was_leader = leader, "leader election failed; standing by and retrying");
-                        publish(false);
-                        if sleep_or_stop(retry_wait(failures), &stop).await {
-                            break 'manager;
-                        }
-                        failures = failures.saturating_add(1);
-                        continue 'manager;
+                        self.lease_failed(error, held.leader);
+                        Some(self.retry().await)
                     }
                 },
-                Ok(()) = views.changed() => {
-                    let view = views.borrow_and_update().clone();
-                    if leader {
-                        match view.holder.as_deref() {
-                            Some(holder) if holder == config.identity => {
-                                if let Some(expires) = view.expires {
-                                    valid_until = expires;
-                                }
-                                writes.allow_until(write_deadline(&view, &config.identity, None, margin));
-                            }
-                            Some(other) => {
-                                warn!(holder = other, "the leader Lease has another holder; standing by");
-                                publish(false);
-                                continue 'manager;
-                            }
-                            // Released or deleted under us: the manager
-                            // takes it again on its next renewal; until the
-                            // watch shows that, a standby may take it, so
-                            // nothing is written.
-                            None => writes.allow_until(None),
-                        }
-                    } else if view.is_free() {
-                        debug!(holder = ?view.holder, "the leader Lease is free; taking over now");
-                        continue 'manager;
-                    }
-                }
-                _ = fence => {
+                Ok(()) = self.views.changed() => self.lease_seen(&mut held),
+                _ = sleep_until(step_down) => {
                     warn!("the leader Lease was not renewed in time; standing by");
-                    publish(false);
-                    continue 'manager;
+                    self.publish(false);
+                    Some(Next::Restart)
                 }
+            };
+            if let Some(next) = next {
+                return next;
             }
         }
     }
-    watch_task.abort();
+
+    /// The manager took the Lease (`now`) or lost it.
+    fn leadership_changed(&mut self, held: &mut Held, now: bool) {
+        self.report(None);
+        self.failures = 0;
+        held.leader = now;
+        if now {
+            held.valid_until = SystemTime::now() + self.config.duration;
+            // A new manager says we lead when the Lease names us, without
+            // renewing it first: writes go out only as long as the Lease as
+            // seen lasts.
+            self.writes.allow_until(write_deadline(
+                &self.views.borrow(),
+                &self.config.identity,
+                Some(held.valid_until),
+                self.margin,
+            ));
+            info!(identity = %self.config.identity, lease = %self.config.name, "became the leader");
+        } else {
+            info!(identity = %self.config.identity, "lost the leader Lease; standing by");
+        }
+        self.publish(now);
+    }
+
+    /// The watch shows the Lease changed: a leader follows its renewals and
+    /// stands by when the Lease names another holder; a standby takes a
+    /// free Lease at once. `Some` when the election has to start over.
+    fn lease_seen(&mut self, held: &mut Held) -> Option<Next> {
+        let view = self.views.borrow_and_update().clone();
+        if held.leader {
+            match view.holder.as_deref() {
+                Some(holder) if holder == self.config.identity => {
+                    if let Some(expires) = view.expires {
+                        held.valid_until = expires;
+                    }
+                    self.writes.allow_until(write_deadline(
+                        &view,
+                        &self.config.identity,
+                        None,
+                        self.margin,
+                    ));
+                }
+                Some(other) => {
+                    warn!(
+                        holder = other,
+                        "the leader Lease has another holder; standing by"
+                    );
+                    self.publish(false);
+                    return Some(Next::Restart);
+                }
+                // Released or deleted under us: the manager takes it again
+                // on its next renewal; until the watch shows that, a standby
+                // may take it, so nothing is written.
+                None => self.writes.allow_until(None),
+            }
+        } else if view.is_free() {
+            debug!(holder = ?view.holder, "the leader Lease is free; taking over now");
+            return Some(Next::Restart);
+        }
+        None
+    }
+
+    /// Building a manager failed: the Lease cannot be used (RBAC, API
+    /// server unreachable).
+    fn lease_unusable(&self, error: LeaseManagerError) {
+        self.report(Some(format!(
+            "leader election: cannot use Lease {}/{}: {error}",
+            self.config.namespace, self.config.name
+        )));
+        warn!(%error, lease = %self.config.name, namespace = %self.config.namespace,
+            "cannot use the leader Lease (the ServiceAccount needs get and create on \
+             coordination.k8s.io leases in this namespace, deploy/rbac.yaml); retrying");
+        self.publish(false);
+    }
+
+    /// Acquiring or renewing the Lease failed: stand by.
+    fn lease_failed(&self, error: LeaseManagerError, leader: bool) {
+        self.report(Some(format!(
+            "leader election: Lease {}/{}: {error}",
+            self.config.namespace, self.config.name
+        )));
+        warn!(%error, was_leader = leader, "leader election failed; standing by and retrying");
+        self.publish(false);
+    }
+
+    /// Waits before the next attempt, longer after each failure in a row;
+    /// `Stop` when stopped meanwhile.
+    async fn retry(&mut self) -> Next {
+        if sleep_or_stop(retry_wait(self.failures), &self.stop).await {
+            return Next::Stop;
+        }
+        self.failures = self.failures.saturating_add(1);
+        Next::Restart
+    }
+
+    /// Stopped while leading: writers have stopped (the caller stops them
+    /// first); says so before the Lease goes, then releases it.
+    async fn release(&self, manager: &LeaseManager) {
+        self.publish(false);
+        match manager.release().await {
+            Ok(()) => info!(lease = %self.config.name, "released the leader Lease"),
+            Err(error) => warn!(%error, "cannot release the leader Lease; it expires on its own"),
+        }
+    }
+
+    /// Why taking part fails right now, or `None`; sent only when it
+    /// changes.
+    fn report(&self, now: Option<String>) {
+        self.problem.send_if_modified(|current| {
+            let changed = *current != now;
+            *current = now;
+            changed
+        });
+    }
+
+    /// Whether we lead; closes the fence first when not.
+    fn publish(&self, leader: bool) {
+        if !leader {
+            self.writes.allow_until(None);
+        }
+        self.tx.send_if_modified(|current| {
+            let changed = current.leading != leader;
+            *current = current.then(leader);
+            changed
+        });
+    }
+}
+
+/// Sleeps until `step_down`, or for ever without one (standing by).
+async fn sleep_until(step_down: Option<SystemTime>) {
+    match step_down {
+        Some(step_down) => {
+            let wait = step_down
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO);
+            tokio::time::sleep(wait).await;
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 /// Until when a leader named `identity` may write, by the Lease as last
