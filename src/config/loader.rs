@@ -1,67 +1,27 @@
-//! Layering: defaults, then config.json, then the environment, each value
-//! with its origin, parsed into `Settings` with every problem collected at
-//! once.
+//! Parsing the layered values into `Settings`, each value with its origin,
+//! with every problem collected at once (the layers themselves are read in
+//! `layers`).
 
+use super::layers::LayerKind;
 use super::{
-    accepts_list, accepts_object, check_token, is_token_setting, json_to_text, json_type,
-    normalize, parse_blocked_addresses, parse_bool, parse_bounded_duration, parse_interval,
+    check_token, parse_blocked_addresses, parse_bool, parse_bounded_duration, parse_interval,
     parse_leader_election, parse_lease_duration, parse_listen_address, parse_namespace,
     parse_object_name, parse_pool_name, parse_pools, parse_ratio, parse_request_budget,
-    parse_service_selector, parse_string_map, suggestion, AddressKind, CiliumApiVersion,
-    ConfigErrors, ConfigProblem, Entries, GuardSettings, LogFormat, LogLevel, NodeRules,
-    OperateSettings, PoolConfig, Setting, Settings, TokenSource, BLOCKED_ADDRESSES,
-    CILIUM_API_VERSION, CONFIG_FILE_ENV, DEFAULT_IPV6_HOST_PART, ENV_PREFIX, EVENTS,
-    HCLOUD_ALLOW_HTTP, HCLOUD_ENDPOINT, HCLOUD_REQUEST_BUDGET, HCLOUD_TIMEOUT, HCLOUD_TOKEN,
-    HCLOUD_TOKEN_FILE, INTERVAL, LABEL_SELECTOR, LEADER_ELECTION, LEASE_DURATION, LEASE_NAME,
-    LEASE_NAMESPACE, LISTEN_ADDRESS, LOG_FORMAT, LOG_LEVEL, MAX_REMOVAL_RATIO, NODE_DEBOUNCE,
-    NODE_MIN_GAP, POOLS, POOL_ANNOTATIONS, POOL_LABELS, POOL_NAME, POOL_SERVICE_SELECTOR, SETTINGS,
-    SINGLE_POOL_SETTINGS, WATCH_NODES,
+    parse_service_selector, parse_string_map, AddressKind, CiliumApiVersion, ConfigErrors,
+    ConfigProblem, GuardSettings, LogFormat, LogLevel, NodeRules, OperateSettings, PoolConfig,
+    Setting, Settings, TokenSource, BLOCKED_ADDRESSES, CILIUM_API_VERSION, DEFAULT_IPV6_HOST_PART,
+    EVENTS, HCLOUD_ALLOW_HTTP, HCLOUD_ENDPOINT, HCLOUD_REQUEST_BUDGET, HCLOUD_TIMEOUT,
+    HCLOUD_TOKEN, HCLOUD_TOKEN_FILE, INTERVAL, LABEL_SELECTOR, LEADER_ELECTION, LEASE_DURATION,
+    LEASE_NAME, LEASE_NAMESPACE, LISTEN_ADDRESS, LOG_FORMAT, LOG_LEVEL, MAX_REMOVAL_RATIO,
+    NODE_DEBOUNCE, NODE_MIN_GAP, POOLS, POOL_ANNOTATIONS, POOL_LABELS, POOL_NAME,
+    POOL_SERVICE_SELECTOR, SINGLE_POOL_SETTINGS, WATCH_NODES,
 };
 use crate::vocab::selector::{quote, LabelSelector};
-use figment::providers::Serialized;
-use figment::value::{Dict, Map, Value};
-use figment::{Figment, Metadata, Profile, Provider};
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use figment::value::Value;
+use figment::Figment;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LayerKind {
-    Defaults,
-    File,
-    Env,
-}
-
-impl LayerKind {
-    const ALL: [LayerKind; 3] = [LayerKind::Defaults, LayerKind::File, LayerKind::Env];
-
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            LayerKind::Defaults => "built-in defaults",
-            LayerKind::File => "config file",
-            LayerKind::Env => "environment",
-        }
-    }
-}
-
-/// One layer of string values keyed by config.json key. Values are kept as
-/// strings so that nothing reinterprets them (figment's `Env` would turn a
-/// token "000123" into the number 123); figment only does the layering, and
-/// the metadata name tells which layer a value came from.
-pub(super) struct Layer {
-    pub(super) kind: LayerKind,
-    pub(super) values: BTreeMap<String, String>,
-}
-
-impl Provider for Layer {
-    fn metadata(&self) -> Metadata {
-        Metadata::named(self.kind.name())
-    }
-
-    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
-        Serialized::defaults(&self.values).data()
-    }
-}
 
 /// A value as found, with a description of where it came from.
 pub(super) struct Raw {
@@ -83,180 +43,6 @@ pub(super) struct Loader {
 impl Loader {
     pub(super) fn problem(&mut self, setting: Option<&'static Setting>, message: String) {
         self.problems.push(ConfigProblem { setting, message });
-    }
-
-    pub(super) fn env_layer(&mut self, env: &HashMap<String, String>) -> BTreeMap<String, String> {
-        let mut names: Vec<&String> = env.keys().filter(|k| k.starts_with(ENV_PREFIX)).collect();
-        names.sort();
-        let mut layer = BTreeMap::new();
-        for name in names {
-            if name == CONFIG_FILE_ENV {
-                continue;
-            }
-            let value = env.get(name).map(String::as_str).unwrap_or_default();
-            match SETTINGS.iter().find(|s| s.env == name.as_str()) {
-                Some(setting) => {
-                    // Like the Go version (configor): an empty variable counts as unset.
-                    if value.trim().is_empty() {
-                        if is_token_setting(setting) {
-                            self.empty_token_sources
-                                .push(format!("{name} is set but empty"));
-                        }
-                    } else {
-                        layer.insert(setting.key.to_owned(), value.to_owned());
-                    }
-                }
-                None => {
-                    let hint = suggestion(name, SETTINGS.iter().map(|s| s.env))
-                        .map(|s| format!("did you mean {s}?"))
-                        .unwrap_or_else(|| {
-                            format!(
-                                "known: {}",
-                                SETTINGS
-                                    .iter()
-                                    .map(|s| s.env)
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            )
-                        });
-                    self.warnings.push(format!(
-                        "unknown environment variable {} is ignored; {hint}",
-                        quote(name)
-                    ));
-                }
-            }
-        }
-        layer
-    }
-
-    pub(super) fn file_layer(
-        &mut self,
-        path: &Path,
-        named_by: Option<&'static str>,
-    ) -> BTreeMap<String, String> {
-        let mut layer = BTreeMap::new();
-        let shown = path.display();
-        let bytes = match super::read_config_file(path) {
-            Ok(bytes) => bytes,
-            // The implicit ./config.json may vanish between the check and the read.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && named_by.is_none() => {
-                return layer
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let by = named_by.unwrap_or_default();
-                self.problem(
-                    None,
-                    format!("config file {shown} (named by {by}) does not exist; create it or correct {by}"),
-                );
-                return layer;
-            }
-            Err(e) => {
-                self.problem(None, format!("config file {shown} cannot be read: {e}"));
-                return layer;
-            }
-        };
-        self.config_file = Some(path.to_path_buf());
-        self.config_digest = Some(super::digest(&bytes));
-        // Editors on Windows like to add a byte-order mark.
-        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
-        let Ok(text) = std::str::from_utf8(bytes) else {
-            self.problem(None, format!("config file {shown} is not UTF-8 text"));
-            return layer;
-        };
-        if text.trim().is_empty() {
-            self.warnings.push(format!(
-                "config file {shown} is empty; only the environment and defaults are used"
-            ));
-            return layer;
-        }
-        // Syntax errors from serde_json never quote the content, so a token in
-        // the file cannot leak through them; they carry the line and column.
-        let document = match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(document) => document,
-            Err(e) => {
-                self.problem(None, format!("config file {shown} is not valid JSON: {e}"));
-                return layer;
-            }
-        };
-        if !document.is_object() {
-            self.problem(
-                None,
-                format!(
-                    "config file {shown} holds a JSON {}; it must hold one object such as {{\"LogLevel\": \"Info\"}}",
-                    json_type(&document)
-                ),
-            );
-            return layer;
-        }
-        // Parsed a second time to keep the document order, so that with keys
-        // repeated in different case the last one wins, as in Go.
-        let entries = match serde_json::from_str::<Entries>(text) {
-            Ok(Entries(entries)) => entries,
-            Err(_) => {
-                self.problem(
-                    None,
-                    format!("config file {shown} could not be read as a JSON object"),
-                );
-                return layer;
-            }
-        };
-        let mut written_as: BTreeMap<&'static str, String> = BTreeMap::new();
-        for (key, value) in entries {
-            let wanted = normalize(&key);
-            let Some(setting) = SETTINGS.iter().find(|s| normalize(s.key) == wanted) else {
-                let hint = suggestion(&key, SETTINGS.iter().map(|s| s.key))
-                    .map(|s| format!("did you mean {s}?"))
-                    .unwrap_or_else(|| {
-                        format!(
-                            "known keys: {}",
-                            SETTINGS
-                                .iter()
-                                .map(|s| s.key)
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    });
-                self.warnings.push(format!(
-                    "config file {shown}: unknown key {} is ignored; {hint}",
-                    quote(&key)
-                ));
-                continue;
-            };
-            if let Some(earlier) = written_as.insert(setting.key, key.clone()) {
-                self.warnings.push(format!(
-                    "config file {shown} sets {} twice (as {} and {}); the last one is used",
-                    setting.key,
-                    quote(&earlier),
-                    quote(&key)
-                ));
-                layer.remove(setting.key);
-            }
-            match json_to_text(&value, accepts_object(setting)) {
-                Ok(Some(text)) if !text.trim().is_empty() => {
-                    layer.insert(setting.key.to_owned(), text);
-                }
-                Ok(_) => {
-                    if is_token_setting(setting) {
-                        self.empty_token_sources
-                            .push(format!("{} in config file {shown} is empty", setting.key));
-                    }
-                }
-                Err(kind) => {
-                    let expected = if accepts_list(setting) {
-                        "a JSON list or a string"
-                    } else if accepts_object(setting) {
-                        "a JSON object or a string"
-                    } else {
-                        "a string"
-                    };
-                    self.problem(
-                        Some(setting),
-                        format!("config file {shown} gives a JSON {kind}; expected {expected}"),
-                    );
-                }
-            }
-        }
-        layer
     }
 
     /// Where the value of `setting` comes from, for messages.
@@ -381,17 +167,7 @@ impl Loader {
             s.parse::<LabelSelector>()
                 .map_err(|e| format!("is not a valid label selector: {e}"))
         });
-        let token = self.token();
-        let hcloud_endpoint = self.parse(&HCLOUD_ENDPOINT, crate::hetzner::check_endpoint);
-        let hcloud_allow_http = self.parse(&HCLOUD_ALLOW_HTTP, parse_bool).unwrap_or(false);
-        let hcloud_timeout = self.parse(&HCLOUD_TIMEOUT, |s| {
-            parse_bounded_duration(
-                s,
-                Duration::from_secs(1),
-                Duration::from_secs(120),
-                "a duration from 1s to 2m, e.g. 10s",
-            )
-        });
+        let hcloud = self.hcloud();
         let single = self.single_pool(label_selector);
         let interval = self.parse(&INTERVAL, parse_interval);
         let listen_address = self.parse(&LISTEN_ADDRESS, parse_listen_address);
@@ -402,16 +178,16 @@ impl Loader {
         let operate = self.operate_settings();
         let listed_pools = self.listed_pools(operate.watch_nodes);
         let pools_listed = listed_pools.is_some();
-        if let Some(endpoint) = &hcloud_endpoint {
-            self.check_plain_http(endpoint, hcloud_allow_http);
+        if let Some(endpoint) = &hcloud.endpoint {
+            self.check_plain_http(endpoint, hcloud.allow_http);
         }
 
         match (
             log_level,
             log_format,
-            token,
-            hcloud_endpoint,
-            hcloud_timeout,
+            hcloud.token,
+            hcloud.endpoint,
+            hcloud.timeout,
             single,
             interval,
             listen_address,
@@ -437,7 +213,7 @@ impl Loader {
                 log_format,
                 token,
                 hcloud_endpoint,
-                hcloud_allow_http,
+                hcloud_allow_http: hcloud.allow_http,
                 hcloud_timeout,
                 interval,
                 listen_address,
@@ -448,17 +224,43 @@ impl Loader {
                 config_digest: self.config_digest,
                 warnings: self.warnings,
             }),
-            _ => {
-                if self.problems.is_empty() {
-                    // Only reachable if a built-in default is missing: a bug, but
-                    // reported rather than panicking.
-                    self.problem(
-                        None,
-                        "internal error: a setting with a default has no value".to_owned(),
-                    );
-                }
-                Err(ConfigErrors(self.problems))
-            }
+            _ => Err(self.into_errors()),
+        }
+    }
+
+    /// Every recorded problem, or one saying a value is missing when none
+    /// was recorded.
+    fn into_errors(mut self) -> ConfigErrors {
+        if self.problems.is_empty() {
+            // Only reachable if a built-in default is missing: a bug, but
+            // reported rather than panicking.
+            self.problem(
+                None,
+                "internal error: a setting with a default has no value".to_owned(),
+            );
+        }
+        ConfigErrors(self.problems)
+    }
+
+    /// The Hetzner Cloud settings, in this order: token, endpoint, plain
+    /// http allowed, timeout.
+    fn hcloud(&mut self) -> Hcloud {
+        let token = self.token();
+        let endpoint = self.parse(&HCLOUD_ENDPOINT, crate::hetzner::check_endpoint);
+        let allow_http = self.parse(&HCLOUD_ALLOW_HTTP, parse_bool).unwrap_or(false);
+        let timeout = self.parse(&HCLOUD_TIMEOUT, |s| {
+            parse_bounded_duration(
+                s,
+                Duration::from_secs(1),
+                Duration::from_secs(120),
+                "a duration from 1s to 2m, e.g. 10s",
+            )
+        });
+        Hcloud {
+            token,
+            endpoint,
+            allow_http,
+            timeout,
         }
     }
 
@@ -527,6 +329,15 @@ impl Loader {
             ),
         );
     }
+}
+
+/// The Hetzner Cloud settings as parsed; `None` where unset or invalid
+/// (then a problem is recorded).
+struct Hcloud {
+    token: Option<TokenSource>,
+    endpoint: Option<String>,
+    allow_http: bool,
+    timeout: Option<Duration>,
 }
 
 /// The one pool the single-pool settings describe (the Go version's pool).

@@ -7,12 +7,14 @@
 //! accepted and how to fix it.
 
 mod choices;
+mod layers;
 mod loader;
 mod pools;
 mod table;
 mod token;
 mod values;
 pub use choices::*;
+use layers::{Layer, LayerKind};
 use loader::*;
 pub use pools::*;
 pub use table::*;

@@ -158,105 +158,13 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
     };
     let fields = Fields::of(object, POOL_KEYS, problems);
     let before = problems.len();
-    let name = match fields.text("Name", problems) {
-        Some(text) => match parse_pool_name(&text) {
-            Ok(name) => Some(name),
-            Err(reason) => {
-                problems.push(format!("Name {} {reason}", quote(text.trim())));
-                None
-            }
-        },
-        None => {
-            problems.push("Name is missing; every pool needs a name".to_owned());
-            None
-        }
-    };
-    let label_selector = match fields.text("LabelSelector", problems) {
-        Some(text) => match text.parse::<LabelSelector>() {
-            Ok(selector) => Some(selector),
-            Err(e) => {
-                problems.push(format!(
-                    "LabelSelector {} is not a valid label selector: {e}",
-                    quote(text.trim())
-                ));
-                None
-            }
-        },
-        None => {
-            problems.push(
-                "LabelSelector is missing; it chooses the pool's servers, e.g. role=edge"
-                    .to_owned(),
-            );
-            None
-        }
-    };
+    let name = parse_name(&fields, problems);
+    let label_selector = parse_label_selector(&fields, problems);
     let addresses = match fields.get("Addresses") {
         None => vec![AddressKind::PublicIpv4],
         Some(value) => parse_kinds(value, problems),
     };
-    let has_ipv6 = addresses
-        .iter()
-        .any(|k| matches!(k, AddressKind::PublicIpv6 | AddressKind::FloatingIp));
-    let ipv6_host_part = match fields.text("Ipv6HostPart", problems) {
-        None => DEFAULT_IPV6_HOST_PART,
-        Some(text) => {
-            if !has_ipv6 {
-                problems.push(
-                    "Ipv6HostPart is set, but Addresses has neither public-ipv6 nor floating-ip"
-                        .to_owned(),
-                );
-            }
-            parse_host_part(&text).unwrap_or_else(|reason| {
-                problems.push(format!("Ipv6HostPart {} {reason}", quote(text.trim())));
-                DEFAULT_IPV6_HOST_PART
-            })
-        }
-    };
-    let private_network = fields.get("PrivateNetwork").and_then(|value| {
-        if !addresses.contains(&AddressKind::PrivateIpv4) {
-            problems.push("PrivateNetwork is set, but Addresses has no private-ipv4".to_owned());
-        }
-        match value {
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(id) if id > 0 => Some(NetworkRef::Id(id)),
-                _ => {
-                    problems.push(format!("PrivateNetwork {n} is not a network ID"));
-                    None
-                }
-            },
-            serde_json::Value::String(text) if !text.trim().is_empty() => {
-                let text = text.trim();
-                Some(match text.parse::<i64>() {
-                    Ok(id) if id > 0 => NetworkRef::Id(id),
-                    _ => NetworkRef::Name(text.to_owned()),
-                })
-            }
-            other => {
-                problems.push(format!(
-                    "PrivateNetwork is a JSON {}; give the network's ID or name",
-                    json_type(other)
-                ));
-                None
-            }
-        }
-    });
-    let include_alias_ips = fields
-        .parsed("IncludeAliasIps", parse_bool, problems)
-        .unwrap_or(false);
-    if include_alias_ips && !addresses.contains(&AddressKind::PrivateIpv4) {
-        problems.push("IncludeAliasIps is true, but Addresses has no private-ipv4".to_owned());
-    }
-    let floating_ip_selector = fields.parsed(
-        "FloatingIpSelector",
-        |s| {
-            s.parse::<LabelSelector>()
-                .map_err(|e| format!("is not a valid label selector: {e}"))
-        },
-        problems,
-    );
-    if floating_ip_selector.is_some() && !addresses.contains(&AddressKind::FloatingIp) {
-        problems.push("FloatingIpSelector is set, but Addresses has no floating-ip".to_owned());
-    }
+    let options = AddressOptions::parse(&fields, &addresses, problems);
     let service_selector = fields
         .parsed("ServiceSelector", parse_service_selector, problems)
         .flatten();
@@ -280,16 +188,159 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
         name: name?,
         label_selector: label_selector?,
         addresses,
-        ipv6_host_part,
-        private_network,
-        include_alias_ips,
-        floating_ip_selector,
+        ipv6_host_part: options.ipv6_host_part,
+        private_network: options.private_network,
+        include_alias_ips: options.include_alias_ips,
+        floating_ip_selector: options.floating_ip_selector,
         service_selector,
         annotations,
         labels,
         max_removal_ratio,
         nodes,
     })
+}
+
+/// `Name`, which every pool needs.
+fn parse_name(fields: &Fields<'_>, problems: &mut Vec<String>) -> Option<String> {
+    match fields.text("Name", problems) {
+        Some(text) => match parse_pool_name(&text) {
+            Ok(name) => Some(name),
+            Err(reason) => {
+                problems.push(format!("Name {} {reason}", quote(text.trim())));
+                None
+            }
+        },
+        None => {
+            problems.push("Name is missing; every pool needs a name".to_owned());
+            None
+        }
+    }
+}
+
+/// `LabelSelector`, which every pool needs.
+fn parse_label_selector(fields: &Fields<'_>, problems: &mut Vec<String>) -> Option<LabelSelector> {
+    match fields.text("LabelSelector", problems) {
+        Some(text) => match text.parse::<LabelSelector>() {
+            Ok(selector) => Some(selector),
+            Err(e) => {
+                problems.push(format!(
+                    "LabelSelector {} is not a valid label selector: {e}",
+                    quote(text.trim())
+                ));
+                None
+            }
+        },
+        None => {
+            problems.push(
+                "LabelSelector is missing; it chooses the pool's servers, e.g. role=edge"
+                    .to_owned(),
+            );
+            None
+        }
+    }
+}
+
+/// The settings that refine the kinds of address, each checked against the
+/// kinds it needs.
+struct AddressOptions {
+    ipv6_host_part: Ipv6Addr,
+    private_network: Option<NetworkRef>,
+    include_alias_ips: bool,
+    floating_ip_selector: Option<LabelSelector>,
+}
+
+impl AddressOptions {
+    /// In this order: Ipv6HostPart, PrivateNetwork, IncludeAliasIps,
+    /// FloatingIpSelector.
+    fn parse(fields: &Fields<'_>, addresses: &[AddressKind], problems: &mut Vec<String>) -> Self {
+        let ipv6_host_part = parse_ipv6_host_part(fields, addresses, problems);
+        let private_network = fields
+            .get("PrivateNetwork")
+            .and_then(|value| parse_private_network(value, addresses, problems));
+        let include_alias_ips = fields
+            .parsed("IncludeAliasIps", parse_bool, problems)
+            .unwrap_or(false);
+        if include_alias_ips && !addresses.contains(&AddressKind::PrivateIpv4) {
+            problems.push("IncludeAliasIps is true, but Addresses has no private-ipv4".to_owned());
+        }
+        let floating_ip_selector = fields.parsed(
+            "FloatingIpSelector",
+            |s| {
+                s.parse::<LabelSelector>()
+                    .map_err(|e| format!("is not a valid label selector: {e}"))
+            },
+            problems,
+        );
+        if floating_ip_selector.is_some() && !addresses.contains(&AddressKind::FloatingIp) {
+            problems.push("FloatingIpSelector is set, but Addresses has no floating-ip".to_owned());
+        }
+        Self {
+            ipv6_host_part,
+            private_network,
+            include_alias_ips,
+            floating_ip_selector,
+        }
+    }
+}
+
+/// `Ipv6HostPart`, the default when unset or invalid.
+fn parse_ipv6_host_part(
+    fields: &Fields<'_>,
+    addresses: &[AddressKind],
+    problems: &mut Vec<String>,
+) -> Ipv6Addr {
+    let has_ipv6 = addresses
+        .iter()
+        .any(|k| matches!(k, AddressKind::PublicIpv6 | AddressKind::FloatingIp));
+    match fields.text("Ipv6HostPart", problems) {
+        None => DEFAULT_IPV6_HOST_PART,
+        Some(text) => {
+            if !has_ipv6 {
+                problems.push(
+                    "Ipv6HostPart is set, but Addresses has neither public-ipv6 nor floating-ip"
+                        .to_owned(),
+                );
+            }
+            parse_host_part(&text).unwrap_or_else(|reason| {
+                problems.push(format!("Ipv6HostPart {} {reason}", quote(text.trim())));
+                DEFAULT_IPV6_HOST_PART
+            })
+        }
+    }
+}
+
+/// The value of `PrivateNetwork` (not null): a network's ID or name.
+fn parse_private_network(
+    value: &serde_json::Value,
+    addresses: &[AddressKind],
+    problems: &mut Vec<String>,
+) -> Option<NetworkRef> {
+    if !addresses.contains(&AddressKind::PrivateIpv4) {
+        problems.push("PrivateNetwork is set, but Addresses has no private-ipv4".to_owned());
+    }
+    match value {
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(id) if id > 0 => Some(NetworkRef::Id(id)),
+            _ => {
+                problems.push(format!("PrivateNetwork {n} is not a network ID"));
+                None
+            }
+        },
+        serde_json::Value::String(text) if !text.trim().is_empty() => {
+            let text = text.trim();
+            Some(match text.parse::<i64>() {
+                Ok(id) if id > 0 => NetworkRef::Id(id),
+                _ => NetworkRef::Name(text.to_owned()),
+            })
+        }
+        other => {
+            problems.push(format!(
+                "PrivateNetwork is a JSON {}; give the network's ID or name",
+                json_type(other)
+            ));
+            None
+        }
+    }
 }
 
 /// The table's default of `MaxRemovalRatio`, for pools that set none.

@@ -1,0 +1,270 @@
+//! The three layers (built-in defaults < config file < environment) and the
+//! reading of the environment and the config file into layers of text
+//! values keyed by config.json key.
+
+use super::loader::Loader;
+use super::{
+    accepts_list, accepts_object, is_token_setting, json_to_text, json_type, normalize, suggestion,
+    Entries, Setting, CONFIG_FILE_ENV, ENV_PREFIX, SETTINGS,
+};
+use crate::vocab::selector::quote;
+use figment::providers::Serialized;
+use figment::value::{Dict, Map};
+use figment::{Metadata, Profile, Provider};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LayerKind {
+    Defaults,
+    File,
+    Env,
+}
+
+impl LayerKind {
+    pub(super) const ALL: [LayerKind; 3] = [LayerKind::Defaults, LayerKind::File, LayerKind::Env];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            LayerKind::Defaults => "built-in defaults",
+            LayerKind::File => "config file",
+            LayerKind::Env => "environment",
+        }
+    }
+}
+
+/// One layer of string values keyed by config.json key. Values are kept as
+/// strings so that nothing reinterprets them (figment's `Env` would turn a
+/// token "000123" into the number 123); figment only does the layering, and
+/// the metadata name tells which layer a value came from.
+pub(super) struct Layer {
+    pub(super) kind: LayerKind,
+    pub(super) values: BTreeMap<String, String>,
+}
+
+impl Provider for Layer {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.kind.name())
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        Serialized::defaults(&self.values).data()
+    }
+}
+
+impl Loader {
+    pub(super) fn env_layer(&mut self, env: &HashMap<String, String>) -> BTreeMap<String, String> {
+        let mut names: Vec<&String> = env.keys().filter(|k| k.starts_with(ENV_PREFIX)).collect();
+        names.sort();
+        let mut layer = BTreeMap::new();
+        for name in names {
+            if name == CONFIG_FILE_ENV {
+                continue;
+            }
+            let value = env.get(name).map(String::as_str).unwrap_or_default();
+            match SETTINGS.iter().find(|s| s.env == name.as_str()) {
+                Some(setting) => {
+                    // Like the Go version (configor): an empty variable counts as unset.
+                    if value.trim().is_empty() {
+                        if is_token_setting(setting) {
+                            self.empty_token_sources
+                                .push(format!("{name} is set but empty"));
+                        }
+                    } else {
+                        layer.insert(setting.key.to_owned(), value.to_owned());
+                    }
+                }
+                None => {
+                    let hint = suggestion(name, SETTINGS.iter().map(|s| s.env))
+                        .map(|s| format!("did you mean {s}?"))
+                        .unwrap_or_else(|| {
+                            format!(
+                                "known: {}",
+                                SETTINGS
+                                    .iter()
+                                    .map(|s| s.env)
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        });
+                    self.warnings.push(format!(
+                        "unknown environment variable {} is ignored; {hint}",
+                        quote(name)
+                    ));
+                }
+            }
+        }
+        layer
+    }
+
+    pub(super) fn file_layer(
+        &mut self,
+        path: &Path,
+        named_by: Option<&'static str>,
+    ) -> BTreeMap<String, String> {
+        let Some(bytes) = self.read_file_bytes(path, named_by) else {
+            return BTreeMap::new();
+        };
+        self.config_file = Some(path.to_path_buf());
+        self.config_digest = Some(super::digest(&bytes));
+        match self.file_entries(path, &bytes) {
+            Some(entries) => self.entries_layer(path, entries),
+            None => BTreeMap::new(),
+        }
+    }
+
+    /// The file's bytes; `None` when it cannot be read (a problem is
+    /// recorded, except when the implicit ./config.json has vanished).
+    fn read_file_bytes(&mut self, path: &Path, named_by: Option<&'static str>) -> Option<Vec<u8>> {
+        let shown = path.display();
+        match super::read_config_file(path) {
+            Ok(bytes) => Some(bytes),
+            // The implicit ./config.json may vanish between the check and the read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && named_by.is_none() => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let by = named_by.unwrap_or_default();
+                self.problem(
+                    None,
+                    format!("config file {shown} (named by {by}) does not exist; create it or correct {by}"),
+                );
+                None
+            }
+            Err(e) => {
+                self.problem(None, format!("config file {shown} cannot be read: {e}"));
+                None
+            }
+        }
+    }
+
+    /// The file's top-level entries in document order; `None` when it has
+    /// none to use (a problem is recorded, or a warning for an empty file).
+    fn file_entries(
+        &mut self,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Option<Vec<(String, serde_json::Value)>> {
+        let shown = path.display();
+        // Editors on Windows like to add a byte-order mark.
+        let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            self.problem(None, format!("config file {shown} is not UTF-8 text"));
+            return None;
+        };
+        if text.trim().is_empty() {
+            self.warnings.push(format!(
+                "config file {shown} is empty; only the environment and defaults are used"
+            ));
+            return None;
+        }
+        // Syntax errors from serde_json never quote the content, so a token in
+        // the file cannot leak through them; they carry the line and column.
+        let document = match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(document) => document,
+            Err(e) => {
+                self.problem(None, format!("config file {shown} is not valid JSON: {e}"));
+                return None;
+            }
+        };
+        if !document.is_object() {
+            self.problem(
+                None,
+                format!(
+                    "config file {shown} holds a JSON {}; it must hold one object such as {{\"LogLevel\": \"Info\"}}",
+                    json_type(&document)
+                ),
+            );
+            return None;
+        }
+        // Parsed a second time to keep the document order, so that with keys
+        // repeated in different case the last one wins, as in Go.
+        match serde_json::from_str::<Entries>(text) {
+            Ok(Entries(entries)) => Some(entries),
+            Err(_) => {
+                self.problem(
+                    None,
+                    format!("config file {shown} could not be read as a JSON object"),
+                );
+                None
+            }
+        }
+    }
+
+    /// The layer of the file's entries, taken in document order.
+    fn entries_layer(
+        &mut self,
+        path: &Path,
+        entries: Vec<(String, serde_json::Value)>,
+    ) -> BTreeMap<String, String> {
+        let shown = path.display();
+        let mut layer = BTreeMap::new();
+        let mut written_as: BTreeMap<&'static str, String> = BTreeMap::new();
+        for (key, value) in entries {
+            let wanted = normalize(&key);
+            let Some(setting) = SETTINGS.iter().find(|s| normalize(s.key) == wanted) else {
+                self.unknown_file_key(path, &key);
+                continue;
+            };
+            if let Some(earlier) = written_as.insert(setting.key, key.clone()) {
+                self.warnings.push(format!(
+                    "config file {shown} sets {} twice (as {} and {}); the last one is used",
+                    setting.key,
+                    quote(&earlier),
+                    quote(&key)
+                ));
+                layer.remove(setting.key);
+            }
+            match json_to_text(&value, accepts_object(setting)) {
+                Ok(Some(text)) if !text.trim().is_empty() => {
+                    layer.insert(setting.key.to_owned(), text);
+                }
+                Ok(_) => {
+                    if is_token_setting(setting) {
+                        self.empty_token_sources
+                            .push(format!("{} in config file {shown} is empty", setting.key));
+                    }
+                }
+                Err(kind) => {
+                    let expected = expected_json(setting);
+                    self.problem(
+                        Some(setting),
+                        format!("config file {shown} gives a JSON {kind}; expected {expected}"),
+                    );
+                }
+            }
+        }
+        layer
+    }
+
+    /// Warns of a key of the file that is no setting (the Go version
+    /// ignored them silently).
+    fn unknown_file_key(&mut self, path: &Path, key: &str) {
+        let hint = suggestion(key, SETTINGS.iter().map(|s| s.key))
+            .map(|s| format!("did you mean {s}?"))
+            .unwrap_or_else(|| {
+                format!(
+                    "known keys: {}",
+                    SETTINGS
+                        .iter()
+                        .map(|s| s.key)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            });
+        let shown = path.display();
+        self.warnings.push(format!(
+            "config file {shown}: unknown key {} is ignored; {hint}",
+            quote(key)
+        ));
+    }
+}
+
+/// What the file may give for `setting`, for the wrong-type problem.
+fn expected_json(setting: &Setting) -> &'static str {
+    if accepts_list(setting) {
+        "a JSON list or a string"
+    } else if accepts_object(setting) {
+        "a JSON object or a string"
+    } else {
+        "a string"
+    }
+}
