@@ -2,21 +2,18 @@
 //! the request budget and rate limit before each request, retries with
 //! backoff after retryable failures, and a body size cap. It owns the
 //! connection pool and nothing else; paging rules live in `page`, error
-//! texts in `error`.
+//! texts in `error`, what each listing decodes and keeps in `listings`.
 
 use super::{
-    absorb_floating_ips, absorb_networks, absorb_servers, decode, error_chain, jitter,
-    listing_wait, message_text, next_page, parse_api_error, parse_endpoint, rate_limit_wait,
-    retry_delay, scrub, Collection, FloatingIpListing, FloatingIpsPage, HetznerError,
-    HetznerOptions, ListingCost, Network, NetworksPage, PageResponse, Pagination, PagingCheck,
-    RateLimit, ReadError, RequestBudget, RetryPolicy, RetryReason, ServerFields, ServerListing,
-    ServersPage, TransportKind, Waiter, PER_PAGE,
+    error_chain, jitter, listing_wait, message_text, next_page, parse_api_error, parse_endpoint,
+    rate_limit_wait, retry_delay, Collection, HetznerError, HetznerOptions, ListingCost,
+    PageResponse, Pagination, PagingCheck, RateLimit, ReadError, RequestBudget, RetryPolicy,
+    RetryReason, TransportKind, Waiter, PER_PAGE,
 };
 use crate::sync::lock;
 use crate::vocab::SecretString;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION};
 use reqwest::{StatusCode, Url};
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -70,21 +67,6 @@ pub struct HetznerClient {
     /// Set by [`HetznerClient::for_cycle`]: when every listing of the
     /// cycle must be done by.
     cycle_deadline: Option<tokio::time::Instant>,
-}
-
-/// Names from a 200 answer are logged, put into `/health` and Events: one
-/// that holds the token (an echoing proxy, or a name someone chose) has it
-/// replaced.
-fn scrub_names<'a>(token: &SecretString, names: impl Iterator<Item = &'a mut String>) {
-    let secret = token.expose().trim();
-    if secret.is_empty() {
-        return;
-    }
-    for name in names {
-        if name.contains(secret) {
-            *name = scrub(name, secret);
-        }
-    }
 }
 
 impl HetznerClient {
@@ -165,97 +147,10 @@ impl HetznerClient {
         &self.endpoint
     }
 
-    /// Lists every server matching `label_selector` (already validated,
-    /// canonical string), all pages or an error. An empty selector lists all
-    /// servers of the project.
-    pub async fn list_servers(
-        &self,
-        token: &SecretString,
-        label_selector: &str,
-    ) -> Result<ServerListing, HetznerError> {
-        self.list_servers_with(token, label_selector, true).await
-    }
-
-    /// Like [`HetznerClient::list_servers`], reading each server's private
-    /// networks only with `private_networks` (a pool takes `private-ipv4`).
-    pub async fn list_servers_with(
-        &self,
-        token: &SecretString,
-        label_selector: &str,
-        private_networks: bool,
-    ) -> Result<ServerListing, HetznerError> {
-        // An unfiltered listing serves several pools whose selectors are
-        // matched by the caller, so it keeps the labels; a filtered one
-        // needs none.
-        let fields = ServerFields {
-            labels: label_selector.is_empty(),
-            private_networks,
-        };
-        let mut listing = ServerListing::default();
-        let mut seen = HashSet::new();
-        let cost = self
-            .list_pages(token, Collection::Servers, label_selector, |page, body| {
-                let decoded: ServersPage = decode(Collection::Servers, page, body)?;
-                let count = decoded.servers.len();
-                absorb_servers(page, decoded.servers, &mut listing, &mut seen, fields)?;
-                Ok((decoded.meta.pagination, count))
-            })
-            .await?;
-        listing.add_cost(&cost);
-        scrub_names(token, listing.servers.iter_mut().map(|s| &mut s.name));
-        tracing::debug!(
-            servers = listing.servers.len(),
-            without_ipv4 = listing.skipped().count(),
-            pages = listing.pages,
-            requests = listing.requests,
-            "listed Hetzner servers"
-        );
-        Ok(listing)
-    }
-
-    /// Every Floating IP of the project (there are few; the pools' own
-    /// selectors are matched by the caller), every page or an error.
-    pub async fn list_floating_ips(
-        &self,
-        token: &SecretString,
-    ) -> Result<FloatingIpListing, HetznerError> {
-        let mut listing = FloatingIpListing::default();
-        let mut seen = HashSet::new();
-        let cost = self
-            .list_pages(token, Collection::FloatingIps, "", |page, body| {
-                let decoded: FloatingIpsPage = decode(Collection::FloatingIps, page, body)?;
-                let count = decoded.floating_ips.len();
-                absorb_floating_ips(decoded.floating_ips, &mut listing, &mut seen);
-                Ok((decoded.meta.pagination, count))
-            })
-            .await?;
-        listing.requests = cost.requests;
-        scrub_names(token, listing.floating_ips.iter_mut().map(|f| &mut f.name));
-        Ok(listing)
-    }
-
-    /// Every private network's ID and name, for pools that name theirs.
-    pub async fn list_networks(
-        &self,
-        token: &SecretString,
-    ) -> Result<(Vec<Network>, u32), HetznerError> {
-        let mut networks = Vec::new();
-        let cost = self
-            .list_pages(token, Collection::Networks, "", |page, body| {
-                let decoded: NetworksPage = decode(Collection::Networks, page, body)?;
-                let count = decoded.networks.len();
-                absorb_networks(decoded.networks, &mut networks);
-                Ok((decoded.meta.pagination, count))
-            })
-            .await?;
-        scrub_names(token, networks.iter_mut().map(|n| &mut n.name));
-        Ok((networks, cost.requests))
-    }
-
     /// Reads every page of `collection` (the paging checked as for servers)
     /// and hands each body to `absorb`, which returns the page's pagination
     /// and entry count.
-    async fn list_pages(
+    pub(super) async fn list_pages(
         &self,
         token: &SecretString,
         collection: Collection,

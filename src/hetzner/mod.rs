@@ -10,6 +10,7 @@ pub use budget::*;
 mod client;
 mod endpoint;
 mod error;
+mod listings;
 mod model;
 mod page;
 mod retry;

@@ -411,4 +411,6 @@ fn attachment<'s>(
 }
 
 #[cfg(test)]
+mod node_rule_tests;
+#[cfg(test)]
 mod tests;
