@@ -16,7 +16,9 @@
 //!          ├─► members   which address goes into which pool (pure)
 //!          └─► pool      render, diff, gate, guards (pure); PoolClient (apply)
 //!
-//! config (settings) and vocab (label selectors, secrets) are read by all.
+//! vocab (label selectors, secrets) imports nothing of the crate; config
+//! (settings) imports only vocab and hetzner's endpoint checks; serve reads
+//! the reports of reconcile, members, pool and hetzner to show them.
 //! ```
 //!
 //! - [`config`]: the settings table, parsing, layering (env over config.json

@@ -75,7 +75,11 @@ fn source_files() -> Vec<std::path::PathBuf> {
 fn source_templates() -> Vec<Vec<Item>> {
     let files: Vec<String> = source_files()
         .into_iter()
-        .filter(|path| path.file_name().is_some_and(|n| n != "tests.rs"))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n != "tests.rs" && !n.ends_with("_tests.rs"))
+        })
         .map(|path| std::fs::read_to_string(path).unwrap())
         .collect();
     let mut templates = Vec::new();

@@ -111,7 +111,8 @@ pub struct Settings {
     /// single-pool settings (`LabelSelector`, `PoolName`, …) describe.
     pub pools: Vec<PoolConfig>,
     /// `Pools` was set (rather than the single-pool settings): shapes only
-    /// the output (`--dry-run` prints a list, errors name their pool).
+    /// the output (`--dry-run` prints a list, errors name their pool,
+    /// `/health` shows each pool under `pools`).
     pub pools_listed: bool,
     pub interval: Duration,
     pub listen_address: SocketAddr,

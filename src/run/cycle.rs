@@ -14,6 +14,10 @@ use crate::pool::gate::WithheldReason;
 use crate::reconcile::{join, CycleKind, CycleReport, PoolOutcome, ReconcileError};
 use crate::run::schedule::{FullCycleEnd, RepairEnd};
 
+/// The `target` of the `reconcile finished` and `reconcile failed` lines:
+/// the loop's module, as operators filter on it, whatever file logs them.
+const LOG_TARGET: &str = "canada_kaktus::run";
+
 /// What one cycle ends with: per pool, or a failure of them all.
 pub(super) type CycleResult = Result<Vec<PoolOutcome>, ReconcileError>;
 
@@ -195,6 +199,7 @@ pub(super) fn repair_end(result: &CycleResult) -> RepairEnd {
 
 fn log_failure(pool: &str, e: &ReconcileError, duration: Duration) {
     error!(
+        target: LOG_TARGET,
         pool = (!pool.is_empty()).then_some(pool),
         error = %e,
         cause = e.metric_label(),
@@ -223,6 +228,7 @@ fn log_report(report: &CycleReport, duration: Duration) {
         .chain(report.withheld.iter().map(|w| w.address))
         .collect();
     info!(
+        target: LOG_TARGET,
         pool = %report.pool,
         kind = %report.kind,
         servers_matched = listing.map(|l| l.servers_matched),

@@ -103,14 +103,25 @@ impl LeaderElection {
         let (problem_tx, problem) = watch::channel(None);
         let stop = CancellationToken::new();
         let fence = Fence::closed();
-        let task = tokio::spawn(run(
+        let (view_tx, views) = watch::channel(LeaseView::default());
+        let watcher = tokio::spawn(watch_lease(
+            client.clone(),
+            config.namespace.clone(),
+            config.name.clone(),
+            view_tx,
+        ));
+        let election = Election {
+            margin: Duration::from_millis(config.grace_secs() * 500),
             client,
             config,
             tx,
-            problem_tx,
-            fence.clone(),
-            stop.clone(),
-        ));
+            problem: problem_tx,
+            writes: fence.clone(),
+            stop: stop.clone(),
+            views,
+            failures: 0,
+        };
+        let task = tokio::spawn(election.run(watcher));
         Self {
             state,
             fence,
@@ -181,41 +192,6 @@ impl LeaseView {
     }
 }
 
-/// The election task: takes part until stopped, then releases the Lease if
-/// held.
-async fn run(
-    client: Client,
-    config: LeaseConfig,
-    tx: watch::Sender<Term>,
-    problem: watch::Sender<Option<String>>,
-    writes: Fence,
-    stop: CancellationToken,
-) {
-    let (view_tx, views) = watch::channel(LeaseView::default());
-    let watch_task = tokio::spawn(watch_lease(
-        client.clone(),
-        config.namespace.clone(),
-        config.name.clone(),
-        view_tx,
-    ));
-    let margin = Duration::from_millis(config.grace_secs() * 500);
-    let mut election = Election {
-        client,
-        config,
-        tx,
-        problem,
-        writes,
-        stop,
-        views,
-        margin,
-        failures: 0,
-    };
-    // Each attempt builds a manager and follows the Lease with it until it
-    // has to start over.
-    while election.attempt().await == Next::Restart {}
-    watch_task.abort();
-}
-
 /// What the election does when it is done with a manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -262,6 +238,14 @@ impl Held {
 }
 
 impl Election {
+    /// The election task: takes part until stopped, then releases the
+    /// Lease if held. Each attempt builds a manager and follows the Lease
+    /// with it until it has to start over; `watcher` feeds `views`.
+    async fn run(mut self, watcher: JoinHandle<()>) {
+        while self.attempt().await == Next::Restart {}
+        watcher.abort();
+    }
+
     /// One attempt: builds a manager for the Lease and follows the Lease
     /// with it, or backs off when the Lease cannot be used.
     async fn attempt(&mut self) -> Next {
