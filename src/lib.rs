@@ -47,6 +47,7 @@
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod failover;
 pub mod hetzner;
 pub mod members;
 pub mod memory;

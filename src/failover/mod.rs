@@ -1,0 +1,199 @@
+//! Which server holds each Floating IP of a failover pool (issue 22), as a
+//! pure decision: a Floating IP stays with its holder while the holder is a
+//! healthy member, and otherwise goes to the member that ranks first:
+//! in the IP's home location, then in its network zone, then holding the
+//! fewest of the pool's Floating IPs, then by a stable hash, so that two
+//! replicas or two runs choose alike and IPs spread over the members. Moves
+//! are bounded per minute ([`MoveBudget`]) so a mass outage cannot thrash.
+//!
+//! No I/O and no clock: the caller passes the members (servers the pool
+//! selects that pass the node rules, run, and whose Nodes are Ready and not
+//! silent), the Floating IPs as the last listing shows them, and the time.
+//!
+//! Not wired into the loop yet: the assignment through Hetzner's API, the
+//! Node Lease watch and the `FloatingIpFailover` pool setting come next.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A server that may hold the pool's Floating IPs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub server: i64,
+    /// Its location's name (`fsn1`, `nbg1`, …).
+    pub location: String,
+    /// Its location's network zone (`eu-central`, …).
+    pub network_zone: String,
+}
+
+/// One Floating IP of the pool, as the last listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FloatingIpState {
+    pub id: i64,
+    pub home_location: String,
+    pub home_zone: String,
+    /// The server it is assigned to; `None` while unassigned.
+    pub holder: Option<i64>,
+}
+
+/// Why a Floating IP moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveReason {
+    /// It is assigned to no server.
+    Unassigned,
+    /// Its holder is no healthy member any more (gone, not running, left
+    /// out by a node rule, NotReady or silent).
+    HolderLeft,
+}
+
+impl MoveReason {
+    /// The `reason` label of the move metrics and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveReason::Unassigned => "unassigned",
+            MoveReason::HolderLeft => "holder_left",
+        }
+    }
+}
+
+/// One assignment to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub floating_ip: i64,
+    pub from: Option<i64>,
+    pub to: i64,
+    pub reason: MoveReason,
+}
+
+/// What to do with the pool's Floating IPs now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Assignments to make now, in Floating IP order.
+    pub moves: Vec<Move>,
+    /// Floating IPs that should move but have no healthy member to go to:
+    /// they stay where they are (reported).
+    pub stranded: Vec<i64>,
+    /// Floating IPs that should move but wait for the move budget.
+    pub deferred: Vec<i64>,
+}
+
+/// Decides the moves of one pool. `allowed` is how many moves the budget
+/// allows now; Floating IPs that must move past it are deferred.
+pub fn plan(floating_ips: &[FloatingIpState], members: &[Member], allowed: usize) -> Plan {
+    let mut held: BTreeMap<i64, usize> = members.iter().map(|m| (m.server, 0)).collect();
+    for fip in floating_ips {
+        if let Some(count) = fip.holder.and_then(|h| held.get_mut(&h)) {
+            *count += 1;
+        }
+    }
+    let mut ordered: Vec<&FloatingIpState> = floating_ips.iter().collect();
+    ordered.sort_by_key(|fip| fip.id);
+    let mut plan = Plan::default();
+    for fip in ordered {
+        let reason = match fip.holder {
+            Some(holder) if held.contains_key(&holder) => continue,
+            Some(_) => MoveReason::HolderLeft,
+            None => MoveReason::Unassigned,
+        };
+        let Some(to) = best_member(fip, members, &held) else {
+            plan.stranded.push(fip.id);
+            continue;
+        };
+        if plan.moves.len() >= allowed {
+            plan.deferred.push(fip.id);
+            continue;
+        }
+        *held.entry(to).or_default() += 1;
+        plan.moves.push(Move {
+            floating_ip: fip.id,
+            from: fip.holder,
+            to,
+            reason,
+        });
+    }
+    plan
+}
+
+/// The member that ranks first for `fip`; `None` without members.
+fn best_member(
+    fip: &FloatingIpState,
+    members: &[Member],
+    held: &BTreeMap<i64, usize>,
+) -> Option<i64> {
+    members
+        .iter()
+        .min_by_key(|m| {
+            (
+                m.location != fip.home_location,
+                m.network_zone != fip.home_zone,
+                held.get(&m.server).copied().unwrap_or_default(),
+                stable_hash(fip.id, m.server),
+                m.server,
+            )
+        })
+        .map(|m| m.server)
+}
+
+/// FNV-1a over the two IDs: the same on every replica and every run
+/// (std's hasher is seeded per process).
+fn stable_hash(floating_ip: i64, server: i64) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in floating_ip
+        .to_le_bytes()
+        .into_iter()
+        .chain(server.to_le_bytes())
+    {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+/// At most `max` moves in any `window`: a mass outage moves a few IPs a
+/// minute, not all of them at once back and forth.
+#[derive(Debug, Clone)]
+pub struct MoveBudget {
+    max: usize,
+    window: Duration,
+    recent: VecDeque<Instant>,
+}
+
+impl MoveBudget {
+    pub fn new(max: usize, window: Duration) -> Self {
+        Self {
+            max,
+            window,
+            recent: VecDeque::new(),
+        }
+    }
+
+    /// How many moves may start at `now`.
+    pub fn allowed(&mut self, now: Instant) -> usize {
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= self.window)
+        {
+            self.recent.pop_front();
+        }
+        self.max.saturating_sub(self.recent.len())
+    }
+
+    /// A move started at `now`.
+    pub fn spend(&mut self, now: Instant) {
+        self.recent.push_back(now);
+    }
+
+    /// When the next move may start, if none may now.
+    pub fn next_allowed(&mut self, now: Instant) -> Option<Instant> {
+        if self.allowed(now) > 0 {
+            return None;
+        }
+        self.recent.front().map(|t| *t + self.window)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{plan, FloatingIpState, Member, Move, MoveBudget, MoveReason, Plan};
+
+fn member(server: i64, location: &str) -> Member {
+    let network_zone = match location {
+        "ash" => "us-east",
+        "hil" => "us-west",
+        _ => "eu-central",
+    };
+    Member {
+        server,
+        location: location.to_owned(),
+        network_zone: network_zone.to_owned(),
+    }
+}
+
+fn fip(id: i64, home: &str, holder: Option<i64>) -> FloatingIpState {
+    FloatingIpState {
+        id,
+        home_location: home.to_owned(),
+        home_zone: member(0, home).network_zone,
+        holder,
+    }
+}
+
+#[test]
+fn a_floating_ip_stays_with_a_healthy_holder_even_when_another_ranks_higher() {
+    // Its holder is in another location and holds more IPs: no rebalancing.
+    let members = [member(1, "fsn1"), member(2, "nbg1")];
+    let fips = [fip(10, "fsn1", Some(2)), fip(11, "fsn1", Some(2))];
+    assert_eq!(plan(&fips, &members, 10), Plan::default());
+}
+
+#[test]
+fn an_ip_whose_holder_left_goes_to_its_home_location_then_its_zone() {
+    let members = [member(1, "ash"), member(2, "nbg1"), member(3, "fsn1")];
+    let fips = [fip(10, "fsn1", Some(99))];
+    let moved = plan(&fips, &members, 10).moves;
+    assert_eq!(
+        moved,
+        vec![Move {
+            floating_ip: 10,
+            from: Some(99),
+            to: 3,
+            reason: MoveReason::HolderLeft,
+        }]
+    );
+    // Without a member at home, one in the same network zone.
+    let members = [member(1, "ash"), member(2, "nbg1")];
+    assert_eq!(plan(&fips, &members, 10).moves[0].to, 2);
+    // Without one in the zone, any member rather than none.
+    let members = [member(1, "ash")];
+    assert_eq!(plan(&fips, &members, 10).moves[0].to, 1);
+}
+
+#[test]
+fn unassigned_ips_spread_over_the_members_holding_the_fewest() {
+    let members = [member(1, "fsn1"), member(2, "fsn1"), member(3, "fsn1")];
+    let fips: Vec<_> = (10..16)
+        .map(|id| fip(id, "fsn1", None))
+        .chain([fip(20, "fsn1", Some(1)), fip(21, "fsn1", Some(1))])
+        .collect();
+    let plan = plan(&fips, &members, 10);
+    assert!(plan
+        .moves
+        .iter()
+        .all(|m| m.reason == MoveReason::Unassigned && m.from.is_none()));
+    let new = |server| plan.moves.iter().filter(|m| m.to == server).count();
+    // Member 1 already holds two: the first four new ones go to the others,
+    // and then every member ends with two or three.
+    assert_eq!(plan.moves.len(), 6);
+    assert!(plan.moves[..4].iter().all(|m| m.to != 1), "{plan:?}");
+    let held = [2 + new(1), new(2), new(3)];
+    assert!(held.iter().all(|n| (2..=3).contains(n)), "{held:?}");
+}
+
+#[test]
+fn the_choice_is_the_same_whatever_the_order_of_the_input() {
+    let members = [member(1, "fsn1"), member(2, "fsn1"), member(3, "fsn1")];
+    let fips = [
+        fip(12, "fsn1", None),
+        fip(10, "fsn1", Some(7)),
+        fip(11, "fsn1", None),
+    ];
+    let first = plan(&fips, &members, 10);
+    let mut members_reversed = members.to_vec();
+    members_reversed.reverse();
+    let mut fips_reversed = fips.to_vec();
+    fips_reversed.reverse();
+    assert_eq!(plan(&fips_reversed, &members_reversed, 10), first);
+    assert_eq!(
+        first
+            .moves
+            .iter()
+            .map(|m| m.floating_ip)
+            .collect::<Vec<_>>(),
+        [10, 11, 12]
+    );
+}
+
+#[test]
+fn without_a_healthy_member_the_ip_stays_where_it_is_and_is_reported() {
+    let fips = [fip(10, "fsn1", Some(1)), fip(11, "fsn1", None)];
+    let plan = plan(&fips, &[], 10);
+    assert!(plan.moves.is_empty());
+    assert_eq!(plan.stranded, vec![10, 11]);
+}
+
+#[test]
+fn moves_past_the_budget_wait_and_are_reported() {
+    let members = [member(1, "fsn1")];
+    let fips: Vec<_> = (10..14).map(|id| fip(id, "fsn1", Some(99))).collect();
+    let plan = plan(&fips, &members, 2);
+    assert_eq!(
+        plan.moves.iter().map(|m| m.floating_ip).collect::<Vec<_>>(),
+        [10, 11]
+    );
+    assert_eq!(plan.deferred, vec![12, 13]);
+}
+
+#[test]
+fn the_budget_allows_a_few_moves_a_window() {
+    let t0 = Instant::now();
+    let window = Duration::from_secs(60);
+    let mut budget = MoveBudget::new(2, window);
+    assert_eq!(budget.allowed(t0), 2);
+    budget.spend(t0);
+    budget.spend(t0 + Duration::from_secs(10));
+    assert_eq!(budget.allowed(t0 + Duration::from_secs(20)), 0);
+    assert_eq!(
+        budget.next_allowed(t0 + Duration::from_secs(20)),
+        Some(t0 + window)
+    );
+    assert_eq!(budget.allowed(t0 + window), 1);
+    assert_eq!(budget.next_allowed(t0 + window), None);
+    assert_eq!(budget.allowed(t0 + window + Duration::from_secs(10)), 2);
+}
