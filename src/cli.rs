@@ -10,8 +10,8 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, NodeRules, Settings};
 use crate::members::{NodeView, Unhealthy};
-use crate::pool::api::{candidate_versions, PoolClient};
 use crate::pool::DesiredPool;
+use crate::pool::{candidate_versions, PoolClient};
 use crate::reconcile::{self, shared_selector, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
@@ -293,7 +293,7 @@ fn render_without_cluster(
 fn print_pools(settings: &Settings, output: Output, pools: &[DesiredPool]) -> ExitCode {
     // Without a cluster there is no discovery: show the preferred version.
     let version = candidate_versions(settings.cilium_api_version)[0];
-    let api_version = format!("{}/{version}", crate::pool::render::POOL_GROUP);
+    let api_version = format!("{}/{version}", crate::pool::POOL_GROUP);
     let manifests: Vec<_> = pools.iter().map(|p| p.apply_body(&api_version)).collect();
     // One pool prints as one object, as it always did; `Pools` prints a
     // YAML stream or a JSON list.

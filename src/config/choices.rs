@@ -2,7 +2,7 @@
 //! Cilium API version, the blocked-address policy, leader election), each
 //! with its accepted spellings. Pure.
 
-use crate::vocab::selector::quote;
+use crate::vocab::quote::quote;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;

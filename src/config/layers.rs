@@ -7,7 +7,7 @@ use super::{
     accepts_list, accepts_object, is_token_setting, json_to_text, json_type, normalize, suggestion,
     Entries, Setting, CONFIG_FILE_ENV, ENV_PREFIX, SETTINGS,
 };
-use crate::vocab::selector::quote;
+use crate::vocab::quote::quote;
 use figment::providers::Serialized;
 use figment::value::{Dict, Map};
 use figment::{Metadata, Profile, Provider};

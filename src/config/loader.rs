@@ -16,7 +16,8 @@ use super::{
     NODE_DEBOUNCE, NODE_MIN_GAP, POOLS, POOL_ANNOTATIONS, POOL_LABELS, POOL_NAME,
     POOL_SERVICE_SELECTOR, SINGLE_POOL_SETTINGS, WATCH_NODES,
 };
-use crate::vocab::selector::{quote, LabelSelector};
+use crate::vocab::quote::quote;
+use crate::vocab::LabelSelector;
 use figment::value::Value;
 use figment::Figment;
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@ use super::{
     parse_ratio, parse_service_selector, parse_string_map, suggestion, AddressKind, BTreeMap,
     Duration, SettingDefault, MAX_REMOVAL_RATIO,
 };
-use crate::vocab::selector::quote;
+use crate::vocab::quote::quote;
 use crate::vocab::LabelSelector;
 use std::net::Ipv6Addr;
 

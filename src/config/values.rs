@@ -3,9 +3,9 @@
 //! into text. Each returns the problem as text for `ConfigProblem`. Pure.
 
 use super::{BlockedAddresses, LeaderElectionMode, MAX_INTERVAL, MIN_INTERVAL};
-use crate::vocab::selector::{
-    check_dns_subdomain, check_label_key, check_label_value, quote, LabelSelector, Requirement,
-};
+use crate::vocab::label::{check_dns_subdomain, check_label_key, check_label_value};
+use crate::vocab::quote::quote;
+use crate::vocab::selector::{LabelSelector, Requirement};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;

@@ -5,7 +5,7 @@
 //! The API token is only ever put on the wire (as a sensitive header value);
 //! no error, log line or `Debug` output of this module contains it.
 
-pub(crate) mod budget;
+mod budget;
 pub use budget::*;
 mod client;
 mod endpoint;

@@ -9,7 +9,7 @@
 //! - [`nodes`]: what the Kubernetes Nodes say about each server, and the
 //!   exclusion rules.
 
-pub mod nodes;
+mod nodes;
 
 pub use nodes::*;
 

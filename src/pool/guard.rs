@@ -93,7 +93,7 @@ pub struct ServerCounts {
 /// Checks a desired pool built from a complete listing. (A failed or partial
 /// listing never reaches this point: the Hetzner client returns all pages or
 /// an error.)
-pub fn check(
+pub fn empty_pool_guard(
     desired: &DesiredPool,
     servers: ServerCounts,
     kinds: &[AddressKind],

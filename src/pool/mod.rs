@@ -20,14 +20,14 @@
 //!
 //! Nothing here lists Hetzner or decides when to run a cycle.
 
-pub(crate) mod api;
-pub(crate) mod fence;
+mod api;
+mod fence;
 pub mod gate;
-pub(crate) mod guard;
-pub(crate) mod object;
-pub(crate) mod ranges;
-pub(crate) mod render;
-pub(crate) mod repairs;
+mod guard;
+mod object;
+mod ranges;
+mod render;
+mod repairs;
 
 pub use api::*;
 pub use fence::Fence;

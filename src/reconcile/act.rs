@@ -10,7 +10,7 @@ use super::report::{CycleKind, CycleReport, PoolOutcome, ReconcileError};
 use super::Reconciler;
 use crate::config::Settings;
 use crate::pool::gate::{Additions, Approved, Gate};
-use crate::pool::guard::Refusal;
+use crate::pool::Refusal;
 use crate::pool::{self, LiveAddresses, Pool, PoolConflict};
 use tokio::time::Instant;
 

@@ -10,7 +10,7 @@ use super::report::{join, ReconcileError};
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings};
 use crate::hetzner::{FloatingIp, HetznerClient, Network, Server};
 use crate::members::{members, Contributions, Listed, Members, NodeView, Unhealthy};
-use crate::pool::guard;
+
 use crate::pool::{self, DesiredPool, Pool, PoolTemplate};
 
 pub fn template_from(pool: &PoolConfig) -> PoolTemplate {
@@ -149,7 +149,7 @@ pub(super) fn render_recording(
             let mut verdict = if pool.nodes.require_node && !nodes.complete {
                 Err(ReconcileError::NodesUnknown)
             } else {
-                guard::check(&desired, server_counts(&members), &pool.addresses)
+                pool::empty_pool_guard(&desired, server_counts(&members), &pool.addresses)
                     .map_err(ReconcileError::from)
             };
             if let Some(network) = &members.network_missing {
@@ -260,8 +260,8 @@ fn network_missing(network: &str, networks: &[Network]) -> ReconcileError {
 }
 
 /// How a pool's servers came out of the listing, for the empty-pool guard.
-pub(super) fn server_counts(members: &Members) -> guard::ServerCounts {
-    guard::ServerCounts {
+pub(super) fn server_counts(members: &Members) -> pool::ServerCounts {
+    pool::ServerCounts {
         matched: members.servers_matched,
         without_address: members.without_address,
         excluded: members.excluded.len(),

@@ -17,13 +17,12 @@ use tokio::time::Instant;
 use crate::config::Settings;
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeView, Unhealthy};
-use crate::pool::api::PoolClient;
-use crate::pool::fence::Fence;
 use crate::pool::gate::Gate;
-use crate::pool::guard::{self, HeldRemoval};
+use crate::pool::Fence;
+use crate::pool::HeldRemoval;
+use crate::pool::PoolClient;
 use crate::pool::{self, DesiredPool, Pool};
 
-pub use crate::pool::gate::Withheld;
 use listing::{find_pool, keep_unconfirmed, removals, render_recording, server_counts, warn_about};
 pub use listing::{
     list_hetzner, render_pools, shared_selector, template_from, Listing, RenderedPool,
@@ -240,8 +239,9 @@ impl Reconciler {
                     ..Members::default()
                 };
                 let desired = pool::render(&template_from(pool), kept);
-                let verdict = guard::check(&desired, server_counts(&members), &pool.addresses)
-                    .map_err(ReconcileError::from);
+                let verdict =
+                    pool::empty_pool_guard(&desired, server_counts(&members), &pool.addresses)
+                        .map_err(ReconcileError::from);
                 RenderedPool {
                     members,
                     desired,

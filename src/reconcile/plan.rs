@@ -15,8 +15,8 @@ use super::PoolState;
 use crate::config::{PoolConfig, Settings};
 use crate::members::Members;
 use crate::pool::gate::{self, WithheldReason};
-use crate::pool::guard::{self, HeldRemoval, Refusal, ShrinkVerdict};
 use crate::pool::{self, DesiredPool, LiveAddresses, Pool, PoolDiff};
+use crate::pool::{HeldRemoval, Refusal, ShrinkVerdict};
 
 /// One pool during a cycle, from the plan to its report.
 #[derive(Debug)]
@@ -169,7 +169,7 @@ pub(super) fn shrink(
     now: Instant,
     confirm_after: Duration,
 ) -> Shrunk {
-    match guard::shrink_guard(
+    match pool::shrink_guard(
         &live_addresses.addresses,
         &listed.addresses,
         pool.max_removal_ratio,

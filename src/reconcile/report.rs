@@ -6,9 +6,9 @@ use std::net::IpAddr;
 use crate::config::TokenError;
 use crate::hetzner::HetznerError;
 use crate::members::{Claimed, Excluded};
-use crate::pool::api::PoolApiError;
 use crate::pool::gate::Withheld;
-use crate::pool::guard::{HeldRemoval, Refusal};
+use crate::pool::PoolApiError;
+use crate::pool::{HeldRemoval, Refusal};
 use crate::pool::{PoolDiff, WriteReason};
 
 #[derive(Debug, thiserror::Error)]

@@ -210,7 +210,7 @@ fn log_failure(pool: &str, e: &ReconcileError, duration: Duration) {
 
 fn log_report(report: &CycleReport, duration: Duration) {
     let listing = report.listing.as_ref();
-    let held = |removal: &Option<crate::pool::guard::HeldRemoval>| {
+    let held = |removal: &Option<crate::pool::HeldRemoval>| {
         removal
             .as_ref()
             .map(|r| r.addresses.iter().copied().collect::<Vec<_>>())

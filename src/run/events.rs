@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::pool::render::{WriteReason, POOL_GROUP, POOL_KIND};
+use crate::pool::{WriteReason, POOL_GROUP, POOL_KIND};
 use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
 use crate::serve::metrics::{Metrics, SHRINK_GUARD};
 

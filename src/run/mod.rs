@@ -28,7 +28,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
-use crate::pool::repairs::other_spec_writers;
+use crate::pool::other_spec_writers;
 use crate::pool::Pool;
 use crate::reconcile::{event_needs_repair, CycleKind, Reconciler};
 use crate::serve::health::Health;
@@ -38,7 +38,6 @@ use cycle::Work;
 use events::Target;
 use operate::{Leadership, NodeFeed, Recorder};
 use reload::ConfigFile;
-pub use schedule::retry_after;
 use schedule::{Clocks, NodeChangeAnswer, PoolEventAnswer, PoolEventSeen, Schedule};
 use watch::{PoolWatch, PoolWatchEvent};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::pool::repairs::RepairLimiter;
+use crate::pool::RepairLimiter;
 use crate::run::leader::Term;
 use crate::serve::metrics::Trigger;
 

@@ -10,12 +10,8 @@ use std::str::FromStr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
-// Re-exported, so that `vocab::selector::{check_label_key, quote, …}` keep
-// naming what they named before these moved to `label` and `quote`.
-pub use super::label::{
-    check_dns_subdomain, check_label_key, check_label_value, LabelPart, LabelProblem,
-};
-pub(crate) use super::quote::quote;
+use super::label::{check_label_key, check_label_value, LabelProblem};
+use super::quote::quote;
 
 /// One condition of a selector; all conditions must hold (comma = AND).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -73,7 +73,7 @@ fn an_empty_pool_is_refused_and_says_why() {
         without_address: 2,
         excluded: 0,
     };
-    let refusal = check(&desired, servers, &[AddressKind::PublicIpv4]).unwrap_err();
+    let refusal = empty_pool_guard(&desired, servers, &[AddressKind::PublicIpv4]).unwrap_err();
     assert_eq!(
         refusal,
         Refusal::EmptyPool {
@@ -94,7 +94,7 @@ fn an_empty_pool_is_refused_and_says_why() {
         excluded: 1,
         ..servers
     };
-    let refusal = check(
+    let refusal = empty_pool_guard(
         &desired,
         servers,
         &[AddressKind::PublicIpv6, AddressKind::FloatingIp],
@@ -119,7 +119,10 @@ fn a_pool_with_addresses_passes() {
         matched: 1,
         ..ServerCounts::default()
     };
-    assert_eq!(check(&desired, servers, &[AddressKind::PublicIpv4]), Ok(()));
+    assert_eq!(
+        empty_pool_guard(&desired, servers, &[AddressKind::PublicIpv4]),
+        Ok(())
+    );
 }
 
 #[test]

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::*;
 use crate::config::PoolConfig;
 use crate::pool::gate::Withheld;
-use crate::pool::guard::HeldRemoval;
+use crate::pool::HeldRemoval;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -1,5 +1,5 @@
 use super::*;
-use crate::pool::render::PoolDiff;
+use crate::pool::PoolDiff;
 
 fn report(written: Option<WriteReason>, added: &[&str], removed: &[&str]) -> CycleReport {
     CycleReport {

@@ -9,7 +9,7 @@ use super::{
     retry_after, Clocks, FullCycleEnd, NodeChangeAnswer, PoolEventAnswer, PoolEventSeen, RepairEnd,
     Schedule,
 };
-use crate::pool::repairs::{FIRST_BACKOFF, FREE_REPAIRS};
+use crate::pool::{FIRST_BACKOFF, FREE_REPAIRS};
 use crate::run::leader::Term;
 use crate::serve::metrics::Trigger;
 

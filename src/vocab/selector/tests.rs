@@ -1,4 +1,5 @@
 use super::*;
+use crate::vocab::label::check_dns_subdomain;
 
 fn parse(s: &str) -> LabelSelector {
     match s.parse() {
