@@ -12,8 +12,8 @@ use super::{
 };
 use crate::sync::lock;
 use crate::vocab::SecretString;
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION};
-use reqwest::{StatusCode, Url};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Method, StatusCode, Url};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -166,11 +166,13 @@ impl HetznerClient {
         let started = tokio::time::Instant::now();
         loop {
             let request = Request {
+                method: &Method::GET,
                 url: &url,
                 authorization: &authorization,
                 secret,
                 label_selector,
                 page,
+                body: None,
             };
             let response = self.fetch_page(&request, &mut cost).await?;
             cost.pages += 1;
@@ -241,11 +243,40 @@ impl HetznerClient {
     }
 
     fn url(&self, collection: Collection) -> Url {
+        self.api_url(&[collection.path()])
+    }
+
+    /// `{endpoint}/{segments…}`.
+    pub(super) fn api_url(&self, segments: &[&str]) -> Url {
         let mut url = self.servers_url.clone();
-        if let Ok(mut segments) = url.path_segments_mut() {
-            segments.pop().push(collection.path());
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop().extend(segments);
         }
         url
+    }
+
+    /// One request that is not a page of a listing (an assignment, an
+    /// action), with the same budget, rate limit, retries and error texts
+    /// as a page; its body when it succeeded.
+    pub(super) async fn send_single(
+        &self,
+        token: &SecretString,
+        method: Method,
+        url: &Url,
+        body: Option<&[u8]>,
+    ) -> Result<Vec<u8>, HetznerError> {
+        let authorization = bearer(token)?;
+        let request = Request {
+            method: &method,
+            url,
+            authorization: &authorization,
+            secret: token.expose().trim(),
+            label_selector: "",
+            page: 0,
+            body,
+        };
+        let mut cost = ListingCost::default();
+        Ok(self.fetch_page(&request, &mut cost).await?.body)
     }
 
     async fn fetch_page(
@@ -352,11 +383,13 @@ impl HetznerClient {
 
     async fn send_once(&self, request: &Request<'_>) -> Result<PageResponse, HetznerError> {
         let Request {
+            method,
             url,
             authorization,
             secret,
             label_selector,
             page,
+            body,
         } = *request;
         let started = Instant::now();
         let page_param = page.to_string();
@@ -365,16 +398,21 @@ impl HetznerClient {
         if !label_selector.is_empty() {
             query.push(("label_selector", label_selector));
         }
-        query.push(("per_page", &per_page_param));
-        query.push(("page", &page_param));
-
-        let result = self
+        if page > 0 {
+            query.push(("per_page", &per_page_param));
+            query.push(("page", &page_param));
+        }
+        let mut builder = self
             .http
-            .get(url.clone())
+            .request(method.clone(), url.clone())
             .header(AUTHORIZATION, authorization.clone())
-            .query(&query)
-            .send()
-            .await;
+            .query(&query);
+        if let Some(body) = body {
+            builder = builder
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.to_vec());
+        }
+        let result = builder.send().await;
         let response = match result {
             Ok(response) => response,
             Err(error) => {
@@ -423,7 +461,28 @@ impl HetznerClient {
         if status.is_success() {
             Ok(PageResponse { body, rate_limit })
         } else {
-            Err(self.status_error(status, &body, rate_limit, label_selector, secret))
+            let error = self.status_error(status, &body, rate_limit, label_selector, secret);
+            // A 404 says the endpoint is wrong only for a listing; for one
+            // resource it says the resource is gone.
+            Err(match error {
+                HetznerError::NotFound { code, message, .. } if page == 0 => {
+                    HetznerError::UnexpectedStatus {
+                        status: 404,
+                        code: Some(code),
+                        message: Some(message),
+                    }
+                }
+                // A listing never meets a lock; it stays the unexpected
+                // status it always was there.
+                HetznerError::Locked { code, message } if page > 0 => {
+                    HetznerError::UnexpectedStatus {
+                        status: 423,
+                        code: Some(code),
+                        message: Some(message),
+                    }
+                }
+                error => error,
+            })
         }
     }
 
@@ -471,6 +530,13 @@ impl HetznerClient {
         let code_or = |fallback: &str| code.clone().unwrap_or_else(|| fallback.to_owned());
         let message_or_default = || message_text(&message).to_owned();
         match status.as_u16() {
+            401 if code.as_deref() == Some("token_readonly") => HetznerError::TokenReadOnly {
+                message: message_or_default(),
+            },
+            423 => HetznerError::Locked {
+                code: code_or("locked"),
+                message: message_or_default(),
+            },
             401 => HetznerError::Unauthorized {
                 code: code_or("unauthorized"),
                 message: message_or_default(),
@@ -509,14 +575,18 @@ impl HetznerClient {
 
 /// Builds the `Authorization` header value, marked sensitive so that header
 /// dumps (e.g. `Debug` of a request) show it redacted.
-/// One page request of a listing.
+/// One request: a page of a listing (`page` from 1, with the paging query)
+/// or a single request (`page` 0: an action, or an assignment with `body`).
 #[derive(Clone, Copy)]
-struct Request<'a> {
-    url: &'a Url,
-    authorization: &'a HeaderValue,
-    secret: &'a str,
-    label_selector: &'a str,
-    page: u32,
+pub(super) struct Request<'a> {
+    pub(super) method: &'a Method,
+    pub(super) url: &'a Url,
+    pub(super) authorization: &'a HeaderValue,
+    pub(super) secret: &'a str,
+    pub(super) label_selector: &'a str,
+    pub(super) page: u32,
+    /// A JSON body (writes only).
+    pub(super) body: Option<&'a [u8]>,
 }
 
 pub(super) fn bearer(token: &SecretString) -> Result<HeaderValue, HetznerError> {

@@ -51,6 +51,34 @@ pub enum HetznerError {
     #[error("the Hetzner API token is invalid or revoked (401 {code}): {message}")]
     Unauthorized { code: String, message: String },
 
+    #[error(
+        "the Hetzner API token may only read (401 token_readonly): {message}; moving a Floating \
+         IP needs a token with Read & Write permission: put one into CANADA_KAKTUS_HCLOUD_TOKEN \
+         (HcloudToken) or the file HcloudTokenFile names"
+    )]
+    TokenReadOnly { message: String },
+
+    #[error(
+        "another Hetzner action is still running on the Floating IP or the server (423 \
+         {code}): {message}"
+    )]
+    Locked { code: String, message: String },
+
+    #[error("Hetzner action {id} ({command}) ended in an error ({code}): {message}")]
+    ActionFailed {
+        id: i64,
+        command: String,
+        code: String,
+        message: String,
+    },
+
+    #[error("Hetzner action {id} ({command}) had not finished after {waited_secs}s")]
+    ActionTimedOut {
+        id: i64,
+        command: String,
+        waited_secs: u64,
+    },
+
     #[error("{}", forbidden_text(code, message))]
     Forbidden { code: String, message: String },
 
@@ -122,7 +150,7 @@ pub enum HetznerError {
     )]
     BudgetExhausted { per_hour: u32, retry_in_secs: u64 },
 
-    #[error("could not decode the Hetzner {list} list, page {page}: {reason}")]
+    #[error("could not decode the Hetzner {list}{}: {reason}", page_text(*page))]
     Decode {
         /// What was listed: `server`, `Floating IP`, `network`.
         list: &'static str,
@@ -136,7 +164,7 @@ pub enum HetznerError {
     #[error("the Hetzner API returned inconsistent paging after page {page}: {reason}")]
     Pagination { page: u32, reason: String },
 
-    #[error("could not reach the Hetzner API at {host} (page {page}): {kind}: {detail}")]
+    #[error("could not reach the Hetzner API at {host}{}: {kind}: {detail}", in_page(*page))]
     Transport {
         host: String,
         page: u32,
@@ -158,6 +186,25 @@ pub enum RetryReason {
     NotRetryable,
 }
 
+/// Where a listing failed: ` list, page N`, or ` answer` for a request
+/// that is not a page of a listing (page 0).
+fn page_text(page: u32) -> String {
+    if page == 0 {
+        " answer".to_owned()
+    } else {
+        format!(" list, page {page}")
+    }
+}
+
+/// ` (page N)` for a page of a listing, nothing for another request.
+fn in_page(page: u32) -> String {
+    if page == 0 {
+        String::new()
+    } else {
+        format!(" (page {page})")
+    }
+}
+
 impl HetznerError {
     /// A short, stable label for metrics (`error="…"`).
     pub fn metric_label(&self) -> &'static str {
@@ -167,6 +214,10 @@ impl HetznerError {
             HetznerError::ClientBuild { .. } => "client_build",
             HetznerError::InvalidToken => "invalid_token",
             HetznerError::Unauthorized { .. } => "unauthorized",
+            HetznerError::TokenReadOnly { .. } => "token_readonly",
+            HetznerError::Locked { .. } => "locked",
+            HetznerError::ActionFailed { .. } => "action_failed",
+            HetznerError::ActionTimedOut { .. } => "action_timeout",
             HetznerError::Forbidden { .. } => "forbidden",
             HetznerError::NotFound { .. } => "not_found",
             HetznerError::InvalidLabelSelector { .. } => "invalid_label_selector",
@@ -195,6 +246,9 @@ impl HetznerError {
             HetznerError::UnexpectedStatus {
                 code: Some(code), ..
             } if code == "conflict" => RetryReason::Conflict,
+            // Another action runs on the resource: like a conflict, it
+            // clears by itself.
+            HetznerError::Locked { .. } => RetryReason::Conflict,
             HetznerError::Transport { kind, .. } => match kind {
                 TransportKind::Timeout => RetryReason::Timeout,
                 TransportKind::Connect | TransportKind::Interrupted => RetryReason::Connection,

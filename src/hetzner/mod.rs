@@ -5,7 +5,9 @@
 //! The API token is only ever put on the wire (as a sensitive header value);
 //! no error, log line or `Debug` output of this module contains it.
 
+mod actions;
 mod budget;
+pub use actions::*;
 pub use budget::*;
 mod client;
 mod endpoint;

@@ -7,6 +7,7 @@
 //! documents, and renders server objects of realistic size (~2.5 KB) so that
 //! parsing costs measured against it mean something.
 
+mod actions;
 mod errors;
 mod faults;
 mod render;
@@ -22,7 +23,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use wiremock::matchers::{any, method, path};
+use wiremock::matchers::{any, method, path, path_regex};
+
+pub use actions::ActionPlan;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 /// What Hetzner's documentation names as the rate limit of a project.
@@ -219,6 +222,20 @@ impl FakeHetzner {
                 .mount(&self.server)
                 .await;
         }
+        Mock::given(method("POST"))
+            .and(path_regex(r"^/v1/floating_ips/[0-9]+/actions/assign$"))
+            .respond_with(actions::AssignResponder {
+                state: Arc::clone(&self.state),
+            })
+            .mount(&self.server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path_regex(r"^/v1/actions/[0-9]+$"))
+            .respond_with(actions::ActionResponder {
+                state: Arc::clone(&self.state),
+            })
+            .mount(&self.server)
+            .await;
         // Everything else gets Hetzner's 404 document, like a wrong endpoint.
         Mock::given(any())
             .respond_with(error_response(404, Some("not_found"), "not found", None))
@@ -295,6 +312,35 @@ impl FakeHetzner {
         state.rate_base = state.requests;
     }
 
+    /// How the Actions of the next assignments go.
+    pub fn set_action_plan(&self, plan: ActionPlan) {
+        self.lock().actions.plan = plan;
+    }
+
+    /// The next assignment requests fail with these (status, code,
+    /// message), one each, before assignments succeed again.
+    pub fn fail_assignments(&self, errors: &[(u16, &str, &str)]) {
+        self.lock().actions.assign_errors = errors
+            .iter()
+            .map(|(status, code, message)| (*status, (*code).to_owned(), (*message).to_owned()))
+            .collect();
+    }
+
+    /// Assignment and Action requests served so far.
+    pub fn action_requests(&self) -> (usize, usize) {
+        let state = self.lock();
+        (state.actions.assign_requests, state.actions.action_requests)
+    }
+
+    /// The server each Floating IP is assigned to now.
+    pub fn floating_ip_servers(&self) -> Vec<(i64, Option<i64>)> {
+        self.lock()
+            .floating_ips
+            .iter()
+            .map(|f| (f.id, f.server))
+            .collect()
+    }
+
     /// `/servers` requests served so far, faulty ones included.
     pub fn requests(&self) -> usize {
         self.lock().requests
@@ -340,6 +386,7 @@ struct FakeState {
     networks: Vec<(i64, String)>,
     collection_status: Option<u16>,
     collection_requests: usize,
+    actions: actions::Actions,
 }
 
 impl FakeState {

@@ -1,0 +1,172 @@
+//! Writes: assigning a Floating IP to a server, and following the Action
+//! Hetzner starts for it until it succeeds or fails. A `201 Created` says
+//! only that the Action started; the assignment holds once the Action's
+//! status is `success` (the peers that took the 201 as done are the ones
+//! whose IPs went dark). Retries, the request budget and the rate limit are
+//! the client's, as for a listing; `423 locked` and `409 conflict` are
+//! retried like a transient error.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde::Deserialize;
+
+use super::{scrub, without_values, HetznerClient, HetznerError};
+use crate::vocab::SecretString;
+
+/// An Action as Hetzner reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    pub id: i64,
+    /// What it does, e.g. `assign_floating_ip`.
+    pub command: String,
+    pub status: ActionStatus,
+    /// Why it failed, when its status is `error`: the code and message.
+    pub error: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActionStatus {
+    Running,
+    Success,
+    Error,
+}
+
+/// How an assignment started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Assignment {
+    /// Hetzner started this Action; wait for it.
+    Started(Action),
+    /// The Floating IP is assigned to that server already
+    /// (`422 floating_ip_assigned`): nothing to wait for.
+    AlreadyThere,
+}
+
+#[derive(Deserialize)]
+struct ActionDocument {
+    action: RawAction,
+}
+
+#[derive(Deserialize)]
+struct RawAction {
+    id: i64,
+    #[serde(default)]
+    command: String,
+    status: String,
+    #[serde(default)]
+    error: Option<RawActionError>,
+}
+
+#[derive(Deserialize)]
+struct RawActionError {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+impl HetznerClient {
+    /// `POST /floating_ips/{id}/actions/assign` to `server`. Never an
+    /// unassign first: the IP keeps working on its old server until the
+    /// new one has it.
+    pub async fn assign_floating_ip(
+        &self,
+        token: &SecretString,
+        floating_ip: i64,
+        server: i64,
+    ) -> Result<Assignment, HetznerError> {
+        let id = floating_ip.to_string();
+        let url = self.api_url(&["floating_ips", &id, "actions", "assign"]);
+        let body = serde_json::json!({ "server": server }).to_string();
+        match self
+            .send_single(token, Method::POST, &url, Some(body.as_bytes()))
+            .await
+        {
+            Ok(answer) => Ok(Assignment::Started(decode_action(&answer, token)?)),
+            Err(HetznerError::UnexpectedStatus {
+                status: 422,
+                code: Some(code),
+                ..
+            }) if code == "floating_ip_assigned" => Ok(Assignment::AlreadyThere),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `GET /actions/{id}`.
+    pub async fn action(&self, token: &SecretString, id: i64) -> Result<Action, HetznerError> {
+        let id = id.to_string();
+        let url = self.api_url(&["actions", &id]);
+        let answer = self.send_single(token, Method::GET, &url, None).await?;
+        decode_action(&answer, token)
+    }
+
+    /// Polls `action` every `poll` until it succeeds (`Ok`), fails
+    /// ([`HetznerError::ActionFailed`]) or `limit` has passed
+    /// ([`HetznerError::ActionTimedOut`]). Every poll is a request: Hetzner
+    /// asks not to poll too often, and it counts against the rate limit.
+    pub async fn wait_for_action(
+        &self,
+        token: &SecretString,
+        mut action: Action,
+        poll: Duration,
+        limit: Duration,
+    ) -> Result<Action, HetznerError> {
+        let started = tokio::time::Instant::now();
+        loop {
+            match action.status {
+                ActionStatus::Success => return Ok(action),
+                ActionStatus::Error => {
+                    let (code, message) = action.error.unwrap_or_default();
+                    return Err(HetznerError::ActionFailed {
+                        id: action.id,
+                        command: action.command,
+                        code,
+                        message,
+                    });
+                }
+                ActionStatus::Running => {}
+            }
+            if started.elapsed() + poll > limit {
+                return Err(HetznerError::ActionTimedOut {
+                    id: action.id,
+                    command: action.command,
+                    waited_secs: started.elapsed().as_secs(),
+                });
+            }
+            tokio::time::sleep(poll).await;
+            action = self.action(token, action.id).await?;
+        }
+    }
+}
+
+/// An `{"action": …}` answer; texts Hetzner wrote are scrubbed of the token.
+fn decode_action(body: &[u8], token: &SecretString) -> Result<Action, HetznerError> {
+    let document: ActionDocument =
+        serde_json::from_slice(body).map_err(|error| HetznerError::Decode {
+            list: "action",
+            page: 0,
+            reason: without_values(&error.to_string()),
+        })?;
+    let raw = document.action;
+    let secret = token.expose().trim();
+    let status = match raw.status.as_str() {
+        "running" => ActionStatus::Running,
+        "success" => ActionStatus::Success,
+        "error" => ActionStatus::Error,
+        _ => {
+            return Err(HetznerError::Decode {
+                list: "action",
+                page: 0,
+                reason: "unknown action status".to_owned(),
+            })
+        }
+    };
+    Ok(Action {
+        id: raw.id,
+        command: scrub(&raw.command, secret),
+        status,
+        error: raw
+            .error
+            .map(|e| (scrub(&e.code, secret), scrub(&e.message, secret))),
+    })
+}

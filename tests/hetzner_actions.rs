@@ -1,0 +1,207 @@
+//! Writes to the Hetzner API against the fake: assigning a Floating IP and
+//! following its Action to the end (issue 22). The assignment is done only
+//! when the Action says `success`; the errors a write can get are reported
+//! as causes an operator can act on, and never carry the token.
+
+mod support;
+
+use std::time::Duration;
+
+use canada_kaktus::hetzner::{
+    ActionStatus, Assignment, HetznerClient, HetznerError, HetznerOptions, RetryPolicy,
+};
+use canada_kaktus::vocab::SecretString;
+use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner};
+use support::in_process::{quick_options, quick_retry};
+
+const TOKEN: &str = "hz-WRITE-token-5e1b77c2";
+const POLL: Duration = Duration::from_millis(5);
+const LIMIT: Duration = Duration::from_secs(10);
+
+async fn fake() -> (FakeHetzner, HetznerClient) {
+    canada_kaktus::sync::install_crypto_provider();
+    let fake = FakeHetzner::start().await;
+    fake.set_floating_ips(vec![
+        FakeFloatingIp::new(7, "203.0.113.70", Some(1)),
+        FakeFloatingIp::new(8, "203.0.113.80", None),
+    ]);
+    // Three retries, so that a lock and a conflict in a row still go through.
+    let client = HetznerClient::new(HetznerOptions {
+        retry: RetryPolicy {
+            max_retries: 3,
+            ..quick_retry()
+        },
+        ..quick_options(fake.endpoint())
+    })
+    .unwrap();
+    (fake, client)
+}
+
+fn token() -> SecretString {
+    SecretString::new(TOKEN)
+}
+
+/// Assigns `fip` to `server` and waits for the Action.
+async fn mv(client: &HetznerClient, fip: i64, server: i64) -> Result<Assignment, HetznerError> {
+    match client.assign_floating_ip(&token(), fip, server).await? {
+        Assignment::Started(action) => {
+            let done = client
+                .wait_for_action(&token(), action, POLL, LIMIT)
+                .await?;
+            assert_eq!(done.status, ActionStatus::Success);
+            Ok(Assignment::Started(done))
+        }
+        other => Ok(other),
+    }
+}
+
+#[tokio::test]
+async fn an_assignment_holds_only_once_its_action_succeeded() {
+    let (fake, client) = fake().await;
+    fake.set_action_plan(ActionPlan {
+        running_polls: 3,
+        error: None,
+    });
+    let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    else {
+        panic!("an assignment to another server starts an Action");
+    };
+    assert_eq!(action.status, ActionStatus::Running);
+    assert_eq!(
+        fake.floating_ip_servers()[0],
+        (7, Some(1)),
+        "a 201 is not the assignment: the IP is still on its old server"
+    );
+    let done = client
+        .wait_for_action(&token(), action, POLL, LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(done.status, ActionStatus::Success);
+    assert_eq!(fake.floating_ip_servers()[0], (7, Some(2)));
+    assert_eq!(
+        fake.action_requests(),
+        (1, 4),
+        "one assign, polls until success"
+    );
+}
+
+#[tokio::test]
+async fn an_unassigned_ip_is_assigned_and_one_already_there_needs_no_action() {
+    let (fake, client) = fake().await;
+    assert!(matches!(
+        mv(&client, 8, 3).await,
+        Ok(Assignment::Started(_))
+    ));
+    assert_eq!(fake.floating_ip_servers()[1], (8, Some(3)));
+    assert_eq!(mv(&client, 8, 3).await.unwrap(), Assignment::AlreadyThere);
+}
+
+#[tokio::test]
+async fn a_read_only_token_fails_the_move_naming_the_token_setting() {
+    let (fake, client) = fake().await;
+    fake.fail_assignments(&[(
+        401,
+        "token_readonly",
+        "token is only allowed to perform GET requests",
+    )]);
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    assert!(
+        matches!(error, HetznerError::TokenReadOnly { .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.metric_label(), "token_readonly");
+    let text = error.to_string();
+    assert!(
+        text.contains("Read & Write") && text.contains("HcloudToken"),
+        "{text}"
+    );
+    assert!(!text.contains(TOKEN) && !format!("{error:?}").contains(TOKEN));
+    assert_eq!(fake.action_requests(), (1, 0), "not retried");
+    assert_eq!(fake.floating_ip_servers()[0], (7, Some(1)));
+}
+
+#[tokio::test]
+async fn locked_and_conflict_are_retried_until_the_assignment_goes_through() {
+    let (fake, client) = fake().await;
+    fake.fail_assignments(&[
+        (423, "locked", "there is already an Action running"),
+        (
+            409,
+            "conflict",
+            "resource has changed during the request, please retry",
+        ),
+    ]);
+    assert!(matches!(
+        mv(&client, 7, 2).await,
+        Ok(Assignment::Started(_))
+    ));
+    assert_eq!(fake.action_requests().0, 3);
+    assert_eq!(fake.floating_ip_servers()[0], (7, Some(2)));
+}
+
+#[tokio::test]
+async fn a_lock_that_outlasts_the_retries_is_reported_as_locked() {
+    let (fake, client) = fake().await;
+    let locked = (423, "locked", "there is already an Action running");
+    fake.fail_assignments(&[locked; 10]);
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    assert!(matches!(error, HetznerError::Locked { .. }), "{error:?}");
+    assert_eq!(error.metric_label(), "locked");
+}
+
+#[tokio::test]
+async fn an_action_that_ends_in_error_is_reported_and_the_ip_stays() {
+    let (fake, client) = fake().await;
+    fake.set_action_plan(ActionPlan {
+        running_polls: 1,
+        error: Some(("action_failed".into(), "Action failed".into())),
+    });
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    match &error {
+        HetznerError::ActionFailed { code, command, .. } => {
+            assert_eq!(
+                (code.as_str(), command.as_str()),
+                ("action_failed", "assign_floating_ip")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(error.metric_label(), "action_failed");
+    assert_eq!(fake.floating_ip_servers()[0], (7, Some(1)));
+}
+
+#[tokio::test]
+async fn an_action_still_running_at_the_limit_is_reported_as_timed_out() {
+    let (fake, client) = fake().await;
+    fake.set_action_plan(ActionPlan {
+        running_polls: u32::MAX,
+        error: None,
+    });
+    let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    else {
+        panic!("started");
+    };
+    let error = client
+        .wait_for_action(&token(), action, POLL, Duration::from_millis(30))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, HetznerError::ActionTimedOut { .. }),
+        "{error:?}"
+    );
+    assert_eq!(fake.floating_ip_servers()[0], (7, Some(1)));
+}
+
+#[tokio::test]
+async fn a_floating_ip_that_is_gone_is_not_taken_for_a_wrong_endpoint() {
+    let (_fake, client) = fake().await;
+    let error = client
+        .assign_floating_ip(&token(), 99, 2)
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("404") && !text.contains("looks wrong"),
+        "{text}"
+    );
+}

@@ -1,0 +1,164 @@
+//! Floating IP assignment and Actions, as Hetzner serves them:
+//! `POST /floating_ips/{id}/actions/assign` answers `201` with a running
+//! Action, and `GET /actions/{id}` reports it running for a set number of
+//! polls, then `success` (the Floating IP is then assigned) or `error`.
+//! Errors for the next assignments can be queued (`401 token_readonly`,
+//! `423 locked`, …).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use canada_kaktus::sync::lock;
+use serde_json::json;
+use wiremock::{Request, Respond, ResponseTemplate};
+
+use super::errors::error_response;
+use super::FakeState;
+
+/// How the next Actions go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActionPlan {
+    /// Polls that still see the Action `running`.
+    pub running_polls: u32,
+    /// `None`: success; else the error code and message it ends with.
+    pub error: Option<(String, String)>,
+}
+
+impl Default for ActionPlan {
+    fn default() -> Self {
+        Self {
+            running_polls: 1,
+            error: None,
+        }
+    }
+}
+
+/// One Action: the Floating IP, the server, polls left, how it ends.
+#[derive(Debug, Clone)]
+struct Running {
+    fip: i64,
+    server: i64,
+    polls: u32,
+    error: Option<(String, String)>,
+}
+
+/// What the fake keeps of assignments and Actions.
+#[derive(Debug, Default)]
+pub(super) struct Actions {
+    pub(super) plan: ActionPlan,
+    /// Errors the next assignments get, one each, before any succeeds:
+    /// status, code, message.
+    pub(super) assign_errors: VecDeque<(u16, String, String)>,
+    /// The Actions started, by ID.
+    running: BTreeMap<i64, Running>,
+    next_id: i64,
+    pub(super) assign_requests: usize,
+    pub(super) action_requests: usize,
+}
+
+fn action_body(id: i64, status: &str, error: Option<&(String, String)>) -> serde_json::Value {
+    json!({"action": {
+        "id": id,
+        "command": "assign_floating_ip",
+        "status": status,
+        "progress": if status == "running" { 50 } else { 100 },
+        "started": "2026-11-25T00:00:00+00:00",
+        "finished": null,
+        "resources": [],
+        "error": error.map(|(code, message)| json!({"code": code, "message": message})),
+    }})
+}
+
+/// `POST /v1/floating_ips/{id}/actions/assign`.
+pub(super) struct AssignResponder {
+    pub(super) state: Arc<Mutex<FakeState>>,
+}
+
+impl Respond for AssignResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        state.actions.assign_requests += 1;
+        if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
+            return error_response(status, Some(&code), &message, None);
+        }
+        let fip: Option<i64> = request
+            .url
+            .path_segments()
+            .and_then(|mut s| s.nth(2))
+            .and_then(|id| id.parse().ok());
+        let server = serde_json::from_slice::<serde_json::Value>(&request.body)
+            .ok()
+            .and_then(|body| body["server"].as_i64());
+        let (Some(fip), Some(server)) = (fip, server) else {
+            return error_response(400, Some("invalid_input"), "invalid input", None);
+        };
+        let Some(current) = state.floating_ips.iter().find(|f| f.id == fip) else {
+            return error_response(404, Some("not_found"), "Floating IP not found", None);
+        };
+        if current.server == Some(server) {
+            return error_response(
+                422,
+                Some("floating_ip_assigned"),
+                "floating ip is already assigned",
+                None,
+            );
+        }
+        state.actions.next_id += 1;
+        let id = state.actions.next_id;
+        let plan = state.actions.plan.clone();
+        state.actions.running.insert(
+            id,
+            Running {
+                fip,
+                server,
+                polls: plan.running_polls,
+                error: plan.error,
+            },
+        );
+        ResponseTemplate::new(201).set_body_json(action_body(id, "running", None))
+    }
+}
+
+/// `GET /v1/actions/{id}`.
+pub(super) struct ActionResponder {
+    pub(super) state: Arc<Mutex<FakeState>>,
+}
+
+impl Respond for ActionResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        state.actions.action_requests += 1;
+        let id: Option<i64> = request
+            .url
+            .path_segments()
+            .and_then(|mut s| s.nth(2))
+            .and_then(|id| id.parse().ok());
+        let Some(Running {
+            fip,
+            server,
+            polls,
+            error,
+        }) = id.and_then(|id| state.actions.running.get(&id).cloned())
+        else {
+            return error_response(404, Some("not_found"), "action not found", None);
+        };
+        let id = id.unwrap_or_default();
+        if polls > 0 {
+            if let Some(entry) = state.actions.running.get_mut(&id) {
+                entry.polls -= 1;
+            }
+            return ResponseTemplate::new(200).set_body_json(action_body(id, "running", None));
+        }
+        match &error {
+            None => {
+                if let Some(assigned) = state.floating_ips.iter_mut().find(|f| f.id == fip) {
+                    assigned.server = Some(server);
+                }
+                ResponseTemplate::new(200).set_body_json(action_body(id, "success", None))
+            }
+            Some(error) => {
+                ResponseTemplate::new(200).set_body_json(action_body(id, "error", Some(error)))
+            }
+        }
+    }
+}
