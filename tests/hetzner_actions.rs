@@ -205,3 +205,14 @@ async fn a_floating_ip_that_is_gone_is_not_taken_for_a_wrong_endpoint() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_floating_ip_is_listed_with_its_home_location() {
+    let (_fake, client) = fake().await;
+    let listing = client.list_floating_ips(&token()).await.unwrap();
+    let home = listing.floating_ips[0].home_location.clone().unwrap();
+    assert_eq!(
+        (home.name.as_str(), home.network_zone.as_str()),
+        ("fsn1", "eu-central")
+    );
+}

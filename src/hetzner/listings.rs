@@ -52,6 +52,7 @@ impl HetznerClient {
         let fields = ServerFields {
             labels: label_selector.is_empty(),
             private_networks,
+            location: false,
         };
         let mut listing = ServerListing::default();
         let mut seen = HashSet::new();

@@ -77,6 +77,17 @@ pub struct Server {
     /// The server's labels; filled only by an unfiltered listing (no label
     /// selector), whose servers are matched locally.
     pub labels: BTreeMap<String, String>,
+    /// Where it runs (`datacenter.location`); filled only when a listing
+    /// asks for it (Floating IP failover ranks servers by it). Boxed: most
+    /// listings keep none, and 10,000 empty slots should stay small.
+    pub location: Option<Box<Location>>,
+}
+
+/// A Hetzner location: its name (`fsn1`) and network zone (`eu-central`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Location {
+    pub name: String,
+    pub network_zone: String,
 }
 
 impl Server {
@@ -92,6 +103,7 @@ impl Server {
             ipv6: None,
             private_net: Vec::new(),
             labels: BTreeMap::new(),
+            location: None,
         }
     }
 }
@@ -215,6 +227,8 @@ pub struct FloatingIp {
     /// The server it is assigned to; `None` while unassigned.
     pub server: Option<i64>,
     pub labels: BTreeMap<String, String>,
+    /// Where it was created: it routes best to a server there.
+    pub home_location: Option<Location>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 
 use super::{
     shown_value, without_values, FloatingAddress, FloatingIp, FloatingIpListing, HetznerError,
-    Ipv6Net, Network, PrivateNet, RateLimit, Server, ServerListing, ServerStatus, SkipReason,
-    MAX_PAGES, PER_PAGE,
+    Ipv6Net, Location, Network, PrivateNet, RateLimit, Server, ServerListing, ServerStatus,
+    SkipReason, MAX_PAGES, PER_PAGE,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -146,6 +146,9 @@ pub(super) struct RawServer<'a> {
     pub(super) private_net: Option<&'a RawValue>,
     #[serde(default, borrow)]
     pub(super) labels: Option<&'a RawValue>,
+    /// Raw until a listing keeps locations.
+    #[serde(default, borrow)]
+    pub(super) datacenter: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +191,40 @@ pub(super) struct RawFloatingIp<'a> {
     server: Option<i64>,
     #[serde(default, borrow)]
     labels: Option<&'a RawValue>,
+    #[serde(default)]
+    home_location: Option<RawLocation>,
+}
+
+/// A location object; only its name and network zone are kept.
+#[derive(Deserialize, Default)]
+struct RawLocation {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    network_zone: String,
+}
+
+impl From<RawLocation> for Location {
+    fn from(raw: RawLocation) -> Self {
+        Location {
+            name: raw.name,
+            network_zone: raw.network_zone,
+        }
+    }
+}
+
+/// A server's `datacenter`, for its location.
+#[derive(Deserialize)]
+struct RawDatacenter {
+    #[serde(default)]
+    location: Option<RawLocation>,
+}
+
+/// The location of a server's raw `datacenter`; `None` when absent or not
+/// of that shape (only ranking uses it; it never fails a listing).
+fn server_location(raw: Option<&RawValue>) -> Option<Box<Location>> {
+    let datacenter: RawDatacenter = serde_json::from_str(raw?.get()).ok()?;
+    datacenter.location.map(|l| Box::new(l.into()))
 }
 
 #[derive(Deserialize)]
@@ -296,6 +333,11 @@ pub(super) fn absorb_servers(
             } else {
                 BTreeMap::new()
             },
+            location: if fields.location {
+                server_location(server.datacenter)
+            } else {
+                None
+            },
         });
     }
     Ok(())
@@ -360,6 +402,7 @@ pub(super) fn absorb_floating_ips(
             blocked: raw.blocked,
             server: raw.server,
             labels: labels(raw.labels),
+            home_location: raw.home_location.map(Location::from),
         });
     }
 }
@@ -453,11 +496,14 @@ pub struct ServerFields {
     pub labels: bool,
     /// The private networks (a pool takes `private-ipv4`).
     pub private_networks: bool,
+    /// The location (Floating IP failover ranks servers by it).
+    pub location: bool,
 }
 
 impl ServerFields {
     pub const ALL: ServerFields = ServerFields {
         labels: true,
         private_networks: true,
+        location: true,
     };
 }

@@ -203,7 +203,9 @@ fn parses_only_the_needed_fields() {
                                      "dns_ptr": []},
                             "floating_ips": [], "something_new": {"deep": [1, 2]}},
              "private_net": [{"network": 1, "ip": "10.0.0.2", "alias_ips": ["10.0.0.9"],
-                              "mac_address": "x"}]},
+                              "mac_address": "x"}],
+             "datacenter": {"id": 4, "name": "fsn1-dc14", "location": {"id": 1,
+                            "name": "fsn1", "network_zone": "eu-central", "city": "Falkenstein"}}},
             {"id": 2, "name": "b", "status": "deleting", "public_net": {"ipv4": null, "ipv6": null}},
             {"id": 3, "name": "c", "public_net": {"ipv4": {"ip": "0.0.0.0", "blocked": false}}},
             {"id": 4, "name": "d", "public_net": {"ipv4": {"ip": "2001:db8::1"}}},
@@ -242,7 +244,15 @@ fn parses_only_the_needed_fields() {
                 alias_ips: vec![Ipv4Addr::new(10, 0, 0, 9)],
             }],
             labels: [("x".to_owned(), "y".to_owned())].into(),
+            location: Some(Box::new(Location {
+                name: "fsn1".to_owned(),
+                network_zone: "eu-central".to_owned(),
+            })),
         }
+    );
+    assert_eq!(
+        listing.servers[1].location, None,
+        "no datacenter, no location"
     );
     assert_eq!(listing.servers[1].status, ServerStatus::Deleting);
     assert_eq!(listing.servers[1].ipv6, None);
@@ -275,10 +285,15 @@ fn parses_only_the_needed_fields() {
         ServerFields {
             labels: false,
             private_networks: false,
+            location: false,
         },
     )
     .unwrap();
     assert!(filtered.servers[0].labels.is_empty());
+    assert_eq!(
+        filtered.servers[0].location, None,
+        "not kept unless asked for"
+    );
     assert!(filtered.servers[0].private_net.is_empty());
     assert_eq!(filtered.servers[0].ipv6, listing.servers[0].ipv6);
 }
@@ -365,6 +380,7 @@ fn private_networks_of_the_wrong_shape_fail_the_listing_only_when_a_pool_reads_t
     absorb(ServerFields {
         labels: true,
         private_networks: false,
+        location: false,
     })
     .unwrap();
 }

@@ -218,6 +218,7 @@ fn floating_ips_follow_their_server_and_their_own_labels() {
         },
         blocked: false,
         server,
+        home_location: None,
         labels: labels
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
