@@ -26,7 +26,10 @@
 //! - [`vocab`]: what several modules share and none owns: the label-selector
 //!   grammar and the string that never prints its secret.
 //! - [`hetzner`]: the API client (paging, retries, rate limit and request
-//!   budget inside it) and the server model.
+//!   budget inside it; the Floating IP assignment and its Action) and the
+//!   server model.
+//! - [`failover`]: which server holds each Floating IP of a failover pool
+//!   (pure; issue 22, not wired into the loop yet).
 //! - [`members`]: each pool's share of a listing: the address kinds, the
 //!   node rules, an address in one pool only (the pool order, other pools).
 //! - [`pool`]: the pool as Cilium reads it; the pure decisions (render, diff,

@@ -251,7 +251,7 @@ pub(super) fn decode<'a, T: Deserialize<'a>>(
     })
 }
 
-/// Decodes one `/servers` page exactly as [`HetznerClient::list_servers`]
+/// Decodes one `/servers` page exactly as [`HetznerClient::list_servers`](crate::hetzner::HetznerClient::list_servers)
 /// does (servers sorted into usable and skipped, paging checked) and returns
 /// them with the next page to read. Public for the property tests, which
 /// feed it arbitrary and mutated bodies.

@@ -6,7 +6,7 @@
 //! What the pools in the cluster hold already is the write gate's concern
 //! (`pool::gate`). Pure: no I/O, the time comes in as an argument.
 //!
-//! - [`nodes`]: what the Kubernetes Nodes say about each server, and the
+//! - `nodes.rs`: what the Kubernetes Nodes say about each server, and the
 //!   exclusion rules.
 
 mod nodes;
