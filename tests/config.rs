@@ -159,11 +159,7 @@ fn every_setting_via_environment() {
         Some("true")
     );
     assert_eq!(
-        s.pools[0]
-            .service_selector
-            .clone()
-            .map(|x| x.to_string())
-            .as_deref(),
+        selector_text(&s).as_deref(),
         Some("color=blue,env in (prod)")
     );
     assert_eq!(s.interval, Duration::from_secs(90 * 60));
@@ -871,14 +867,7 @@ fn pool_labels_annotations_and_service_selector_are_validated() {
             r#"{"color": "blue"}"#,
         )]),
     );
-    assert_eq!(
-        s.pools[0]
-            .service_selector
-            .clone()
-            .map(|x| x.to_string())
-            .as_deref(),
-        Some("color=blue")
-    );
+    assert_eq!(selector_text(&s).as_deref(), Some("color=blue"));
 }
 
 #[test]
@@ -1198,4 +1187,12 @@ fn node_rules_need_the_node_watch() {
             .contains(r#"pool 1 ("a"): Nodes needs the Node watch"#),
         "{e}"
     );
+}
+
+/// The single pool's Service selector as text.
+fn selector_text(s: &Settings) -> Option<String> {
+    s.pools[0]
+        .service_selector
+        .as_ref()
+        .map(ToString::to_string)
 }
