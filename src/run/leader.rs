@@ -18,7 +18,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::Client;
@@ -503,13 +502,14 @@ async fn watch_lease(
     views: watch::Sender<LeaseView>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let mut states = super::watch::watch_one(api, &name, |error| {
+    let on_error = |error: &kube::runtime::watcher::Error| {
         debug!(%error, "watching the leader Lease failed; retrying");
-    })
-    .boxed();
-    while let Some(state) = states.next().await {
+    };
+    super::watch::follow_one(api, &name, on_error, |state| {
         views.send_replace(state.as_ref().map(LeaseView::of).unwrap_or_default());
-    }
+        std::future::ready(true)
+    })
+    .await;
 }
 
 #[cfg(test)]

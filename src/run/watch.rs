@@ -60,6 +60,25 @@ where
         .filter_map(future::ready)
 }
 
+/// Follows the object `name` with [`watch_one`], handing every state to
+/// `forward` until it says to stop (`false`: nobody listens any more).
+pub async fn follow_one<K, F>(
+    api: Api<K>,
+    name: &str,
+    on_error: impl Fn(&watcher::Error) + Send + 'static,
+    mut forward: impl FnMut(Option<K>) -> F,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    F: std::future::Future<Output = bool>,
+{
+    let mut states = watch_one(api, name, on_error).boxed();
+    while let Some(state) = states.next().await {
+        if !forward(state).await {
+            return;
+        }
+    }
+}
+
 /// A pool event from a watch: the pool's name, and the object or `None`
 /// when it is gone.
 pub(super) type PoolWatchEvent = (String, Option<Pool>);
@@ -117,13 +136,13 @@ async fn watch_pool(
 ) {
     let api: Api<Pool> = Api::all_with(client, &resource);
     let pool = name.clone();
-    let mut states = watch_one(api, &name, move |error| {
+    let on_error = move |error: &watcher::Error| {
         warn!(%error, pool = %pool, "watching the pool failed; retrying with backoff");
+    };
+    follow_one(api, &name.clone(), on_error, |state| {
+        let events = events.clone();
+        let name = name.clone();
+        async move { events.send((name, state)).await.is_ok() }
     })
-    .boxed();
-    while let Some(state) = states.next().await {
-        if events.send((name.clone(), state)).await.is_err() {
-            return;
-        }
-    }
+    .await;
 }
