@@ -1215,3 +1215,33 @@ async fn the_listings_of_one_cycle_share_one_time_limit() {
         .expect_err("the second would pass the cycle's limit");
     assert_eq!(error.metric_label(), "rate_limited");
 }
+
+/// A 423 on a listing (no JSON body, as from a proxy) reads as it always
+/// did: an unexpected status without a code.
+#[tokio::test]
+async fn a_listing_locked_without_a_body_stays_an_unexpected_status() {
+    install_crypto();
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/servers"))
+        .respond_with(ResponseTemplate::new(423))
+        .mount(&server)
+        .await;
+    let error = list_with(options(format!("{}/v1", server.uri())), SELECTOR)
+        .await
+        .unwrap_err();
+    match &error {
+        HetznerError::UnexpectedStatus {
+            status: 423,
+            code: None,
+            ..
+        } => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        error
+            .to_string()
+            .starts_with("the Hetzner API answered HTTP 423: "),
+        "{error}"
+    );
+}

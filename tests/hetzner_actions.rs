@@ -216,3 +216,48 @@ async fn a_floating_ip_is_listed_with_its_home_location() {
         ("fsn1", "eu-central")
     );
 }
+
+#[tokio::test]
+async fn a_write_whose_answer_may_be_lost_is_not_repeated() {
+    // A 503 (or a timeout) may come after Hetzner took the assignment:
+    // repeating it would start a second Action or read as a lock.
+    let (fake, client) = fake().await;
+    fake.fail_assignments(&[(503, "unavailable", "service unavailable")]);
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    assert!(
+        matches!(error, HetznerError::ServerError { .. }),
+        "{error:?}"
+    );
+    assert_eq!(fake.action_requests().0, 1);
+}
+
+#[tokio::test]
+async fn a_rejected_assignment_is_not_taken_for_a_label_selector_or_a_lock() {
+    let (fake, client) = fake().await;
+    fake.fail_assignments(&[(422, "invalid_input", "invalid input in field 'server'")]);
+    let text = mv(&client, 7, 2).await.unwrap_err().to_string();
+    assert!(!text.contains("label selector"), "{text}");
+    fake.fail_assignments(&[(423, "protected", "the resource is protected")]);
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    assert!(!matches!(error, HetznerError::Locked { .. }), "{error:?}");
+    assert_eq!(fake.action_requests().0, 2, "a protected IP is not retried");
+}
+
+#[tokio::test]
+async fn texts_hetzner_echoes_lose_the_token_and_are_shortened() {
+    let (fake, client) = fake().await;
+    fake.fail_assignments(&[(401, "token_readonly", "read only: {token}")]);
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    assert!(!error.to_string().contains(TOKEN), "{error}");
+    fake.set_action_plan(ActionPlan {
+        running_polls: 0,
+        error: Some((
+            "action_failed".into(),
+            format!("{{token}} {}", "x".repeat(5000)),
+        )),
+    });
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    let text = error.to_string();
+    assert!(!text.contains(TOKEN), "{text}");
+    assert!(text.len() < 1000, "{} characters", text.len());
+}

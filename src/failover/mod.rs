@@ -36,6 +36,9 @@ pub struct FloatingIpState {
     pub home_zone: String,
     /// The server it is assigned to; `None` while unassigned.
     pub holder: Option<i64>,
+    /// The server a move started in this term is taking it to, while its
+    /// Action runs.
+    pub moving_to: Option<i64>,
 }
 
 /// Why a Floating IP moves.

@@ -23,6 +23,7 @@ fn fip(id: i64, home: &str, holder: Option<i64>) -> FloatingIpState {
         home_location: home.to_owned(),
         home_zone: member(0, home).network_zone,
         holder,
+        moving_to: None,
     }
 }
 
@@ -137,4 +138,28 @@ fn the_budget_allows_a_few_moves_a_window() {
     assert_eq!(budget.allowed(t0 + window), 1);
     assert_eq!(budget.next_allowed(t0 + window), None);
     assert_eq!(budget.allowed(t0 + window + Duration::from_secs(10)), 2);
+}
+
+#[test]
+fn the_hash_is_fnv_1a_so_every_replica_agrees() {
+    assert_eq!(super::stable_hash(1, 2), 0x7717_9803_63c8_e066);
+}
+
+#[test]
+fn a_budget_of_none_never_allows_a_move() {
+    let t0 = Instant::now();
+    let mut budget = MoveBudget::new(0, Duration::from_secs(60));
+    assert_eq!(budget.allowed(t0), 0);
+    assert!(budget.next_allowed(t0).is_some(), "None would mean: now");
+}
+
+#[test]
+fn an_ip_on_its_way_to_a_member_is_not_planned_again() {
+    // Moving 10 from 99 to 1 runs; 2 joined and would rank higher.
+    let members = [member(1, "nbg1"), member(2, "fsn1")];
+    let mut moving = fip(10, "fsn1", Some(99));
+    moving.moving_to = Some(1);
+    assert_eq!(plan(&[moving.clone()], &members, 10), Plan::default());
+    // Its target left too: planned anew.
+    assert_eq!(plan(&[moving], &members[1..], 10).moves[0].to, 2);
 }

@@ -501,3 +501,56 @@ fn shorten_respects_char_boundaries() {
     assert_eq!(shorten("äöü", 2), "äö…");
     assert_eq!(shorten("abc", 3), "abc");
 }
+
+/// Hetzner removed `datacenter` from servers (2026-07); the location is the
+/// top-level `location` now.
+#[test]
+fn a_server_location_is_read_from_the_top_level_location() {
+    let body = br#"{
+        "servers": [
+            {"id": 1, "name": "a", "status": "running",
+             "location": {"id": 1, "name": "fsn1", "network_zone": "eu-central"}}
+        ],
+        "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
+                                "next_page": null, "last_page": 1, "total_entries": 1}}
+    }"#;
+    let mut listing = ServerListing::default();
+    absorb_servers(
+        1,
+        decode_page(1, body).unwrap().servers,
+        &mut listing,
+        &mut HashSet::new(),
+        ServerFields::ALL,
+    )
+    .unwrap();
+    assert_eq!(
+        listing.servers[0].location.as_deref(),
+        Some(&Location {
+            name: "fsn1".to_owned(),
+            network_zone: "eu-central".to_owned(),
+        })
+    );
+}
+
+/// The home location only ranks servers: an odd one never fails the
+/// Floating IP listing.
+#[test]
+fn an_odd_home_location_does_not_fail_the_floating_ip_listing() {
+    let body = br#"{
+        "floating_ips": [
+            {"id": 1, "name": "a", "ip": "203.0.113.1", "server": null,
+             "home_location": {"name": null, "network_zone": 7}},
+            {"id": 2, "name": "b", "ip": "203.0.113.2", "server": 5, "home_location": "fsn1"}
+        ],
+        "meta": {"pagination": {"page": 1, "per_page": 50, "previous_page": null,
+                                "next_page": null, "last_page": 1, "total_entries": 2}}
+    }"#;
+    let page: FloatingIpsPage = decode(Collection::FloatingIps, 1, body).unwrap();
+    let mut listing = FloatingIpListing::default();
+    absorb_floating_ips(page.floating_ips, &mut listing, &mut HashSet::new());
+    assert_eq!(listing.floating_ips.len(), 2);
+    assert!(listing
+        .floating_ips
+        .iter()
+        .all(|f| f.home_location.is_none()));
+}

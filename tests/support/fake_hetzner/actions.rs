@@ -56,6 +56,18 @@ pub(super) struct Actions {
     pub(super) action_requests: usize,
 }
 
+/// `text` with `{token}` replaced by the request's bearer token, as an API
+/// that echoes what it was sent would answer.
+fn echo_token(text: &str, request: &Request) -> String {
+    let token = request
+        .headers
+        .get("authorization")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    text.replace("{token}", token)
+}
+
 fn action_body(id: i64, status: &str, error: Option<&(String, String)>) -> serde_json::Value {
     json!({"action": {
         "id": id,
@@ -79,7 +91,7 @@ impl Respond for AssignResponder {
         let mut state = lock(&self.state);
         state.actions.assign_requests += 1;
         if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
-            return error_response(status, Some(&code), &message, None);
+            return error_response(status, Some(&code), &echo_token(&message, request), None);
         }
         let fip: Option<i64> = request
             .url
@@ -156,8 +168,9 @@ impl Respond for ActionResponder {
                 }
                 ResponseTemplate::new(200).set_body_json(action_body(id, "success", None))
             }
-            Some(error) => {
-                ResponseTemplate::new(200).set_body_json(action_body(id, "error", Some(error)))
+            Some((code, message)) => {
+                let error = (code.clone(), echo_token(message, request));
+                ResponseTemplate::new(200).set_body_json(action_body(id, "error", Some(&error)))
             }
         }
     }
