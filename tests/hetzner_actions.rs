@@ -261,3 +261,28 @@ async fn texts_hetzner_echoes_lose_the_token_and_are_shortened() {
     assert!(!text.contains(TOKEN), "{text}");
     assert!(text.len() < 1000, "{} characters", text.len());
 }
+
+#[tokio::test]
+async fn a_second_assignment_while_the_first_runs_meets_the_lock() {
+    let (fake, client) = fake().await;
+    let Assignment::Started(first) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    else {
+        panic!("started");
+    };
+    let error = client.assign_floating_ip(&token(), 7, 3).await.unwrap_err();
+    assert!(matches!(error, HetznerError::Locked { .. }), "{error:?}");
+    assert_eq!(
+        fake.action_requests().0,
+        5,
+        "the first, then the second and its 3 retries"
+    );
+    client
+        .wait_for_action(&token(), first, POLL, LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.floating_ip_servers()[0],
+        (7, Some(2)),
+        "one assignment, not two"
+    );
+}

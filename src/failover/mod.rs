@@ -87,7 +87,7 @@ pub struct Plan {
 pub fn plan(floating_ips: &[FloatingIpState], members: &[Member], allowed: usize) -> Plan {
     let mut held: BTreeMap<i64, usize> = members.iter().map(|m| (m.server, 0)).collect();
     for fip in floating_ips {
-        if let Some(count) = fip.holder.and_then(|h| held.get_mut(&h)) {
+        if let Some(count) = settled_on(fip, &held).and_then(|s| held.get_mut(&s)) {
             *count += 1;
         }
     }
@@ -95,8 +95,10 @@ pub fn plan(floating_ips: &[FloatingIpState], members: &[Member], allowed: usize
     ordered.sort_by_key(|fip| fip.id);
     let mut plan = Plan::default();
     for fip in ordered {
+        if settled_on(fip, &held).is_some() {
+            continue;
+        }
         let reason = match fip.holder {
-            Some(holder) if held.contains_key(&holder) => continue,
             Some(_) => MoveReason::HolderLeft,
             None => MoveReason::Unassigned,
         };
@@ -117,6 +119,15 @@ pub fn plan(floating_ips: &[FloatingIpState], members: &[Member], allowed: usize
         });
     }
     plan
+}
+
+/// The member `fip` stays with: its holder while that is a member, else
+/// the member a running move takes it to; `None` when it must move.
+fn settled_on(fip: &FloatingIpState, members: &BTreeMap<i64, usize>) -> Option<i64> {
+    [fip.holder, fip.moving_to]
+        .into_iter()
+        .flatten()
+        .find(|server| members.contains_key(server))
 }
 
 /// The member that ranks first for `fip`; `None` without members.
@@ -194,7 +205,12 @@ impl MoveBudget {
         if self.allowed(now) > 0 {
             return None;
         }
-        self.recent.front().map(|t| *t + self.window)
+        // With a budget of none, never: a window from now, again and again.
+        Some(
+            self.recent
+                .front()
+                .map_or(now + self.window, |t| *t + self.window),
+        )
     }
 }
 

@@ -11,7 +11,11 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::{scrub, without_values, HetznerClient, HetznerError};
+use super::{scrub, shorten, without_values, HetznerClient, HetznerError, MAX_MESSAGE_CHARS};
+
+/// The least time between two polls of an Action: every poll is a request
+/// against the rate limit (Hetzner's own client waits 500 ms too).
+pub const MIN_ACTION_POLL: Duration = Duration::from_millis(500);
 use crate::vocab::SecretString;
 
 /// An Action as Hetzner reports it.
@@ -100,7 +104,8 @@ impl HetznerClient {
         decode_action(&answer, token)
     }
 
-    /// Polls `action` every `poll` until it succeeds (`Ok`), fails
+    /// Polls `action` every `poll` (at least [`MIN_ACTION_POLL`]) until it
+    /// succeeds (`Ok`), fails
     /// ([`HetznerError::ActionFailed`]) or `limit` has passed
     /// ([`HetznerError::ActionTimedOut`]). Every poll is a request: Hetzner
     /// asks not to poll too often, and it counts against the rate limit.
@@ -111,12 +116,15 @@ impl HetznerClient {
         poll: Duration,
         limit: Duration,
     ) -> Result<Action, HetznerError> {
+        let poll = poll.max(MIN_ACTION_POLL);
         let started = tokio::time::Instant::now();
         loop {
             match action.status {
                 ActionStatus::Success => return Ok(action),
                 ActionStatus::Error => {
-                    let (code, message) = action.error.unwrap_or_default();
+                    let (code, message) = action.error.unwrap_or_else(|| {
+                        ("unknown".to_owned(), "Hetzner gave no reason".to_owned())
+                    });
                     return Err(HetznerError::ActionFailed {
                         id: action.id,
                         command: action.command,
@@ -163,10 +171,13 @@ fn decode_action(body: &[u8], token: &SecretString) -> Result<Action, HetznerErr
     };
     Ok(Action {
         id: raw.id,
-        command: scrub(&raw.command, secret),
+        command: shorten(&scrub(&raw.command, secret), 64),
         status,
-        error: raw
-            .error
-            .map(|e| (scrub(&e.code, secret), scrub(&e.message, secret))),
+        error: raw.error.map(|e| {
+            (
+                shorten(&scrub(&e.code, secret), 64),
+                shorten(&scrub(&e.message, secret), MAX_MESSAGE_CHARS),
+            )
+        }),
     })
 }

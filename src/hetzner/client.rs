@@ -309,6 +309,14 @@ impl HetznerClient {
             };
             let reason = error.retry_reason();
             let reset = error.rate_limit_reset();
+            // A write is repeated only when Hetzner said it did nothing
+            // (a lock, a conflict, the rate limit): after a timeout or a
+            // 5xx it may have been taken, and a second one would start a
+            // second Action or read as a lock.
+            let refused = matches!(reason, RetryReason::Conflict | RetryReason::Status(429));
+            if *request.method != Method::GET && !refused {
+                return Err(error);
+            }
             let Some(delay) = retry_delay(&self.retry, retries, reason, reset, unix_now()) else {
                 if error.is_retryable() {
                     tracing::warn!(page, attempts = retries + 1, error = %error, "giving up on the Hetzner API request");
@@ -386,7 +394,7 @@ impl HetznerClient {
             method,
             url,
             authorization,
-            secret,
+            secret: _,
             label_selector,
             page,
             body,
@@ -461,28 +469,7 @@ impl HetznerClient {
         if status.is_success() {
             Ok(PageResponse { body, rate_limit })
         } else {
-            let error = self.status_error(status, &body, rate_limit, label_selector, secret);
-            // A 404 says the endpoint is wrong only for a listing; for one
-            // resource it says the resource is gone.
-            Err(match error {
-                HetznerError::NotFound { code, message, .. } if page == 0 => {
-                    HetznerError::UnexpectedStatus {
-                        status: 404,
-                        code: Some(code),
-                        message: Some(message),
-                    }
-                }
-                // A listing never meets a lock; it stays the unexpected
-                // status it always was there.
-                HetznerError::Locked { code, message } if page > 0 => {
-                    HetznerError::UnexpectedStatus {
-                        status: 423,
-                        code: Some(code),
-                        message: Some(message),
-                    }
-                }
-                error => error,
-            })
+            Err(self.status_error(status, &body, rate_limit, request))
         }
     }
 
@@ -521,9 +508,11 @@ impl HetznerClient {
         status: StatusCode,
         body: &[u8],
         rate_limit: Option<RateLimit>,
-        label_selector: &str,
-        secret: &str,
+        request: &Request<'_>,
     ) -> HetznerError {
+        let (label_selector, secret) = (request.label_selector, request.secret);
+        // Page 0: one resource (an assignment, an Action), not a listing.
+        let single = request.page == 0;
         let api = parse_api_error(body, secret);
         let code = api.as_ref().and_then(|api| api.code.clone());
         let message = api.as_ref().and_then(|api| api.message.clone());
@@ -533,7 +522,8 @@ impl HetznerClient {
             401 if code.as_deref() == Some("token_readonly") => HetznerError::TokenReadOnly {
                 message: message_or_default(),
             },
-            423 => HetznerError::Locked {
+            // Another Action runs on the resource: it clears by itself.
+            423 if single && code.as_deref() == Some("locked") => HetznerError::Locked {
                 code: code_or("locked"),
                 message: message_or_default(),
             },
@@ -545,15 +535,19 @@ impl HetznerClient {
                 code: code_or("forbidden"),
                 message: message_or_default(),
             },
-            404 => HetznerError::NotFound {
+            // For one resource a 404 says it is gone, not that the
+            // endpoint is wrong.
+            404 if !single => HetznerError::NotFound {
                 endpoint: self.endpoint.clone(),
                 code: code_or("not_found"),
                 message: message_or_default(),
             },
-            422 if code.as_deref() == Some("invalid_input") => HetznerError::InvalidLabelSelector {
-                selector: label_selector.to_owned(),
-                message: api.map_or_else(message_or_default, |api| api.full_message(secret)),
-            },
+            422 if !single && code.as_deref() == Some("invalid_input") => {
+                HetznerError::InvalidLabelSelector {
+                    selector: label_selector.to_owned(),
+                    message: api.map_or_else(message_or_default, |api| api.full_message(secret)),
+                }
+            }
             429 => HetznerError::RateLimited {
                 code: code_or("rate_limit_exceeded"),
                 message: message_or_default(),

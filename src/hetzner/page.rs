@@ -148,6 +148,10 @@ pub(super) struct RawServer<'a> {
     pub(super) labels: Option<&'a RawValue>,
     /// Raw until a listing keeps locations.
     #[serde(default, borrow)]
+    pub(super) location: Option<&'a RawValue>,
+    /// Where older answers had the location (removed from the API in
+    /// 2026-07); read only when `location` is absent.
+    #[serde(default, borrow)]
     pub(super) datacenter: Option<&'a RawValue>,
 }
 
@@ -191,8 +195,9 @@ pub(super) struct RawFloatingIp<'a> {
     server: Option<i64>,
     #[serde(default, borrow)]
     labels: Option<&'a RawValue>,
-    #[serde(default)]
-    home_location: Option<RawLocation>,
+    /// Raw, so that an odd one never fails the listing.
+    #[serde(default, borrow)]
+    home_location: Option<&'a RawValue>,
 }
 
 /// A location object; only its name and network zone are kept.
@@ -220,11 +225,24 @@ struct RawDatacenter {
     location: Option<RawLocation>,
 }
 
-/// The location of a server's raw `datacenter`; `None` when absent or not
-/// of that shape (only ranking uses it; it never fails a listing).
-fn server_location(raw: Option<&RawValue>) -> Option<Box<Location>> {
-    let datacenter: RawDatacenter = serde_json::from_str(raw?.get()).ok()?;
+/// A server's location: its top-level `location`, else the one of its
+/// `datacenter` (older answers); `None` when absent or not of that shape
+/// (only ranking uses it; it never fails a listing).
+fn server_location(
+    location: Option<&RawValue>,
+    datacenter: Option<&RawValue>,
+) -> Option<Box<Location>> {
+    if let Some(location) = location {
+        return parse_location(Some(location)).map(Box::new);
+    }
+    let datacenter: RawDatacenter = serde_json::from_str(datacenter?.get()).ok()?;
     datacenter.location.map(|l| Box::new(l.into()))
+}
+
+/// A location object, leniently: `None` when it is not one.
+fn parse_location(raw: Option<&RawValue>) -> Option<Location> {
+    let location: RawLocation = serde_json::from_str(raw?.get()).ok()?;
+    Some(location.into())
 }
 
 #[derive(Deserialize)]
@@ -334,7 +352,7 @@ pub(super) fn absorb_servers(
                 BTreeMap::new()
             },
             location: if fields.location {
-                server_location(server.datacenter)
+                server_location(server.location, server.datacenter)
             } else {
                 None
             },
@@ -402,7 +420,7 @@ pub(super) fn absorb_floating_ips(
             blocked: raw.blocked,
             server: raw.server,
             labels: labels(raw.labels),
-            home_location: raw.home_location.map(Location::from),
+            home_location: parse_location(raw.home_location),
         });
     }
 }

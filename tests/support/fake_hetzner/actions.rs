@@ -3,7 +3,9 @@
 //! Action, and `GET /actions/{id}` reports it running for a set number of
 //! polls, then `success` (the Floating IP is then assigned) or `error`.
 //! Errors for the next assignments can be queued (`401 token_readonly`,
-//! `423 locked`, …).
+//! `423 locked`, …). A second assignment of a Floating IP whose Action
+//! runs gets `423 locked`, as from Hetzner. An Action ends when it is
+//! polled (not by the clock): what the client sees is what it asked.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -40,6 +42,8 @@ struct Running {
     server: i64,
     polls: u32,
     error: Option<(String, String)>,
+    /// A poll saw it end.
+    finished: bool,
 }
 
 /// What the fake keeps of assignments and Actions.
@@ -107,6 +111,19 @@ impl Respond for AssignResponder {
         let Some(current) = state.floating_ips.iter().find(|f| f.id == fip) else {
             return error_response(404, Some("not_found"), "Floating IP not found", None);
         };
+        let busy = state
+            .actions
+            .running
+            .values()
+            .any(|a| a.fip == fip && !a.finished);
+        if busy {
+            return error_response(
+                423,
+                Some("locked"),
+                "there is already an Action running",
+                None,
+            );
+        }
         if current.server == Some(server) {
             return error_response(
                 422,
@@ -125,6 +142,7 @@ impl Respond for AssignResponder {
                 server,
                 polls: plan.running_polls,
                 error: plan.error,
+                finished: false,
             },
         );
         ResponseTemplate::new(201).set_body_json(action_body(id, "running", None))
@@ -150,6 +168,7 @@ impl Respond for ActionResponder {
             server,
             polls,
             error,
+            ..
         }) = id.and_then(|id| state.actions.running.get(&id).cloned())
         else {
             return error_response(404, Some("not_found"), "action not found", None);
@@ -160,6 +179,9 @@ impl Respond for ActionResponder {
                 entry.polls -= 1;
             }
             return ResponseTemplate::new(200).set_body_json(action_body(id, "running", None));
+        }
+        if let Some(entry) = state.actions.running.get_mut(&id) {
+            entry.finished = true;
         }
         match &error {
             None => {
