@@ -11,7 +11,11 @@ use std::time::Duration;
 use reqwest::Method;
 use serde::Deserialize;
 
-use super::{scrub, shorten, without_values, HetznerClient, HetznerError, MAX_MESSAGE_CHARS};
+use super::{
+    bearer, scrub, shorten, without_values, HetznerClient, HetznerError, ListingCost, Request,
+    MAX_MESSAGE_CHARS,
+};
+use reqwest::Url;
 
 /// The least time between two polls of an Action: every poll is a request
 /// against the rate limit (Hetzner's own client waits 500 ms too).
@@ -70,6 +74,30 @@ struct RawActionError {
 }
 
 impl HetznerClient {
+    /// One request that is not a page of a listing (an assignment, an
+    /// action), with the same budget, rate limit, retries and error texts
+    /// as a page; its body when it succeeded.
+    pub(super) async fn send_single(
+        &self,
+        token: &SecretString,
+        method: Method,
+        url: &Url,
+        body: Option<&[u8]>,
+    ) -> Result<Vec<u8>, HetznerError> {
+        let authorization = bearer(token)?;
+        let request = Request {
+            method: &method,
+            url,
+            authorization: &authorization,
+            secret: token.expose().trim(),
+            label_selector: "",
+            page: 0,
+            body,
+        };
+        let mut cost = ListingCost::default();
+        Ok(self.fetch_page(&request, &mut cost).await?.body)
+    }
+
     /// `POST /floating_ips/{id}/actions/assign` to `server`. Never an
     /// unassign first: the IP keeps working on its old server until the
     /// new one has it.

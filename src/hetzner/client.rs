@@ -255,31 +255,7 @@ impl HetznerClient {
         url
     }
 
-    /// One request that is not a page of a listing (an assignment, an
-    /// action), with the same budget, rate limit, retries and error texts
-    /// as a page; its body when it succeeded.
-    pub(super) async fn send_single(
-        &self,
-        token: &SecretString,
-        method: Method,
-        url: &Url,
-        body: Option<&[u8]>,
-    ) -> Result<Vec<u8>, HetznerError> {
-        let authorization = bearer(token)?;
-        let request = Request {
-            method: &method,
-            url,
-            authorization: &authorization,
-            secret: token.expose().trim(),
-            label_selector: "",
-            page: 0,
-            body,
-        };
-        let mut cost = ListingCost::default();
-        Ok(self.fetch_page(&request, &mut cost).await?.body)
-    }
-
-    async fn fetch_page(
+    pub(super) async fn fetch_page(
         &self,
         request: &Request<'_>,
         cost: &mut ListingCost,
@@ -390,37 +366,9 @@ impl HetznerClient {
     }
 
     async fn send_once(&self, request: &Request<'_>) -> Result<PageResponse, HetznerError> {
-        let Request {
-            method,
-            url,
-            authorization,
-            secret: _,
-            label_selector,
-            page,
-            body,
-        } = *request;
+        let page = request.page;
         let started = Instant::now();
-        let page_param = page.to_string();
-        let per_page_param = PER_PAGE.to_string();
-        let mut query: Vec<(&str, &str)> = Vec::with_capacity(3);
-        if !label_selector.is_empty() {
-            query.push(("label_selector", label_selector));
-        }
-        if page > 0 {
-            query.push(("per_page", &per_page_param));
-            query.push(("page", &page_param));
-        }
-        let mut builder = self
-            .http
-            .request(method.clone(), url.clone())
-            .header(AUTHORIZATION, authorization.clone())
-            .query(&query);
-        if let Some(body) = body {
-            builder = builder
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .body(body.to_vec());
-        }
-        let result = builder.send().await;
+        let result = self.build(request).send().await;
         let response = match result {
             Ok(response) => response,
             Err(error) => {
@@ -470,6 +418,32 @@ impl HetznerClient {
             Ok(PageResponse { body, rate_limit })
         } else {
             Err(self.status_error(status, &body, rate_limit, request))
+        }
+    }
+
+    /// The HTTP request: the method, the token, the paging query of a
+    /// listing's page, and a JSON body for a write.
+    fn build(&self, request: &Request<'_>) -> reqwest::RequestBuilder {
+        let page_param = request.page.to_string();
+        let per_page_param = PER_PAGE.to_string();
+        let mut query: Vec<(&str, &str)> = Vec::with_capacity(3);
+        if !request.label_selector.is_empty() {
+            query.push(("label_selector", request.label_selector));
+        }
+        if request.page > 0 {
+            query.push(("per_page", &per_page_param));
+            query.push(("page", &page_param));
+        }
+        let builder = self
+            .http
+            .request(request.method.clone(), request.url.clone())
+            .header(AUTHORIZATION, request.authorization.clone())
+            .query(&query);
+        match request.body {
+            Some(body) => builder
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.to_vec()),
+            None => builder,
         }
     }
 
