@@ -28,8 +28,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
-use crate::pool::other_spec_writers;
-use crate::pool::Pool;
+use crate::pool::{other_spec_writers, Pool};
 use crate::reconcile::{event_needs_repair, CycleKind, Reconciler};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
@@ -289,7 +288,7 @@ impl ControlLoop {
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
         self.reconciler
-            .set_confirm_after(self.timings.confirm_delay.min(self.interval()));
+            .set_confirm_after(st.schedule.clocks().confirm_after());
         // Nothing is added before the Nodes are listed: wait for that list
         // a little (then removals go on anyway, and the list, when it
         // comes, brings a listing).

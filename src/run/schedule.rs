@@ -34,6 +34,14 @@ pub struct Clocks {
     pub node_min_gap: Duration,
 }
 
+impl Clocks {
+    /// How long a held removal waits before a listing may confirm it:
+    /// the confirm delay, never longer than the interval.
+    pub fn confirm_after(&self) -> Duration {
+        self.confirm_delay.min(self.interval)
+    }
+}
+
 /// When to try again after `failures` failed cycles in a row.
 pub fn retry_after(failures: u32, base: Duration, interval: Duration) -> Duration {
     crate::backoff::exponential(base, failures.saturating_sub(1).min(16), interval)
@@ -213,7 +221,7 @@ impl Schedule {
             + if end.holding {
                 // Confirm (or drop) a held removal soon rather than leave
                 // stale addresses for a whole interval.
-                self.clocks.confirm_delay.min(interval)
+                self.clocks.confirm_after()
             } else if self.failures == 0 {
                 interval
             } else {

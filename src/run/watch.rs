@@ -139,7 +139,7 @@ async fn watch_pool(
     let on_error = move |error: &watcher::Error| {
         warn!(%error, pool = %pool, "watching the pool failed; retrying with backoff");
     };
-    follow_one(api, &name.clone(), on_error, |state| {
+    follow_one(api, &name, on_error, |state| {
         let events = events.clone();
         let name = name.clone();
         async move { events.send((name, state)).await.is_ok() }
