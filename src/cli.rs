@@ -10,8 +10,7 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, NodeRules, Settings};
 use crate::members::{NodeView, Unhealthy};
-use crate::pool::DesiredPool;
-use crate::pool::{candidate_versions, PoolClient};
+use crate::pool::{candidate_versions, DesiredPool, PoolClient};
 use crate::reconcile::{self, shared_selector, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};

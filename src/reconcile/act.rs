@@ -9,9 +9,11 @@ use super::plan::{self, merge_diff, PlanContext, PoolPlan};
 use super::report::{CycleKind, CycleReport, PoolOutcome, ReconcileError};
 use super::Reconciler;
 use crate::config::Settings;
-use crate::pool::gate::{Additions, Approved, Gate};
-use crate::pool::Refusal;
-use crate::pool::{self, LiveAddresses, Pool, PoolConflict};
+use crate::pool::{
+    self,
+    gate::{Additions, Approved, Gate},
+    LiveAddresses, Pool, PoolConflict, Refusal,
+};
 use tokio::time::Instant;
 
 impl Reconciler {

@@ -17,11 +17,7 @@ use tokio::time::Instant;
 use crate::config::Settings;
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeView, Unhealthy};
-use crate::pool::gate::Gate;
-use crate::pool::Fence;
-use crate::pool::HeldRemoval;
-use crate::pool::PoolClient;
-use crate::pool::{self, DesiredPool, Pool};
+use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
 
 use listing::{find_pool, keep_unconfirmed, removals, render_recording, server_counts, warn_about};
 pub use listing::{

@@ -14,9 +14,11 @@ use super::report::{CycleKind, CycleReport, ListingSummary, PoolOutcome, Reconci
 use super::PoolState;
 use crate::config::{PoolConfig, Settings};
 use crate::members::Members;
-use crate::pool::gate::{self, WithheldReason};
-use crate::pool::{self, DesiredPool, LiveAddresses, Pool, PoolDiff};
-use crate::pool::{HeldRemoval, Refusal, ShrinkVerdict};
+use crate::pool::{
+    self,
+    gate::{self, WithheldReason},
+    DesiredPool, HeldRemoval, LiveAddresses, Pool, PoolDiff, Refusal, ShrinkVerdict,
+};
 
 /// One pool during a cycle, from the plan to its report.
 #[derive(Debug)]

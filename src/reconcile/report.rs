@@ -6,10 +6,7 @@ use std::net::IpAddr;
 use crate::config::TokenError;
 use crate::hetzner::HetznerError;
 use crate::members::{Claimed, Excluded};
-use crate::pool::gate::Withheld;
-use crate::pool::PoolApiError;
-use crate::pool::{HeldRemoval, Refusal};
-use crate::pool::{PoolDiff, WriteReason};
+use crate::pool::{gate::Withheld, HeldRemoval, PoolApiError, PoolDiff, Refusal, WriteReason};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {

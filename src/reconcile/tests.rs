@@ -1,6 +1,5 @@
 use super::*;
-use crate::pool::PoolTemplate;
-use crate::pool::{render, FIELD_MANAGER};
+use crate::pool::{render, PoolTemplate, FIELD_MANAGER};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde_json::json;
 

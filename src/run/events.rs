@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::pool::Pool;
+use crate::pool::{Pool, WriteReason, POOL_GROUP, POOL_KIND};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::Api;
 use kube::core::ApiResource;
@@ -31,7 +31,6 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::pool::{WriteReason, POOL_GROUP, POOL_KIND};
 use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
 use crate::serve::metrics::{Metrics, SHRINK_GUARD};
 

@@ -8,8 +8,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::config::PoolConfig;
-use crate::pool::gate::Withheld;
-use crate::pool::HeldRemoval;
+use crate::pool::{gate::Withheld, HeldRemoval};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
