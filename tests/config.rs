@@ -1196,3 +1196,80 @@ fn selector_text(s: &Settings) -> Option<String> {
         .as_ref()
         .map(ToString::to_string)
 }
+
+#[test]
+fn floating_ip_failover_is_a_pool_setting_with_defaults() {
+    let s = ok(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "fip", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+                 "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true},
+                {"Name": "fast", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+                 "FloatingIpSelector": "pool=fast", "FloatingIpFailover": "true",
+                 "FailoverAfter": "8s", "FailoverMovesPerMinute": 3},
+                {"Name": "plain", "LabelSelector": "role=edge"}]"#,
+        )]),
+    );
+    let failover = s.pools[0].failover.expect("failover on");
+    assert_eq!(failover.after, Duration::from_secs(20));
+    assert_eq!(failover.moves_per_minute, 10);
+    let fast = s.pools[1].failover.expect("failover on");
+    assert_eq!(fast.after, Duration::from_secs(8));
+    assert_eq!(fast.moves_per_minute, 3);
+    assert_eq!(s.pools[2].failover, None);
+}
+
+#[test]
+fn floating_ip_failover_needs_floating_ips_a_selector_and_the_node_watch() {
+    let e = fails(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_WATCH_NODES", "false"),
+            (
+                "CANADA_KAKTUS_POOLS",
+                r#"[{"Name": "a", "LabelSelector": "x", "FloatingIpFailover": true},
+                    {"Name": "b", "LabelSelector": "x", "FailoverAfter": "1s",
+                     "FailoverMovesPerMinute": 0}]"#,
+            ),
+        ]),
+    );
+    let text = e.to_string();
+    for expected in [
+        r#"pool 1 ("a"): FloatingIpFailover is true, but Addresses has no floating-ip"#,
+        r#"pool 1 ("a"): FloatingIpFailover is true, but FloatingIpSelector is not set"#,
+        r#"pool 2 ("b"): FailoverAfter "1s" is out of range; use a duration from 5s to 10m"#,
+        r#"pool 2 ("b"): FailoverMovesPerMinute "0" is not a whole number from 1 to 60"#,
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
+    let e = fails(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "b", "LabelSelector": "x", "FailoverAfter": "30s"}]"#,
+        )]),
+    );
+    assert!(
+        e.to_string()
+            .contains("FailoverAfter is set, but FloatingIpFailover is not true"),
+        "{e}"
+    );
+    let e = fails(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_WATCH_NODES", "false"),
+            (
+                "CANADA_KAKTUS_POOLS",
+                r#"[{"Name": "c", "LabelSelector": "x", "Addresses": ["floating-ip"],
+                     "FloatingIpSelector": "k=v", "FloatingIpFailover": true}]"#,
+            ),
+        ]),
+    );
+    assert!(
+        e.to_string().contains(
+            r#"pool 1 ("c"): FloatingIpFailover needs the Node watch, but CANADA_KAKTUS_WATCH_NODES"#
+        ),
+        "{e}"
+    );
+}

@@ -365,6 +365,7 @@ impl SinglePool {
             labels: self.labels,
             max_removal_ratio,
             nodes: NodeRules::default(),
+            failover: None,
         }
     }
 }
@@ -398,13 +399,17 @@ impl Loader {
             Ok(pools) => {
                 let mut ok = true;
                 for (index, pool) in pools.iter().enumerate() {
-                    if pool.nodes != NodeRules::default() && !watch_nodes {
+                    let needs = [
+                        (pool.nodes != NodeRules::default(), "Nodes"),
+                        (pool.failover.is_some(), "FloatingIpFailover"),
+                    ];
+                    for (_, what) in needs.iter().filter(|(set, _)| *set && !watch_nodes) {
                         ok = false;
                         self.problem(
                             Some(&POOLS),
                             format!(
-                                "(from {}) pool {} ({}): Nodes needs the Node watch, but {} is \
-                                 false; set it to true or remove Nodes",
+                                "(from {}) pool {} ({}): {what} needs the Node watch, but {} is \
+                                 false; set it to true or remove {what}",
                                 raw.origin,
                                 index + 1,
                                 quote(&pool.name),

@@ -31,7 +31,23 @@ pub struct PoolConfig {
     pub labels: BTreeMap<String, String>,
     pub max_removal_ratio: f64,
     pub nodes: NodeRules,
+    /// Floating IP failover (`FloatingIpFailover`); `None` when off.
+    pub failover: Option<Failover>,
 }
+
+/// How a failover pool keeps its Floating IPs on healthy members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failover {
+    /// A holder whose Node Lease was not renewed for this long is silent.
+    pub after: Duration,
+    /// At most this many moves start in any minute.
+    pub moves_per_minute: u32,
+}
+
+/// `FailoverAfter` when unset: two missed kubelet renewals (every 10 s).
+pub const DEFAULT_FAILOVER_AFTER: Duration = Duration::from_secs(20);
+/// `FailoverMovesPerMinute` when unset.
+pub const DEFAULT_MOVES_PER_MINUTE: u32 = 10;
 
 impl PoolConfig {
     pub fn wants(&self, kind: AddressKind) -> bool {
@@ -82,6 +98,9 @@ pub const POOL_KEYS: &[&str] = &[
     "Labels",
     "MaxRemovalRatio",
     "Nodes",
+    "FloatingIpFailover",
+    "FailoverAfter",
+    "FailoverMovesPerMinute",
 ];
 
 const NODE_KEYS: &[&str] = &["ExcludeUnhealthyAfter", "RequireNode"];
@@ -181,6 +200,12 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
         .get("Nodes")
         .map(|value| parse_node_rules(value, problems))
         .unwrap_or_default();
+    let failover = parse_failover(
+        &fields,
+        &addresses,
+        options.floating_ip_selector.is_some(),
+        problems,
+    );
     if problems.len() > before {
         return None;
     }
@@ -197,6 +222,72 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
         labels,
         max_removal_ratio,
         nodes,
+        failover,
+    })
+}
+
+/// `FloatingIpFailover` and its two settings: only on a pool that takes
+/// `floating-ip` and names its Floating IPs with `FloatingIpSelector` (the
+/// controller moves them between servers: never every IP of the project).
+fn parse_failover(
+    fields: &Fields<'_>,
+    addresses: &[AddressKind],
+    has_selector: bool,
+    problems: &mut Vec<String>,
+) -> Option<Failover> {
+    let on = fields
+        .parsed("FloatingIpFailover", parse_bool, problems)
+        .unwrap_or(false);
+    let after = fields.parsed(
+        "FailoverAfter",
+        |s| {
+            parse_bounded_duration(
+                s,
+                Duration::from_secs(5),
+                Duration::from_secs(600),
+                "a duration from 5s to 10m, e.g. 20s",
+            )
+        },
+        problems,
+    );
+    let moves = fields.parsed(
+        "FailoverMovesPerMinute",
+        |s| match s.trim().parse::<u32>() {
+            Ok(n) if (1..=60).contains(&n) => Ok(n),
+            _ => Err("is not a whole number from 1 to 60, e.g. 10".to_owned()),
+        },
+        problems,
+    );
+    if !on {
+        for (key, set) in [
+            ("FailoverAfter", after.is_some()),
+            ("FailoverMovesPerMinute", moves.is_some()),
+        ] {
+            if set {
+                problems.push(format!(
+                    "{key} is set, but FloatingIpFailover is not true; set it or remove {key}"
+                ));
+            }
+        }
+        return None;
+    }
+    if !addresses.contains(&AddressKind::FloatingIp) {
+        problems.push(
+            "FloatingIpFailover is true, but Addresses has no floating-ip; add \"floating-ip\" \
+             to Addresses or remove FloatingIpFailover"
+                .to_owned(),
+        );
+    }
+    if !has_selector {
+        problems.push(
+            "FloatingIpFailover is true, but FloatingIpSelector is not set; failover moves the \
+             Floating IPs it selects between servers, so name them, e.g. \"pool=edge\""
+                .to_owned(),
+        );
+    }
+    Some(Failover {
+        after: after.unwrap_or(DEFAULT_FAILOVER_AFTER),
+        moves_per_minute: moves.unwrap_or(DEFAULT_MOVES_PER_MINUTE),
     })
 }
 

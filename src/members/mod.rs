@@ -196,6 +196,17 @@ pub fn members(
             }
             note_public_ipv4(pool, server, found.is_empty(), &mut members);
         }
+        if pool.failover.is_some() {
+            for (address, blocked) in failover_addresses(pool, listed.floating_ips) {
+                if blocked {
+                    members.blocked.push(address);
+                    if policy == BlockedAddresses::Drop {
+                        continue;
+                    }
+                }
+                split.claim(pools, index, address, &mut members);
+            }
+        }
         result.push(members);
     }
     unhealthy.retain(&health_seen);
@@ -234,6 +245,20 @@ impl Split<'_> {
         (address, floating): (IpAddr, bool),
         members: &mut Members,
     ) {
+        if self.claim(pools, index, address, members) {
+            self.remember(index, server, address, floating);
+        }
+    }
+
+    /// Puts `address` into pool `index` unless an earlier pool took it
+    /// (then it is reported as claimed); whether it went in.
+    fn claim(
+        &mut self,
+        pools: &[PoolConfig],
+        index: usize,
+        address: IpAddr,
+        members: &mut Members,
+    ) -> bool {
         if self.several {
             match self.taken.get(&address) {
                 Some(&earlier) if earlier != index => {
@@ -241,7 +266,7 @@ impl Split<'_> {
                         address,
                         by: pools[earlier].name.clone(),
                     });
-                    return;
+                    return false;
                 }
                 _ => {
                     self.taken.insert(address, index);
@@ -249,7 +274,7 @@ impl Split<'_> {
             }
         }
         members.addresses.insert(address);
-        self.remember(index, server, address, floating);
+        true
     }
 
     /// Records that `server` gave `address` to pool `index`.
@@ -372,24 +397,48 @@ fn addresses_of(
                     }
                 }
             }
-            AddressKind::FloatingIp => {
+            // A failover pool holds its Floating IPs whatever server has
+            // them (`failover_addresses`), not through a server.
+            AddressKind::FloatingIp if pool.failover.is_none() => {
                 for fip in floating.get(&server.id).into_iter().flatten() {
-                    let wanted = pool
-                        .floating_ip_selector
-                        .as_ref()
-                        .is_none_or(|selector| selector.matches(&fip.labels));
-                    if !wanted {
-                        continue;
+                    if selects(pool, fip) {
+                        take(floating_address(pool, fip), fip.blocked, true, members);
                     }
-                    let address = match fip.address {
-                        FloatingAddress::V4(ip) => IpAddr::V4(ip),
-                        FloatingAddress::V6(net) => IpAddr::V6(net.host(pool.ipv6_host_part)),
-                    };
-                    take(address, fip.blocked, true, members);
                 }
             }
+            AddressKind::FloatingIp => {}
         }
     }
+}
+
+/// Whether the pool's `FloatingIpSelector` (if any) selects `fip`.
+fn selects(pool: &PoolConfig, fip: &FloatingIp) -> bool {
+    pool.floating_ip_selector
+        .as_ref()
+        .is_none_or(|selector| selector.matches(&fip.labels))
+}
+
+/// The address a Floating IP gives a pool: its IPv4, or the pool's host
+/// in its IPv6 `/64`.
+pub fn floating_address(pool: &PoolConfig, fip: &FloatingIp) -> IpAddr {
+    match fip.address {
+        FloatingAddress::V4(ip) => IpAddr::V4(ip),
+        FloatingAddress::V6(net) => IpAddr::V6(net.host(pool.ipv6_host_part)),
+    }
+}
+
+/// The addresses of a failover pool's Floating IPs (those its selector
+/// selects, assigned to any server or to none), in listing order, each with
+/// whether Hetzner reports it blocked. They stay in the pool while a holder
+/// leaves: the pool keeps the address and the controller moves the IP.
+pub fn failover_addresses<'a>(
+    pool: &'a PoolConfig,
+    floating_ips: &'a [FloatingIp],
+) -> impl Iterator<Item = (IpAddr, bool)> + 'a {
+    floating_ips
+        .iter()
+        .filter(|fip| selects(pool, fip))
+        .map(|fip| (floating_address(pool, fip), fip.blocked))
 }
 
 /// The server's attachment to the private network the pool takes; a

@@ -17,6 +17,7 @@ pub(super) fn pool(name: &str, selector: &str, kinds: &[AddressKind]) -> PoolCon
         labels: BTreeMap::new(),
         max_removal_ratio: 0.5,
         nodes: NodeRules::default(),
+        failover: None,
     }
 }
 
@@ -244,8 +245,49 @@ fn floating_ips_follow_their_server_and_their_own_labels() {
         "assigned to a matching server only; IPv6 as one /128"
     );
     fips.floating_ip_selector = Some("use=ingress".parse().unwrap());
-    let got = split(&[fips], all, &NodeView::default());
+    let got = split(std::slice::from_ref(&fips), all, &NodeView::default());
     assert_eq!(got[0].addresses, ips(&["203.0.113.1", "2001:db8:f::1"]));
+
+    // A failover pool holds every Floating IP it selects, whatever server
+    // has it, none, or one whose Node is being deleted: the address stays
+    // while the IP moves.
+    fips.failover = Some(crate::config::Failover {
+        after: std::time::Duration::from_secs(20),
+        moves_per_minute: 10,
+    });
+    let deleting = NodeView::new(
+        [NodeFacts {
+            name: "node-1".into(),
+            server_id: Some(1),
+            deleting: true,
+            ready: true,
+            ..NodeFacts::default()
+        }],
+        true,
+    );
+    let mut record = Contributions::default();
+    let got = members(
+        std::slice::from_ref(&fips),
+        all,
+        &deleting,
+        BlockedAddresses::Keep,
+        &mut Unhealthy::default(),
+        Instant::now(),
+        Some(&mut record),
+    );
+    assert_eq!(
+        got[0].addresses,
+        ips(&["203.0.113.1", "203.0.113.2", "2001:db8:f::1"]),
+        "assigned to a left-out server, to none, or to a matching one"
+    );
+    assert_eq!(got[0].excluded.len(), 1);
+    let out = record.excluded_now(
+        &[fips],
+        &deleting,
+        &mut Unhealthy::default(),
+        Instant::now(),
+    );
+    assert!(out[0].0.is_empty(), "a Node change removes none of them");
 }
 
 #[test]
