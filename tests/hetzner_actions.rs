@@ -61,6 +61,7 @@ async fn an_assignment_holds_only_once_its_action_succeeded() {
     fake.set_action_plan(ActionPlan {
         running_polls: 3,
         error: None,
+        ..ActionPlan::default()
     });
     let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
     else {
@@ -155,6 +156,7 @@ async fn an_action_that_ends_in_error_is_reported_and_the_ip_stays() {
     fake.set_action_plan(ActionPlan {
         running_polls: 1,
         error: Some(("action_failed".into(), "Action failed".into())),
+        ..ActionPlan::default()
     });
     let error = mv(&client, 7, 2).await.unwrap_err();
     match &error {
@@ -176,6 +178,7 @@ async fn an_action_still_running_at_the_limit_is_reported_as_timed_out() {
     fake.set_action_plan(ActionPlan {
         running_polls: u32::MAX,
         error: None,
+        ..ActionPlan::default()
     });
     let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
     else {
@@ -255,6 +258,7 @@ async fn texts_hetzner_echoes_lose_the_token_and_are_shortened() {
             "action_failed".into(),
             format!("{{token}} {}", "x".repeat(5000)),
         )),
+        ..ActionPlan::default()
     });
     let error = mv(&client, 7, 2).await.unwrap_err();
     let text = error.to_string();
@@ -285,4 +289,44 @@ async fn a_second_assignment_while_the_first_runs_meets_the_lock() {
         (7, Some(2)),
         "one assignment, not two"
     );
+}
+
+#[tokio::test]
+async fn the_holder_is_read_fresh_before_a_move() {
+    let (fake, client) = fake().await;
+    assert_eq!(
+        client.floating_ip_holder(&token(), 7).await.unwrap(),
+        Some(1)
+    );
+    assert_eq!(client.floating_ip_holder(&token(), 8).await.unwrap(), None);
+    assert_eq!(fake.holder_requests(), 2);
+    let error = client.floating_ip_holder(&token(), 9).await.unwrap_err();
+    assert_eq!(error.metric_label(), "unexpected_status", "{error}");
+}
+
+#[tokio::test]
+async fn an_action_that_ends_by_the_clock_assigns_also_when_nobody_polls() {
+    let (fake, client) = fake().await;
+    fake.set_action_plan(ActionPlan {
+        running_polls: 0,
+        error: None,
+        lasts: Duration::from_millis(300),
+    });
+    let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    else {
+        panic!("expected an Action");
+    };
+    // Still running right after the assignment: the IP stays where it was.
+    let polled = client.action(&token(), action.id).await.unwrap();
+    assert_eq!(polled.status, ActionStatus::Running);
+    assert!(fake.floating_ip_servers().contains(&(7, Some(1))));
+    // Nobody polls again: a listing after its time shows the new holder.
+    let moved = tokio::time::timeout(LIMIT, async {
+        while client.floating_ip_holder(&token(), 7).await.unwrap() != Some(2) {
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await;
+    assert!(moved.is_ok(), "the Action never ended by the clock");
+    assert_eq!(fake.action_requests().1, 1, "one poll only");
 }

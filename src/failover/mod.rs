@@ -13,6 +13,10 @@
 //! Not wired into the loop yet: the assignment through Hetzner's API, the
 //! Node Lease watch and the `FloatingIpFailover` pool setting come next.
 
+mod view;
+
+pub use view::*;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 

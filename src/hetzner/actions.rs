@@ -124,6 +124,34 @@ impl HetznerClient {
         }
     }
 
+    /// `GET /floating_ips/{id}`: the server the Floating IP is assigned to
+    /// now (`None`: unassigned). A move reads it right before it assigns,
+    /// so that no assignment goes out on a listing someone overtook.
+    pub async fn floating_ip_holder(
+        &self,
+        token: &SecretString,
+        floating_ip: i64,
+    ) -> Result<Option<i64>, HetznerError> {
+        #[derive(Deserialize)]
+        struct Document {
+            floating_ip: Holder,
+        }
+        #[derive(Deserialize)]
+        struct Holder {
+            server: Option<i64>,
+        }
+        let id = floating_ip.to_string();
+        let url = self.api_url(&["floating_ips", &id]);
+        let answer = self.send_single(token, Method::GET, &url, None).await?;
+        let document: Document =
+            serde_json::from_slice(&answer).map_err(|error| HetznerError::Decode {
+                list: "floating IP",
+                page: 0,
+                reason: without_values(&error.to_string()),
+            })?;
+        Ok(document.floating_ip.server)
+    }
+
     /// `GET /actions/{id}`.
     pub async fn action(&self, token: &SecretString, id: i64) -> Result<Action, HetznerError> {
         let id = id.to_string();

@@ -4,11 +4,14 @@
 //! polls, then `success` (the Floating IP is then assigned) or `error`.
 //! Errors for the next assignments can be queued (`401 token_readonly`,
 //! `423 locked`, …). A second assignment of a Floating IP whose Action
-//! runs gets `423 locked`, as from Hetzner. An Action ends when it is
-//! polled (not by the clock): what the client sees is what it asked.
+//! runs gets `423 locked`, as from Hetzner. An Action ends when a poll
+//! finds its polls used up and its time (`lasts`) passed; with polls of 0
+//! it ends by the clock alone, also when nobody polls (a leader that died
+//! mid-move): every request to the fake settles the Actions due first.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use canada_kaktus::sync::lock;
 use serde_json::json;
@@ -24,6 +27,8 @@ pub struct ActionPlan {
     pub running_polls: u32,
     /// `None`: success; else the error code and message it ends with.
     pub error: Option<(String, String)>,
+    /// How long it runs at least, from the assignment.
+    pub lasts: Duration,
 }
 
 impl Default for ActionPlan {
@@ -31,6 +36,7 @@ impl Default for ActionPlan {
         Self {
             running_polls: 1,
             error: None,
+            lasts: Duration::ZERO,
         }
     }
 }
@@ -42,7 +48,9 @@ struct Running {
     server: i64,
     polls: u32,
     error: Option<(String, String)>,
-    /// A poll saw it end.
+    /// When it may end.
+    due: Instant,
+    /// It ended (the assignment holds, unless it ended in an error).
     finished: bool,
 }
 
@@ -58,6 +66,7 @@ pub(super) struct Actions {
     next_id: i64,
     pub(super) assign_requests: usize,
     pub(super) action_requests: usize,
+    pub(super) holder_requests: usize,
 }
 
 /// `text` with `{token}` replaced by the request's bearer token, as an API
@@ -85,6 +94,59 @@ fn action_body(id: i64, status: &str, error: Option<&(String, String)>) -> serde
     }})
 }
 
+/// Ends every Action that ends by the clock (no polls left) and is due:
+/// a successful one assigns its Floating IP.
+pub(super) fn settle(state: &mut FakeState) {
+    let now = Instant::now();
+    let due: Vec<i64> = state
+        .actions
+        .running
+        .iter()
+        .filter(|(_, a)| !a.finished && a.polls == 0 && a.due <= now)
+        .map(|(id, _)| *id)
+        .collect();
+    for id in due {
+        finish(state, id);
+    }
+}
+
+/// Ends Action `id`; a successful one assigns its Floating IP.
+fn finish(state: &mut FakeState, id: i64) {
+    let Some(action) = state.actions.running.get_mut(&id) else {
+        return;
+    };
+    action.finished = true;
+    let (fip, server, ok) = (action.fip, action.server, action.error.is_none());
+    if ok {
+        if let Some(assigned) = state.floating_ips.iter_mut().find(|f| f.id == fip) {
+            assigned.server = Some(server);
+        }
+    }
+}
+
+/// `GET /v1/floating_ips/{id}`.
+pub(super) struct FloatingIpResponder {
+    pub(super) state: Arc<Mutex<FakeState>>,
+}
+
+impl Respond for FloatingIpResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        settle(&mut state);
+        state.actions.holder_requests += 1;
+        let id: Option<i64> = request
+            .url
+            .path_segments()
+            .and_then(|mut s| s.nth(2))
+            .and_then(|id| id.parse().ok());
+        match state.floating_ips.iter().find(|f| Some(f.id) == id) {
+            Some(fip) => ResponseTemplate::new(200)
+                .set_body_json(json!({ "floating_ip": super::render::render_floating_ip(fip) })),
+            None => error_response(404, Some("not_found"), "Floating IP not found", None),
+        }
+    }
+}
+
 /// `POST /v1/floating_ips/{id}/actions/assign`.
 pub(super) struct AssignResponder {
     pub(super) state: Arc<Mutex<FakeState>>,
@@ -93,6 +155,7 @@ pub(super) struct AssignResponder {
 impl Respond for AssignResponder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let mut state = lock(&self.state);
+        settle(&mut state);
         state.actions.assign_requests += 1;
         if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
             return error_response(status, Some(&code), &echo_token(&message, request), None);
@@ -142,6 +205,7 @@ impl Respond for AssignResponder {
                 server,
                 polls: plan.running_polls,
                 error: plan.error,
+                due: Instant::now() + plan.lasts,
                 finished: false,
             },
         );
@@ -157,6 +221,7 @@ pub(super) struct ActionResponder {
 impl Respond for ActionResponder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let mut state = lock(&self.state);
+        settle(&mut state);
         state.actions.action_requests += 1;
         let id: Option<i64> = request
             .url
@@ -164,11 +229,7 @@ impl Respond for ActionResponder {
             .and_then(|mut s| s.nth(2))
             .and_then(|id| id.parse().ok());
         let Some(Running {
-            fip,
-            server,
-            polls,
-            error,
-            ..
+            polls, error, due, ..
         }) = id.and_then(|id| state.actions.running.get(&id).cloned())
         else {
             return error_response(404, Some("not_found"), "action not found", None);
@@ -180,16 +241,12 @@ impl Respond for ActionResponder {
             }
             return ResponseTemplate::new(200).set_body_json(action_body(id, "running", None));
         }
-        if let Some(entry) = state.actions.running.get_mut(&id) {
-            entry.finished = true;
+        if due > Instant::now() {
+            return ResponseTemplate::new(200).set_body_json(action_body(id, "running", None));
         }
+        finish(&mut state, id);
         match &error {
-            None => {
-                if let Some(assigned) = state.floating_ips.iter_mut().find(|f| f.id == fip) {
-                    assigned.server = Some(server);
-                }
-                ResponseTemplate::new(200).set_body_json(action_body(id, "success", None))
-            }
+            None => ResponseTemplate::new(200).set_body_json(action_body(id, "success", None)),
             Some((code, message)) => {
                 let error = (code.clone(), echo_token(message, request));
                 ResponseTemplate::new(200).set_body_json(action_body(id, "error", Some(&error)))

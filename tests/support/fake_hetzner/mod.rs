@@ -230,6 +230,13 @@ impl FakeHetzner {
             .mount(&self.server)
             .await;
         Mock::given(method("GET"))
+            .and(path_regex(r"^/v1/floating_ips/[0-9]+$"))
+            .respond_with(actions::FloatingIpResponder {
+                state: Arc::clone(&self.state),
+            })
+            .mount(&self.server)
+            .await;
+        Mock::given(method("GET"))
             .and(path_regex(r"^/v1/actions/[0-9]+$"))
             .respond_with(actions::ActionResponder {
                 state: Arc::clone(&self.state),
@@ -332,9 +339,17 @@ impl FakeHetzner {
         (state.actions.assign_requests, state.actions.action_requests)
     }
 
-    /// The server each Floating IP is assigned to now.
+    /// `GET /floating_ips/{id}` requests served so far.
+    pub fn holder_requests(&self) -> usize {
+        self.lock().actions.holder_requests
+    }
+
+    /// The server each Floating IP is assigned to now (Actions due by the
+    /// clock settled first).
     pub fn floating_ip_servers(&self) -> Vec<(i64, Option<i64>)> {
-        self.lock()
+        let mut state = self.lock();
+        actions::settle(&mut state);
+        state
             .floating_ips
             .iter()
             .map(|f| (f.id, f.server))
@@ -569,6 +584,7 @@ struct CollectionResponder {
 impl Respond for CollectionResponder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let mut state = lock(&self.state);
+        actions::settle(&mut state);
         state.collection_requests += 1;
         let rate = RateHeaders::for_request(state.requests + state.collection_requests);
         if let Some(status) = state.collection_status {

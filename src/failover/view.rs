@@ -1,0 +1,303 @@
+//! What a failover pool's moves read: the pool's Floating IPs and the
+//! servers its selector matches, taken from one listing; who of them is a
+//! healthy member now, by the Nodes and their Leases; and the Lease
+//! renewals the kubelets make. Pure: the time comes in as an argument.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{Failover, PoolConfig};
+use crate::hetzner::{FloatingIp, Location, Server, ServerStatus};
+use crate::members::{floating_address, Exclusion, NodeView};
+
+use super::{FloatingIpState, Member};
+
+/// A server the pool's selector matched in the listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub id: i64,
+    pub name: Box<str>,
+    pub status: ServerStatus,
+    pub location: Location,
+}
+
+/// One of the pool's Floating IPs, as the listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolFloatingIp {
+    pub id: i64,
+    pub name: Box<str>,
+    /// The address the pool holds for it.
+    pub address: IpAddr,
+    /// The server it is assigned to; `None` while unassigned.
+    pub holder: Option<i64>,
+    pub home: Location,
+}
+
+/// One failover pool's share of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailoverPool {
+    pub pool: String,
+    pub failover: Failover,
+    pub candidates: Vec<Candidate>,
+    pub floating_ips: Vec<PoolFloatingIp>,
+}
+
+impl FailoverPool {
+    pub fn candidate(&self, id: i64) -> Option<&Candidate> {
+        self.candidates.iter().find(|c| c.id == id)
+    }
+
+    /// A server's name for logs and Events: its name when the pool matched
+    /// it, else its ID.
+    pub fn server_name(&self, id: i64) -> String {
+        self.candidate(id)
+            .map_or_else(|| format!("server {id}"), |c| c.name.to_string())
+    }
+}
+
+/// The failover pools of `pools`, each with the Floating IPs the pool
+/// holds after the split (`held[i]` are pool `i`'s addresses: an IP an
+/// earlier pool took is not this pool's to move) and the servers its
+/// selector matches (all of `servers` when the listing was `prefiltered`).
+pub fn failover_pools(
+    pools: &[PoolConfig],
+    held: &[&BTreeSet<IpAddr>],
+    servers: &[Server],
+    prefiltered: bool,
+    floating_ips: &[FloatingIp],
+) -> Vec<FailoverPool> {
+    pools
+        .iter()
+        .zip(held)
+        .filter_map(|(pool, held)| {
+            let failover = pool.failover?;
+            let candidates = servers
+                .iter()
+                .filter(|s| prefiltered || pool.label_selector.matches(&s.labels))
+                .map(|s| Candidate {
+                    id: s.id,
+                    name: s.name.as_str().into(),
+                    status: s.status,
+                    location: s.location.as_deref().cloned().unwrap_or_default(),
+                })
+                .collect();
+            let selected = pool.floating_ip_selector.as_ref();
+            let floating_ips = floating_ips
+                .iter()
+                .filter(|fip| selected.is_none_or(|s| s.matches(&fip.labels)))
+                .map(|fip| (fip, floating_address(pool, fip)))
+                .filter(|(_, address)| held.contains(address))
+                .map(|(fip, address)| PoolFloatingIp {
+                    id: fip.id,
+                    name: fip.name.as_str().into(),
+                    address,
+                    holder: fip.server,
+                    home: fip.home_location.clone().unwrap_or_default(),
+                })
+                .collect();
+            Some(FailoverPool {
+                pool: pool.name.clone(),
+                failover,
+                candidates,
+                floating_ips,
+            })
+        })
+        .collect()
+}
+
+/// Why a server is no healthy member of a failover pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departure {
+    /// The listing does not have it among the pool's servers (deleted, or
+    /// its labels no longer match).
+    ServerGone,
+    /// Its Hetzner status is not `running`.
+    NotRunning,
+    /// No Kubernetes Node is this server.
+    NoNode,
+    /// A node rule leaves it out (its Node is being deleted, labelled or
+    /// tainted out of load balancers; the server is being deleted).
+    Excluded(Exclusion),
+    /// Its Node is not Ready.
+    NotReady,
+    /// Its Node's Lease was not renewed for `FailoverAfter`.
+    Silent,
+}
+
+impl Departure {
+    /// The `reason` label of the move metrics (with `unassigned`).
+    pub const LABELS: [&'static str; 6] = [
+        "server_gone",
+        "not_running",
+        "no_node",
+        "excluded",
+        "not_ready",
+        "silent",
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Departure::ServerGone => Self::LABELS[0],
+            Departure::NotRunning => Self::LABELS[1],
+            Departure::NoNode => Self::LABELS[2],
+            Departure::Excluded(_) => Self::LABELS[3],
+            Departure::NotReady => Self::LABELS[4],
+            Departure::Silent => Self::LABELS[5],
+        }
+    }
+
+    /// For logs and Events.
+    pub fn describe(self) -> String {
+        match self {
+            Departure::ServerGone => {
+                "the server is gone or the pool's LabelSelector no longer matches it".to_owned()
+            }
+            Departure::NotRunning => "the server is not running".to_owned(),
+            Departure::NoNode => "the server is no Node of this cluster".to_owned(),
+            Departure::Excluded(exclusion) => exclusion.describe().to_owned(),
+            Departure::NotReady => "its Node is NotReady".to_owned(),
+            Departure::Silent => "its Node's Lease was not renewed for FailoverAfter".to_owned(),
+        }
+    }
+}
+
+/// Why server `id` is no healthy member of `pool` now; `None` when it is.
+pub fn departure(
+    pool: &FailoverPool,
+    id: i64,
+    nodes: &NodeView,
+    silent: &dyn Fn(&str) -> bool,
+) -> Option<Departure> {
+    let Some(server) = pool.candidate(id) else {
+        return Some(Departure::ServerGone);
+    };
+    if server.status == ServerStatus::Deleting {
+        return Some(Departure::Excluded(Exclusion::ServerDeleting));
+    }
+    if server.status != ServerStatus::Running {
+        return Some(Departure::NotRunning);
+    }
+    let Some(node) = nodes.node_of(server.id, &server.name) else {
+        return Some(Departure::NoNode);
+    };
+    if let Some(exclusion) = node.exclusion() {
+        return Some(Departure::Excluded(exclusion));
+    }
+    if !node.ready {
+        return Some(Departure::NotReady);
+    }
+    if silent(&node.name) {
+        return Some(Departure::Silent);
+    }
+    None
+}
+
+/// The healthy members of `pool` now, for [`super::plan`].
+pub fn healthy_members(
+    pool: &FailoverPool,
+    nodes: &NodeView,
+    silent: &dyn Fn(&str) -> bool,
+) -> Vec<Member> {
+    pool.candidates
+        .iter()
+        .filter(|c| departure(pool, c.id, nodes, silent).is_none())
+        .map(|c| Member {
+            server: c.id,
+            location: c.location.name.clone(),
+            network_zone: c.location.network_zone.clone(),
+        })
+        .collect()
+}
+
+/// The pool's Floating IPs for [`super::plan`]; `moving_to` says where a
+/// running move takes an IP.
+pub fn states(pool: &FailoverPool, moving_to: &dyn Fn(i64) -> Option<i64>) -> Vec<FloatingIpState> {
+    pool.floating_ips
+        .iter()
+        .map(|fip| FloatingIpState {
+            id: fip.id,
+            home_location: fip.home.name.clone(),
+            home_zone: fip.home.network_zone.clone(),
+            holder: fip.holder,
+            moving_to: moving_to(fip.id),
+        })
+        .collect()
+}
+
+/// When each Node's Lease was last seen renewed (by this process's clock:
+/// the kubelet's clock may differ from ours), from the watch of the Leases
+/// in `kube-node-lease`.
+#[derive(Debug, Clone, Default)]
+pub struct Renewals {
+    seen: HashMap<String, (Option<String>, Instant)>,
+    /// The watch has listed the Leases and is not failing now.
+    current: bool,
+}
+
+impl Renewals {
+    /// The Lease of `node` says it was renewed at `renew_time` (its text);
+    /// a new value counts as a renewal at `now`, the same one as none.
+    pub fn saw(&mut self, node: &str, renew_time: Option<String>, now: Instant) {
+        if self
+            .seen
+            .get(node)
+            .is_some_and(|(known, _)| *known == renew_time)
+        {
+            return;
+        }
+        self.seen.insert(node.to_owned(), (renew_time, now));
+    }
+
+    /// The Lease of `node` was deleted.
+    pub fn forget(&mut self, node: &str) {
+        self.seen.remove(node);
+    }
+
+    /// The watch has a complete list (`true`) or failed (`false`): only a
+    /// current watch counts a Node as silent.
+    pub fn set_current(&mut self, current: bool) {
+        self.current = current;
+    }
+
+    /// Keeps only the Leases of `nodes` (after a relist).
+    pub fn retain(&mut self, nodes: &BTreeSet<String>) {
+        self.seen.retain(|name, _| nodes.contains(name));
+    }
+
+    /// Whether the Lease of `node` was not renewed for `after` at `now`.
+    /// Unknown is not silent: a Node without a Lease, a watch that has not
+    /// listed or fails, or a watch that saw no Lease at all renewed for
+    /// `after` (then the watch is more likely stuck than every kubelet
+    /// dead; NotReady still counts).
+    pub fn silent(&self, node: &str, after: Duration, now: Instant) -> bool {
+        if !self.current || self.stale(after, now) {
+            return false;
+        }
+        self.seen
+            .get(node)
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= after)
+    }
+
+    /// When `node` turns silent, if it has not yet and the watch is current.
+    pub fn silent_at(&self, node: &str, after: Duration, now: Instant) -> Option<Instant> {
+        if !self.current {
+            return None;
+        }
+        let (_, at) = self.seen.get(node)?;
+        Some(*at + after).filter(|due| *due > now)
+    }
+
+    fn stale(&self, after: Duration, now: Instant) -> bool {
+        self.seen
+            .values()
+            .map(|(_, at)| *at)
+            .max()
+            .is_none_or(|last| now.saturating_duration_since(last) >= after)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,164 @@
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::hetzner::FloatingAddress;
+use crate::members::NodeFacts;
+
+fn failover_pool(name: &str, selector: &str) -> PoolConfig {
+    let text = format!(
+        r#"[{{"Name": "{name}", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+             "FloatingIpSelector": "{selector}", "FloatingIpFailover": true}}]"#
+    );
+    crate::config::parse_pools(&text).unwrap().remove(0)
+}
+
+fn server(id: i64, status: ServerStatus, location: &str) -> Server {
+    let mut server =
+        Server::with_public_ipv4(id, format!("node-{id}"), "192.0.2.1".parse().unwrap());
+    server.status = status;
+    server.labels = [("role".to_owned(), "edge".to_owned())].into();
+    server.location = Some(Box::new(Location {
+        name: location.to_owned(),
+        network_zone: "eu-central".to_owned(),
+    }));
+    server
+}
+
+fn fip(id: i64, holder: Option<i64>, use_: &str) -> FloatingIp {
+    FloatingIp {
+        id,
+        name: format!("fip-{id}"),
+        address: FloatingAddress::V4(format!("203.0.113.{id}").parse().unwrap()),
+        blocked: false,
+        server: holder,
+        labels: [("use".to_owned(), use_.to_owned())].into(),
+        home_location: Some(Location {
+            name: "fsn1".to_owned(),
+            network_zone: "eu-central".to_owned(),
+        }),
+    }
+}
+
+fn node(id: i64, ready: bool) -> NodeFacts {
+    NodeFacts {
+        name: format!("node-{id}"),
+        server_id: Some(id),
+        ready,
+        ..NodeFacts::default()
+    }
+}
+
+#[test]
+fn a_failover_pool_moves_only_the_floating_ips_it_holds() {
+    let pools = [failover_pool("edge", "use=edge")];
+    let servers = [server(1, ServerStatus::Running, "fsn1")];
+    let fips = [
+        fip(1, Some(1), "edge"),
+        fip(2, None, "edge"),
+        fip(3, Some(1), "mail"),
+    ];
+    // Floating IP 2's address went to an earlier pool: not this pool's.
+    let held: BTreeSet<IpAddr> = ["203.0.113.1".parse().unwrap()].into();
+    let got = failover_pools(&pools, &[&held], &servers, false, &fips);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].failover.after, Duration::from_secs(20));
+    let ids: Vec<i64> = got[0].floating_ips.iter().map(|f| f.id).collect();
+    assert_eq!(ids, [1]);
+    assert_eq!(got[0].floating_ips[0].home.name, "fsn1");
+    assert_eq!(got[0].candidates[0].location.name, "fsn1");
+    // Not a failover pool: nothing to move.
+    let plain = crate::config::parse_pools(r#"[{"Name": "p", "LabelSelector": "x"}]"#).unwrap();
+    assert!(failover_pools(&plain, &[&held], &servers, false, &fips).is_empty());
+}
+
+#[test]
+fn a_healthy_member_runs_has_a_ready_node_left_in_by_the_rules_and_is_not_silent() {
+    let pools = [failover_pool("edge", "use=edge")];
+    let servers = [
+        server(1, ServerStatus::Running, "fsn1"),
+        server(2, ServerStatus::Off, "fsn1"),
+        server(3, ServerStatus::Running, "nbg1"),
+        server(4, ServerStatus::Running, "nbg1"),
+        server(5, ServerStatus::Running, "nbg1"),
+        server(6, ServerStatus::Running, "nbg1"),
+        server(7, ServerStatus::Deleting, "nbg1"),
+    ];
+    let held = BTreeSet::new();
+    let pool = failover_pools(&pools, &[&held], &servers, false, &[]).remove(0);
+    let mut deleting = node(4, true);
+    deleting.deleting = true;
+    let nodes = NodeView::new(
+        [
+            node(1, true),
+            node(2, true),
+            node(5, false),
+            node(6, true),
+            deleting,
+        ],
+        true,
+    );
+    let silent = |name: &str| name == "node-6";
+    let why = |id| departure(&pool, id, &nodes, &silent);
+    assert_eq!(why(1), None);
+    assert_eq!(why(2), Some(Departure::NotRunning));
+    assert_eq!(why(3), Some(Departure::NoNode));
+    assert_eq!(why(4), Some(Departure::Excluded(Exclusion::NodeDeleting)));
+    assert_eq!(why(5), Some(Departure::NotReady));
+    assert_eq!(why(6), Some(Departure::Silent));
+    assert_eq!(why(7), Some(Departure::Excluded(Exclusion::ServerDeleting)));
+    assert_eq!(why(99), Some(Departure::ServerGone));
+    let members = healthy_members(&pool, &nodes, &silent);
+    assert_eq!(members.len(), 1);
+    assert_eq!(
+        (members[0].server, members[0].location.as_str()),
+        (1, "fsn1")
+    );
+}
+
+#[test]
+fn a_lease_is_silent_after_no_renewal_for_the_delay_and_only_from_a_current_watch() {
+    let after = Duration::from_secs(20);
+    let start = Instant::now();
+    let mut renewals = Renewals::default();
+    renewals.saw("a", Some("t1".into()), start);
+    renewals.saw("b", Some("t1".into()), start);
+    let later = start + Duration::from_secs(25);
+    assert!(
+        !renewals.silent("a", after, later),
+        "not listed yet: unknown"
+    );
+    renewals.set_current(true);
+    // b renews (a new renewTime); a repeats its old one.
+    renewals.saw("b", Some("t2".into()), start + Duration::from_secs(10));
+    renewals.saw("a", Some("t1".into()), start + Duration::from_secs(10));
+    assert!(renewals.silent("a", after, later));
+    assert!(!renewals.silent("b", after, later));
+    assert_eq!(
+        renewals.silent_at("b", after, later),
+        Some(start + Duration::from_secs(30))
+    );
+    assert_eq!(
+        renewals.silent_at("a", after, later),
+        None,
+        "silent already"
+    );
+    assert!(
+        !renewals.silent("no-lease", after, later),
+        "no Lease: unknown"
+    );
+    // Nobody renewed for the delay: the watch is stuck, not every kubelet.
+    let much_later = start + Duration::from_secs(60);
+    assert!(!renewals.silent("a", after, much_later));
+    // A failing watch counts nobody silent.
+    renewals.set_current(false);
+    assert!(!renewals.silent("a", after, later));
+    assert_eq!(renewals.silent_at("b", after, later), None);
+    renewals.set_current(true);
+    renewals.forget("a");
+    assert!(!renewals.silent("a", after, later));
+    renewals.retain(&BTreeSet::new());
+    assert!(!renewals.silent("b", after, start + Duration::from_secs(35)));
+}
