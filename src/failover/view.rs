@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::config::{Failover, PoolConfig};
 use crate::hetzner::{FloatingIp, Location, Server, ServerStatus};
-use crate::members::{floating_address, Exclusion, NodeView};
+use crate::members::{floating_address, Exclusion, NodeFacts, NodeView};
 
 use super::{FloatingIpState, Member};
 
@@ -121,7 +121,7 @@ pub enum Departure {
     /// A node rule leaves it out (its Node is being deleted, labelled or
     /// tainted out of load balancers; the server is being deleted).
     Excluded(Exclusion),
-    /// Its Node is not Ready.
+    /// Its Node has not been Ready for `FailoverAfter`.
     NotReady,
     /// Its Node's Lease was not renewed for `FailoverAfter`.
     Silent,
@@ -158,18 +158,22 @@ impl Departure {
             Departure::NotRunning => "the server is not running".to_owned(),
             Departure::NoNode => "the server is no Node of this cluster".to_owned(),
             Departure::Excluded(exclusion) => exclusion.describe().to_owned(),
-            Departure::NotReady => "its Node is NotReady".to_owned(),
+            Departure::NotReady => "its Node was NotReady for FailoverAfter".to_owned(),
             Departure::Silent => "its Node's Lease was not renewed for FailoverAfter".to_owned(),
         }
     }
 }
+
+/// Whether a Node has gone quiet for long enough: NotReady or silent for
+/// `FailoverAfter` (so a Node that flaps faster causes no move).
+pub type Quiet<'a> = &'a dyn Fn(&NodeFacts) -> Option<Departure>;
 
 /// Why server `id` is no healthy member of `pool` now; `None` when it is.
 pub fn departure(
     pool: &FailoverPool,
     id: i64,
     nodes: &NodeView,
-    silent: &dyn Fn(&str) -> bool,
+    quiet: Quiet<'_>,
 ) -> Option<Departure> {
     let Some(server) = pool.candidate(id) else {
         return Some(Departure::ServerGone);
@@ -186,24 +190,14 @@ pub fn departure(
     if let Some(exclusion) = node.exclusion() {
         return Some(Departure::Excluded(exclusion));
     }
-    if !node.ready {
-        return Some(Departure::NotReady);
-    }
-    if silent(&node.name) {
-        return Some(Departure::Silent);
-    }
-    None
+    quiet(node)
 }
 
 /// The healthy members of `pool` now, for [`super::plan`].
-pub fn healthy_members(
-    pool: &FailoverPool,
-    nodes: &NodeView,
-    silent: &dyn Fn(&str) -> bool,
-) -> Vec<Member> {
+pub fn healthy_members(pool: &FailoverPool, nodes: &NodeView, quiet: Quiet<'_>) -> Vec<Member> {
     pool.candidates
         .iter()
-        .filter(|c| departure(pool, c.id, nodes, silent).is_none())
+        .filter(|c| departure(pool, c.id, nodes, quiet).is_none())
         .map(|c| Member {
             server: c.id,
             location: c.location.name.clone(),
@@ -225,6 +219,42 @@ pub fn states(pool: &FailoverPool, moving_to: &dyn Fn(i64) -> Option<i64>) -> Ve
             moving_to: moving_to(fip.id),
         })
         .collect()
+}
+
+/// Since when each Node has been NotReady, by this process's clock or by
+/// its Ready condition's `lastTransitionTime`, whichever says longer.
+#[derive(Debug, Clone, Default)]
+pub struct NotReady {
+    since: HashMap<String, Instant>,
+}
+
+impl NotReady {
+    /// Takes in what the Nodes say at `now`: a Ready Node is forgotten.
+    pub fn observe(&mut self, nodes: &NodeView, now: Instant) {
+        let wall = std::time::SystemTime::now();
+        self.since
+            .retain(|name, _| nodes.named(name).is_some_and(|n| !n.ready));
+        for node in nodes.iter().filter(|n| !n.ready) {
+            let by_cluster = node
+                .not_ready_for(wall)
+                .and_then(|long| now.checked_sub(long));
+            let seen = *self.since.entry(node.name.clone()).or_insert(now);
+            let since = by_cluster.map_or(seen, |c| c.min(seen));
+            self.since.insert(node.name.clone(), since);
+        }
+    }
+
+    /// Whether `node` has been NotReady for `after` at `now`.
+    pub fn long(&self, node: &str, after: Duration, now: Instant) -> bool {
+        self.since
+            .get(node)
+            .is_some_and(|since| now.saturating_duration_since(*since) >= after)
+    }
+
+    /// When `node` will have been NotReady for `after`, if later than `now`.
+    pub fn long_at(&self, node: &str, after: Duration, now: Instant) -> Option<Instant> {
+        Some(*self.since.get(node)? + after).filter(|due| *due > now)
+    }
 }
 
 /// When each Node's Lease was last seen renewed (by this process's clock:

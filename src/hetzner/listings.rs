@@ -35,16 +35,19 @@ impl HetznerClient {
         token: &SecretString,
         label_selector: &str,
     ) -> Result<ServerListing, HetznerError> {
-        self.list_servers_with(token, label_selector, true).await
+        self.list_servers_with(token, label_selector, true, false)
+            .await
     }
 
     /// Like [`HetznerClient::list_servers`], reading each server's private
-    /// networks only with `private_networks` (a pool takes `private-ipv4`).
+    /// networks only with `private_networks` (a pool takes `private-ipv4`)
+    /// and its location only with `locations` (a pool has failover).
     pub async fn list_servers_with(
         &self,
         token: &SecretString,
         label_selector: &str,
         private_networks: bool,
+        locations: bool,
     ) -> Result<ServerListing, HetznerError> {
         // An unfiltered listing serves several pools whose selectors are
         // matched by the caller, so it keeps the labels; a filtered one
@@ -52,7 +55,7 @@ impl HetznerClient {
         let fields = ServerFields {
             labels: label_selector.is_empty(),
             private_networks,
-            location: false,
+            location: locations,
         };
         let mut listing = ServerListing::default();
         let mut seen = HashSet::new();

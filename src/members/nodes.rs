@@ -130,6 +130,16 @@ impl NodeView {
         })
     }
 
+    /// The Node named `name`.
+    pub fn named(&self, name: &str) -> Option<&NodeFacts> {
+        self.by_name.get(name)
+    }
+
+    /// Every Node.
+    pub fn iter(&self) -> impl Iterator<Item = &NodeFacts> {
+        self.by_name.values()
+    }
+
     pub fn len(&self) -> usize {
         self.by_name.len()
     }

@@ -68,8 +68,14 @@ pub async fn list_hetzner(
         .pools
         .iter()
         .any(|p| p.wants(AddressKind::PrivateIpv4));
+    let failover = settings.pools.iter().any(|p| p.failover.is_some());
     let servers = hetzner
-        .list_servers_with(&token, selector.as_deref().unwrap_or(""), private_networks)
+        .list_servers_with(
+            &token,
+            selector.as_deref().unwrap_or(""),
+            private_networks,
+            failover,
+        )
         .await?;
     let mut listing = Listing {
         requests: servers.requests,

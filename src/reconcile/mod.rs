@@ -15,6 +15,7 @@ use kube::core::ApiResource;
 use tokio::time::Instant;
 
 use crate::config::Settings;
+use crate::failover::{failover_pools, FailoverPool};
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeView, Unhealthy};
 use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
@@ -52,6 +53,17 @@ pub struct Reconciler {
     confirm_after: Duration,
     /// Asked right before every write: the leader Lease still holds.
     fence: Fence,
+    /// The failover pools of the last complete listing, until the loop
+    /// takes them.
+    failover: Option<FailoverListing>,
+}
+
+/// The failover pools as one complete listing showed them.
+#[derive(Debug, Clone)]
+pub struct FailoverListing {
+    /// When the listing began: a move that ended later is newer than it.
+    pub started: Instant,
+    pub pools: Vec<FailoverPool>,
 }
 
 impl Reconciler {
@@ -70,6 +82,7 @@ impl Reconciler {
             unhealthy: Unhealthy::default(),
             confirm_after: Duration::ZERO,
             fence: Fence::open(),
+            failover: None,
         }
     }
 
@@ -96,6 +109,17 @@ impl Reconciler {
         self.state.clear();
         self.last_listing = None;
         self.unhealthy.clear();
+        self.failover = None;
+    }
+
+    /// The failover pools of the last complete listing, once.
+    pub fn take_failover(&mut self) -> Option<FailoverListing> {
+        self.failover.take()
+    }
+
+    /// The fence every write asks (the Floating IP moves too).
+    pub fn fence(&self) -> &Fence {
+        &self.fence
     }
 
     /// When a clock of `Nodes.ExcludeUnhealthyAfter` runs out later than
@@ -138,6 +162,7 @@ impl Reconciler {
         self.last_listing = None;
         // Both listings of the cycle share one time limit.
         let hetzner = self.hetzner.for_cycle();
+        let started = Instant::now();
         let listing = list_hetzner(&hetzner, settings).await?;
         let resource = self
             .pools
@@ -154,6 +179,19 @@ impl Reconciler {
             Some(&mut record),
         );
         warn_about(settings, &rendered);
+        if settings.pools.iter().any(|p| p.failover.is_some()) {
+            let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
+            self.failover = Some(FailoverListing {
+                started,
+                pools: failover_pools(
+                    &settings.pools,
+                    &held,
+                    &listing.servers,
+                    listing.prefiltered,
+                    &listing.floating_ips,
+                ),
+            });
+        }
         let mut requests = listing.requests;
         drop(listing);
         let mut all = self.pools.list_all(&resource).await?;

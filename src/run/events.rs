@@ -363,6 +363,44 @@ pub fn repair_backoff(writers: &[String], wait: Duration) -> PoolEvent {
     )
 }
 
+/// A Floating IP of a failover pool went to a healthy member.
+pub fn floating_ip_moved(ip: &str, from: &str, to: &str, why: &str, action_secs: f64) -> PoolEvent {
+    PoolEvent::normal(
+        "FloatingIpMoved",
+        "Failover",
+        format!(
+            "Floating IP {ip} moved from {from} to {to} ({why}); Hetzner's Action took \
+             {action_secs:.1}s; the pool kept the address"
+        ),
+    )
+}
+
+/// A move failed; it is tried again later.
+pub fn floating_ip_move_failed(ip: &str, to: &str, error: &str, retry_secs: u64) -> PoolEvent {
+    PoolEvent::warning(
+        "FloatingIpMoveFailed",
+        "Failover",
+        format!(
+            "moving Floating IP {ip} to {to} failed: {error}; tried again in {retry_secs}s at \
+             the earliest"
+        ),
+    )
+}
+
+/// Floating IPs that should move have no healthy member to go to.
+pub fn floating_ips_stranded(ips: &[String]) -> PoolEvent {
+    PoolEvent::warning(
+        "FloatingIpStranded",
+        "Failover",
+        format!(
+            "Floating IP(s) {} should move, but no server of the pool is a healthy member \
+             (running, a Ready Node renewing its Lease, left in by the node rules); they stay \
+             where they are",
+            ips.join(", ")
+        ),
+    )
+}
+
 /// What to attach events to: the pool's name and, once discovery ran, its
 /// API version.
 #[derive(Debug, Clone)]

@@ -9,7 +9,9 @@
 
 mod cycle;
 pub mod events;
+pub mod failover;
 pub mod leader;
+pub mod leases;
 pub mod nodes;
 pub mod operate;
 mod reload;
@@ -173,6 +175,7 @@ impl ControlLoop {
         let mut config_poll = tokio::time::interval(self.timings.config_poll);
         let mut st = self.start(pool_changes_tx).await;
         loop {
+            let move_at = st.mover.wake_at();
             let flow = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => Flow::Stop,
@@ -190,6 +193,11 @@ impl ControlLoop {
                     self.apply_nodes(&mut st).await
                 }
                 Some(change) = st.nodes.next_change() => self.on_node_change(&mut st, change),
+                Some(done) = st.mover.next_done() => self.on_move_done(&mut st, done),
+                _ = sleep_until(move_at.unwrap_or_else(Instant::now)),
+                    if move_at.is_some() && st.schedule.leading() => {
+                    self.decide_moves(&mut st)
+                }
                 Some((pool, event)) = pool_changes.recv() => self.on_pool_event(&mut st, pool, event),
                 _ = heartbeat.tick() => Flow::Go,
                 _ = config_poll.tick() => self.poll_config(&mut st).await,
@@ -235,12 +243,14 @@ impl ControlLoop {
             self.metrics.clone(),
         );
         self.reconciler.set_fence(leadership.fence());
+        let mover =
+            failover::Mover::new(self.reconciler.hetzner().clone(), leadership.fence(), None);
         let term = *leadership.term.borrow_and_update();
         self.metrics.set_leader(term.leading);
         if !term.leading {
             self.health.record_standby();
         }
-        Running {
+        let mut st = Running {
             leadership,
             nodes,
             recorder,
@@ -248,7 +258,11 @@ impl ControlLoop {
             pool_watches: BTreeMap::new(),
             pool_changes,
             config: ConfigWatch { path, snapshot },
-        }
+            mover,
+            leases: None,
+        };
+        self.ensure_lease_watch(&mut st);
+        st
     }
 
     /// A new leadership term (lost and won again since the last look is a
@@ -262,6 +276,7 @@ impl ControlLoop {
         // A new term starts from a fresh listing: while we did not lead,
         // another replica may have written the pool.
         self.reconciler.forget();
+        st.mover.reset();
         if leading {
             st.recorder.announce_leadership = true;
         } else {
@@ -309,6 +324,10 @@ impl ControlLoop {
             .end_full(cycle::full_end(&result), Instant::now());
         self.list_when_health_flips(&mut st.schedule, started);
         self.ensure_pool_watches(&mut st.pool_watches, &st.pool_changes);
+        if let Some(listing) = self.reconciler.take_failover() {
+            st.mover.set_listing(listing);
+            self.decide_moves(st);
+        }
         Flow::Go
     }
 
@@ -342,6 +361,9 @@ impl ControlLoop {
     }
 
     fn on_node_change(&mut self, st: &mut Running, change: nodes::NodeChange) -> Flow {
+        if st.schedule.leading() {
+            self.decide_moves(st);
+        }
         let first_list = change.what == nodes::FIRST_LIST;
         match st.schedule.on_node_change(first_list, Instant::now()) {
             NodeChangeAnswer::Ignore => {}
@@ -429,6 +451,7 @@ impl ControlLoop {
                 self.settings.pools.iter().map(|p| p.name.clone()).collect();
             st.schedule.on_reload(self.clocks(), &names, Instant::now());
             st.pool_watches.retain(|name, _| names.contains(name));
+            self.ensure_lease_watch(st);
         }
         Flow::Go
     }
@@ -495,6 +518,10 @@ struct Running {
     /// Where the pool watches send what they see.
     pool_changes: mpsc::Sender<PoolWatchEvent>,
     config: ConfigWatch,
+    /// Floating IP failover (idle without failover pools).
+    mover: failover::Mover,
+    /// Stops the Node Lease watch, once a failover pool started it.
+    leases: Option<CancellationToken>,
 }
 
 /// The config file the loop polls, and how it was at the last look.

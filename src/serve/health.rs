@@ -45,6 +45,23 @@ pub struct HealthReport {
     /// one pool the fields above describe).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolHealth>,
+    /// The Floating IPs of failover pools and who holds each (absent
+    /// without failover pools).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub floating_ips: Vec<FloatingIpHolder>,
+}
+
+/// One Floating IP of a failover pool in `/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FloatingIpHolder {
+    pub pool: String,
+    /// The address the pool holds for it.
+    pub ip: String,
+    /// The server it is assigned to (`null`: none).
+    pub holder: Option<String>,
+    /// The server a running move takes it to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moving_to: Option<String>,
 }
 
 /// One pool's part of `/health`.
@@ -102,6 +119,7 @@ impl Health {
                     notice: None,
                     config_error: None,
                     pools: Vec::new(),
+                    floating_ips: Vec::new(),
                 },
                 heartbeat: Instant::now(),
                 pools: Vec::new(),
@@ -142,6 +160,11 @@ impl Health {
             .collect();
         inner.listed = listed;
         Self::summarise(&mut inner);
+    }
+
+    /// The Floating IPs of the failover pools now, replacing those shown.
+    pub fn set_floating_ips(&self, floating_ips: Vec<FloatingIpHolder>) {
+        self.write().report.floating_ips = floating_ips;
     }
 
     /// A cycle succeeded for `pool`.

@@ -13,9 +13,9 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
 use families::{
-    CodeLabels, CycleLabels, CycleMetrics, FieldManagerLabels, HetznerMetrics, KindLabels,
-    OperateMetrics, PoolCauseLabels, PoolChangeLabels, PoolGuardLabels, PoolLabels, PoolMetrics,
-    PoolReasonLabels, ResultLabels, TriggerLabels,
+    CodeLabels, CycleLabels, CycleMetrics, FailoverMetrics, FieldManagerLabels, HetznerMetrics,
+    KindLabels, MoveLabels, OperateMetrics, PoolCauseLabels, PoolChangeLabels, PoolGuardLabels,
+    PoolLabels, PoolMetrics, PoolReasonLabels, ResultLabels, TriggerLabels,
 };
 
 use crate::hetzner::{RequestObserver, RequestOutcome, SkipReason};
@@ -66,6 +66,7 @@ pub struct Metrics {
     pools: PoolMetrics,
     hetzner: HetznerMetrics,
     operate: OperateMetrics,
+    failover: FailoverMetrics,
     /// Serialises `render` so two scrapes don't interleave (the registry
     /// itself is lock-free to read).
     render_lock: Mutex<()>,
@@ -101,6 +102,7 @@ impl Metrics {
             pools: PoolMetrics::register(&mut registry),
             hetzner: HetznerMetrics::register(&mut registry),
             operate: OperateMetrics::register(&mut registry),
+            failover: FailoverMetrics::register(&mut registry),
             registry,
             render_lock: Mutex::new(()),
             configured: Mutex::new(Vec::new()),
@@ -391,6 +393,40 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// A Floating IP move of `pool` ended (`result`: success, failure or
+    /// overtaken) for `reason`.
+    pub fn floating_ip_moved(&self, pool: &str, reason: &'static str, result: &'static str) {
+        self.failover
+            .moves_total
+            .get_or_create(&MoveLabels {
+                pool: pool.to_owned(),
+                reason,
+                result,
+            })
+            .inc();
+    }
+
+    /// A failover of `pool` took `took`, from the holder leaving to the
+    /// Action's success.
+    pub fn failover_took(&self, pool: &str, took: Duration) {
+        self.failover
+            .failover_seconds
+            .get_or_create(&PoolLabels {
+                pool: pool.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// How many Floating IPs of `pool` have no healthy member to go to.
+    pub fn set_stranded(&self, pool: &str, stranded: usize) {
+        self.failover
+            .stranded
+            .get_or_create(&PoolLabels {
+                pool: pool.to_owned(),
+            })
+            .set(i64::try_from(stranded).unwrap_or(i64::MAX));
     }
 
     pub fn event_published(&self, ok: bool) {

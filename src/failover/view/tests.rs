@@ -100,8 +100,12 @@ fn a_healthy_member_runs_has_a_ready_node_left_in_by_the_rules_and_is_not_silent
         ],
         true,
     );
-    let silent = |name: &str| name == "node-6";
-    let why = |id| departure(&pool, id, &nodes, &silent);
+    let quiet = |node: &NodeFacts| match node.name.as_str() {
+        "node-6" => Some(Departure::Silent),
+        _ if !node.ready => Some(Departure::NotReady),
+        _ => None,
+    };
+    let why = |id| departure(&pool, id, &nodes, &quiet);
     assert_eq!(why(1), None);
     assert_eq!(why(2), Some(Departure::NotRunning));
     assert_eq!(why(3), Some(Departure::NoNode));
@@ -110,7 +114,7 @@ fn a_healthy_member_runs_has_a_ready_node_left_in_by_the_rules_and_is_not_silent
     assert_eq!(why(6), Some(Departure::Silent));
     assert_eq!(why(7), Some(Departure::Excluded(Exclusion::ServerDeleting)));
     assert_eq!(why(99), Some(Departure::ServerGone));
-    let members = healthy_members(&pool, &nodes, &silent);
+    let members = healthy_members(&pool, &nodes, &quiet);
     assert_eq!(members.len(), 1);
     assert_eq!(
         (members[0].server, members[0].location.as_str()),
@@ -161,4 +165,31 @@ fn a_lease_is_silent_after_no_renewal_for_the_delay_and_only_from_a_current_watc
     assert!(!renewals.silent("a", after, later));
     renewals.retain(&BTreeSet::new());
     assert!(!renewals.silent("b", after, start + Duration::from_secs(35)));
+}
+
+#[test]
+fn a_node_counts_as_not_ready_only_after_the_delay_and_a_flap_starts_over() {
+    let after = Duration::from_secs(20);
+    let start = Instant::now();
+    let mut not_ready = NotReady::default();
+    let view = |ready: bool| NodeView::new([node(1, ready)], true);
+    not_ready.observe(&view(false), start);
+    assert!(!not_ready.long("node-1", after, start + Duration::from_secs(19)));
+    assert_eq!(
+        not_ready.long_at("node-1", after, start),
+        Some(start + after)
+    );
+    // Ready again before the delay: the clock starts over.
+    not_ready.observe(&view(true), start + Duration::from_secs(10));
+    not_ready.observe(&view(false), start + Duration::from_secs(15));
+    assert!(!not_ready.long("node-1", after, start + Duration::from_secs(30)));
+    assert!(not_ready.long("node-1", after, start + Duration::from_secs(35)));
+    // A Node the cluster has known NotReady for a minute is long NotReady
+    // at once, whatever this process saw.
+    let mut fresh = NotReady::default();
+    let mut old = node(2, false);
+    old.not_ready_since = Some(std::time::SystemTime::now() - Duration::from_secs(60));
+    let now = Instant::now();
+    fresh.observe(&NodeView::new([old], true), now);
+    assert!(fresh.long("node-2", after, now));
 }

@@ -78,6 +78,13 @@ pub(super) struct VersionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct MoveLabels {
+    pub pool: String,
+    pub reason: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct TriggerLabels {
     pub trigger: &'static str,
 }
@@ -347,6 +354,45 @@ impl OperateMetrics {
             config_reloads_total,
             events_total,
             repair_backoffs_total,
+        }
+    }
+}
+
+/// Floating IP failover: moves, how long a failover took, IPs stuck.
+pub(super) struct FailoverMetrics {
+    pub moves_total: Family<MoveLabels, Counter>,
+    pub failover_seconds: Family<PoolLabels, Histogram, fn() -> Histogram>,
+    pub stranded: Family<PoolLabels, Gauge>,
+}
+
+impl FailoverMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let moves_total = registered(
+            registry,
+            "floating_ip_moves",
+            "Floating IP assignments a failover pool made, by why (unassigned, or why the holder \
+             left: server_gone, not_running, no_node, excluded, not_ready, silent) and result \
+             (success, failure, or overtaken: the IP was no longer where the listing had it)",
+            Family::<MoveLabels, Counter>::default(),
+        );
+        let failover_seconds = registered(
+            registry,
+            "floating_ip_failover_seconds",
+            "From the moment the controller saw a Floating IP's holder leave (or the IP \
+             unassigned) to the success of the assignment's Action",
+            Family::<PoolLabels, Histogram, fn() -> Histogram>::new_with_constructor(histogram),
+        );
+        let stranded = registered(
+            registry,
+            "floating_ips_stranded",
+            "Floating IPs of the pool that should move but have no healthy member to go to \
+             (they stay where they are)",
+            Family::<PoolLabels, Gauge>::default(),
+        );
+        Self {
+            moves_total,
+            failover_seconds,
+            stranded,
         }
     }
 }

@@ -1,0 +1,588 @@
+//! Floating IP failover in the loop: after each full listing, on every Node
+//! change, when a holder's Lease would turn silent and when a move ends,
+//! the mover asks the pure plan (`crate::failover`) which Floating IPs must
+//! go where, and starts those moves as tasks of their own: read the IP's
+//! holder fresh, check the fence, assign, wait for Hetzner's Action. The
+//! pools are not written: a failover pool holds its Floating IPs whoever
+//! has them.
+//!
+//! Only the leader moves; a new term drops every running move (an
+//! assignment sent goes on at Hetzner; the next leader's fresh listing
+//! sees where it went) and waits for a fresh listing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::backoff;
+use crate::config::{Settings, TokenError, TokenSource};
+use crate::failover::{
+    self, departure, healthy_members, states, Departure, FailoverPool, MoveBudget, MoveReason,
+    NotReady, Renewals,
+};
+use crate::hetzner::{Assignment, HetznerClient, HetznerError};
+use crate::members::{NodeFacts, NodeView};
+use crate::pool::Fence;
+use crate::reconcile::FailoverListing;
+use crate::run::events::{self, PoolEvent};
+use crate::serve::health::FloatingIpHolder;
+use crate::serve::metrics::Metrics;
+use crate::sync::lock;
+
+use super::leases::{self, SharedRenewals};
+use super::{ControlLoop, Flow, Running};
+
+/// How often a move polls its Action (Hetzner's own client waits 500 ms).
+const ACTION_POLL: Duration = Duration::from_millis(500);
+/// The longest a move waits for its Action.
+const ACTION_LIMIT: Duration = Duration::from_secs(120);
+/// The first wait after a failed move; it doubles up to [`RETRY_MAX`].
+const RETRY_BASE: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+/// The window of `FailoverMovesPerMinute`.
+const MOVE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Why a move failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    #[error("cannot read the Hetzner API token: {0}")]
+    Token(#[from] TokenError),
+    #[error("{0}")]
+    Hetzner(#[from] HetznerError),
+    #[error(
+        "this replica's leader Lease ran out before the assignment; nothing sent, a standby may \
+         have taken over"
+    )]
+    LeaseExpired,
+}
+
+impl MoveError {
+    /// The cause, as in logs and metrics.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            MoveError::Token(_) => "token",
+            MoveError::Hetzner(error) => error.metric_label(),
+            MoveError::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+/// How a move ended well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// Hetzner's Action succeeded after this long.
+    Moved(Duration),
+    /// Hetzner says the IP was on that server already.
+    AlreadyThere,
+    /// The IP was no longer where the listing had it: nothing sent.
+    Overtaken(Option<i64>),
+}
+
+/// A move that runs.
+#[derive(Debug, Clone)]
+struct Moving {
+    pool: String,
+    from: Option<i64>,
+    to: i64,
+    /// The `reason` label and the words for logs and Events.
+    reason: &'static str,
+    why: String,
+}
+
+/// What a move task hands back.
+#[derive(Debug)]
+pub struct Done {
+    floating_ip: i64,
+    result: Result<Ended, MoveError>,
+}
+
+/// What the loop publishes for the mover.
+pub type Published = Vec<(String, PoolEvent)>;
+
+/// The failover state of one process.
+pub struct Mover {
+    hetzner: HetznerClient,
+    fence: Fence,
+    renewals: Option<SharedRenewals>,
+    /// The failover pools of the last listing of this term, with the moves
+    /// that ended since applied.
+    listing: Option<FailoverListing>,
+    budgets: HashMap<String, MoveBudget>,
+    moving: HashMap<i64, Moving>,
+    /// After a failed move: failures in a row, and when it may go again.
+    retry: HashMap<i64, (u32, Instant)>,
+    /// Moves that ended, with when: newer than a listing that began before.
+    ended: HashMap<i64, (Option<i64>, Instant)>,
+    /// When each Floating IP was first seen having to move.
+    since: HashMap<i64, Instant>,
+    /// The stranded IPs last reported, per pool.
+    stranded: BTreeMap<String, Vec<i64>>,
+    tasks: JoinSet<Done>,
+    /// When to look again (a Lease turns silent, the budget or a retry
+    /// allows a move).
+    wake_at: Option<Instant>,
+    /// Since when each Node has been NotReady.
+    not_ready: NotReady,
+}
+
+impl Mover {
+    pub fn new(hetzner: HetznerClient, fence: Fence, renewals: Option<SharedRenewals>) -> Self {
+        Self {
+            hetzner,
+            fence,
+            renewals,
+            listing: None,
+            budgets: HashMap::new(),
+            moving: HashMap::new(),
+            retry: HashMap::new(),
+            ended: HashMap::new(),
+            since: HashMap::new(),
+            stranded: BTreeMap::new(),
+            tasks: JoinSet::new(),
+            wake_at: None,
+            not_ready: NotReady::default(),
+        }
+    }
+
+    /// The Hetzner client moves use (the loop's, with its observer).
+    pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
+        self.hetzner = hetzner;
+    }
+
+    pub fn set_renewals(&mut self, renewals: SharedRenewals) {
+        self.renewals = Some(renewals);
+    }
+
+    /// A new leadership term, or none: every running move is dropped and
+    /// nothing moves before a fresh listing.
+    pub fn reset(&mut self) {
+        self.tasks.abort_all();
+        self.tasks = JoinSet::new();
+        self.listing = None;
+        self.moving.clear();
+        self.retry.clear();
+        self.ended.clear();
+        self.since.clear();
+        self.wake_at = None;
+    }
+
+    /// A fresh, complete listing: what it shows, with the moves that ended
+    /// after it began.
+    pub fn set_listing(&mut self, mut listing: FailoverListing) {
+        self.ended.retain(|_, (_, at)| *at > listing.started);
+        for pool in &mut listing.pools {
+            for fip in &mut pool.floating_ips {
+                if let Some((holder, _)) = self.ended.get(&fip.id) {
+                    fip.holder = *holder;
+                }
+            }
+        }
+        self.listing = Some(listing);
+    }
+
+    /// When the loop should call [`Mover::decide`] again without news.
+    pub fn wake_at(&self) -> Option<Instant> {
+        self.wake_at
+    }
+
+    /// The next move that ends; pending forever without running moves.
+    pub async fn next_done(&mut self) -> Option<Done> {
+        if self.tasks.is_empty() {
+            return std::future::pending().await;
+        }
+        // An error: aborted by a new term, or a panic; nothing to record.
+        self.tasks.join_next().await?.ok()
+    }
+
+    /// Looks at every failover pool and starts the moves the plan asks
+    /// for. `nodes` is what the Node watch knows now; nothing moves before
+    /// it listed the Nodes.
+    pub fn decide(
+        &mut self,
+        settings: &Settings,
+        nodes: &NodeView,
+        metrics: &Metrics,
+        now: Instant,
+    ) -> Published {
+        let mut published = Vec::new();
+        self.wake_at = None;
+        let Some(listing) = self.listing.take() else {
+            return published;
+        };
+        if nodes.complete {
+            self.not_ready.observe(nodes, now);
+            let signals = Signals {
+                renewals: self
+                    .renewals
+                    .as_ref()
+                    .map(|r| lock(r).clone())
+                    .unwrap_or_default(),
+                not_ready: self.not_ready.clone(),
+            };
+            for pool in &listing.pools {
+                self.decide_pool(
+                    settings,
+                    pool,
+                    nodes,
+                    &signals,
+                    metrics,
+                    now,
+                    &mut published,
+                );
+            }
+        }
+        self.listing = Some(listing);
+        published
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decide_pool(
+        &mut self,
+        settings: &Settings,
+        pool: &FailoverPool,
+        nodes: &NodeView,
+        signals: &Signals,
+        metrics: &Metrics,
+        now: Instant,
+        published: &mut Published,
+    ) {
+        let after = pool.failover.after;
+        let quiet = |node: &NodeFacts| signals.quiet(node, after, now);
+        let members = healthy_members(pool, nodes, &quiet);
+        let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
+        // A Floating IP whose last move failed waits for its retry.
+        all.retain(|fip| self.retry.get(&fip.id).is_none_or(|(_, at)| *at <= now));
+        let budget = self.budgets.entry(pool.pool.clone()).or_insert_with(|| {
+            MoveBudget::new(pool.failover.moves_per_minute as usize, MOVE_WINDOW)
+        });
+        let plan = failover::plan(&all, &members, budget.allowed(now));
+        for fip in plan.stranded.iter().chain(&plan.deferred) {
+            self.since.entry(*fip).or_insert(now);
+        }
+        if !plan.deferred.is_empty() {
+            debug!(pool = %pool.pool, deferred = ?plan.deferred, "Floating IP moves wait for FailoverMovesPerMinute");
+            earliest(&mut self.wake_at, budget.next_allowed(now));
+        }
+        for step in plan.moves {
+            budget.spend(now);
+            let (reason, why) = match (step.reason, step.from) {
+                (MoveReason::HolderLeft, Some(from)) => {
+                    let gone =
+                        departure(pool, from, nodes, &quiet).unwrap_or(Departure::ServerGone);
+                    (gone.as_str(), gone.describe())
+                }
+                _ => (
+                    MoveReason::Unassigned.as_str(),
+                    "it was unassigned".to_owned(),
+                ),
+            };
+            self.since.entry(step.floating_ip).or_insert(now);
+            let address = ip_of(pool, step.floating_ip);
+            info!(
+                pool = %pool.pool,
+                floating_ip = %address,
+                from = %step.from.map_or_else(|| "none".to_owned(), |id| pool.server_name(id)),
+                to = %pool.server_name(step.to),
+                reason,
+                "moving a Floating IP to a healthy member"
+            );
+            self.moving.insert(
+                step.floating_ip,
+                Moving {
+                    pool: pool.pool.clone(),
+                    from: step.from,
+                    to: step.to,
+                    reason,
+                    why,
+                },
+            );
+            self.tasks.spawn(move_one(
+                self.hetzner.clone(),
+                settings.token.clone(),
+                self.fence.clone(),
+                step.floating_ip,
+                step.from,
+                step.to,
+            ));
+        }
+        self.report_stranded(pool, plan.stranded, metrics, published);
+        for fip in &pool.floating_ips {
+            if let Some((_, at)) = self.retry.get(&fip.id).filter(|(_, at)| *at > now) {
+                earliest(&mut self.wake_at, Some(*at));
+            }
+            // The holder's Lease turning silent is the next change to see.
+            let holder = fip.holder.and_then(|id| pool.candidate(id));
+            let node = holder.and_then(|c| nodes.node_of(c.id, &c.name));
+            if let Some(node) = node {
+                earliest(&mut self.wake_at, signals.quiet_at(node, after, now));
+            }
+        }
+    }
+
+    /// Says when the pool's stranded IPs change (a log, an Event, the gauge).
+    fn report_stranded(
+        &mut self,
+        pool: &FailoverPool,
+        stranded: Vec<i64>,
+        metrics: &Metrics,
+        published: &mut Published,
+    ) {
+        metrics.set_stranded(&pool.pool, stranded.len());
+        let before = self.stranded.insert(pool.pool.clone(), stranded.clone());
+        if stranded.is_empty() || before.as_ref() == Some(&stranded) {
+            return;
+        }
+        let ips: Vec<String> = stranded.iter().map(|id| ip_of(pool, *id)).collect();
+        warn!(
+            pool = %pool.pool,
+            floating_ips = %ips.join(","),
+            "Floating IPs should move, but the pool has no healthy member; they stay where they are"
+        );
+        published.push((pool.pool.clone(), events::floating_ips_stranded(&ips)));
+    }
+
+    /// Records a move that ended; the loop decides again after it.
+    pub fn finish(&mut self, done: Done, metrics: &Metrics, now: Instant) -> Published {
+        let mut published = Vec::new();
+        let Some(moving) = self.moving.remove(&done.floating_ip) else {
+            return published;
+        };
+        let Some(pool) = self
+            .listing
+            .as_mut()
+            .and_then(|l| l.pools.iter_mut().find(|p| p.pool == moving.pool))
+        else {
+            return published;
+        };
+        let address = ip_of(pool, done.floating_ip);
+        let to = pool.server_name(moving.to);
+        let holder = match &done.result {
+            Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
+            Ok(Ended::Overtaken(holder)) => Some(*holder),
+            Err(_) => None,
+        };
+        if let Some(holder) = holder {
+            if let Some(fip) = pool
+                .floating_ips
+                .iter_mut()
+                .find(|f| f.id == done.floating_ip)
+            {
+                fip.holder = holder;
+            }
+            self.ended.insert(done.floating_ip, (holder, now));
+            self.retry.remove(&done.floating_ip);
+        }
+        match done.result {
+            Ok(Ended::Moved(_) | Ended::AlreadyThere) => {
+                let took = match done.result {
+                    Ok(Ended::Moved(took)) => took,
+                    _ => Duration::ZERO,
+                };
+                let from = moving
+                    .from
+                    .map_or_else(|| "no server".to_owned(), |id| pool.server_name(id));
+                let since = self.since.remove(&done.floating_ip).unwrap_or(now);
+                metrics.floating_ip_moved(&moving.pool, moving.reason, "success");
+                metrics.failover_took(&moving.pool, now.saturating_duration_since(since));
+                info!(
+                    pool = %moving.pool,
+                    floating_ip = %address,
+                    from = %from,
+                    to = %to,
+                    reason = moving.reason,
+                    action_ms = took.as_millis() as u64,
+                    failover_ms = now.saturating_duration_since(since).as_millis() as u64,
+                    "Floating IP moved"
+                );
+                published.push((
+                    moving.pool,
+                    events::floating_ip_moved(
+                        &address,
+                        &from,
+                        &to,
+                        &moving.why,
+                        took.as_secs_f64(),
+                    ),
+                ));
+            }
+            Ok(Ended::Overtaken(holder)) => {
+                metrics.floating_ip_moved(&moving.pool, moving.reason, "overtaken");
+                info!(
+                    pool = %moving.pool,
+                    floating_ip = %address,
+                    holder = %holder.map_or_else(|| "none".to_owned(), |id| pool.server_name(id)),
+                    "the Floating IP was no longer where the listing had it; not moved, looking again"
+                );
+            }
+            Err(error) => {
+                let attempts = self.retry.get(&done.floating_ip).map_or(0, |(n, _)| *n);
+                let wait = backoff::exponential(RETRY_BASE, attempts, RETRY_MAX);
+                self.retry
+                    .insert(done.floating_ip, (attempts.saturating_add(1), now + wait));
+                metrics.floating_ip_moved(&moving.pool, moving.reason, "failure");
+                warn!(
+                    pool = %moving.pool,
+                    floating_ip = %address,
+                    to = %to,
+                    cause = error.cause(),
+                    error = %error,
+                    retry_s = wait.as_secs(),
+                    "moving a Floating IP failed; trying again later"
+                );
+                published.push((
+                    moving.pool,
+                    events::floating_ip_move_failed(
+                        &address,
+                        &to,
+                        &error.to_string(),
+                        wait.as_secs(),
+                    ),
+                ));
+            }
+        }
+        published
+    }
+
+    /// Who holds each Floating IP, for `/health`.
+    pub fn holders(&self) -> Vec<FloatingIpHolder> {
+        let Some(listing) = &self.listing else {
+            return Vec::new();
+        };
+        listing
+            .pools
+            .iter()
+            .flat_map(|pool| {
+                pool.floating_ips.iter().map(|fip| FloatingIpHolder {
+                    pool: pool.pool.clone(),
+                    ip: fip.address.to_string(),
+                    holder: fip.holder.map(|id| pool.server_name(id)),
+                    moving_to: self.moving.get(&fip.id).map(|m| pool.server_name(m.to)),
+                })
+            })
+            .collect()
+    }
+}
+
+/// What tells a quiet Node, at one moment.
+struct Signals {
+    renewals: Renewals,
+    not_ready: NotReady,
+}
+
+impl Signals {
+    /// NotReady for `after`, or its Lease not renewed for `after`.
+    fn quiet(&self, node: &NodeFacts, after: Duration, now: Instant) -> Option<Departure> {
+        if !node.ready && self.not_ready.long(&node.name, after, now) {
+            Some(Departure::NotReady)
+        } else if self.renewals.silent(&node.name, after, now) {
+            Some(Departure::Silent)
+        } else {
+            None
+        }
+    }
+
+    /// When `node` turns quiet, if it is not yet.
+    fn quiet_at(&self, node: &NodeFacts, after: Duration, now: Instant) -> Option<Instant> {
+        let silent = self.renewals.silent_at(&node.name, after, now);
+        let not_ready = self.not_ready.long_at(&node.name, after, now);
+        silent.into_iter().chain(not_ready).min()
+    }
+}
+
+/// Moves `slot` to `at` when that is earlier.
+fn earliest(slot: &mut Option<Instant>, at: Option<Instant>) {
+    if let Some(at) = at {
+        *slot = Some(slot.map_or(at, |w| w.min(at)));
+    }
+}
+
+/// The address of Floating IP `id` in `pool`, for logs and Events.
+fn ip_of(pool: &FailoverPool, id: i64) -> String {
+    pool.floating_ips
+        .iter()
+        .find(|f| f.id == id)
+        .map_or_else(|| format!("{id}"), |f| f.address.to_string())
+}
+
+/// One move: read where the IP is now (a listing may be a minute old),
+/// and only if it is still where the plan saw it, assign it and wait for
+/// the Action. Never an unassign.
+async fn move_one(
+    hetzner: HetznerClient,
+    token: TokenSource,
+    fence: Fence,
+    floating_ip: i64,
+    from: Option<i64>,
+    to: i64,
+) -> Done {
+    let result = async {
+        let token = token.read_async().await?;
+        let holder = hetzner.floating_ip_holder(&token, floating_ip).await?;
+        if holder != from {
+            return Ok(Ended::Overtaken(holder));
+        }
+        if !fence.allows() {
+            return Err(MoveError::LeaseExpired);
+        }
+        match hetzner.assign_floating_ip(&token, floating_ip, to).await? {
+            Assignment::AlreadyThere => Ok(Ended::AlreadyThere),
+            Assignment::Started(action) => {
+                let started = Instant::now();
+                hetzner
+                    .wait_for_action(&token, action, ACTION_POLL, ACTION_LIMIT)
+                    .await?;
+                Ok(Ended::Moved(started.elapsed()))
+            }
+        }
+    }
+    .await;
+    Done {
+        floating_ip,
+        result,
+    }
+}
+
+impl ControlLoop {
+    /// Starts the Node Lease watch once a pool has failover (at start or
+    /// after a reload); it runs until shutdown.
+    pub(super) fn ensure_lease_watch(&self, st: &mut Running) {
+        let wanted = self.settings.pools.iter().any(|p| p.failover.is_some());
+        if !wanted || st.leases.is_some() {
+            return;
+        }
+        let stop = self.shutdown.child_token();
+        let client = self.reconciler.pools().client().clone();
+        st.mover.set_renewals(leases::start(client, stop.clone()));
+        st.leases = Some(stop);
+    }
+
+    /// Starts the moves the failover pools need now.
+    pub(super) fn decide_moves(&mut self, st: &mut Running) -> Flow {
+        let nodes = st.nodes.view();
+        let published = st
+            .mover
+            .decide(&self.settings, &nodes, &self.metrics, Instant::now());
+        self.publish_moves(st, published);
+        Flow::Go
+    }
+
+    /// A move ended: recorded, and the pools looked at again.
+    pub(super) fn on_move_done(&mut self, st: &mut Running, done: Done) -> Flow {
+        let published = st.mover.finish(done, &self.metrics, Instant::now());
+        self.publish_moves(st, published);
+        if st.schedule.leading() {
+            self.decide_moves(st);
+        }
+        Flow::Go
+    }
+
+    fn publish_moves(&self, st: &mut Running, published: Published) {
+        for (pool, event) in published {
+            st.recorder.publish(self.event_target(&pool), vec![event]);
+        }
+        self.health.set_floating_ips(st.mover.holders());
+    }
+}

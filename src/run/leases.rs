@@ -1,0 +1,106 @@
+//! Watches the kubelets' Leases in `kube-node-lease` (read-only) for
+//! Floating IP failover: every kubelet renews its Lease about every 10 s,
+//! so a silent Node is seen long before its Ready condition turns
+//! NotReady (the node monitor's grace period, 40–50 s). What the watch
+//! sees goes into [`Renewals`], by this process's clock.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::Client;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::failover::Renewals;
+use crate::sync::lock;
+
+/// The namespace of the kubelets' Leases.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// The watch's renewals, shared with the loop.
+pub type SharedRenewals = Arc<Mutex<Renewals>>;
+
+fn renew_time(lease: &Lease) -> Option<String> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .map(|t| t.0.to_string())
+}
+
+/// Folds one watch event into `renewals`; `relist` collects the names of a
+/// (re)list between `Init` and `InitDone`.
+fn fold(event: Event<Lease>, renewals: &mut Renewals, relist: &mut Option<BTreeSet<String>>) {
+    let now = Instant::now();
+    match event {
+        Event::Init => *relist = Some(BTreeSet::new()),
+        Event::InitApply(lease) => {
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            renewals.saw(&name, renew_time(&lease), now);
+            if let Some(names) = relist.as_mut() {
+                names.insert(name);
+            }
+        }
+        Event::InitDone => {
+            if let Some(names) = relist.take() {
+                renewals.retain(&names);
+            }
+            renewals.set_current(true);
+        }
+        Event::Apply(lease) => {
+            let name = lease.metadata.name.clone().unwrap_or_default();
+            renewals.saw(&name, renew_time(&lease), now);
+        }
+        Event::Delete(lease) => {
+            renewals.forget(&lease.metadata.name.clone().unwrap_or_default());
+        }
+    }
+}
+
+/// Watches the Node Leases until `stop` is cancelled. While the watch
+/// fails, nobody counts as silent (NotReady still does).
+pub fn start(client: Client, stop: CancellationToken) -> SharedRenewals {
+    let shared: SharedRenewals = Arc::default();
+    let renewals = Arc::clone(&shared);
+    tokio::spawn(async move {
+        let api: Api<Lease> = Api::namespaced(client, NODE_LEASE_NAMESPACE);
+        let mut stream = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut relist = None;
+        let mut failing = false;
+        loop {
+            let item = tokio::select! {
+                _ = stop.cancelled() => return,
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { return };
+            match item {
+                Ok(event) => {
+                    if failing {
+                        info!("watching the Node Leases works again");
+                        failing = false;
+                    }
+                    fold(event, &mut lock(&renewals), &mut relist);
+                }
+                Err(error) => {
+                    lock(&renewals).set_current(false);
+                    if !failing {
+                        warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
+                                       ServiceAccount needs list and watch on leases there, \
+                                       deploy/rbac.yaml); Floating IP failover waits for \
+                                       NotReady meanwhile; retrying with backoff");
+                        failing = true;
+                    }
+                }
+            }
+        }
+    });
+    shared
+}
