@@ -12,13 +12,13 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, cluster, edit_role_rules, phases, pools, record_history_of, repo,
     several_pools_overlay, several_pools_server as server, start_several_pools,
-    start_several_pools_with, wait_named_pool, Controller, TOKEN,
+    start_several_pools_with, wait_event, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer, DEFAULT_NETWORK};
 
@@ -90,50 +90,6 @@ fn node(id: i64) -> Node {
         "spec": {"providerID": format!("hcloud://{id}")},
     }))
     .unwrap()
-}
-
-/// The Events about pool `name`, as `(reason, note)`.
-async fn events_of(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        cluster.admin_client(),
-        "default",
-        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-            "events.k8s.io",
-            "v1",
-            "Event",
-        )),
-    );
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.data["regarding"]["name"] == name)
-        .map(|e| {
-            (
-                e.data["reason"].as_str().unwrap_or_default().to_owned(),
-                e.data["note"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-async fn wait_event(cluster: &TestCluster, pool: &str, reason: &str, note_has: &str) {
-    let deadline = Instant::now() + WITHIN;
-    loop {
-        let events = events_of(cluster, pool).await;
-        if events
-            .iter()
-            .any(|(r, n)| r == reason && n.contains(note_has))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {reason} event mentioning {note_has:?} on {pool}: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use canada_kaktus::pool::pool_resource;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use kube::runtime::watcher;
 use serde_json::{json, Value};
@@ -167,6 +167,22 @@ impl Controller {
     }
 
     /// The value of one series (`name{labels}` as printed) in `/metrics`.
+    /// Waits (40 s at most) until `series` reads `want`; returns it.
+    pub async fn wait_metric(&self, series: &str, want: f64) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            let value = self.metric(series).await;
+            if value == Some(want) {
+                return want;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} is {value:?}, not {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn metric(&self, series: &str) -> Option<f64> {
         metric(&self.metrics().await?, series)
     }
@@ -676,5 +692,49 @@ pub fn several_pools_server(id: i64, edge: bool) -> FakeServer {
         server.with_label("role", "edge")
     } else {
         server
+    }
+}
+
+/// The Events about pool `name`, as `(reason, note)`.
+pub async fn events_of(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cluster.admin_client(),
+        "default",
+        &kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "events.k8s.io",
+            "v1",
+            "Event",
+        )),
+    );
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.data["regarding"]["name"] == name)
+        .map(|e| {
+            (
+                e.data["reason"].as_str().unwrap_or_default().to_owned(),
+                e.data["note"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+pub async fn wait_event(cluster: &TestCluster, pool: &str, reason: &str, note_has: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = events_of(cluster, pool).await;
+        if events
+            .iter()
+            .any(|(r, n)| r == reason && n.contains(note_has))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} event mentioning {note_has:?} on {pool}: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
