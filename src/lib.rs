@@ -29,7 +29,7 @@
 //!   budget inside it; the Floating IP assignment and its Action) and the
 //!   server model.
 //! - [`failover`]: which server holds each Floating IP of a failover pool
-//!   (pure; issue 22, not wired into the loop yet).
+//!   (pure: the plan, who is a healthy member, the Lease and NotReady clocks).
 //! - [`members`]: each pool's share of a listing: the address kinds, the
 //!   node rules, an address in one pool only (the pool order, other pools).
 //! - [`pool`]: the pool as Cilium reads it; the pure decisions (render, diff,

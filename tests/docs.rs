@@ -413,6 +413,9 @@ fn the_metrics_table_names_every_metric_with_its_labels() {
     metrics.config_reloaded(true);
     metrics.event_published(true);
     metrics.repair_backed_off(&["kubectl".to_owned()]);
+    metrics.floating_ip_moved("p", "silent", "success");
+    metrics.failover_took("p", Duration::from_secs(21));
+    metrics.set_stranded("p", 0);
     metrics.request_finished(&RequestOutcome::Failed { kind: "timeout" }, Duration::ZERO);
     let text = metrics.render();
 

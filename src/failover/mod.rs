@@ -10,8 +10,8 @@
 //! selects that pass the node rules, run, and whose Nodes are Ready and not
 //! silent), the Floating IPs as the last listing shows them, and the time.
 //!
-//! Not wired into the loop yet: the assignment through Hetzner's API, the
-//! Node Lease watch and the `FloatingIpFailover` pool setting come next.
+//! The loop's side (the Lease watch, the moves through Hetzner's API) is
+//! `run::failover` and `run::leases`.
 
 mod view;
 
