@@ -1273,3 +1273,23 @@ fn floating_ip_failover_needs_floating_ips_a_selector_and_the_node_watch() {
         "{e}"
     );
 }
+
+#[test]
+fn failover_after_is_at_least_one_and_a_half_kubelet_renewals() {
+    // Kubelets renew their Lease every 10 s: 5 s would count healthy Nodes
+    // as silent half of the time.
+    let e = fails(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "a", "LabelSelector": "x", "Addresses": ["floating-ip"],
+                 "FloatingIpSelector": "k=v", "FloatingIpFailover": true,
+                 "FailoverAfter": "5s"}]"#,
+        )]),
+    );
+    assert!(
+        e.to_string()
+            .contains(r#"FailoverAfter "5s" is out of range; use a duration from 15s to 10m"#),
+        "{e}"
+    );
+}

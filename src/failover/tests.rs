@@ -163,3 +163,21 @@ fn an_ip_on_its_way_to_a_member_is_not_planned_again() {
     // Its target left too: planned anew.
     assert_eq!(plan(&[moving], &members[1..], 10).moves[0].to, 2);
 }
+
+#[test]
+fn a_member_that_may_only_keep_keeps_its_ips_and_gets_no_new_one() {
+    // Server 3 (at home) may keep what it holds (its Node turned NotReady
+    // a moment ago) but takes nothing new; the other IP goes elsewhere.
+    let mut keeper = member(3, "fsn1");
+    keeper.takes_new = false;
+    let members = [keeper, member(2, "nbg1")];
+    let fips = [fip(10, "fsn1", Some(3)), fip(11, "fsn1", Some(99))];
+    let got = plan(&fips, &members, 10);
+    assert_eq!(got.moves.len(), 1, "{got:?}");
+    assert_eq!((got.moves[0].floating_ip, got.moves[0].to), (11, 2));
+    // Only keepers: the IP is stranded, not given to one.
+    let mut only = member(3, "fsn1");
+    only.takes_new = false;
+    let got = plan(&[fip(11, "fsn1", Some(99))], &[only], 10);
+    assert_eq!(got.stranded, vec![11]);
+}

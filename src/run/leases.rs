@@ -104,3 +104,52 @@ pub fn start(client: Client, stop: CancellationToken) -> SharedRenewals {
     });
     shared
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(name: &str, renewed: &str) -> Lease {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": NODE_LEASE_NAMESPACE},
+            "spec": {"renewTime": renewed},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_watch_that_resumes_without_a_relist_counts_again() {
+        // kube-runtime resumes a failed watch from its last version without
+        // a new list: the first event after the error makes it current.
+        let mut renewals = Renewals::default();
+        let mut relist = None;
+        let mut failing = false;
+        for event in [
+            Event::Init,
+            Event::InitApply(lease("a", "2026-11-25T03:00:00.000000Z")),
+            Event::InitDone,
+        ] {
+            absorb(
+                Ok::<_, &str>(event),
+                &mut renewals,
+                &mut relist,
+                &mut failing,
+            );
+        }
+        assert!(renewals.is_current());
+        absorb(
+            Err("connection reset"),
+            &mut renewals,
+            &mut relist,
+            &mut failing,
+        );
+        assert!(!renewals.is_current() && failing);
+        absorb(
+            Ok::<_, &str>(Event::Apply(lease("a", "2026-11-25T03:00:10.000000Z"))),
+            &mut renewals,
+            &mut relist,
+            &mut failing,
+        );
+        assert!(renewals.is_current() && !failing);
+    }
+}

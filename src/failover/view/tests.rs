@@ -193,3 +193,82 @@ fn a_node_counts_as_not_ready_only_after_the_delay_and_a_flap_starts_over() {
     fresh.observe(&NodeView::new([old], true), now);
     assert!(fresh.long("node-2", after, now));
 }
+
+#[test]
+fn a_lease_is_silent_only_once_another_lease_was_renewed_after_its_deadline() {
+    // The watch stops delivering at t0 without an error: a was last seen
+    // 9 s before, b 1 s before. At t0 + 11 a's deadline has passed, but no
+    // Lease was seen renewed since: the watch may be stuck, a is not silent.
+    let after = Duration::from_secs(20);
+    let t0 = Instant::now() + Duration::from_secs(60);
+    let mut renewals = Renewals::default();
+    renewals.saw("a", Some("a1".into()), t0 - Duration::from_secs(9));
+    renewals.saw("b", Some("b1".into()), t0 - Duration::from_secs(1));
+    renewals.set_current(true);
+    let at = t0 + Duration::from_secs(11);
+    assert!(!renewals.silent("a", after, at));
+    // Looked at again soon: the next renewal anywhere settles it.
+    assert!(renewals
+        .silent_at("a", after, at)
+        .is_some_and(|due| due > at));
+    // b renews after a's deadline: now a is silent.
+    renewals.saw("b", Some("b2".into()), t0 + Duration::from_secs(12));
+    assert!(renewals.silent("a", after, t0 + Duration::from_secs(12)));
+}
+
+#[test]
+fn a_watch_that_works_again_restarts_every_clock() {
+    let after = Duration::from_secs(20);
+    let t0 = Instant::now();
+    let mut renewals = Renewals::default();
+    renewals.saw("a", Some("a1".into()), t0);
+    renewals.saw("b", Some("b1".into()), t0);
+    renewals.set_current(true);
+    renewals.set_current(false);
+    // Back after a gap: nobody is silent for what the gap hid.
+    let back = t0 + Duration::from_secs(30);
+    renewals.set_current_at(true, back);
+    renewals.saw("b", Some("b2".into()), back + Duration::from_secs(25));
+    assert!(!renewals.silent("a", after, back + Duration::from_secs(19)));
+    assert!(renewals.silent("a", after, back + Duration::from_secs(25)));
+}
+
+#[test]
+fn a_new_not_ready_transition_starts_the_clock_again() {
+    // NotReady 1 s ago at t0; Ready and NotReady again while nobody looked
+    // (the transition time is new): the clock starts at the new transition.
+    let after = Duration::from_secs(20);
+    let wall = std::time::SystemTime::now();
+    let t0 = Instant::now();
+    let mut first = node(1, false);
+    first.not_ready_since = Some(wall - Duration::from_secs(1));
+    let mut not_ready = NotReady::default();
+    not_ready.observe_at(&NodeView::new([first], true), t0, wall);
+    let mut again = node(1, false);
+    again.not_ready_since = Some(wall + Duration::from_secs(30));
+    not_ready.observe_at(
+        &NodeView::new([again], true),
+        t0 + Duration::from_secs(30),
+        wall + Duration::from_secs(30),
+    );
+    assert!(!not_ready.long("node-1", after, t0 + Duration::from_secs(31)));
+    assert!(not_ready.long("node-1", after, t0 + Duration::from_secs(50)));
+}
+
+#[test]
+fn a_node_not_ready_for_a_moment_keeps_its_ips_but_takes_no_new_one() {
+    let pools = [failover_pool("edge", "use=edge")];
+    let servers = [
+        server(1, ServerStatus::Running, "fsn1"),
+        server(2, ServerStatus::Migrating, "fsn1"),
+        server(3, ServerStatus::Running, "fsn1"),
+    ];
+    let held = BTreeSet::new();
+    let pool = failover_pools(&pools, &[&held], &servers, false, &[]).remove(0);
+    let nodes = NodeView::new([node(1, false), node(2, true), node(3, true)], true);
+    let quiet = |_: &NodeFacts| None;
+    let members = healthy_members(&pool, &nodes, &quiet);
+    let takes: Vec<(i64, bool)> = members.iter().map(|m| (m.server, m.takes_new)).collect();
+    // NotReady (not yet for FailoverAfter): keeps. Migrating: keeps.
+    assert_eq!(takes, [(1, false), (2, false), (3, true)]);
+}
