@@ -1207,7 +1207,7 @@ fn floating_ip_failover_is_a_pool_setting_with_defaults() {
                  "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true},
                 {"Name": "fast", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
                  "FloatingIpSelector": "pool=fast", "FloatingIpFailover": "true",
-                 "FailoverAfter": "8s", "FailoverMovesPerMinute": 3},
+                 "FailoverAfter": "15s", "FailoverMovesPerMinute": 3},
                 {"Name": "plain", "LabelSelector": "role=edge"}]"#,
         )]),
     );
@@ -1215,7 +1215,7 @@ fn floating_ip_failover_is_a_pool_setting_with_defaults() {
     assert_eq!(failover.after, Duration::from_secs(20));
     assert_eq!(failover.moves_per_minute, 10);
     let fast = s.pools[1].failover.expect("failover on");
-    assert_eq!(fast.after, Duration::from_secs(8));
+    assert_eq!(fast.after, Duration::from_secs(15));
     assert_eq!(fast.moves_per_minute, 3);
     assert_eq!(s.pools[2].failover, None);
 }
@@ -1238,7 +1238,7 @@ fn floating_ip_failover_needs_floating_ips_a_selector_and_the_node_watch() {
     for expected in [
         r#"pool 1 ("a"): FloatingIpFailover is true, but Addresses has no floating-ip"#,
         r#"pool 1 ("a"): FloatingIpFailover is true, but FloatingIpSelector is not set"#,
-        r#"pool 2 ("b"): FailoverAfter "1s" is out of range; use a duration from 5s to 10m"#,
+        r#"pool 2 ("b"): FailoverAfter "1s" is out of range; use a duration from 15s to 10m"#,
         r#"pool 2 ("b"): FailoverMovesPerMinute "0" is not a whole number from 1 to 60"#,
     ] {
         assert!(text.contains(expected), "missing {expected:?} in {text}");

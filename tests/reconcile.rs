@@ -688,3 +688,16 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
         edited["spec"]
     );
 }
+
+/// Every complete listing tells the failover mover what it shows, also
+/// when no pool has failover (any more: a reload turned it off), so the
+/// mover never goes on with an older configuration's pools.
+#[tokio::test]
+async fn every_listing_hands_the_failover_pools_over_also_none() {
+    let (hetzner, _kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(vec![FakeServer::new(1, "192.168.1.101")]);
+    reconciler.full(&settings(&hetzner, &[])).await.unwrap();
+    let listing = reconciler.take_failover().expect("a listing for the mover");
+    assert!(listing.pools.is_empty());
+    assert!(reconciler.take_failover().is_none(), "handed over once");
+}

@@ -243,9 +243,9 @@ fn parse_failover(
         |s| {
             parse_bounded_duration(
                 s,
-                Duration::from_secs(5),
+                Duration::from_secs(15),
                 Duration::from_secs(600),
-                "a duration from 5s to 10m, e.g. 20s",
+                "a duration from 15s to 10m, e.g. 20s",
             )
         },
         problems,

@@ -30,6 +30,9 @@ pub struct Member {
     pub location: String,
     /// Its location's network zone (`eu-central`, …).
     pub network_zone: String,
+    /// It may be given an IP; `false`: it only keeps those it holds (its
+    /// Node turned NotReady a moment ago, or the server is migrating).
+    pub takes_new: bool,
 }
 
 /// One Floating IP of the pool, as the last listing shows it.
@@ -142,6 +145,7 @@ fn best_member(
 ) -> Option<i64> {
     members
         .iter()
+        .filter(|m| m.takes_new)
         .min_by_key(|m| {
             (
                 m.location != fip.home_location,

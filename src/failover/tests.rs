@@ -14,6 +14,7 @@ fn member(server: i64, location: &str) -> Member {
         server,
         location: location.to_owned(),
         network_zone: network_zone.to_owned(),
+        takes_new: true,
     }
 }
 

@@ -168,7 +168,8 @@ impl Departure {
 /// `FailoverAfter` (so a Node that flaps faster causes no move).
 pub type Quiet<'a> = &'a dyn Fn(&NodeFacts) -> Option<Departure>;
 
-/// Why server `id` is no healthy member of `pool` now; `None` when it is.
+/// Why server `id` is no healthy member of `pool` now; `None` when it is
+/// (it may still take no new IP, see [`healthy_members`]).
 pub fn departure(
     pool: &FailoverPool,
     id: i64,
@@ -178,11 +179,12 @@ pub fn departure(
     let Some(server) = pool.candidate(id) else {
         return Some(Departure::ServerGone);
     };
-    if server.status == ServerStatus::Deleting {
-        return Some(Departure::Excluded(Exclusion::ServerDeleting));
-    }
-    if server.status != ServerStatus::Running {
-        return Some(Departure::NotRunning);
+    match server.status {
+        ServerStatus::Deleting => return Some(Departure::Excluded(Exclusion::ServerDeleting)),
+        // A live migration, or a status this version does not know: not
+        // reason enough to move (the Node tells whether it serves).
+        ServerStatus::Running | ServerStatus::Migrating | ServerStatus::Unknown => {}
+        _ => return Some(Departure::NotRunning),
     }
     let Some(node) = nodes.node_of(server.id, &server.name) else {
         return Some(Departure::NoNode);
@@ -193,7 +195,9 @@ pub fn departure(
     quiet(node)
 }
 
-/// The healthy members of `pool` now, for [`super::plan`].
+/// The healthy members of `pool` now, for [`super::plan`]: those that keep
+/// their IPs. Only a running server whose Node is Ready now takes a new one
+/// (a Node NotReady for less than `FailoverAfter` keeps, but gets nothing).
 pub fn healthy_members(pool: &FailoverPool, nodes: &NodeView, quiet: Quiet<'_>) -> Vec<Member> {
     pool.candidates
         .iter()
@@ -202,6 +206,8 @@ pub fn healthy_members(pool: &FailoverPool, nodes: &NodeView, quiet: Quiet<'_>) 
             server: c.id,
             location: c.location.name.clone(),
             network_zone: c.location.network_zone.clone(),
+            takes_new: c.status == ServerStatus::Running
+                && nodes.node_of(c.id, &c.name).is_some_and(|n| n.ready),
         })
         .collect()
 }
@@ -221,26 +227,39 @@ pub fn states(pool: &FailoverPool, moving_to: &dyn Fn(i64) -> Option<i64>) -> Ve
         .collect()
 }
 
-/// Since when each Node has been NotReady, by this process's clock or by
-/// its Ready condition's `lastTransitionTime`, whichever says longer.
+/// Since when each Node has been NotReady: from its Ready condition's
+/// `lastTransitionTime` when that is known (a new transition starts the
+/// clock again, also one this process did not see happen), else from when
+/// this process first saw it NotReady.
 #[derive(Debug, Clone, Default)]
 pub struct NotReady {
-    since: HashMap<String, Instant>,
+    since: HashMap<String, (Instant, Option<std::time::SystemTime>)>,
 }
 
 impl NotReady {
     /// Takes in what the Nodes say at `now`: a Ready Node is forgotten.
     pub fn observe(&mut self, nodes: &NodeView, now: Instant) {
-        let wall = std::time::SystemTime::now();
+        self.observe_at(nodes, now, std::time::SystemTime::now());
+    }
+
+    /// [`NotReady::observe`] with the wall clock `wall` matching `now`.
+    pub fn observe_at(&mut self, nodes: &NodeView, now: Instant, wall: std::time::SystemTime) {
         self.since
             .retain(|name, _| nodes.named(name).is_some_and(|n| !n.ready));
         for node in nodes.iter().filter(|n| !n.ready) {
-            let by_cluster = node
-                .not_ready_for(wall)
-                .and_then(|long| now.checked_sub(long));
-            let seen = *self.since.entry(node.name.clone()).or_insert(now);
-            let since = by_cluster.map_or(seen, |c| c.min(seen));
-            self.since.insert(node.name.clone(), since);
+            let transition = node.not_ready_since;
+            if self
+                .since
+                .get(&node.name)
+                .is_some_and(|(_, known)| *known == transition)
+            {
+                continue;
+            }
+            let since = transition
+                .and_then(|t| wall.duration_since(t).ok())
+                .and_then(|long| now.checked_sub(long))
+                .unwrap_or(now);
+            self.since.insert(node.name.clone(), (since, transition));
         }
     }
 
@@ -248,12 +267,17 @@ impl NotReady {
     pub fn long(&self, node: &str, after: Duration, now: Instant) -> bool {
         self.since
             .get(node)
-            .is_some_and(|since| now.saturating_duration_since(*since) >= after)
+            .is_some_and(|(since, _)| now.saturating_duration_since(*since) >= after)
     }
 
     /// When `node` will have been NotReady for `after`, if later than `now`.
     pub fn long_at(&self, node: &str, after: Duration, now: Instant) -> Option<Instant> {
-        Some(*self.since.get(node)? + after).filter(|due| *due > now)
+        Some(self.since.get(node)?.0 + after).filter(|due| *due > now)
+    }
+
+    /// Forgets every clock (a new term).
+    pub fn clear(&mut self) {
+        self.since.clear();
     }
 }
 
@@ -289,7 +313,22 @@ impl Renewals {
     /// The watch has a complete list (`true`) or failed (`false`): only a
     /// current watch counts a Node as silent.
     pub fn set_current(&mut self, current: bool) {
+        self.set_current_at(current, Instant::now());
+    }
+
+    /// [`Renewals::set_current`] at `now`: a watch that works again after a
+    /// gap restarts every clock (the gap hid the renewals).
+    pub fn set_current_at(&mut self, current: bool, now: Instant) {
+        if current && !self.current {
+            for (_, at) in self.seen.values_mut() {
+                *at = now;
+            }
+        }
         self.current = current;
+    }
+
+    pub fn is_current(&self) -> bool {
+        self.current
     }
 
     /// Keeps only the Leases of `nodes` (after a relist).
@@ -297,37 +336,45 @@ impl Renewals {
         self.seen.retain(|name, _| nodes.contains(name));
     }
 
-    /// Whether the Lease of `node` was not renewed for `after` at `now`.
+    /// Whether the Lease of `node` was not renewed for `after` at `now`,
+    /// while the watch saw another Lease renewed after that deadline (so
+    /// the watch still delivers: a stuck watch makes no Node silent).
     /// Unknown is not silent: a Node without a Lease, a watch that has not
-    /// listed or fails, or a watch that saw no Lease at all renewed for
-    /// `after` (then the watch is more likely stuck than every kubelet
-    /// dead; NotReady still counts).
+    /// listed or fails (NotReady still counts).
     pub fn silent(&self, node: &str, after: Duration, now: Instant) -> bool {
-        if !self.current || self.stale(after, now) {
-            return false;
-        }
-        self.seen
-            .get(node)
-            .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= after)
+        self.deadline(node, after)
+            .is_some_and(|due| due <= now && self.last_renewal() >= Some(due))
     }
 
-    /// When `node` turns silent, if it has not yet and the watch is current.
+    /// When to look at `node` again: its deadline, or (past it, while no
+    /// later renewal was seen) in a second.
     pub fn silent_at(&self, node: &str, after: Duration, now: Instant) -> Option<Instant> {
+        let due = self.deadline(node, after)?;
+        if due > now {
+            Some(due)
+        } else if self.silent(node, after, now) {
+            None
+        } else {
+            Some(now + RECHECK)
+        }
+    }
+
+    /// When `node` turns silent without a renewal; `None` when unknown.
+    fn deadline(&self, node: &str, after: Duration) -> Option<Instant> {
         if !self.current {
             return None;
         }
-        let (_, at) = self.seen.get(node)?;
-        Some(*at + after).filter(|due| *due > now)
+        self.seen.get(node).map(|(_, at)| *at + after)
     }
 
-    fn stale(&self, after: Duration, now: Instant) -> bool {
-        self.seen
-            .values()
-            .map(|(_, at)| *at)
-            .max()
-            .is_none_or(|last| now.saturating_duration_since(last) >= after)
+    fn last_renewal(&self) -> Option<Instant> {
+        self.seen.values().map(|(_, at)| *at).max()
     }
 }
+
+/// How soon a Lease past its deadline is looked at again while no later
+/// renewal confirms that the watch still delivers.
+const RECHECK: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests;

@@ -348,3 +348,37 @@ fn an_address_two_pools_would_get_stays_with_the_earlier_one() {
     assert_eq!(got[0].addresses, ips(&["192.0.2.1", "192.0.2.2"]));
     assert!(got[1].addresses.is_empty());
 }
+
+#[test]
+fn a_failover_pool_owns_its_floating_ips_before_any_earlier_pool() {
+    // The earlier pool takes the Floating IPs on its servers; the later
+    // failover pool selects one of them: the failover pool keeps it, or a
+    // move onto a server both select would take it from its Service.
+    let servers = [server(1, Some("192.0.2.1"))];
+    let floating = [FloatingIp {
+        id: 1,
+        name: "fip-1".into(),
+        address: FloatingAddress::V4("203.0.113.1".parse().unwrap()),
+        blocked: false,
+        server: Some(1),
+        labels: [("use".to_owned(), "edge".to_owned())].into(),
+        home_location: None,
+    }];
+    let all = Listed {
+        prefiltered: true,
+        floating_ips: &floating,
+        ..listed(&servers)
+    };
+    let earlier = pool("plain", "x", &[AddressKind::FloatingIp]);
+    let mut failover = pool("fip", "x", &[AddressKind::FloatingIp]);
+    failover.floating_ip_selector = Some("use=edge".parse().unwrap());
+    failover.failover = Some(crate::config::Failover {
+        after: std::time::Duration::from_secs(20),
+        moves_per_minute: 10,
+    });
+    let got = split(&[earlier, failover], all, &NodeView::default());
+    assert!(got[0].addresses.is_empty(), "{:?}", got[0]);
+    assert_eq!(got[0].claimed.len(), 1);
+    assert_eq!(got[0].claimed[0].by, "fip");
+    assert_eq!(got[1].addresses, ips(&["203.0.113.1"]));
+}

@@ -63,6 +63,40 @@ fn fold(event: Event<Lease>, renewals: &mut Renewals, relist: &mut Option<BTreeS
     }
 }
 
+/// Takes one item of the watch: an event, or an error (then nobody counts
+/// as silent until the watch delivers again; kube-runtime resumes from its
+/// last version without a new list, so the first event after the error
+/// makes it current again, every clock restarted).
+fn absorb<E: std::fmt::Display>(
+    item: Result<Event<Lease>, E>,
+    renewals: &mut Renewals,
+    relist: &mut Option<BTreeSet<String>>,
+    failing: &mut bool,
+) {
+    match item {
+        Ok(event) => {
+            if *failing {
+                info!("watching the Node Leases works again");
+                *failing = false;
+                if !matches!(event, Event::Init | Event::InitApply(_)) {
+                    renewals.set_current(true);
+                }
+            }
+            fold(event, renewals, relist);
+        }
+        Err(error) => {
+            renewals.set_current(false);
+            if !*failing {
+                warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
+                               ServiceAccount needs list and watch on leases there, \
+                               deploy/rbac.yaml); Floating IP failover waits for NotReady \
+                               meanwhile; retrying with backoff");
+                *failing = true;
+            }
+        }
+    }
+}
+
 /// Watches the Node Leases until `stop` is cancelled. While the watch
 /// fails, nobody counts as silent (NotReady still does).
 pub fn start(client: Client, stop: CancellationToken) -> SharedRenewals {
@@ -81,25 +115,7 @@ pub fn start(client: Client, stop: CancellationToken) -> SharedRenewals {
                 item = stream.next() => item,
             };
             let Some(item) = item else { return };
-            match item {
-                Ok(event) => {
-                    if failing {
-                        info!("watching the Node Leases works again");
-                        failing = false;
-                    }
-                    fold(event, &mut lock(&renewals), &mut relist);
-                }
-                Err(error) => {
-                    lock(&renewals).set_current(false);
-                    if !failing {
-                        warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
-                                       ServiceAccount needs list and watch on leases there, \
-                                       deploy/rbac.yaml); Floating IP failover waits for \
-                                       NotReady meanwhile; retrying with backoff");
-                        failing = true;
-                    }
-                }
-            }
+            absorb(item, &mut lock(&renewals), &mut relist, &mut failing);
         }
     });
     shared

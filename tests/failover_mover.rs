@@ -1,0 +1,154 @@
+//! The Floating IP mover against the fake Hetzner API, without a loop:
+//! what it assigns for a given listing and Node view, and when it does not.
+
+mod support;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use canada_kaktus::config::{self, Failover};
+use canada_kaktus::failover::{Candidate, FailoverPool, PoolFloatingIp};
+use canada_kaktus::hetzner::{HetznerClient, Location, ServerStatus};
+use canada_kaktus::members::{NodeFacts, NodeView};
+use canada_kaktus::pool::Fence;
+use canada_kaktus::reconcile::FailoverListing;
+use canada_kaktus::run::failover::Mover;
+use canada_kaktus::serve::metrics::Metrics;
+use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner};
+use support::in_process::{hcloud_env, quick_options};
+use tokio::time::Instant;
+
+const TOKEN: &str = "mover-token-77a1";
+
+fn fsn1() -> Location {
+    Location {
+        name: "fsn1".into(),
+        network_zone: "eu-central".into(),
+    }
+}
+
+fn listing(holder: Option<i64>) -> FailoverListing {
+    FailoverListing {
+        started: Instant::now(),
+        pools: vec![FailoverPool {
+            pool: "edge".into(),
+            failover: Failover {
+                after: Duration::from_secs(20),
+                moves_per_minute: 10,
+            },
+            candidates: (1..=3)
+                .map(|id| Candidate {
+                    id,
+                    name: format!("node-{id}").into(),
+                    status: ServerStatus::Running,
+                    location: fsn1(),
+                })
+                .collect(),
+            floating_ips: vec![PoolFloatingIp {
+                id: 10,
+                name: "fip-10".into(),
+                address: "203.0.113.10".parse::<IpAddr>().unwrap(),
+                holder,
+                home: fsn1(),
+            }],
+        }],
+    }
+}
+
+fn nodes(deleting: &[i64]) -> NodeView {
+    NodeView::new(
+        (1..=3).map(|id| NodeFacts {
+            name: format!("node-{id}"),
+            server_id: Some(id),
+            ready: true,
+            deleting: deleting.contains(&id),
+            ..NodeFacts::default()
+        }),
+        true,
+    )
+}
+
+async fn setup() -> (FakeHetzner, Mover, config::Settings) {
+    canada_kaktus::sync::install_crypto_provider();
+    let fake = FakeHetzner::start().await;
+    fake.set_floating_ips(vec![FakeFloatingIp::new(10, "203.0.113.10", Some(1))]);
+    support::isolate_working_directory();
+    let settings = config::load(None, &hcloud_env(TOKEN, fake.endpoint())).unwrap();
+    let client = HetznerClient::new(quick_options(fake.endpoint())).unwrap();
+    (fake, Mover::new(client, Fence::open(), None), settings)
+}
+
+fn holder(fake: &FakeHetzner) -> Option<i64> {
+    fake.floating_ip_servers()
+        .into_iter()
+        .find(|(id, _)| *id == 10)
+        .and_then(|(_, server)| server)
+}
+
+#[tokio::test]
+async fn an_ip_whose_move_runs_is_not_moved_again_until_the_move_ended() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.set_action_plan(ActionPlan {
+        running_polls: 0,
+        error: None,
+        lasts: Duration::from_secs(2),
+    });
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    // Server 1's Node is being deleted: the IP goes to 2 or 3.
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    let first = mover.holders()[0].moving_to.clone().expect("a move runs");
+    let target: i64 = first.trim_start_matches("node-").parse().unwrap();
+    // While its Action runs, the target's Node is marked for deletion too:
+    // no second move of the same IP starts.
+    mover.decide(&settings, &nodes(&[1, target]), &metrics, Instant::now());
+    assert_eq!(
+        mover.holders()[0].moving_to.as_deref(),
+        Some(first.as_str())
+    );
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(holder(&fake), Some(target));
+    assert!(
+        published[0].1.note.contains(&format!("to {first}")),
+        "{:?}",
+        published
+    );
+    assert_eq!(fake.action_requests().0, 1, "one assignment so far");
+    // Now the IP moves on from the target, to the one member left.
+    mover.decide(&settings, &nodes(&[1, target]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the second move ends");
+    mover.finish(done, &metrics, Instant::now());
+    let last = 6 - 1 - target;
+    assert_eq!(holder(&fake), Some(last));
+    assert_eq!(fake.action_requests().0, 2);
+}
+
+#[tokio::test]
+async fn without_failover_pools_nothing_moves() {
+    let (fake, mut mover, settings) = setup().await;
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.set_listing(FailoverListing {
+        started: Instant::now(),
+        pools: Vec::new(),
+    });
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    assert!(mover.holders().is_empty());
+    assert_eq!(holder(&fake), Some(1));
+    assert_eq!(fake.action_requests().0, 0);
+}
+
+#[tokio::test]
+async fn while_the_node_watch_fails_nothing_moves() {
+    let (fake, mut mover, settings) = setup().await;
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    // What the watch knew when it broke: a Node being deleted, maybe long
+    // back by now.
+    let mut view = nodes(&[1]);
+    view.current = false;
+    mover.decide(&settings, &view, &metrics, Instant::now());
+    assert_eq!(mover.holders()[0].moving_to, None);
+    assert_eq!(fake.action_requests().0, 0);
+}
