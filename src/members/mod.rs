@@ -148,6 +148,20 @@ pub fn members(
         recorded: HashMap::new(),
         record,
     };
+    // A failover pool's Floating IPs are its own before any other pool's:
+    // a move onto a server another pool takes must not hand one over.
+    if split.several {
+        for (index, pool) in pools.iter().enumerate() {
+            if pool.failover.is_none() {
+                continue;
+            }
+            for (address, blocked) in failover_addresses(pool, listed.floating_ips) {
+                if !(blocked && policy == BlockedAddresses::Drop) {
+                    split.taken.entry(address).or_insert(index);
+                }
+            }
+        }
+    }
     let mut found = Vec::new();
     let mut result = Vec::with_capacity(pools.len());
     // Per pool with the unhealthy rule, the servers it saw.

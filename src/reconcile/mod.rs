@@ -179,19 +179,19 @@ impl Reconciler {
             Some(&mut record),
         );
         warn_about(settings, &rendered);
-        if settings.pools.iter().any(|p| p.failover.is_some()) {
-            let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
-            self.failover = Some(FailoverListing {
-                started,
-                pools: failover_pools(
-                    &settings.pools,
-                    &held,
-                    &listing.servers,
-                    listing.prefiltered,
-                    &listing.floating_ips,
-                ),
-            });
-        }
+        // Handed to the mover also without failover pools: a reload that
+        // turned failover off must stop it.
+        let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
+        self.failover = Some(FailoverListing {
+            started,
+            pools: failover_pools(
+                &settings.pools,
+                &held,
+                &listing.servers,
+                listing.prefiltered,
+                &listing.floating_ips,
+            ),
+        });
         let mut requests = listing.requests;
         drop(listing);
         let mut all = self.pools.list_all(&resource).await?;

@@ -44,6 +44,8 @@ const RETRY_BASE: Duration = Duration::from_secs(5);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 /// The window of `FailoverMovesPerMinute`.
 const MOVE_WINDOW: Duration = Duration::from_secs(60);
+/// How soon stranded IPs are looked at again.
+const STRANDED_RECHECK: Duration = Duration::from_secs(1);
 
 /// Why a move failed.
 #[derive(Debug, thiserror::Error)]
@@ -110,7 +112,8 @@ pub struct Mover {
     /// The failover pools of the last listing of this term, with the moves
     /// that ended since applied.
     listing: Option<FailoverListing>,
-    budgets: HashMap<String, MoveBudget>,
+    /// Per pool: its `FailoverMovesPerMinute` and the budget it gives.
+    budgets: HashMap<String, (u32, MoveBudget)>,
     moving: HashMap<i64, Moving>,
     /// After a failed move: failures in a row, and when it may go again.
     retry: HashMap<i64, (u32, Instant)>,
@@ -167,6 +170,8 @@ impl Mover {
         self.ended.clear();
         self.since.clear();
         self.wake_at = None;
+        self.not_ready.clear();
+        self.stranded.clear();
     }
 
     /// A fresh, complete listing: what it shows, with the moves that ended
@@ -212,7 +217,9 @@ impl Mover {
         let Some(listing) = self.listing.take() else {
             return published;
         };
-        if nodes.complete {
+        // Nothing is known of the Nodes before the watch listed them, and
+        // nothing current while it fails: no move then.
+        if nodes.complete && nodes.current {
             self.not_ready.observe(nodes, now);
             let signals = Signals {
                 renewals: self
@@ -252,12 +259,42 @@ impl Mover {
         let after = pool.failover.after;
         let quiet = |node: &NodeFacts| signals.quiet(node, after, now);
         let members = healthy_members(pool, nodes, &quiet);
+        // An IP that settled (its holder keeps it) needs no clock and no
+        // retry any more.
+        for fip in &pool.floating_ips {
+            let kept = fip
+                .holder
+                .is_some_and(|h| members.iter().any(|m| m.server == h));
+            if kept && !self.moving.contains_key(&fip.id) {
+                self.since.remove(&fip.id);
+                self.retry.remove(&fip.id);
+            }
+        }
         let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
-        // A Floating IP whose last move failed waits for its retry.
-        all.retain(|fip| self.retry.get(&fip.id).is_none_or(|(_, at)| *at <= now));
-        let budget = self.budgets.entry(pool.pool.clone()).or_insert_with(|| {
-            MoveBudget::new(pool.failover.moves_per_minute as usize, MOVE_WINDOW)
+        // An IP whose move runs is left alone until the move ended; one
+        // whose last move failed waits for its retry.
+        all.retain(|fip| {
+            !self.moving.contains_key(&fip.id)
+                && self.retry.get(&fip.id).is_none_or(|(_, at)| *at <= now)
         });
+        let per_minute = pool.failover.moves_per_minute;
+        let (max, budget) = self.budgets.entry(pool.pool.clone()).or_insert_with(|| {
+            (
+                per_minute,
+                MoveBudget::new(per_minute as usize, MOVE_WINDOW),
+            )
+        });
+        if *max != per_minute {
+            // A reload changed it: a new budget, the moves of the last
+            // minute counted against it.
+            let spent = (*max as usize).saturating_sub(budget.allowed(now));
+            let mut fresh = MoveBudget::new(per_minute as usize, MOVE_WINDOW);
+            for _ in 0..spent {
+                fresh.spend(now);
+            }
+            *max = per_minute;
+            *budget = fresh;
+        }
         let plan = failover::plan(&all, &members, budget.allowed(now));
         for fip in plan.stranded.iter().chain(&plan.deferred) {
             self.since.entry(*fip).or_insert(now);
@@ -265,6 +302,10 @@ impl Mover {
         if !plan.deferred.is_empty() {
             debug!(pool = %pool.pool, deferred = ?plan.deferred, "Floating IP moves wait for FailoverMovesPerMinute");
             earliest(&mut self.wake_at, budget.next_allowed(now));
+        }
+        if !plan.stranded.is_empty() {
+            // A Lease renewed again brings no event: look again soon.
+            earliest(&mut self.wake_at, Some(now + STRANDED_RECHECK));
         }
         for step in plan.moves {
             budget.spend(now);

@@ -208,6 +208,8 @@ impl ControlLoop {
             }
         }
         info!("shutting down");
+        // No Floating IP move goes on past the Lease.
+        st.mover.reset();
         // The loop no longer writes: now the Lease may go to a standby.
         st.leadership.stop().await;
     }
@@ -277,6 +279,7 @@ impl ControlLoop {
         // another replica may have written the pool.
         self.reconciler.forget();
         st.mover.reset();
+        self.health.set_floating_ips(st.mover.holders());
         if leading {
             st.recorder.announce_leadership = true;
         } else {
@@ -451,6 +454,11 @@ impl ControlLoop {
                 self.settings.pools.iter().map(|p| p.name.clone()).collect();
             st.schedule.on_reload(self.clocks(), &names, Instant::now());
             st.pool_watches.retain(|name, _| names.contains(name));
+            // Moves wait for the listing the reload brings, with the new
+            // pools and the new client.
+            st.mover.reset();
+            st.mover.set_hetzner(self.reconciler.hetzner().clone());
+            self.health.set_floating_ips(st.mover.holders());
             self.ensure_lease_watch(st);
         }
         Flow::Go

@@ -181,11 +181,13 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
                 item = stream.next() => item,
             };
             let Some(item) = item else { return };
+            let mut recovered = false;
             let event = match item {
                 Ok(event) => {
                     if failing {
                         info!("watching Nodes works again");
                         failing = false;
+                        recovered = true;
                     }
                     event
                 }
@@ -194,6 +196,8 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
                         warn!(%error, "watching Nodes failed (the ServiceAccount needs list and \
                                        watch on nodes, deploy/rbac.yaml); retrying with backoff");
                         failing = true;
+                        // What the view says may be old now.
+                        view_tx.send_modify(|view| Arc::make_mut(view).current = false);
                     }
                     continue;
                 }
@@ -206,7 +210,7 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
                     "watching Nodes: the first list is complete"
                 );
             }
-            if initialised && (change.is_some() || !was_initialised) {
+            if initialised && (change.is_some() || !was_initialised || recovered) {
                 view_tx.send_replace(Arc::new(view(&known, true)));
             }
             if let Some(change) = change {

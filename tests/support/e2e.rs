@@ -167,9 +167,9 @@ impl Controller {
     }
 
     /// The value of one series (`name{labels}` as printed) in `/metrics`.
-    /// Waits (40 s at most) until `series` reads `want`; returns it.
+    /// Waits (60 s at most) until `series` reads `want`; returns it.
     pub async fn wait_metric(&self, series: &str, want: f64) -> f64 {
-        let deadline = Instant::now() + Duration::from_secs(40);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let value = self.metric(series).await;
             if value == Some(want) {
