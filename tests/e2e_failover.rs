@@ -13,113 +13,26 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use support::cluster::{CrdFixture, TestCluster};
+use support::cluster::CrdFixture;
 use support::e2e::{
     apply_several_pools, blocks_of, cluster, phases, pools, record_history_of,
     several_pools_server as server, start_several_pools_with, wait_event, wait_named_pool, TOKEN,
 };
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
+use support::nodes::{create_ready_nodes, kubelets, set_ready, wait_holder as holder_within};
 
 const WITHIN: Duration = Duration::from_secs(60);
 const FIP: &str = "203.0.113.10";
 const FIP_CIDR: &str = "203.0.113.10/32";
 
-fn node(id: i64) -> Node {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": format!("node-{id}")},
-        "spec": {"providerID": format!("hcloud://{id}")},
-    }))
-    .unwrap()
-}
-
-async fn set_ready(nodes: &Api<Node>, id: i64, ready: bool) {
-    let status = json!({"status": {"conditions": [{
-        "type": "Ready",
-        "status": if ready { "True" } else { "False" },
-        "reason": "Test",
-    }]}});
-    nodes
-        .patch_status(
-            &format!("node-{id}"),
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
-        .await
-        .unwrap();
-}
-
-fn now_micro() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second(),
-        now.microsecond()
-    )
-}
-
-/// The kubelets: every 500 ms each Node in `alive` renews its Lease in
-/// kube-node-lease, as a kubelet does every 10 s.
-fn kubelets(
-    cluster: &TestCluster,
-    alive: Arc<Mutex<BTreeSet<i64>>>,
-) -> tokio::task::JoinHandle<()> {
-    let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), "kube-node-lease");
-    tokio::spawn(async move {
-        loop {
-            let ids: Vec<i64> = alive.lock().unwrap().iter().copied().collect();
-            for id in ids {
-                let lease = json!({
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": format!("node-{id}"), "namespace": "kube-node-lease"},
-                    "spec": {"holderIdentity": format!("node-{id}"), "leaseDurationSeconds": 40,
-                             "renewTime": now_micro()},
-                });
-                leases
-                    .patch(
-                        &format!("node-{id}"),
-                        &PatchParams::apply("kubelet").force(),
-                        &Patch::Apply(&lease),
-                    )
-                    .await
-                    .unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-}
-
 /// Waits until the fake says Floating IP 10 is on one of `servers`.
 async fn wait_holder(hetzner: &FakeHetzner, servers: &[i64], what: &str) -> i64 {
-    let deadline = Instant::now() + WITHIN;
-    loop {
-        let holder = hetzner
-            .floating_ip_servers()
-            .into_iter()
-            .find(|(id, _)| *id == 10)
-            .and_then(|(_, server)| server);
-        if let Some(holder) = holder.filter(|h| servers.contains(h)) {
-            return holder;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: Floating IP 10 is on {holder:?}, not on one of {servers:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    holder_within(hetzner, 10, servers, WITHIN, what).await
 }
 
 fn edge_server(id: i64) -> FakeServer {
@@ -140,13 +53,7 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
     let cluster = cluster(Some(CrdFixture::V2)).await;
     apply_several_pools(&cluster);
     let nodes: Api<Node> = Api::all(cluster.admin_client());
-    for id in 1..=4 {
-        nodes
-            .create(&PostParams::default(), &node(id))
-            .await
-            .unwrap();
-        set_ready(&nodes, id, true).await;
-    }
+    create_ready_nodes(&nodes, 1..=4).await;
     let alive = Arc::new(Mutex::new((1..=4).collect::<BTreeSet<i64>>()));
     let renewing = kubelets(&cluster, alive.clone());
     let edge = json!([{

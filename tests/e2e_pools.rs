@@ -21,6 +21,7 @@ use support::e2e::{
     start_several_pools_with, wait_event, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer, DEFAULT_NETWORK};
+use support::nodes::{node, set_ready};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -80,16 +81,6 @@ async fn wait_listings(hetzner: &FakeHetzner, since: usize, count: usize) {
         assert!(Instant::now() < deadline, "the controller stopped listing");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-fn node(id: i64) -> Node {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": format!("node-{id}")},
-        "spec": {"providerID": format!("hcloud://{id}")},
-    }))
-    .unwrap()
 }
 
 #[tokio::test]
@@ -285,24 +276,6 @@ async fn a_pool_dropped_by_a_reload_is_left_as_it_is() {
         "{metrics}"
     );
     controller.assert_running();
-}
-
-/// Sets node-`id`'s `Ready` condition through the status subresource, as
-/// the kubelet does.
-async fn set_ready(nodes: &Api<Node>, id: i64, ready: bool) {
-    let status = json!({"status": {"conditions": [{
-        "type": "Ready",
-        "status": if ready { "True" } else { "False" },
-        "reason": "Test",
-    }]}});
-    nodes
-        .patch_status(
-            &format!("node-{id}"),
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
-        .await
-        .unwrap();
 }
 
 /// With `Nodes.ExcludeUnhealthyAfter` and the interval an hour away, a

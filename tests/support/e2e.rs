@@ -502,20 +502,32 @@ pub async fn lease_holder(cluster: &TestCluster) -> Option<String> {
 /// ServiceAccount, cycling every second with the shrink guard off and a
 /// request budget that never runs out.
 pub async fn replica(cluster: &TestCluster, hetzner: &FakeHetzner, name: &str) -> Controller {
-    Controller::start_with(
+    replica_with(
         cluster,
         hetzner,
-        "1s",
-        &[
-            ("CANADA_KAKTUS_LEADER_ELECTION", "true"),
-            ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
-            ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
-            ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000"),
-            ("POD_NAME", name),
-            ("POD_NAMESPACE", NAMESPACE),
-        ],
+        name,
+        &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1")],
     )
     .await
+}
+
+/// Like [`replica`] (without its `MaxRemovalRatio`), with extra
+/// environment variables (later ones win).
+pub async fn replica_with(
+    cluster: &TestCluster,
+    hetzner: &FakeHetzner,
+    name: &str,
+    extra: &[(&str, &str)],
+) -> Controller {
+    let mut env = vec![
+        ("CANADA_KAKTUS_LEADER_ELECTION", "true"),
+        ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
+        ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000"),
+        ("POD_NAME", name),
+        ("POD_NAMESPACE", NAMESPACE),
+    ];
+    env.extend_from_slice(extra);
+    Controller::start_with(cluster, hetzner, "1s", &env).await
 }
 
 /// Every state the pool passed through, recorded by an admin watch:

@@ -7,6 +7,7 @@ pub mod e2e;
 pub mod fake_hetzner;
 pub mod fake_kube;
 pub mod in_process;
+pub mod nodes;
 pub mod relay;
 pub mod soak;
 

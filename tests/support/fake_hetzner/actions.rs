@@ -69,6 +69,12 @@ pub(super) struct Actions {
     pub(super) holder_requests: usize,
 }
 
+impl Actions {
+    pub(super) fn started(&self) -> usize {
+        self.running.len()
+    }
+}
+
 /// `text` with `{token}` replaced by the request's bearer token, as an API
 /// that echoes what it was sent would answer.
 fn echo_token(text: &str, request: &Request) -> String {

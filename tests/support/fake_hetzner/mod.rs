@@ -339,6 +339,11 @@ impl FakeHetzner {
         (state.actions.assign_requests, state.actions.action_requests)
     }
 
+    /// Actions started (assignments Hetzner accepted) so far.
+    pub fn actions_started(&self) -> usize {
+        self.lock().actions.started()
+    }
+
     /// `GET /floating_ips/{id}` requests served so far.
     pub fn holder_requests(&self) -> usize {
         self.lock().actions.holder_requests

@@ -1,0 +1,136 @@
+//! Nodes and their kubelets on a real API server, as the admin: a Node of
+//! a Hetzner server (`providerID: hcloud://<id>`), its Ready condition set
+//! as the kubelet sets it, and kubelets renewing their Leases in
+//! `kube-node-lease`. Also where the fake Hetzner says a Floating IP is.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::cluster::TestCluster;
+use super::fake_hetzner::FakeHetzner;
+
+/// The Node of Hetzner server `id`: `node-<id>`, `hcloud://<id>`.
+pub fn node(id: i64) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": format!("node-{id}")},
+        "spec": {"providerID": format!("hcloud://{id}")},
+    }))
+    .unwrap()
+}
+
+/// Creates the Nodes of `ids`, each Ready.
+pub async fn create_ready_nodes(nodes: &Api<Node>, ids: impl IntoIterator<Item = i64>) {
+    for id in ids {
+        nodes
+            .create(&PostParams::default(), &node(id))
+            .await
+            .unwrap();
+        set_ready(nodes, id, true).await;
+    }
+}
+
+/// Sets node-`id`'s `Ready` condition through the status subresource, as
+/// the kubelet does.
+pub async fn set_ready(nodes: &Api<Node>, id: i64, ready: bool) {
+    let status = json!({"status": {"conditions": [{
+        "type": "Ready",
+        "status": if ready { "True" } else { "False" },
+        "reason": "Test",
+    }]}});
+    nodes
+        .patch_status(
+            &format!("node-{id}"),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+}
+
+/// Now as a Kubernetes MicroTime.
+fn now_micro() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second(),
+        now.microsecond()
+    )
+}
+
+/// The kubelets: every 500 ms each Node in `alive` renews its Lease in
+/// kube-node-lease (a kubelet does every 10 s). Abort the task to stop.
+pub fn kubelets(
+    cluster: &TestCluster,
+    alive: Arc<Mutex<BTreeSet<i64>>>,
+) -> tokio::task::JoinHandle<()> {
+    let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), "kube-node-lease");
+    tokio::spawn(async move {
+        loop {
+            let ids: Vec<i64> = alive.lock().unwrap().iter().copied().collect();
+            for id in ids {
+                let lease = json!({
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": format!("node-{id}"), "namespace": "kube-node-lease"},
+                    "spec": {"holderIdentity": format!("node-{id}"), "leaseDurationSeconds": 40,
+                             "renewTime": now_micro()},
+                });
+                leases
+                    .patch(
+                        &format!("node-{id}"),
+                        &PatchParams::apply("kubelet").force(),
+                        &Patch::Apply(&lease),
+                    )
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+/// The server Floating IP `fip` is assigned to, by the fake.
+pub fn holder_of(hetzner: &FakeHetzner, fip: i64) -> Option<i64> {
+    hetzner
+        .floating_ip_servers()
+        .into_iter()
+        .find(|(id, _)| *id == fip)
+        .and_then(|(_, server)| server)
+}
+
+/// Waits (`within` at most) until the fake says Floating IP `fip` is on
+/// one of `servers`; returns that server.
+pub async fn wait_holder(
+    hetzner: &FakeHetzner,
+    fip: i64,
+    servers: &[i64],
+    within: Duration,
+    what: &str,
+) -> i64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let holder = holder_of(hetzner, fip);
+        if let Some(holder) = holder.filter(|h| servers.contains(h)) {
+            return holder;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: Floating IP {fip} is on {holder:?}, not on one of {servers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
