@@ -152,3 +152,37 @@ async fn while_the_node_watch_fails_nothing_moves() {
     assert_eq!(mover.holders()[0].moving_to, None);
     assert_eq!(fake.action_requests().0, 0);
 }
+
+#[tokio::test]
+async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retried_later() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.fail_assignments(&[(
+        401,
+        "token_readonly",
+        "token is only allowed to perform GET requests",
+    )]);
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    let now = Instant::now();
+    mover.decide(&settings, &nodes(&[1]), &metrics, now);
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    let (pool, event) = &published[0];
+    assert_eq!(
+        (pool.as_str(), event.reason),
+        ("edge", "FloatingIpMoveFailed")
+    );
+    assert!(event.note.contains("HcloudToken"), "{}", event.note);
+    assert!(!event.note.contains(TOKEN));
+    assert_eq!(holder(&fake), Some(1), "nothing moved");
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="excluded",result="failure"} 1"#
+    ));
+    // Not again at once: the retry waits (5 s, then longer).
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    assert_eq!(mover.holders()[0].moving_to, None);
+    assert!(mover
+        .wake_at()
+        .is_some_and(|at| at >= now + Duration::from_secs(4)));
+    assert_eq!(fake.action_requests().0, 1);
+}
