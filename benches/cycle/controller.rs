@@ -155,6 +155,20 @@ impl Controller {
         }
     }
 
+    /// The next line whose message is `message` (other lines are
+    /// skipped); panics on an exit or a timeout.
+    pub(super) async fn wait_message(&mut self, message: &str) -> (Snapshot, Value) {
+        let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some((snap, value))) if value["message"] == message => return (snap, value),
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the controller exited\n{}", self.tail()),
+                Err(_) => panic!("no {message:?} within {STEP_TIMEOUT:?}\n{}", self.tail()),
+            }
+        }
+    }
+
     pub(super) fn tail(&self) -> String {
         let tail = lock(&self.tail);
         let lines: Vec<&str> = tail.iter().map(String::as_str).collect();

@@ -37,11 +37,13 @@
 //! (no `--bench` argument) it does the smoke run when the control-plane
 //! binaries are available and skips otherwise.
 mod controller;
+mod failover;
 mod observer;
 mod pools;
 mod report;
 mod size;
 use controller::*;
+use failover::*;
 use observer::*;
 use pools::*;
 use report::*;
@@ -210,9 +212,22 @@ async fn run(plan: Plan, sizes: &[usize]) {
             three = Some(three_pools(&bench).await);
         }
     }
+    eprintln!("== Floating IP failover");
+    let failover = failover_time(&SizeBench {
+        n: 3,
+        plan,
+        binary: &binary,
+        cluster: &cluster,
+        hetzner: &hetzner,
+        observer: &observer,
+        work: work.path(),
+        clk_tck: machine.clk_tck,
+    })
+    .await;
     observer.stop();
 
     print_report(&machine, &binary, binary_bytes, plan, &results);
+    print_failover(&failover);
     if let Some(three) = three {
         println!(
             "Three pools (public IPv4, public IPv6, private; different selectors, so one \

@@ -347,7 +347,7 @@ impl Renewals {
     }
 
     /// When to look at `node` again: its deadline, or (past it, while no
-    /// later renewal was seen) in a second.
+    /// later renewal was seen) in a moment.
     pub fn silent_at(&self, node: &str, after: Duration, now: Instant) -> Option<Instant> {
         let due = self.deadline(node, after)?;
         if due > now {
@@ -374,7 +374,7 @@ impl Renewals {
 
 /// How soon a Lease past its deadline is looked at again while no later
 /// renewal confirms that the watch still delivers.
-const RECHECK: Duration = Duration::from_secs(1);
+const RECHECK: Duration = Duration::from_millis(250);
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::failover::Renewals;
 use crate::sync::lock;
@@ -49,6 +49,7 @@ fn fold(event: Event<Lease>, renewals: &mut Renewals, relist: &mut Option<BTreeS
         }
         Event::InitDone => {
             if let Some(names) = relist.take() {
+                debug!(leases = names.len(), "watching the Node Leases: listed");
                 renewals.retain(&names);
             }
             renewals.set_current(true);

@@ -1,0 +1,134 @@
+//! Floating IP failover time (issue 22): three servers with Ready Nodes
+//! whose kubelets renew their Leases every 0.5 s, a failover pool with
+//! `FailoverAfter: 15s` (the least allowed) and Hetzner Actions that take
+//! [`ACTION`]. The holder's kubelet stops renewing (a crashed node); the
+//! benchmark measures from its last renewal to the controller starting the
+//! move, and to the controller seeing the Action succeed, next to the
+//! physical floor: the grace (`FailoverAfter`) plus the Action. The pool
+//! must hold the Floating IP throughout, and the IP must end on another
+//! server.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use super::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+use support::fake_hetzner::{numbered_servers, ActionPlan, FakeFloatingIp};
+use support::nodes::{create_ready_nodes, holder_of, kubelets};
+
+const POOL: &str = "bench-fip";
+const FIP: &str = "203.0.113.200";
+const AFTER: Duration = Duration::from_secs(15);
+/// The simulated time Hetzner takes to switch the IP.
+const ACTION: Duration = Duration::from_secs(2);
+
+pub(super) struct FailoverResult {
+    /// Last renewal → the move started (the controller saw the silence).
+    pub(super) detected: Duration,
+    /// Last renewal → the controller saw the Action succeed.
+    pub(super) failover: Duration,
+}
+
+impl FailoverResult {
+    pub(super) fn floor() -> Duration {
+        AFTER + ACTION
+    }
+}
+
+pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
+    let servers: Vec<_> = numbered_servers(3);
+    bench.hetzner.set_servers(servers);
+    bench.hetzner.set_floating_ips(vec![
+        FakeFloatingIp::new(900, FIP, Some(1)).with_label("pool", "bench")
+    ]);
+    bench.hetzner.set_action_plan(ActionPlan {
+        running_polls: 0,
+        error: None,
+        lasts: ACTION,
+    });
+    let nodes: Api<Node> = Api::all(bench.cluster.admin_client());
+    create_ready_nodes(&nodes, 1..=3).await;
+    let alive = Arc::new(Mutex::new((1..=3).collect::<BTreeSet<i64>>()));
+    let renewing = kubelets(bench.cluster, alive.clone());
+    let pools = json!([{
+        "Name": POOL, "LabelSelector": "kops.k8s.io/instance-role=Node",
+        "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=bench",
+        "FloatingIpFailover": true, "FailoverAfter": format!("{}s", AFTER.as_secs()),
+    }]);
+    let mut env: Vec<(String, String)> = bench
+        .env("1h")
+        .into_iter()
+        .filter(|(k, _)| k != "CANADA_KAKTUS_POOL_NAME" && k != "CANADA_KAKTUS_LOGLEVEL")
+        .collect();
+    env.push(("CANADA_KAKTUS_POOLS".to_owned(), pools.to_string()));
+    env.push(("CANADA_KAKTUS_LOGLEVEL".to_owned(), "debug".to_owned()));
+    bench.hetzner.refill_rate_limit();
+    let hetzner = Arc::clone(bench.hetzner);
+    let mut proc = Controller::spawn(
+        bench.binary,
+        &env,
+        bench.work,
+        Box::new(move || hetzner.requests()),
+    );
+    proc.wait_message("watching the Node Leases: listed").await;
+    let first = proc.next_cycle().await;
+    assert_eq!(
+        first.addresses, 1,
+        "the pool holds the Floating IP: {first:?}"
+    );
+
+    // The holder's kubelet stops: its last renewal was at most one renewal
+    // period (0.5 s) before this moment, counted as the start.
+    alive.lock().unwrap().remove(&1);
+    let stopped = std::time::Instant::now();
+    let (started, moving) = proc
+        .wait_message("moving a Floating IP to a healthy member")
+        .await;
+    assert_eq!(moving["reason"], "silent", "{moving}");
+    let (ended, moved) = proc.wait_message("Floating IP moved").await;
+    let holder = holder_of(bench.hetzner, 900);
+    assert!(matches!(holder, Some(2 | 3)), "the IP is on {holder:?}");
+    assert_eq!(moved["from"], "node-1", "{moved}");
+    let pool = bench.pools().get(POOL).await.expect("the pool");
+    assert_eq!(
+        pool.data["spec"]["blocks"],
+        json!([{ "cidr": format!("{FIP}/32") }]),
+        "the pool kept the Floating IP"
+    );
+    proc.stop();
+    renewing.abort();
+    for id in 1..=3 {
+        let _ = nodes
+            .delete(&format!("node-{id}"), &DeleteParams::default())
+            .await;
+    }
+    let _ = bench.pools().delete(POOL, &DeleteParams::default()).await;
+    bench.hetzner.set_floating_ips(Vec::new());
+    FailoverResult {
+        detected: started.at.saturating_duration_since(stopped),
+        failover: ended.at.saturating_duration_since(stopped),
+    }
+}
+
+pub(super) fn print_failover(result: &FailoverResult) {
+    let floor = FailoverResult::floor();
+    let over = result.failover.saturating_sub(floor);
+    println!(
+        "Floating IP failover (the holder's kubelet stops; FailoverAfter {} s, simulated Action \
+         {} s, Lease renewals every 0.5 s): move started after {:.1} s, Action succeeded after \
+         {:.1} s; floor (FailoverAfter + Action) {:.1} s, {:.1} s above it (target: within 2 s, {}).",
+        AFTER.as_secs(),
+        ACTION.as_secs(),
+        result.detected.as_secs_f64(),
+        result.failover.as_secs_f64(),
+        floor.as_secs_f64(),
+        over.as_secs_f64(),
+        if over <= Duration::from_secs(2) {
+            "met"
+        } else {
+            "missed"
+        }
+    );
+}
