@@ -281,6 +281,10 @@ fn floating_ips_follow_their_server_and_their_own_labels() {
         "assigned to a left-out server, to none, or to a matching one"
     );
     assert_eq!(got[0].excluded.len(), 1);
+    assert_eq!(
+        got[0].without_address, 0,
+        "a server gives a Floating-IP-only failover pool nothing by itself"
+    );
     let out = record.excluded_now(
         &[fips],
         &deleting,
