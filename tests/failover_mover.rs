@@ -186,3 +186,43 @@ async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retrie
         .is_some_and(|at| at >= now + Duration::from_secs(4)));
     assert_eq!(fake.action_requests().0, 1);
 }
+
+#[tokio::test]
+async fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.set_floating_ips(vec![FakeFloatingIp::new(10, "203.0.113.10", None)]);
+    let metrics = Metrics::new();
+    // Every Node is being deleted: nowhere to go. Said once, not per look.
+    mover.set_listing(listing(None));
+    let first = mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].1.reason, "FloatingIpStranded");
+    assert!(
+        first[0].1.note.contains("203.0.113.10"),
+        "{}",
+        first[0].1.note
+    );
+    let again = mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    assert!(again.is_empty(), "{again:?}");
+    assert!(metrics
+        .render()
+        .contains(r#"canada_kaktus_floating_ips_stranded{pool="edge"} 1"#));
+    assert!(mover.wake_at().is_some(), "looked at again while stranded");
+    assert_eq!(fake.action_requests().0, 0);
+    // A member is back: the IP is assigned.
+    mover.decide(&settings, &nodes(&[1, 3]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(holder(&fake), Some(2));
+    assert!(
+        published[0]
+            .1
+            .note
+            .contains("from no server to node-2 (it was unassigned)"),
+        "{}",
+        published[0].1.note
+    );
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="unassigned",result="success"} 1"#
+    ));
+}

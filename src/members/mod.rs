@@ -315,7 +315,11 @@ impl Split<'_> {
 /// public IPv4 in a pool that takes public IPv4s (warned about when the
 /// server gave nothing).
 fn note_public_ipv4(pool: &PoolConfig, server: &Server, gave_nothing: bool, members: &mut Members) {
-    if gave_nothing {
+    // A failover pool's Floating IPs come from no server: a pool of only
+    // those expects nothing of its servers.
+    let server_kinds =
+        pool.failover.is_none() || pool.addresses.iter().any(|k| *k != AddressKind::FloatingIp);
+    if gave_nothing && server_kinds {
         members.without_address += 1;
     }
     if !pool.wants(AddressKind::PublicIpv4) {
