@@ -18,12 +18,12 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::backoff;
-use crate::config::{Settings, TokenError, TokenSource};
+use crate::config::Settings;
 use crate::failover::{
     self, departure, healthy_members, states, Departure, FailoverPool, MoveBudget, MoveReason,
     NotReady, Renewals,
 };
-use crate::hetzner::{Assignment, HetznerClient, HetznerError};
+use crate::hetzner::HetznerClient;
 use crate::members::{NodeFacts, NodeView};
 use crate::pool::Fence;
 use crate::reconcile::FailoverListing;
@@ -32,13 +32,14 @@ use crate::serve::health::FloatingIpHolder;
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
 
-use super::leases::{self, SharedRenewals};
-use super::{ControlLoop, Flow, Running};
+use super::leases::SharedRenewals;
 
-/// How often a move polls its Action (Hetzner's own client waits 500 ms).
-const ACTION_POLL: Duration = Duration::from_millis(500);
-/// The longest a move waits for its Action.
-const ACTION_LIMIT: Duration = Duration::from_secs(120);
+mod handlers;
+mod task;
+
+use task::{move_one, Ended};
+pub use task::{Done, MoveError};
+
 /// The first wait after a failed move; it doubles up to [`RETRY_MAX`].
 const RETRY_BASE: Duration = Duration::from_secs(5);
 const RETRY_MAX: Duration = Duration::from_secs(300);
@@ -46,42 +47,6 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 const MOVE_WINDOW: Duration = Duration::from_secs(60);
 /// How soon stranded IPs are looked at again.
 const STRANDED_RECHECK: Duration = Duration::from_secs(1);
-
-/// Why a move failed.
-#[derive(Debug, thiserror::Error)]
-pub enum MoveError {
-    #[error("cannot read the Hetzner API token: {0}")]
-    Token(#[from] TokenError),
-    #[error("{0}")]
-    Hetzner(#[from] HetznerError),
-    #[error(
-        "this replica's leader Lease ran out before the assignment; nothing sent, a standby may \
-         have taken over"
-    )]
-    LeaseExpired,
-}
-
-impl MoveError {
-    /// The cause, as in logs and metrics.
-    pub fn cause(&self) -> &'static str {
-        match self {
-            MoveError::Token(_) => "token",
-            MoveError::Hetzner(error) => error.metric_label(),
-            MoveError::LeaseExpired => "lease_expired",
-        }
-    }
-}
-
-/// How a move ended well.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    /// Hetzner's Action succeeded after this long.
-    Moved(Duration),
-    /// Hetzner says the IP was on that server already.
-    AlreadyThere,
-    /// The IP was no longer where the listing had it: nothing sent.
-    Overtaken(Option<i64>),
-}
 
 /// A move that runs.
 #[derive(Debug, Clone)]
@@ -92,13 +57,6 @@ struct Moving {
     /// The `reason` label and the words for logs and Events.
     reason: &'static str,
     why: String,
-}
-
-/// What a move task hands back.
-#[derive(Debug)]
-pub struct Done {
-    floating_ip: i64,
-    result: Result<Ended, MoveError>,
 }
 
 /// What the loop publishes for the mover.
@@ -230,32 +188,28 @@ impl Mover {
                 not_ready: self.not_ready.clone(),
             };
             for pool in &listing.pools {
-                self.decide_pool(
+                let look = Look {
                     settings,
-                    pool,
                     nodes,
-                    &signals,
+                    signals: &signals,
                     metrics,
                     now,
-                    &mut published,
-                );
+                };
+                self.decide_pool(&look, pool, &mut published);
             }
         }
         self.listing = Some(listing);
         published
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn decide_pool(
-        &mut self,
-        settings: &Settings,
-        pool: &FailoverPool,
-        nodes: &NodeView,
-        signals: &Signals,
-        metrics: &Metrics,
-        now: Instant,
-        published: &mut Published,
-    ) {
+    fn decide_pool(&mut self, look: &Look<'_>, pool: &FailoverPool, published: &mut Published) {
+        let Look {
+            settings,
+            nodes,
+            signals,
+            metrics,
+            now,
+        } = *look;
         let after = pool.failover.after;
         let quiet = |node: &NodeFacts| signals.quiet(node, after, now);
         let members = healthy_members(pool, nodes, &quiet);
@@ -507,6 +461,16 @@ impl Mover {
     }
 }
 
+/// What one look at the failover pools reads.
+#[derive(Clone, Copy)]
+struct Look<'a> {
+    settings: &'a Settings,
+    nodes: &'a NodeView,
+    signals: &'a Signals,
+    metrics: &'a Metrics,
+    now: Instant,
+}
+
 /// What tells a quiet Node, at one moment.
 struct Signals {
     renewals: Renewals,
@@ -546,84 +510,4 @@ fn ip_of(pool: &FailoverPool, id: i64) -> String {
         .iter()
         .find(|f| f.id == id)
         .map_or_else(|| format!("{id}"), |f| f.address.to_string())
-}
-
-/// One move: read where the IP is now (a listing may be a minute old),
-/// and only if it is still where the plan saw it, assign it and wait for
-/// the Action. Never an unassign.
-async fn move_one(
-    hetzner: HetznerClient,
-    token: TokenSource,
-    fence: Fence,
-    floating_ip: i64,
-    from: Option<i64>,
-    to: i64,
-) -> Done {
-    let result = async {
-        let token = token.read_async().await?;
-        let holder = hetzner.floating_ip_holder(&token, floating_ip).await?;
-        if holder != from {
-            return Ok(Ended::Overtaken(holder));
-        }
-        if !fence.allows() {
-            return Err(MoveError::LeaseExpired);
-        }
-        match hetzner.assign_floating_ip(&token, floating_ip, to).await? {
-            Assignment::AlreadyThere => Ok(Ended::AlreadyThere),
-            Assignment::Started(action) => {
-                let started = Instant::now();
-                hetzner
-                    .wait_for_action(&token, action, ACTION_POLL, ACTION_LIMIT)
-                    .await?;
-                Ok(Ended::Moved(started.elapsed()))
-            }
-        }
-    }
-    .await;
-    Done {
-        floating_ip,
-        result,
-    }
-}
-
-impl ControlLoop {
-    /// Starts the Node Lease watch once a pool has failover (at start or
-    /// after a reload); it runs until shutdown.
-    pub(super) fn ensure_lease_watch(&self, st: &mut Running) {
-        let wanted = self.settings.pools.iter().any(|p| p.failover.is_some());
-        if !wanted || st.leases.is_some() {
-            return;
-        }
-        let stop = self.shutdown.child_token();
-        let client = self.reconciler.pools().client().clone();
-        st.mover.set_renewals(leases::start(client, stop.clone()));
-        st.leases = Some(stop);
-    }
-
-    /// Starts the moves the failover pools need now.
-    pub(super) fn decide_moves(&mut self, st: &mut Running) -> Flow {
-        let nodes = st.nodes.view();
-        let published = st
-            .mover
-            .decide(&self.settings, &nodes, &self.metrics, Instant::now());
-        self.publish_moves(st, published);
-        Flow::Go
-    }
-
-    /// A move ended: recorded, and the pools looked at again.
-    pub(super) fn on_move_done(&mut self, st: &mut Running, done: Done) -> Flow {
-        let published = st.mover.finish(done, &self.metrics, Instant::now());
-        self.publish_moves(st, published);
-        if st.schedule.leading() {
-            self.decide_moves(st);
-        }
-        Flow::Go
-    }
-
-    fn publish_moves(&self, st: &mut Running, published: Published) {
-        for (pool, event) in published {
-            st.recorder.publish(self.event_target(&pool), vec![event]);
-        }
-        self.health.set_floating_ips(st.mover.holders());
-    }
 }

@@ -1,0 +1,50 @@
+//! The loop's side of failover: the Lease watch started when a pool needs
+//! it, and the handlers that let the mover decide and hear of ended moves.
+
+use tokio::time::Instant;
+
+use super::{Done, Published};
+use crate::run::leases;
+use crate::run::{ControlLoop, Flow, Running};
+
+impl ControlLoop {
+    /// Starts the Node Lease watch once a pool has failover (at start or
+    /// after a reload); it runs until shutdown.
+    pub(in crate::run) fn ensure_lease_watch(&self, st: &mut Running) {
+        let wanted = self.settings.pools.iter().any(|p| p.failover.is_some());
+        if !wanted || st.leases.is_some() {
+            return;
+        }
+        let stop = self.shutdown.child_token();
+        let client = self.reconciler.pools().client().clone();
+        st.mover.set_renewals(leases::start(client, stop.clone()));
+        st.leases = Some(stop);
+    }
+
+    /// Starts the moves the failover pools need now.
+    pub(in crate::run) fn decide_moves(&mut self, st: &mut Running) -> Flow {
+        let nodes = st.nodes.view();
+        let published = st
+            .mover
+            .decide(&self.settings, &nodes, &self.metrics, Instant::now());
+        self.publish_moves(st, published);
+        Flow::Go
+    }
+
+    /// A move ended: recorded, and the pools looked at again.
+    pub(in crate::run) fn on_move_done(&mut self, st: &mut Running, done: Done) -> Flow {
+        let published = st.mover.finish(done, &self.metrics, Instant::now());
+        self.publish_moves(st, published);
+        if st.schedule.leading() {
+            self.decide_moves(st);
+        }
+        Flow::Go
+    }
+
+    fn publish_moves(&self, st: &mut Running, published: Published) {
+        for (pool, event) in published {
+            st.recorder.publish(self.event_target(&pool), vec![event]);
+        }
+        self.health.set_floating_ips(st.mover.holders());
+    }
+}
