@@ -74,7 +74,12 @@ async fn follows_the_healthy_members(release: Release) {
     let nodes: Api<Node> = Api::all(cluster.admin_client());
     create_ready_nodes(&nodes, 1..=4).await;
     let alive = Arc::new(Mutex::new((1..=4).collect::<BTreeSet<i64>>()));
-    let renewing = kubelets(&cluster, alive.clone());
+    let renewing = kubelets(
+        &cluster,
+        alive.clone(),
+        Duration::from_millis(500),
+        Default::default(),
+    );
     let api = pools(&cluster, release.api);
     let (pool_history, pool_task) = record_pool_history(pools(&cluster, release.api));
     let services: Api<Service> = Api::namespaced(cluster.admin_client(), "default");
@@ -98,14 +103,15 @@ async fn follows_the_healthy_members(release: Release) {
     wait_holder(&hetzner, 10, &[3], WITHIN, "holder NotReady").await;
     assert_eq!(hetzner.actions_started(), 1, "only the leader assigns");
 
-    // 2. The new holder's Node is deleted, while each Action runs 4 s: the
-    //    leader is killed right after it assigned. The standby takes over
-    //    (the Lease runs 4 s), lists afresh and finishes the same move:
-    //    one assignment, not two.
+    // 2. The new holder's Node is deleted, while each Action runs 12 s:
+    //    the leader is killed right after it assigned. The standby takes
+    //    over (the Lease runs 4 s) while the Action still runs, lists
+    //    afresh, chooses the same server and meets Hetzner's lock: one
+    //    assignment, not two.
     hetzner.set_action_plan(ActionPlan {
         running_polls: 0,
         error: None,
-        lasts: Duration::from_secs(4),
+        lasts: Duration::from_secs(12),
     });
     nodes
         .delete("node-3", &DeleteParams::default())

@@ -55,7 +55,12 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
     let nodes: Api<Node> = Api::all(cluster.admin_client());
     create_ready_nodes(&nodes, 1..=4).await;
     let alive = Arc::new(Mutex::new((1..=4).collect::<BTreeSet<i64>>()));
-    let renewing = kubelets(&cluster, alive.clone());
+    let renewing = kubelets(
+        &cluster,
+        alive.clone(),
+        Duration::from_millis(500),
+        Default::default(),
+    );
     let edge = json!([{
         "Name": "edge",
         "LabelSelector": "role=edge",

@@ -7,14 +7,18 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use canada_kaktus::config::{self, Failover};
+use canada_kaktus::failover::Renewals;
 use canada_kaktus::failover::{Candidate, FailoverPool, PoolFloatingIp};
 use canada_kaktus::hetzner::{HetznerClient, Location, ServerStatus};
 use canada_kaktus::members::{NodeFacts, NodeView};
 use canada_kaktus::pool::Fence;
 use canada_kaktus::reconcile::FailoverListing;
 use canada_kaktus::run::failover::Mover;
+use canada_kaktus::run::leases::{renew_time, SharedRenewals};
 use canada_kaktus::serve::metrics::Metrics;
-use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner};
+use std::sync::{Arc, Mutex};
+use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner, FakeServer};
+use support::fake_kube::FakeKube;
 use support::in_process::{hcloud_env, quick_options};
 use tokio::time::Instant;
 
@@ -69,13 +73,26 @@ fn nodes(deleting: &[i64]) -> NodeView {
 }
 
 async fn setup() -> (FakeHetzner, Mover, config::Settings) {
+    let (fake, _kube, mover, settings) = setup_with(None).await;
+    (fake, mover, settings)
+}
+
+/// The fake Hetzner (servers 1 to 3, Floating IP 10 on server 1), the
+/// in-memory Kubernetes API the moves read Leases and Nodes from, and a
+/// mover reading `renewals`.
+async fn setup_with(
+    renewals: Option<SharedRenewals>,
+) -> (FakeHetzner, FakeKube, Mover, config::Settings) {
     canada_kaktus::sync::install_crypto_provider();
     let fake = FakeHetzner::start().await;
+    fake.set_servers((1..=3).map(|id| FakeServer::new(id, "192.0.2.1")).collect());
     fake.set_floating_ips(vec![FakeFloatingIp::new(10, "203.0.113.10", Some(1))]);
     support::isolate_working_directory();
     let settings = config::load(None, &hcloud_env(TOKEN, fake.endpoint())).unwrap();
     let client = HetznerClient::new(quick_options(fake.endpoint())).unwrap();
-    (fake, Mover::new(client, Fence::open(), None), settings)
+    let kube = FakeKube::new(&["v2"]);
+    let mover = Mover::new(client, kube.client(), Fence::open(), renewals);
+    (fake, kube, mover, settings)
 }
 
 fn holder(fake: &FakeHetzner) -> Option<i64> {
@@ -151,6 +168,8 @@ async fn while_the_node_watch_fails_nothing_moves() {
     mover.decide(&settings, &view, &metrics, Instant::now());
     assert_eq!(mover.holders()[0].moving_to, None);
     assert_eq!(fake.action_requests().0, 0);
+    // Its recovery brings no Node change: the mover looks again by itself.
+    assert!(mover.wake_at().is_some());
 }
 
 #[tokio::test]
@@ -225,4 +244,73 @@ async fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once(
     assert!(metrics.render().contains(
         r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="unassigned",result="success"} 1"#
     ));
+}
+
+/// A Lease `renewTime` as the watch and the fresh read both give it.
+fn renewed(at: &str) -> String {
+    let lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "node-1"}, "spec": {"renewTime": at}
+    }))
+    .unwrap();
+    renew_time(&lease).unwrap()
+}
+
+#[tokio::test]
+async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
+    // The watch saw node-1's Lease last renewed 30 s ago (FailoverAfter
+    // 20 s): silent. But the Lease as the API server has it now was renewed
+    // since (the watch was stuck): nothing is assigned.
+    let past = Instant::now().checked_sub(Duration::from_secs(30)).unwrap();
+    let mut seen = Renewals::default();
+    seen.set_current_at(true, past);
+    seen.saw("node-1", Some(renewed("2026-11-25T03:00:00.000000Z")), past);
+    for node in ["node-2", "node-3"] {
+        seen.saw(
+            node,
+            Some(renewed("2026-11-25T03:00:29.000000Z")),
+            Instant::now(),
+        );
+    }
+    let shared: SharedRenewals = Arc::new(Mutex::new(seen));
+    let (fake, kube, mut mover, settings) = setup_with(Some(shared)).await;
+    kube.set_lease("node-1", "2026-11-25T03:00:30.000000Z");
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    assert!(
+        mover.holders()[0].moving_to.is_some(),
+        "the view says silent"
+    );
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.action_requests().0, 0, "nothing assigned");
+    assert_eq!(holder(&fake), Some(1));
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="silent",result="holder_back"} 1"#
+    ));
+    // The Lease as the API server has it is the one the watch saw: silent
+    // indeed, the IP moves (after the backoff the last look earned).
+    kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
+    let later = Instant::now() + Duration::from_secs(6);
+    mover.decide(&settings, &nodes(&[]), &metrics, later);
+    let done = mover.next_done().await.expect("the second move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
+}
+
+#[tokio::test]
+async fn a_holder_a_listing_missed_is_read_fresh_and_keeps_its_ip_while_it_runs() {
+    // Offset paging hid server 1 from the listing: gone, by the listing.
+    // Hetzner says it runs: nothing is assigned.
+    let (fake, _kube, mut mover, settings) = setup_with(None).await;
+    let metrics = Metrics::new();
+    let mut missed = listing(Some(1));
+    missed.pools[0].candidates.retain(|c| c.id != 1);
+    mover.set_listing(missed);
+    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.server_requests(), 1);
+    assert_eq!(fake.action_requests().0, 0, "nothing assigned");
+    assert_eq!(holder(&fake), Some(1));
 }

@@ -199,7 +199,7 @@ fn default_values_render_the_objects_deploy_installs() {
     assert!(from_kustomize
         .remove(&("Namespace".into(), String::new(), RELEASE_NAMESPACE.into()))
         .is_some());
-    assert_eq!(from_kustomize.len(), 9, "{:?}", from_kustomize.keys());
+    assert_eq!(from_kustomize.len(), 11, "{:?}", from_kustomize.keys());
     assert_eq!(
         from_helm.keys().collect::<Vec<_>>(),
         from_kustomize.keys().collect::<Vec<_>>(),

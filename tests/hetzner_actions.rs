@@ -43,7 +43,10 @@ fn token() -> SecretString {
 
 /// Assigns `fip` to `server` and waits for the Action.
 async fn mv(client: &HetznerClient, fip: i64, server: i64) -> Result<Assignment, HetznerError> {
-    match client.assign_floating_ip(&token(), fip, server).await? {
+    match client
+        .assign_floating_ip(&token(), fip, server, &|| true)
+        .await?
+    {
         Assignment::Started(action) => {
             let done = client
                 .wait_for_action(&token(), action, POLL, LIMIT)
@@ -63,7 +66,10 @@ async fn an_assignment_holds_only_once_its_action_succeeded() {
         error: None,
         ..ActionPlan::default()
     });
-    let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    let Assignment::Started(action) = client
+        .assign_floating_ip(&token(), 7, 2, &|| true)
+        .await
+        .unwrap()
     else {
         panic!("an assignment to another server starts an Action");
     };
@@ -180,7 +186,10 @@ async fn an_action_still_running_at_the_limit_is_reported_as_timed_out() {
         error: None,
         ..ActionPlan::default()
     });
-    let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    let Assignment::Started(action) = client
+        .assign_floating_ip(&token(), 7, 2, &|| true)
+        .await
+        .unwrap()
     else {
         panic!("started");
     };
@@ -199,7 +208,7 @@ async fn an_action_still_running_at_the_limit_is_reported_as_timed_out() {
 async fn a_floating_ip_that_is_gone_is_not_taken_for_a_wrong_endpoint() {
     let (_fake, client) = fake().await;
     let error = client
-        .assign_floating_ip(&token(), 99, 2)
+        .assign_floating_ip(&token(), 99, 2, &|| true)
         .await
         .unwrap_err();
     let text = error.to_string();
@@ -269,11 +278,17 @@ async fn texts_hetzner_echoes_lose_the_token_and_are_shortened() {
 #[tokio::test]
 async fn a_second_assignment_while_the_first_runs_meets_the_lock() {
     let (fake, client) = fake().await;
-    let Assignment::Started(first) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    let Assignment::Started(first) = client
+        .assign_floating_ip(&token(), 7, 2, &|| true)
+        .await
+        .unwrap()
     else {
         panic!("started");
     };
-    let error = client.assign_floating_ip(&token(), 7, 3).await.unwrap_err();
+    let error = client
+        .assign_floating_ip(&token(), 7, 3, &|| true)
+        .await
+        .unwrap_err();
     assert!(matches!(error, HetznerError::Locked { .. }), "{error:?}");
     assert_eq!(
         fake.action_requests().0,
@@ -312,7 +327,10 @@ async fn an_action_that_ends_by_the_clock_assigns_also_when_nobody_polls() {
         error: None,
         lasts: Duration::from_millis(300),
     });
-    let Assignment::Started(action) = client.assign_floating_ip(&token(), 7, 2).await.unwrap()
+    let Assignment::Started(action) = client
+        .assign_floating_ip(&token(), 7, 2, &|| true)
+        .await
+        .unwrap()
     else {
         panic!("expected an Action");
     };
@@ -329,4 +347,21 @@ async fn an_action_that_ends_by_the_clock_assigns_also_when_nobody_polls() {
     .await;
     assert!(moved.is_ok(), "the Action never ended by the clock");
     assert_eq!(fake.action_requests().1, 1, "one poll only");
+}
+
+#[tokio::test]
+async fn a_write_asks_the_fence_before_every_attempt() {
+    // The first attempt meets a lock; before the retry the fence closed
+    // (the Lease ran out): nothing more is sent.
+    let (fake, client) = fake().await;
+    fake.fail_assignments(&[(423, "locked", "there is already an Action running")]);
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let may_send = || asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+    let error = client
+        .assign_floating_ip(&token(), 7, 2, &may_send)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, HetznerError::Fenced), "{error}");
+    assert_eq!(fake.action_requests().0, 1, "one attempt, no retry");
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

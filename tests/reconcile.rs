@@ -12,7 +12,9 @@ use canada_kaktus::pool::WriteReason;
 use canada_kaktus::pool::{Fence, PoolClient};
 use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
-use support::fake_hetzner::{numbered_servers, Directive, FakeHetzner, FakeServer, Fault};
+use support::fake_hetzner::{
+    numbered_servers, Directive, FakeFloatingIp, FakeHetzner, FakeServer, Fault,
+};
 use support::fake_kube::FakeKube;
 use support::in_process::{quick_options, quick_retry};
 use support::single;
@@ -700,4 +702,35 @@ async fn every_listing_hands_the_failover_pools_over_also_none() {
     let listing = reconciler.take_failover().expect("a listing for the mover");
     assert!(listing.pools.is_empty());
     assert!(reconciler.take_failover().is_none(), "handed over once");
+}
+
+/// The mover gets only the Floating IPs a failover pool holds after the
+/// write: one a foreign pool covers is withheld from the pool, and so it is
+/// none of the mover's business (another tool may move it).
+#[tokio::test]
+async fn a_floating_ip_the_gate_withheld_is_not_handed_to_the_mover() {
+    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "192.168.1.101").with_label("role", "edge")
+    ]);
+    hetzner.set_floating_ips(vec![
+        FakeFloatingIp::new(10, "203.0.113.10", Some(1)).with_label("pool", "edge"),
+        FakeFloatingIp::new(11, "203.0.113.11", Some(1)).with_label("pool", "edge"),
+    ]);
+    kube.insert_pool(
+        "theirs",
+        json!({
+            "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+            "metadata": {"name": "theirs"},
+            "spec": {"blocks": [{"cidr": "203.0.113.11/32"}]}
+        }),
+    );
+    let pools = r#"[{"Name": "covidnetes-pool", "LabelSelector": "role=edge",
+        "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge",
+        "FloatingIpFailover": true}]"#;
+    let settings = settings(&hetzner, &[("CANADA_KAKTUS_POOLS", pools)]);
+    reconciler.full(&settings).await.unwrap();
+    let listing = reconciler.take_failover().expect("a listing for the mover");
+    let ips: Vec<i64> = listing.pools[0].floating_ips.iter().map(|f| f.id).collect();
+    assert_eq!(ips, [10], "only the Floating IP the pool holds");
 }

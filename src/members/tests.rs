@@ -386,3 +386,39 @@ fn a_failover_pool_owns_its_floating_ips_before_any_earlier_pool() {
     assert_eq!(got[0].claimed[0].by, "fip");
     assert_eq!(got[1].addresses, ips(&["203.0.113.1"]));
 }
+
+#[test]
+fn an_ipv6_floating_ip_belongs_to_one_failover_pool_whatever_the_host_parts() {
+    let servers = [server(1, Some("192.0.2.1"))];
+    let floating = [FloatingIp {
+        id: 6,
+        name: "fip-6".into(),
+        address: FloatingAddress::V6(Ipv6Net::parse("2001:db8:f::/64", false).unwrap()),
+        blocked: false,
+        server: Some(1),
+        labels: BTreeMap::new(),
+        home_location: None,
+    }];
+    let all = Listed {
+        prefiltered: true,
+        floating_ips: &floating,
+        ..listed(&servers)
+    };
+    let failover = |name: &str, host: &str| {
+        let mut pool = pool(name, "x", &[AddressKind::FloatingIp]);
+        pool.floating_ip_selector = Some("!none".parse().unwrap());
+        pool.ipv6_host_part = host.parse().unwrap();
+        pool.failover = Some(crate::config::Failover {
+            after: std::time::Duration::from_secs(20),
+            moves_per_minute: 10,
+        });
+        pool
+    };
+    let got = split(
+        &[failover("a", "::1"), failover("b", "::2")],
+        all,
+        &NodeView::default(),
+    );
+    assert_eq!(got[0].addresses, ips(&["2001:db8:f::1"]));
+    assert!(got[1].addresses.is_empty(), "{:?}", got[1]);
+}

@@ -52,6 +52,10 @@ struct State {
     /// Every pool's `spec.blocks` after each successful PATCH, in order,
     /// once [`FakeKube::record_snapshots`] asked for them.
     snapshots: Option<Vec<BTreeMap<String, Value>>>,
+    /// Objects a single GET reads: Node Leases in kube-node-lease and
+    /// Nodes, by name (the lists stay empty).
+    leases: BTreeMap<String, Value>,
+    nodes: BTreeMap<String, Value>,
 }
 
 #[derive(Clone)]
@@ -76,6 +80,8 @@ impl FakeKube {
                 events: Vec::new(),
                 delete_after_read: None,
                 snapshots: None,
+                leases: BTreeMap::new(),
+                nodes: BTreeMap::new(),
             })),
         }
     }
@@ -153,6 +159,11 @@ impl FakeKube {
                     status_body(403, "Forbidden", "nodes is forbidden"),
                 ))
             }
+            ("GET", ["api", "v1", "nodes", name]) => Some(named(state.nodes.get(*name))),
+            (
+                "GET",
+                ["apis", "coordination.k8s.io", "v1", "namespaces", "kube-node-lease", "leases", name],
+            ) => Some(named(state.leases.get(*name))),
             ("GET", ["api", "v1", "nodes"]) => Some((
                 StatusCode::OK,
                 json!({"kind": "NodeList", "apiVersion": "v1",
@@ -180,6 +191,32 @@ impl FakeKube {
             }
             _ => None,
         }
+    }
+
+    /// The Lease of Node `name` in kube-node-lease, renewed at `renew_time`
+    /// (a MicroTime), for a single GET.
+    pub fn set_lease(&self, name: &str, renew_time: &str) {
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "renewTime": renew_time}});
+        self.state
+            .lock()
+            .unwrap()
+            .leases
+            .insert(name.to_owned(), lease);
+    }
+
+    /// Node `name` (Hetzner server `id`), Ready or not, for a single GET.
+    pub fn set_node(&self, name: &str, id: i64, ready: bool) {
+        let node = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name}, "spec": {"providerID": format!("hcloud://{id}")},
+            "status": {"conditions": [{"type": "Ready",
+                "status": if ready { "True" } else { "False" }}]}});
+        self.state
+            .lock()
+            .unwrap()
+            .nodes
+            .insert(name.to_owned(), node);
     }
 
     /// Answers every Node list with 403, so the Node watch never lists.
@@ -299,6 +336,17 @@ impl FakeKube {
             }
             _ => not_found(),
         }
+    }
+}
+
+/// An object a single GET found, or the API server's 404.
+fn named(object: Option<&Value>) -> (StatusCode, Value) {
+    match object {
+        Some(object) => (StatusCode::OK, object.clone()),
+        None => (
+            StatusCode::NOT_FOUND,
+            status_body(404, "NotFound", "not found"),
+        ),
     }
 }
 

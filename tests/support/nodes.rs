@@ -3,7 +3,7 @@
 //! as the kubelet sets it, and kubelets renewing their Leases in
 //! `kube-node-lease`. Also where the fake Hetzner says a Floating IP is.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,12 +39,16 @@ pub async fn create_ready_nodes(nodes: &Api<Node>, ids: impl IntoIterator<Item =
 }
 
 /// Sets node-`id`'s `Ready` condition through the status subresource, as
-/// the kubelet does.
+/// the kubelet and the node controller do (with the transition's time).
 pub async fn set_ready(nodes: &Api<Node>, id: i64, ready: bool) {
+    let now = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
     let status = json!({"status": {"conditions": [{
         "type": "Ready",
         "status": if ready { "True" } else { "False" },
         "reason": "Test",
+        "lastTransitionTime": now,
     }]}});
     nodes
         .patch_status(
@@ -71,11 +75,17 @@ fn now_micro() -> String {
     )
 }
 
-/// The kubelets: every 500 ms each Node in `alive` renews its Lease in
-/// kube-node-lease (a kubelet does every 10 s). Abort the task to stop.
+/// When each Node's Lease was last renewed by [`kubelets`].
+pub type LastRenewals = Arc<Mutex<HashMap<i64, Instant>>>;
+
+/// The kubelets: every `every` each Node in `alive` renews its Lease in
+/// kube-node-lease (a kubelet does every 10 s), noting when in `last`.
+/// Abort the task to stop.
 pub fn kubelets(
     cluster: &TestCluster,
     alive: Arc<Mutex<BTreeSet<i64>>>,
+    every: Duration,
+    last: LastRenewals,
 ) -> tokio::task::JoinHandle<()> {
     let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), "kube-node-lease");
     tokio::spawn(async move {
@@ -97,8 +107,9 @@ pub fn kubelets(
                     )
                     .await
                     .unwrap();
+                last.lock().unwrap().insert(id, Instant::now());
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(every).await;
         }
     })
 }

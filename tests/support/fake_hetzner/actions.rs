@@ -67,6 +67,7 @@ pub(super) struct Actions {
     pub(super) assign_requests: usize,
     pub(super) action_requests: usize,
     pub(super) holder_requests: usize,
+    pub(super) server_requests: usize,
 }
 
 impl Actions {
@@ -126,6 +127,30 @@ fn finish(state: &mut FakeState, id: i64) {
     if ok {
         if let Some(assigned) = state.floating_ips.iter_mut().find(|f| f.id == fip) {
             assigned.server = Some(server);
+        }
+    }
+}
+
+/// `GET /v1/servers/{id}`: the server as a listing shows it, or 404.
+pub(super) struct ServerResponder {
+    pub(super) state: Arc<Mutex<FakeState>>,
+}
+
+impl Respond for ServerResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        state.actions.server_requests += 1;
+        let id: Option<i64> = request
+            .url
+            .path_segments()
+            .and_then(|mut s| s.nth(2))
+            .and_then(|id| id.parse().ok());
+        match state.servers.iter().position(|s| Some(s.id) == id) {
+            Some(at) => ResponseTemplate::new(200).set_body_raw(
+                format!("{{\"server\":{}}}", state.rendered[at]),
+                "application/json",
+            ),
+            None => error_response(404, Some("not_found"), "server not found", None),
         }
     }
 }

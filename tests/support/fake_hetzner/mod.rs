@@ -230,6 +230,13 @@ impl FakeHetzner {
             .mount(&self.server)
             .await;
         Mock::given(method("GET"))
+            .and(path_regex(r"^/v1/servers/[0-9]+$"))
+            .respond_with(actions::ServerResponder {
+                state: Arc::clone(&self.state),
+            })
+            .mount(&self.server)
+            .await;
+        Mock::given(method("GET"))
             .and(path_regex(r"^/v1/floating_ips/[0-9]+$"))
             .respond_with(actions::FloatingIpResponder {
                 state: Arc::clone(&self.state),
@@ -342,6 +349,11 @@ impl FakeHetzner {
     /// Actions started (assignments Hetzner accepted) so far.
     pub fn actions_started(&self) -> usize {
         self.lock().actions.started()
+    }
+
+    /// `GET /servers/{id}` requests served so far.
+    pub fn server_requests(&self) -> usize {
+        self.lock().actions.server_requests
     }
 
     /// `GET /floating_ips/{id}` requests served so far.
