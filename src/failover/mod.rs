@@ -102,7 +102,8 @@ pub fn plan(floating_ips: &[FloatingIpState], members: &[Member], allowed: usize
     ordered.sort_by_key(|fip| fip.id);
     let mut plan = Plan::default();
     for fip in ordered {
-        if settled_on(fip, &held).is_some() {
+        // A move runs: left alone until it ended (counted for its target).
+        if fip.moving_to.is_some() || settled_on(fip, &held).is_some() {
             continue;
         }
         let reason = match fip.holder {
@@ -128,10 +129,10 @@ pub fn plan(floating_ips: &[FloatingIpState], members: &[Member], allowed: usize
     plan
 }
 
-/// The member `fip` stays with: its holder while that is a member, else
-/// the member a running move takes it to; `None` when it must move.
+/// The member `fip` stays with: the member a running move takes it to,
+/// else its holder while that is a member; `None` when it must move.
 fn settled_on(fip: &FloatingIpState, members: &BTreeMap<i64, usize>) -> Option<i64> {
-    [fip.holder, fip.moving_to]
+    [fip.moving_to, fip.holder]
         .into_iter()
         .flatten()
         .find(|server| members.contains_key(server))

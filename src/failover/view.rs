@@ -336,27 +336,24 @@ impl Renewals {
         self.seen.retain(|name, _| nodes.contains(name));
     }
 
-    /// Whether the Lease of `node` was not renewed for `after` at `now`,
-    /// while the watch saw another Lease renewed after that deadline (so
-    /// the watch still delivers: a stuck watch makes no Node silent).
-    /// Unknown is not silent: a Node without a Lease, a watch that has not
-    /// listed or fails (NotReady still counts).
+    /// Whether the Lease of `node` was not renewed for `after` at `now`, as
+    /// the watch shows it. Unknown is not silent: a Node without a Lease, a
+    /// watch that has not listed or fails (NotReady still counts). A watch
+    /// that stopped delivering without an error would make every Node look
+    /// silent: a move reads the Lease fresh before it assigns
+    /// (`run::failover`), and the renewal it finds there wins.
     pub fn silent(&self, node: &str, after: Duration, now: Instant) -> bool {
-        self.deadline(node, after)
-            .is_some_and(|due| due <= now && self.last_renewal() >= Some(due))
+        self.deadline(node, after).is_some_and(|due| due <= now)
     }
 
-    /// When to look at `node` again: its deadline, or (past it, while no
-    /// later renewal was seen) in a moment.
+    /// When `node` turns silent, if it has not yet and the watch is current.
     pub fn silent_at(&self, node: &str, after: Duration, now: Instant) -> Option<Instant> {
-        let due = self.deadline(node, after)?;
-        if due > now {
-            Some(due)
-        } else if self.silent(node, after, now) {
-            None
-        } else {
-            Some(now + RECHECK)
-        }
+        self.deadline(node, after).filter(|due| *due > now)
+    }
+
+    /// The `renewTime` of `node`'s Lease as the watch saw it last.
+    pub fn renew_time(&self, node: &str) -> Option<&str> {
+        self.seen.get(node)?.0.as_deref()
     }
 
     /// When `node` turns silent without a renewal; `None` when unknown.
@@ -366,15 +363,7 @@ impl Renewals {
         }
         self.seen.get(node).map(|(_, at)| *at + after)
     }
-
-    fn last_renewal(&self) -> Option<Instant> {
-        self.seen.values().map(|(_, at)| *at).max()
-    }
 }
-
-/// How soon a Lease past its deadline is looked at again while no later
-/// renewal confirms that the watch still delivers.
-const RECHECK: Duration = Duration::from_millis(250);
 
 #[cfg(test)]
 mod tests;

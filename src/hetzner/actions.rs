@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::{
     bearer, scrub, shorten, without_values, HetznerClient, HetznerError, ListingCost, Request,
-    MAX_MESSAGE_CHARS,
+    ServerStatus, MAX_MESSAGE_CHARS,
 };
 use reqwest::Url;
 
@@ -83,6 +83,7 @@ impl HetznerClient {
         method: Method,
         url: &Url,
         body: Option<&[u8]>,
+        may_send: Option<&(dyn Fn() -> bool + Sync)>,
     ) -> Result<Vec<u8>, HetznerError> {
         let authorization = bearer(token)?;
         let request = Request {
@@ -93,6 +94,7 @@ impl HetznerClient {
             label_selector: "",
             page: 0,
             body,
+            may_send,
         };
         let mut cost = ListingCost::default();
         Ok(self.fetch_page(&request, &mut cost).await?.body)
@@ -101,17 +103,27 @@ impl HetznerClient {
     /// `POST /floating_ips/{id}/actions/assign` to `server`. Never an
     /// unassign first: the IP keeps working on its old server until the
     /// new one has it.
+    /// `may_send` is asked before every attempt (the first and each one
+    /// after a lock, a conflict or the rate limit): `false` sends nothing
+    /// more ([`HetznerError::Fenced`]).
     pub async fn assign_floating_ip(
         &self,
         token: &SecretString,
         floating_ip: i64,
         server: i64,
+        may_send: &(dyn Fn() -> bool + Sync),
     ) -> Result<Assignment, HetznerError> {
         let id = floating_ip.to_string();
         let url = self.api_url(&["floating_ips", &id, "actions", "assign"]);
         let body = serde_json::json!({ "server": server }).to_string();
         match self
-            .send_single(token, Method::POST, &url, Some(body.as_bytes()))
+            .send_single(
+                token,
+                Method::POST,
+                &url,
+                Some(body.as_bytes()),
+                Some(may_send),
+            )
             .await
         {
             Ok(answer) => Ok(Assignment::Started(decode_action(&answer, token)?)),
@@ -142,7 +154,9 @@ impl HetznerClient {
         }
         let id = floating_ip.to_string();
         let url = self.api_url(&["floating_ips", &id]);
-        let answer = self.send_single(token, Method::GET, &url, None).await?;
+        let answer = self
+            .send_single(token, Method::GET, &url, None, None)
+            .await?;
         let document: Document =
             serde_json::from_slice(&answer).map_err(|error| HetznerError::Decode {
                 list: "floating IP",
@@ -152,11 +166,47 @@ impl HetznerClient {
         Ok(document.floating_ip.server)
     }
 
+    /// `GET /servers/{id}`: the server's status now; `None` when Hetzner
+    /// has no such server (404). A move reads it before it takes an IP
+    /// from a server a listing showed gone or stopped (offset paging can
+    /// hide a server from a listing).
+    pub async fn server_status(
+        &self,
+        token: &SecretString,
+        server: i64,
+    ) -> Result<Option<ServerStatus>, HetznerError> {
+        #[derive(Deserialize)]
+        struct Document {
+            server: Status,
+        }
+        #[derive(Deserialize)]
+        struct Status {
+            #[serde(default)]
+            status: String,
+        }
+        let id = server.to_string();
+        let url = self.api_url(&["servers", &id]);
+        let answer = match self.send_single(token, Method::GET, &url, None, None).await {
+            Ok(answer) => answer,
+            Err(HetznerError::UnexpectedStatus { status: 404, .. }) => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let document: Document =
+            serde_json::from_slice(&answer).map_err(|error| HetznerError::Decode {
+                list: "server",
+                page: 0,
+                reason: without_values(&error.to_string()),
+            })?;
+        Ok(Some(ServerStatus::parse(&document.server.status)))
+    }
+
     /// `GET /actions/{id}`.
     pub async fn action(&self, token: &SecretString, id: i64) -> Result<Action, HetznerError> {
         let id = id.to_string();
         let url = self.api_url(&["actions", &id]);
-        let answer = self.send_single(token, Method::GET, &url, None).await?;
+        let answer = self
+            .send_single(token, Method::GET, &url, None, None)
+            .await?;
         decode_action(&answer, token)
     }
 

@@ -5,10 +5,10 @@
 //! texts in `error`, what each listing decodes and keeps in `listings`.
 
 use super::{
-    error_chain, jitter, listing_wait, message_text, next_page, parse_api_error, parse_endpoint,
-    rate_limit_wait, retry_delay, Collection, HetznerError, HetznerOptions, ListingCost,
-    PageResponse, Pagination, PagingCheck, RateLimit, ReadError, RequestBudget, RetryPolicy,
-    RetryReason, TransportKind, Waiter, PER_PAGE,
+    bearer, error_chain, jitter, listing_wait, message_text, next_page, parse_api_error,
+    parse_endpoint, rate_limit_wait, retry_delay, Collection, HetznerError, HetznerOptions,
+    ListingCost, PageResponse, Pagination, PagingCheck, RateLimit, ReadError, Request,
+    RequestBudget, RetryPolicy, RetryReason, TransportKind, Waiter, PER_PAGE,
 };
 use crate::sync::lock;
 use crate::vocab::SecretString;
@@ -173,6 +173,7 @@ impl HetznerClient {
                 label_selector,
                 page,
                 body: None,
+                may_send: None,
             };
             let response = self.fetch_page(&request, &mut cost).await?;
             cost.pages += 1;
@@ -264,6 +265,9 @@ impl HetznerClient {
         let mut retries: u32 = 0;
         loop {
             cost.throttled += self.throttle(page).await?;
+            if request.may_send.is_some_and(|may| !may()) {
+                return Err(HetznerError::Fenced);
+            }
             cost.requests = cost.requests.saturating_add(1);
             let result = self.send_once(request).await;
             let rate_limit = match &result {
@@ -543,29 +547,6 @@ impl HetznerClient {
 
 /// Builds the `Authorization` header value, marked sensitive so that header
 /// dumps (e.g. `Debug` of a request) show it redacted.
-/// One request: a page of a listing (`page` from 1, with the paging query)
-/// or a single request (`page` 0: an action, or an assignment with `body`).
-#[derive(Clone, Copy)]
-pub(super) struct Request<'a> {
-    pub(super) method: &'a Method,
-    pub(super) url: &'a Url,
-    pub(super) authorization: &'a HeaderValue,
-    pub(super) secret: &'a str,
-    pub(super) label_selector: &'a str,
-    pub(super) page: u32,
-    /// A JSON body (writes only).
-    pub(super) body: Option<&'a [u8]>,
-}
-
-pub(super) fn bearer(token: &SecretString) -> Result<HeaderValue, HetznerError> {
-    // Tokens read from files or Secrets often end with a newline, which is
-    // never part of a Hetzner token but would make the header invalid.
-    let mut value = HeaderValue::try_from(format!("Bearer {}", token.expose().trim()))
-        .map_err(|_| HetznerError::InvalidToken)?;
-    value.set_sensitive(true);
-    Ok(value)
-}
-
 pub(super) async fn read_body(
     mut response: reqwest::Response,
     page: u32,

@@ -79,6 +79,12 @@ pub enum HetznerError {
         waited_secs: u64,
     },
 
+    #[error(
+        "this replica's leader Lease ran out before the write was sent (again); nothing more \
+         sent, a standby may have taken over"
+    )]
+    Fenced,
+
     #[error("{}", forbidden_text(code, message))]
     Forbidden { code: String, message: String },
 
@@ -218,6 +224,7 @@ impl HetznerError {
             HetznerError::Locked { .. } => "locked",
             HetznerError::ActionFailed { .. } => "action_failed",
             HetznerError::ActionTimedOut { .. } => "action_timeout",
+            HetznerError::Fenced => "lease_expired",
             HetznerError::Forbidden { .. } => "forbidden",
             HetznerError::NotFound { .. } => "not_found",
             HetznerError::InvalidLabelSelector { .. } => "invalid_label_selector",

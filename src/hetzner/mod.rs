@@ -15,12 +15,14 @@ mod error;
 mod listings;
 mod model;
 mod page;
+mod request;
 mod retry;
 pub use client::*;
 pub use endpoint::*;
 pub use error::*;
 pub use model::*;
 pub use page::*;
+use request::*;
 pub use retry::*;
 
 use std::time::Duration;

@@ -149,14 +149,15 @@ pub fn members(
         record,
     };
     // A failover pool's Floating IPs are its own before any other pool's:
-    // a move onto a server another pool takes must not hand one over.
+    // a move onto a server another pool takes must not hand one over. Each
+    // belongs to the first failover pool that selects it (by ID: with
+    // other host parts, an IPv6 one gives two pools two addresses).
+    let owners = failover_owners(pools, listed.floating_ips);
     if split.several {
-        for (index, pool) in pools.iter().enumerate() {
-            if pool.failover.is_none() {
-                continue;
-            }
-            for (address, blocked) in failover_addresses(pool, listed.floating_ips) {
-                if !(blocked && policy == BlockedAddresses::Drop) {
+        for fip in listed.floating_ips {
+            if let Some(&index) = owners.get(&fip.id) {
+                if !(fip.blocked && policy == BlockedAddresses::Drop) {
+                    let address = floating_address(&pools[index], fip);
                     split.taken.entry(address).or_insert(index);
                 }
             }
@@ -210,16 +211,19 @@ pub fn members(
             }
             note_public_ipv4(pool, server, found.is_empty(), &mut members);
         }
-        if pool.failover.is_some() {
-            for (address, blocked) in failover_addresses(pool, listed.floating_ips) {
-                if blocked {
-                    members.blocked.push(address);
-                    if policy == BlockedAddresses::Drop {
-                        continue;
-                    }
+        let owned = listed
+            .floating_ips
+            .iter()
+            .filter(|fip| owners.get(&fip.id) == Some(&index));
+        for fip in owned {
+            let address = floating_address(pool, fip);
+            if fip.blocked {
+                members.blocked.push(address);
+                if policy == BlockedAddresses::Drop {
+                    continue;
                 }
-                split.claim(pools, index, address, &mut members);
             }
+            split.claim(pools, index, address, &mut members);
         }
         result.push(members);
     }
@@ -416,7 +420,7 @@ fn addresses_of(
                 }
             }
             // A failover pool holds its Floating IPs whatever server has
-            // them (`failover_addresses`), not through a server.
+            // them (`failover_owners`), not through a server.
             AddressKind::FloatingIp if pool.failover.is_none() => {
                 for fip in floating.get(&server.id).into_iter().flatten() {
                     if selects(pool, fip) {
@@ -445,18 +449,20 @@ pub fn floating_address(pool: &PoolConfig, fip: &FloatingIp) -> IpAddr {
     }
 }
 
-/// The addresses of a failover pool's Floating IPs (those its selector
-/// selects, assigned to any server or to none), in listing order, each with
-/// whether Hetzner reports it blocked. They stay in the pool while a holder
-/// leaves: the pool keeps the address and the controller moves the IP.
-pub fn failover_addresses<'a>(
-    pool: &'a PoolConfig,
-    floating_ips: &'a [FloatingIp],
-) -> impl Iterator<Item = (IpAddr, bool)> + 'a {
-    floating_ips
-        .iter()
-        .filter(|fip| selects(pool, fip))
-        .map(|fip| (floating_address(pool, fip), fip.blocked))
+/// The failover pool (its index) each Floating IP belongs to: the first
+/// failover pool whose `FloatingIpSelector` selects it. Such a pool holds
+/// its Floating IPs whatever server has them, or none: the pool keeps the
+/// address while the controller moves the IP.
+fn failover_owners(pools: &[PoolConfig], floating_ips: &[FloatingIp]) -> HashMap<i64, usize> {
+    let mut owners = HashMap::new();
+    for (index, pool) in pools.iter().enumerate() {
+        if pool.failover.is_some() {
+            for fip in floating_ips.iter().filter(|fip| selects(pool, fip)) {
+                owners.entry(fip.id).or_insert(index);
+            }
+        }
+    }
+    owners
 }
 
 /// The server's attachment to the private network the pool takes; a

@@ -179,19 +179,14 @@ impl Reconciler {
             Some(&mut record),
         );
         warn_about(settings, &rendered);
-        // Handed to the mover also without failover pools: a reload that
-        // turned failover off must stop it.
         let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
-        self.failover = Some(FailoverListing {
-            started,
-            pools: failover_pools(
-                &settings.pools,
-                &held,
-                &listing.servers,
-                listing.prefiltered,
-                &listing.floating_ips,
-            ),
-        });
+        let mut failover = failover_pools(
+            &settings.pools,
+            &held,
+            &listing.servers,
+            listing.prefiltered,
+            &listing.floating_ips,
+        );
         let mut requests = listing.requests;
         drop(listing);
         let mut all = self.pools.list_all(&resource).await?;
@@ -223,6 +218,19 @@ impl Reconciler {
             )
             .await?;
         self.last_listing = Some(record);
+        // The mover moves only what each pool holds after the write (not
+        // what the gate withheld: a foreign pool's, or one a pool of ours
+        // still has). Handed over also without failover pools: a reload
+        // that turned failover off must stop it.
+        for pool in &mut failover {
+            let kept = self.last_desired(&pool.pool).map(|d| &d.addresses);
+            pool.floating_ips
+                .retain(|fip| kept.is_some_and(|kept| kept.contains(&fip.address)));
+        }
+        self.failover = Some(FailoverListing {
+            started,
+            pools: failover,
+        });
         Ok(outcomes)
     }
 

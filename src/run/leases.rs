@@ -26,7 +26,8 @@ pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The watch's renewals, shared with the loop.
 pub type SharedRenewals = Arc<Mutex<Renewals>>;
 
-fn renew_time(lease: &Lease) -> Option<String> {
+/// A Lease's `renewTime` as text (what changes with every renewal).
+pub fn renew_time(lease: &Lease) -> Option<String> {
     lease
         .spec
         .as_ref()

@@ -245,8 +245,12 @@ impl ControlLoop {
             self.metrics.clone(),
         );
         self.reconciler.set_fence(leadership.fence());
-        let mover =
-            failover::Mover::new(self.reconciler.hetzner().clone(), leadership.fence(), None);
+        let mover = failover::Mover::new(
+            self.reconciler.hetzner().clone(),
+            client.clone(),
+            leadership.fence(),
+            None,
+        );
         let term = *leadership.term.borrow_and_update();
         self.metrics.set_leader(term.leading);
         if !term.leading {
@@ -438,6 +442,7 @@ impl ControlLoop {
         }
         st.config.snapshot = current;
         let path = st.config.path.clone();
+        let before = Arc::clone(&self.settings);
         let reloaded = match self.unusable_config_file(&st.config.snapshot, &path) {
             Some(problem) => {
                 error!(path = %path.display(), error = %problem, "config reload rejected; keeping the previous config");
@@ -454,11 +459,16 @@ impl ControlLoop {
                 self.settings.pools.iter().map(|p| p.name.clone()).collect();
             st.schedule.on_reload(self.clocks(), &names, Instant::now());
             st.pool_watches.retain(|name, _| names.contains(name));
-            // Moves wait for the listing the reload brings, with the new
-            // pools and the new client.
-            st.mover.reset();
+            // New pools or another API: moves wait for the listing the
+            // reload brings. Any reload: later moves use the new client.
+            if before.pools != self.settings.pools
+                || before.hcloud_endpoint != self.settings.hcloud_endpoint
+                || before.token != self.settings.token
+            {
+                st.mover.reset();
+                self.health.set_floating_ips(st.mover.holders());
+            }
             st.mover.set_hetzner(self.reconciler.hetzner().clone());
-            self.health.set_floating_ips(st.mover.holders());
             self.ensure_lease_watch(st);
         }
         Flow::Go

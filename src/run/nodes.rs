@@ -175,19 +175,19 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
         let mut relist = None;
         let mut initialised = false;
         let mut failing = false;
+        // The view was marked not current and not sent fresh since.
+        let mut stale = false;
         loop {
             let item = tokio::select! {
                 _ = tx.closed() => return,
                 item = stream.next() => item,
             };
             let Some(item) = item else { return };
-            let mut recovered = false;
             let event = match item {
                 Ok(event) => {
                     if failing {
                         info!("watching Nodes works again");
                         failing = false;
-                        recovered = true;
                     }
                     event
                 }
@@ -198,10 +198,18 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
                         failing = true;
                         // What the view says may be old now.
                         view_tx.send_modify(|view| Arc::make_mut(view).current = false);
+                        stale = true;
                     }
                     continue;
                 }
             };
+            // After an error the watch resumes, or lists again: the view is
+            // current again after a resumed event or a finished list, not
+            // in the middle of a list (`known` is the old state until then).
+            let recovered = stale && !matches!(event, Event::Init | Event::InitApply(_));
+            if recovered {
+                stale = false;
+            }
             let was_initialised = initialised;
             let change = fold(event, &mut known, &mut relist, &mut initialised);
             if initialised && !was_initialised {

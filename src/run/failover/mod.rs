@@ -37,7 +37,7 @@ use super::leases::SharedRenewals;
 mod handlers;
 mod task;
 
-use task::{move_one, Ended};
+use task::{evidence_of, move_one, Clients, Ended, Evidence, Move};
 pub use task::{Done, MoveError};
 
 /// The first wait after a failed move; it doubles up to [`RETRY_MAX`].
@@ -65,6 +65,8 @@ pub type Published = Vec<(String, PoolEvent)>;
 /// The failover state of one process.
 pub struct Mover {
     hetzner: HetznerClient,
+    /// Reads what said a holder left, right before a move.
+    kube: kube::Client,
     fence: Fence,
     renewals: Option<SharedRenewals>,
     /// The failover pools of the last listing of this term, with the moves
@@ -82,6 +84,9 @@ pub struct Mover {
     /// The stranded IPs last reported, per pool.
     stranded: BTreeMap<String, Vec<i64>>,
     tasks: JoinSet<Done>,
+    /// The Floating IP each running task moves (a task that panicked is
+    /// known by its ID only).
+    task_ips: HashMap<tokio::task::Id, i64>,
     /// When to look again (a Lease turns silent, the budget or a retry
     /// allows a move).
     wake_at: Option<Instant>,
@@ -90,9 +95,15 @@ pub struct Mover {
 }
 
 impl Mover {
-    pub fn new(hetzner: HetznerClient, fence: Fence, renewals: Option<SharedRenewals>) -> Self {
+    pub fn new(
+        hetzner: HetznerClient,
+        kube: kube::Client,
+        fence: Fence,
+        renewals: Option<SharedRenewals>,
+    ) -> Self {
         Self {
             hetzner,
+            kube,
             fence,
             renewals,
             listing: None,
@@ -103,6 +114,7 @@ impl Mover {
             since: HashMap::new(),
             stranded: BTreeMap::new(),
             tasks: JoinSet::new(),
+            task_ips: HashMap::new(),
             wake_at: None,
             not_ready: NotReady::default(),
         }
@@ -122,6 +134,7 @@ impl Mover {
     pub fn reset(&mut self) {
         self.tasks.abort_all();
         self.tasks = JoinSet::new();
+        self.task_ips.clear();
         self.listing = None;
         self.moving.clear();
         self.retry.clear();
@@ -156,8 +169,18 @@ impl Mover {
         if self.tasks.is_empty() {
             return std::future::pending().await;
         }
-        // An error: aborted by a new term, or a panic; nothing to record.
-        self.tasks.join_next().await?.ok()
+        match self.tasks.join_next_with_id().await? {
+            Ok((id, done)) => {
+                self.task_ips.remove(&id);
+                Some(done)
+            }
+            // A panic (an abort comes only with a reset, which forgot the
+            // task): its IP must not stay "moving" for the rest of the term.
+            Err(error) => self.task_ips.remove(&error.id()).map(|floating_ip| Done {
+                floating_ip,
+                result: Err(MoveError::Aborted),
+            }),
+        }
     }
 
     /// Looks at every failover pool and starts the moves the plan asks
@@ -177,7 +200,11 @@ impl Mover {
         };
         // Nothing is known of the Nodes before the watch listed them, and
         // nothing current while it fails: no move then.
-        if nodes.complete && nodes.current {
+        if !(nodes.complete && nodes.current) {
+            // The view says nothing now: look again soon (its recovery
+            // brings no Node change).
+            earliest(&mut self.wake_at, Some(now + STRANDED_RECHECK));
+        } else {
             self.not_ready.observe(nodes, now);
             let signals = Signals {
                 renewals: self
@@ -225,12 +252,10 @@ impl Mover {
             }
         }
         let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
-        // An IP whose move runs is left alone until the move ended; one
-        // whose last move failed waits for its retry.
-        all.retain(|fip| {
-            !self.moving.contains_key(&fip.id)
-                && self.retry.get(&fip.id).is_none_or(|(_, at)| *at <= now)
-        });
+        // An IP whose move runs stays in (the plan leaves it alone and
+        // counts it for its target); one whose last move failed waits for
+        // its retry.
+        all.retain(|fip| self.retry.get(&fip.id).is_none_or(|(_, at)| *at <= now));
         let per_minute = pool.failover.moves_per_minute;
         let (max, budget) = self.budgets.entry(pool.pool.clone()).or_insert_with(|| {
             (
@@ -263,15 +288,17 @@ impl Mover {
         }
         for step in plan.moves {
             budget.spend(now);
-            let (reason, why) = match (step.reason, step.from) {
+            let (reason, why, evidence) = match (step.reason, step.from) {
                 (MoveReason::HolderLeft, Some(from)) => {
                     let gone =
                         departure(pool, from, nodes, &quiet).unwrap_or(Departure::ServerGone);
-                    (gone.as_str(), gone.describe())
+                    let evidence = evidence_of(pool, from, gone, nodes, &signals.renewals);
+                    (gone.as_str(), gone.describe(), evidence)
                 }
                 _ => (
                     MoveReason::Unassigned.as_str(),
                     "it was unassigned".to_owned(),
+                    Evidence::None,
                 ),
             };
             self.since.entry(step.floating_ip).or_insert(now);
@@ -294,14 +321,22 @@ impl Mover {
                     why,
                 },
             );
-            self.tasks.spawn(move_one(
-                self.hetzner.clone(),
-                settings.token.clone(),
-                self.fence.clone(),
-                step.floating_ip,
-                step.from,
-                step.to,
+            let clients = Clients {
+                hetzner: self.hetzner.clone(),
+                kube: self.kube.clone(),
+                token: settings.token.clone(),
+                fence: self.fence.clone(),
+            };
+            let task = self.tasks.spawn(move_one(
+                clients,
+                Move {
+                    floating_ip: step.floating_ip,
+                    from: step.from,
+                    to: step.to,
+                    evidence,
+                },
             ));
+            self.task_ips.insert(task.id(), step.floating_ip);
         }
         self.report_stranded(pool, plan.stranded, metrics, published);
         for fip in &pool.floating_ips {
@@ -357,7 +392,7 @@ impl Mover {
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),
-            Err(_) => None,
+            Ok(Ended::HolderBack) | Err(_) => None,
         };
         if let Some(holder) = holder {
             if let Some(fip) = pool
@@ -412,11 +447,21 @@ impl Mover {
                     "the Floating IP was no longer where the listing had it; not moved, looking again"
                 );
             }
+            Ok(Ended::HolderBack) => {
+                // The watch or the listing was behind: not again before the
+                // backoff (by then they caught up, or the next listing did).
+                let wait = self.back_off(done.floating_ip, now);
+                metrics.floating_ip_moved(&moving.pool, moving.reason, "holder_back");
+                info!(
+                    pool = %moving.pool,
+                    floating_ip = %address,
+                    reason = moving.reason,
+                    retry_s = wait.as_secs(),
+                    "a fresh read says the holder did not leave; not moved"
+                );
+            }
             Err(error) => {
-                let attempts = self.retry.get(&done.floating_ip).map_or(0, |(n, _)| *n);
-                let wait = backoff::exponential(RETRY_BASE, attempts, RETRY_MAX);
-                self.retry
-                    .insert(done.floating_ip, (attempts.saturating_add(1), now + wait));
+                let wait = self.back_off(done.floating_ip, now);
                 metrics.floating_ip_moved(&moving.pool, moving.reason, "failure");
                 warn!(
                     pool = %moving.pool,
@@ -439,6 +484,16 @@ impl Mover {
             }
         }
         published
+    }
+
+    /// Floating IP `fip` waits before it is looked at again: 5 s, doubling
+    /// with every look in a row that moved nothing, up to 5 min.
+    fn back_off(&mut self, fip: i64, now: Instant) -> Duration {
+        let attempts = self.retry.get(&fip).map_or(0, |(n, _)| *n);
+        let wait = backoff::exponential(RETRY_BASE, attempts, RETRY_MAX);
+        self.retry
+            .insert(fip, (attempts.saturating_add(1), now + wait));
+        wait
     }
 
     /// Who holds each Floating IP, for `/health`.

@@ -1,13 +1,23 @@
-//! One move as a task of its own: read where the IP is now, check the
-//! fence, assign, wait for the Action.
+//! One move as a task of its own. Nothing is assigned from a stale read:
+//! the move reads the Floating IP fresh (still where the plan saw it?),
+//! then what said the holder left (its Lease still unrenewed, its Node
+//! still NotReady or left out, its server still gone or stopped), and only
+//! then assigns, with the fence asked before every attempt, and waits for
+//! the Action. Never an unassign.
 
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
 use tokio::time::Instant;
 
 use crate::config::{TokenError, TokenSource};
-use crate::hetzner::{Assignment, HetznerClient, HetznerError};
+use crate::failover::{Departure, FailoverPool, Renewals};
+use crate::hetzner::{Assignment, HetznerClient, HetznerError, ServerStatus};
+use crate::members::{Exclusion, NodeFacts, NodeView};
 use crate::pool::Fence;
+use crate::run::leases::{renew_time, NODE_LEASE_NAMESPACE};
 
 /// How often a move polls its Action (Hetzner's own client waits 500 ms).
 const ACTION_POLL: Duration = Duration::from_millis(500);
@@ -21,11 +31,15 @@ pub enum MoveError {
     Token(#[from] TokenError),
     #[error("{0}")]
     Hetzner(#[from] HetznerError),
+    #[error("reading what said the holder left failed: {0}")]
+    Kube(#[from] kube::Error),
     #[error(
         "this replica's leader Lease ran out before the assignment; nothing sent, a standby may \
          have taken over"
     )]
     LeaseExpired,
+    #[error("the move stopped unexpectedly (a bug: please report it); tried again later")]
+    Aborted,
 }
 
 impl MoveError {
@@ -33,8 +47,10 @@ impl MoveError {
     pub fn cause(&self) -> &'static str {
         match self {
             MoveError::Token(_) => "token",
+            MoveError::Hetzner(HetznerError::Fenced) | MoveError::LeaseExpired => "lease_expired",
             MoveError::Hetzner(error) => error.metric_label(),
-            MoveError::LeaseExpired => "lease_expired",
+            MoveError::Kube(_) => "kube",
+            MoveError::Aborted => "aborted",
         }
     }
 }
@@ -48,6 +64,71 @@ pub(super) enum Ended {
     AlreadyThere,
     /// The IP was no longer where the listing had it: nothing sent.
     Overtaken(Option<i64>),
+    /// A fresh read says the holder did not leave (the watch or the
+    /// listing was behind): nothing sent.
+    HolderBack,
+}
+
+/// What said the holder left, to be read again right before the move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Evidence {
+    /// Nothing to read again (the IP was unassigned; the fresh read of the
+    /// IP says whether it still is).
+    None,
+    /// The Node's Lease had this `renewTime` and was not renewed since.
+    Lease {
+        node: String,
+        renew_time: Option<String>,
+    },
+    /// The Node was NotReady, being deleted, or left out by a label or
+    /// taint.
+    Node { name: String },
+    /// The server was gone, or not running.
+    Server { id: i64 },
+}
+
+/// One move to make.
+#[derive(Debug, Clone)]
+pub(super) struct Move {
+    pub(super) floating_ip: i64,
+    pub(super) from: Option<i64>,
+    pub(super) to: i64,
+    pub(super) evidence: Evidence,
+}
+
+/// What a move reads again before it assigns: what made `from` leave.
+pub(super) fn evidence_of(
+    pool: &FailoverPool,
+    from: i64,
+    gone: Departure,
+    nodes: &NodeView,
+    renewals: &Renewals,
+) -> Evidence {
+    let node = pool
+        .candidate(from)
+        .and_then(|c| nodes.node_of(c.id, &c.name))
+        .map(|n| n.name.clone());
+    match (gone, node) {
+        (Departure::Silent, Some(node)) => Evidence::Lease {
+            renew_time: renewals.renew_time(&node).map(str::to_owned),
+            node,
+        },
+        (
+            Departure::NotReady
+            | Departure::Excluded(
+                Exclusion::NodeDeleting | Exclusion::ExcludeLabel | Exclusion::ToBeDeleted,
+            ),
+            Some(name),
+        ) => Evidence::Node { name },
+        (
+            Departure::ServerGone
+            | Departure::NotRunning
+            | Departure::Excluded(Exclusion::ServerDeleting),
+            _,
+        ) => Evidence::Server { id: from },
+        // No Node: the Node watch is current (or nothing moves).
+        _ => Evidence::None,
+    }
 }
 
 /// What a move task hands back.
@@ -57,40 +138,90 @@ pub struct Done {
     pub(super) result: Result<Ended, MoveError>,
 }
 
-/// One move: read where the IP is now (a listing may be a minute old),
-/// and only if it is still where the plan saw it, assign it and wait for
-/// the Action. Never an unassign.
-pub(super) async fn move_one(
-    hetzner: HetznerClient,
-    token: TokenSource,
-    fence: Fence,
-    floating_ip: i64,
-    from: Option<i64>,
-    to: i64,
-) -> Done {
-    let result = async {
-        let token = token.read_async().await?;
-        let holder = hetzner.floating_ip_holder(&token, floating_ip).await?;
-        if holder != from {
-            return Ok(Ended::Overtaken(holder));
-        }
-        if !fence.allows() {
-            return Err(MoveError::LeaseExpired);
-        }
-        match hetzner.assign_floating_ip(&token, floating_ip, to).await? {
-            Assignment::AlreadyThere => Ok(Ended::AlreadyThere),
-            Assignment::Started(action) => {
-                let started = Instant::now();
-                hetzner
-                    .wait_for_action(&token, action, ACTION_POLL, ACTION_LIMIT)
-                    .await?;
-                Ok(Ended::Moved(started.elapsed()))
-            }
-        }
-    }
-    .await;
+/// The clients a move reads and writes with.
+#[derive(Clone)]
+pub(super) struct Clients {
+    pub(super) hetzner: HetznerClient,
+    pub(super) kube: kube::Client,
+    pub(super) token: TokenSource,
+    pub(super) fence: Fence,
+}
+
+/// One move, start to end.
+pub(super) async fn move_one(clients: Clients, step: Move) -> Done {
+    let floating_ip = step.floating_ip;
     Done {
         floating_ip,
-        result,
+        result: run(&clients, &step).await,
     }
+}
+
+async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
+    let Clients {
+        hetzner,
+        kube,
+        token,
+        fence,
+    } = clients;
+    let token = token.read_async().await?;
+    let holder = hetzner.floating_ip_holder(&token, step.floating_ip).await?;
+    if holder != step.from {
+        return Ok(Ended::Overtaken(holder));
+    }
+    if !still_gone(hetzner, kube, &token, &step.evidence).await? {
+        return Ok(Ended::HolderBack);
+    }
+    let may_send = || fence.allows();
+    if !may_send() {
+        return Err(MoveError::LeaseExpired);
+    }
+    match hetzner
+        .assign_floating_ip(&token, step.floating_ip, step.to, &may_send)
+        .await?
+    {
+        Assignment::AlreadyThere => Ok(Ended::AlreadyThere),
+        Assignment::Started(action) => {
+            let started = Instant::now();
+            hetzner
+                .wait_for_action(&token, action, ACTION_POLL, ACTION_LIMIT)
+                .await?;
+            Ok(Ended::Moved(started.elapsed()))
+        }
+    }
+}
+
+/// Whether a fresh read still says what the plan read.
+async fn still_gone(
+    hetzner: &HetznerClient,
+    kube: &kube::Client,
+    token: &crate::vocab::SecretString,
+    evidence: &Evidence,
+) -> Result<bool, MoveError> {
+    Ok(match evidence {
+        Evidence::None => true,
+        Evidence::Lease {
+            node,
+            renew_time: seen,
+        } => {
+            let leases: Api<Lease> = Api::namespaced(kube.clone(), NODE_LEASE_NAMESPACE);
+            match leases.get_opt(node).await? {
+                None => true,
+                Some(lease) => renew_time(&lease).as_deref() == seen.as_deref(),
+            }
+        }
+        Evidence::Node { name } => {
+            let nodes: Api<Node> = Api::all(kube.clone());
+            match nodes.get_opt(name).await? {
+                None => true,
+                Some(node) => {
+                    let facts = NodeFacts::of(&node);
+                    !facts.ready || facts.exclusion().is_some()
+                }
+            }
+        }
+        Evidence::Server { id } => !matches!(
+            hetzner.server_status(token, *id).await?,
+            Some(ServerStatus::Running | ServerStatus::Migrating | ServerStatus::Unknown)
+        ),
+    })
 }

@@ -370,16 +370,17 @@ impl FailoverMetrics {
         let moves_total = registered(
             registry,
             "floating_ip_moves",
-            "Floating IP assignments a failover pool made, by why (unassigned, or why the holder \
-             left: server_gone, not_running, no_node, excluded, not_ready, silent) and result \
-             (success, failure, or overtaken: the IP was no longer where the listing had it)",
+            "Floating IP moves of failover pools, by why (unassigned, or why the holder left: \
+             server_gone, not_running, no_node, excluded, not_ready, silent) and result \
+             (success, failure; overtaken: the IP was no longer where the listing had it; \
+             holder_back: a fresh read says the holder did not leave)",
             Family::<MoveLabels, Counter>::default(),
         );
         let failover_seconds = registered(
             registry,
             "floating_ip_failover_seconds",
-            "From the moment the controller saw a Floating IP's holder leave (or the IP \
-             unassigned) to the success of the assignment's Action",
+            "From the moment the controller decided a Floating IP's holder left (after \
+             FailoverAfter), or saw the IP unassigned, to the success of the assignment's Action",
             Family::<PoolLabels, Histogram, fn() -> Histogram>::new_with_constructor(histogram),
         );
         let stranded = registered(
