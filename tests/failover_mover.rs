@@ -36,6 +36,7 @@ fn listing(holder: Option<i64>) -> FailoverListing {
         started: Instant::now(),
         pools: vec![FailoverPool {
             pool: "edge".into(),
+            selector: "kops.k8s.io/instance-role=Node".parse().unwrap(),
             failover: Failover {
                 after: Duration::from_secs(20),
                 moves_per_minute: 10,
@@ -157,19 +158,31 @@ async fn without_failover_pools_nothing_moves() {
 }
 
 #[tokio::test]
-async fn while_the_node_watch_fails_nothing_moves() {
-    let (fake, mut mover, settings) = setup().await;
+async fn a_holder_a_stale_node_view_shows_leaving_is_read_fresh_and_keeps_its_ip() {
+    // The Node watch fell behind: it still shows node-1 being deleted, but
+    // the API server has node-1 Ready and not leaving. Nothing is assigned.
+    let (fake, kube, mut mover, settings) = setup_with(None).await;
+    kube.set_node("node-1", 1, true);
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    // What the watch knew when it broke: a Node being deleted, maybe long
-    // back by now.
-    let mut view = nodes(&[1]);
-    view.current = false;
-    mover.decide(&settings, &view, &metrics, Instant::now());
-    assert_eq!(mover.holders()[0].moving_to, None);
-    assert_eq!(fake.action_requests().0, 0);
-    // Its recovery brings no Node change: the mover looks again by itself.
-    assert!(mover.wake_at().is_some());
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.action_requests().0, 0, "nothing assigned");
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="excluded",result="holder_back"} 1"#
+    ));
+    // The API server says NotReady now: after the backoff, it moves.
+    kube.set_node("node-1", 1, false);
+    mover.decide(
+        &settings,
+        &nodes(&[1]),
+        &metrics,
+        Instant::now() + Duration::from_secs(6),
+    );
+    let done = mover.next_done().await.expect("the second move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
 }
 
 #[tokio::test]
@@ -272,7 +285,7 @@ async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
         );
     }
     let shared: SharedRenewals = Arc::new(Mutex::new(seen));
-    let (fake, kube, mut mover, settings) = setup_with(Some(shared)).await;
+    let (fake, kube, mut mover, settings) = setup_with(Some(shared.clone())).await;
     kube.set_lease("node-1", "2026-11-25T03:00:30.000000Z");
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
@@ -288,10 +301,16 @@ async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
     assert!(metrics.render().contains(
         r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="silent",result="holder_back"} 1"#
     ));
-    // The Lease as the API server has it is the one the watch saw: silent
-    // indeed, the IP moves (after the backoff the last look earned).
-    kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
-    let later = Instant::now() + Duration::from_secs(6);
+    // The watch stays stuck, node-1 renews no more: the renewal the fresh
+    // read found restarted its clock, so 20 s later it is silent again and
+    // the IP moves (the others renewed meanwhile).
+    let later = Instant::now() + Duration::from_secs(21);
+    for node in ["node-2", "node-3"] {
+        shared
+            .lock()
+            .unwrap()
+            .saw(node, Some(renewed("2026-11-25T03:00:50.000000Z")), later);
+    }
     mover.decide(&settings, &nodes(&[]), &metrics, later);
     let done = mover.next_done().await.expect("the second move ends");
     mover.finish(done, &metrics, Instant::now());
@@ -313,4 +332,23 @@ async fn a_holder_a_listing_missed_is_read_fresh_and_keeps_its_ip_while_it_runs(
     assert_eq!(fake.server_requests(), 1);
     assert_eq!(fake.action_requests().0, 0, "nothing assigned");
     assert_eq!(holder(&fake), Some(1));
+}
+
+#[tokio::test]
+async fn a_holder_the_pool_no_longer_selects_gives_its_ip_up_though_it_runs() {
+    // Server 1 runs but lost the pool's label: not a member, so its IP goes.
+    let (fake, _kube, mut mover, settings) = setup_with(None).await;
+    fake.set_servers(vec![
+        FakeServer::new(1, "192.0.2.1").with_label("kops.k8s.io/instance-role", "Master"),
+        FakeServer::new(2, "192.0.2.2"),
+        FakeServer::new(3, "192.0.2.3"),
+    ]);
+    let metrics = Metrics::new();
+    let mut relabelled = listing(Some(1));
+    relabelled.pools[0].candidates.retain(|c| c.id != 1);
+    mover.set_listing(relabelled);
+    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
 }
