@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use crate::config::{Failover, PoolConfig};
 use crate::hetzner::{FloatingIp, Location, Server, ServerStatus};
 use crate::members::{floating_address, Exclusion, NodeFacts, NodeView};
+use crate::vocab::LabelSelector;
 
 use super::{FloatingIpState, Member};
 
@@ -40,6 +41,8 @@ pub struct PoolFloatingIp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailoverPool {
     pub pool: String,
+    /// The pool's `LabelSelector`: a holder must still match it.
+    pub selector: LabelSelector,
     pub failover: Failover,
     pub candidates: Vec<Candidate>,
     pub floating_ips: Vec<PoolFloatingIp>,
@@ -100,6 +103,7 @@ pub fn failover_pools(
                 .collect();
             Some(FailoverPool {
                 pool: pool.name.clone(),
+                selector: pool.label_selector.clone(),
                 failover,
                 candidates,
                 floating_ips,

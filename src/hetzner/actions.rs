@@ -6,6 +6,7 @@
 //! the client's, as for a listing; `423 locked` and `409 conflict` are
 //! retried like a transient error.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use reqwest::Method;
@@ -166,15 +167,15 @@ impl HetznerClient {
         Ok(document.floating_ip.server)
     }
 
-    /// `GET /servers/{id}`: the server's status now; `None` when Hetzner
-    /// has no such server (404). A move reads it before it takes an IP
-    /// from a server a listing showed gone or stopped (offset paging can
-    /// hide a server from a listing).
-    pub async fn server_status(
+    /// `GET /servers/{id}`: the server's status and labels now; `None`
+    /// when Hetzner has no such server (404). A move reads it before it
+    /// takes an IP from a server a listing showed gone, stopped or no
+    /// longer selected (offset paging can hide a server from a listing).
+    pub async fn server_now(
         &self,
         token: &SecretString,
         server: i64,
-    ) -> Result<Option<ServerStatus>, HetznerError> {
+    ) -> Result<Option<(ServerStatus, BTreeMap<String, String>)>, HetznerError> {
         #[derive(Deserialize)]
         struct Document {
             server: Status,
@@ -183,6 +184,8 @@ impl HetznerClient {
         struct Status {
             #[serde(default)]
             status: String,
+            #[serde(default)]
+            labels: BTreeMap<String, String>,
         }
         let id = server.to_string();
         let url = self.api_url(&["servers", &id]);
@@ -197,7 +200,8 @@ impl HetznerClient {
                 page: 0,
                 reason: without_values(&error.to_string()),
             })?;
-        Ok(Some(ServerStatus::parse(&document.server.status)))
+        let Status { status, labels } = document.server;
+        Ok(Some((ServerStatus::parse(&status), labels)))
     }
 
     /// `GET /actions/{id}`.

@@ -99,16 +99,12 @@ pub struct NodeView {
     /// The watch has completed a first list: a server without a Node then
     /// really has none.
     pub complete: bool,
-    /// The watch works now (`false` while it fails: what it knows may be
-    /// old; Floating IP failover moves nothing then).
-    pub current: bool,
 }
 
 impl NodeView {
     pub fn new(nodes: impl IntoIterator<Item = NodeFacts>, complete: bool) -> Self {
         let mut view = Self {
             complete,
-            current: true,
             ..Self::default()
         };
         for node in nodes {

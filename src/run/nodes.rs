@@ -175,8 +175,6 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
         let mut relist = None;
         let mut initialised = false;
         let mut failing = false;
-        // The view was marked not current and not sent fresh since.
-        let mut stale = false;
         loop {
             let item = tokio::select! {
                 _ = tx.closed() => return,
@@ -196,20 +194,10 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
                         warn!(%error, "watching Nodes failed (the ServiceAccount needs list and \
                                        watch on nodes, deploy/rbac.yaml); retrying with backoff");
                         failing = true;
-                        // What the view says may be old now.
-                        view_tx.send_modify(|view| Arc::make_mut(view).current = false);
-                        stale = true;
                     }
                     continue;
                 }
             };
-            // After an error the watch resumes, or lists again: the view is
-            // current again after a resumed event or a finished list, not
-            // in the middle of a list (`known` is the old state until then).
-            let recovered = stale && !matches!(event, Event::Init | Event::InitApply(_));
-            if recovered {
-                stale = false;
-            }
             let was_initialised = initialised;
             let change = fold(event, &mut known, &mut relist, &mut initialised);
             if initialised && !was_initialised {
@@ -218,7 +206,7 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
                     "watching Nodes: the first list is complete"
                 );
             }
-            if initialised && (change.is_some() || !was_initialised || recovered) {
+            if initialised && (change.is_some() || !was_initialised) {
                 view_tx.send_replace(Arc::new(view(&known, true)));
             }
             if let Some(change) = change {

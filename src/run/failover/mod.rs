@@ -198,13 +198,10 @@ impl Mover {
         let Some(listing) = self.listing.take() else {
             return published;
         };
-        // Nothing is known of the Nodes before the watch listed them, and
-        // nothing current while it fails: no move then.
-        if !(nodes.complete && nodes.current) {
-            // The view says nothing now: look again soon (its recovery
-            // brings no Node change).
-            earliest(&mut self.wake_at, Some(now + STRANDED_RECHECK));
-        } else {
+        // Nothing is known of the Nodes before the watch listed them: no
+        // move then. (What the view says later may be old while the watch
+        // fails: every move reads fresh what made the holder leave.)
+        if nodes.complete {
             self.not_ready.observe(nodes, now);
             let signals = Signals {
                 renewals: self
@@ -392,7 +389,7 @@ impl Mover {
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),
-            Ok(Ended::HolderBack) | Err(_) => None,
+            Ok(Ended::HolderBack(_)) | Err(_) => None,
         };
         if let Some(holder) = holder {
             if let Some(fip) = pool
@@ -447,10 +444,18 @@ impl Mover {
                     "the Floating IP was no longer where the listing had it; not moved, looking again"
                 );
             }
-            Ok(Ended::HolderBack) => {
-                // The watch or the listing was behind: not again before the
-                // backoff (by then they caught up, or the next listing did).
-                let wait = self.back_off(done.floating_ip, now);
+            Ok(Ended::HolderBack(renewed)) => {
+                // The watch or the listing was behind. A Lease renewal read
+                // fresh restarts that Lease's clock (a stuck watch must not
+                // hide the next silence); otherwise not again before the
+                // backoff (by then the watch or the next listing caught up).
+                let wait = match (renewed, &self.renewals) {
+                    (Some(renewed), Some(renewals)) => {
+                        lock(renewals).saw(&renewed.node, renewed.renew_time, now);
+                        Duration::ZERO
+                    }
+                    _ => self.back_off(done.floating_ip, now),
+                };
                 metrics.floating_ip_moved(&moving.pool, moving.reason, "holder_back");
                 info!(
                     pool = %moving.pool,

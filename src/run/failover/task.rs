@@ -18,11 +18,15 @@ use crate::hetzner::{Assignment, HetznerClient, HetznerError, ServerStatus};
 use crate::members::{Exclusion, NodeFacts, NodeView};
 use crate::pool::Fence;
 use crate::run::leases::{renew_time, NODE_LEASE_NAMESPACE};
+use crate::vocab::LabelSelector;
 
 /// How often a move polls its Action (Hetzner's own client waits 500 ms).
 const ACTION_POLL: Duration = Duration::from_millis(500);
 /// The longest a move waits for its Action.
 const ACTION_LIMIT: Duration = Duration::from_secs(120);
+/// The longest the fresh read of what said the holder left may take (the
+/// Kubernetes client sets no read timeout of its own).
+const READ_LIMIT: Duration = Duration::from_secs(10);
 
 /// Why a move failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +44,12 @@ pub enum MoveError {
     LeaseExpired,
     #[error("the move stopped unexpectedly (a bug: please report it); tried again later")]
     Aborted,
+    #[error(
+        "reading the holder's Lease, Node or server again took longer than {}s; nothing sent, \
+         tried again later",
+        READ_LIMIT.as_secs()
+    )]
+    ReadTimedOut,
 }
 
 impl MoveError {
@@ -51,12 +61,13 @@ impl MoveError {
             MoveError::Hetzner(error) => error.metric_label(),
             MoveError::Kube(_) => "kube",
             MoveError::Aborted => "aborted",
+            MoveError::ReadTimedOut => "timeout",
         }
     }
 }
 
 /// How a move ended well.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ended {
     /// Hetzner's Action succeeded after this long.
     Moved(Duration),
@@ -65,8 +76,16 @@ pub(super) enum Ended {
     /// The IP was no longer where the listing had it: nothing sent.
     Overtaken(Option<i64>),
     /// A fresh read says the holder did not leave (the watch or the
-    /// listing was behind): nothing sent.
-    HolderBack,
+    /// listing was behind): nothing sent. With the Lease's `renewTime` as
+    /// the API server has it, when that was the read.
+    HolderBack(Option<Renewed>),
+}
+
+/// A Lease renewal a fresh read found, for the Lease clocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Renewed {
+    pub(super) node: String,
+    pub(super) renew_time: Option<String>,
 }
 
 /// What said the holder left, to be read again right before the move.
@@ -83,8 +102,11 @@ pub(super) enum Evidence {
     /// The Node was NotReady, being deleted, or left out by a label or
     /// taint.
     Node { name: String },
-    /// The server was gone, or not running.
-    Server { id: i64 },
+    /// The server had no Node: none named like it.
+    NoNode { server_name: String },
+    /// The server was gone, not running, or no longer matched the pool's
+    /// selector.
+    Server { id: i64, selector: LabelSelector },
 }
 
 /// One move to make.
@@ -125,8 +147,13 @@ pub(super) fn evidence_of(
             | Departure::NotRunning
             | Departure::Excluded(Exclusion::ServerDeleting),
             _,
-        ) => Evidence::Server { id: from },
-        // No Node: the Node watch is current (or nothing moves).
+        ) => Evidence::Server {
+            id: from,
+            selector: pool.selector.clone(),
+        },
+        (Departure::NoNode, _) => Evidence::NoNode {
+            server_name: pool.server_name(from),
+        },
         _ => Evidence::None,
     }
 }
@@ -168,8 +195,12 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
     if holder != step.from {
         return Ok(Ended::Overtaken(holder));
     }
-    if !still_gone(hetzner, kube, &token, &step.evidence).await? {
-        return Ok(Ended::HolderBack);
+    let read = still_gone(hetzner, kube, &token, &step.evidence);
+    if let Some(back) = tokio::time::timeout(READ_LIMIT, read)
+        .await
+        .map_err(|_| MoveError::ReadTimedOut)??
+    {
+        return Ok(Ended::HolderBack(back));
     }
     let may_send = || fence.allows();
     if !may_send() {
@@ -190,38 +221,52 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
     }
 }
 
-/// Whether a fresh read still says what the plan read.
+/// `None` when a fresh read still says what the plan read; else the
+/// holder is back (with the Lease renewal found, when that was the read).
 async fn still_gone(
     hetzner: &HetznerClient,
     kube: &kube::Client,
     token: &crate::vocab::SecretString,
     evidence: &Evidence,
-) -> Result<bool, MoveError> {
-    Ok(match evidence {
-        Evidence::None => true,
+) -> Result<Option<Option<Renewed>>, MoveError> {
+    let back = match evidence {
+        Evidence::None => false,
         Evidence::Lease {
             node,
             renew_time: seen,
         } => {
             let leases: Api<Lease> = Api::namespaced(kube.clone(), NODE_LEASE_NAMESPACE);
-            match leases.get_opt(node).await? {
-                None => true,
-                Some(lease) => renew_time(&lease).as_deref() == seen.as_deref(),
+            let fresh = leases.get_opt(node).await?.and_then(|l| renew_time(&l));
+            if fresh.is_some() && fresh != *seen {
+                return Ok(Some(Some(Renewed {
+                    node: node.clone(),
+                    renew_time: fresh,
+                })));
             }
+            false
         }
         Evidence::Node { name } => {
             let nodes: Api<Node> = Api::all(kube.clone());
-            match nodes.get_opt(name).await? {
-                None => true,
-                Some(node) => {
-                    let facts = NodeFacts::of(&node);
-                    !facts.ready || facts.exclusion().is_some()
-                }
-            }
+            nodes.get_opt(name).await?.is_some_and(|node| {
+                let facts = NodeFacts::of(&node);
+                facts.ready && facts.exclusion().is_none()
+            })
         }
-        Evidence::Server { id } => !matches!(
-            hetzner.server_status(token, *id).await?,
-            Some(ServerStatus::Running | ServerStatus::Migrating | ServerStatus::Unknown)
-        ),
-    })
+        Evidence::NoNode { server_name } => {
+            let nodes: Api<Node> = Api::all(kube.clone());
+            nodes.get_opt(server_name).await?.is_some()
+        }
+        Evidence::Server { id, selector } => {
+            hetzner
+                .server_now(token, *id)
+                .await?
+                .is_some_and(|(status, labels)| {
+                    matches!(
+                        status,
+                        ServerStatus::Running | ServerStatus::Migrating | ServerStatus::Unknown
+                    ) && selector.matches(&labels)
+                })
+        }
+    };
+    Ok(back.then_some(None))
 }
