@@ -4,6 +4,7 @@
 use tokio::time::Instant;
 
 use super::{Done, Published};
+use crate::members::NodeView;
 use crate::run::leases;
 use crate::run::{ControlLoop, Flow, Running};
 
@@ -23,7 +24,13 @@ impl ControlLoop {
 
     /// Starts the moves the failover pools need now.
     pub(in crate::run) fn decide_moves(&mut self, st: &mut Running) -> Flow {
-        let nodes = st.nodes.view();
+        // Every Node change comes here: copy the Nodes' view (all of them)
+        // only when a failover pool reads it.
+        let nodes = if st.mover.has_pools() {
+            st.nodes.view()
+        } else {
+            NodeView::default()
+        };
         let published = st
             .mover
             .decide(&self.settings, &nodes, &self.metrics, Instant::now());

@@ -403,9 +403,10 @@ impl Mover {
             self.retry.remove(&done.floating_ip);
         }
         match done.result {
-            Ok(Ended::Moved(_) | Ended::AlreadyThere) => {
-                let took = match done.result {
-                    Ok(Ended::Moved(took)) => took,
+            Ok(ended @ (Ended::Moved(_) | Ended::AlreadyThere)) => {
+                // Already there: no Action ran.
+                let took = match ended {
+                    Ended::Moved(took) => took,
                     _ => Duration::ZERO,
                 };
                 let from = moving
@@ -499,6 +500,11 @@ impl Mover {
         self.retry
             .insert(fip, (attempts.saturating_add(1), now + wait));
         wait
+    }
+
+    /// Whether the last listing has a failover pool to look at.
+    pub fn has_pools(&self) -> bool {
+        self.listing.as_ref().is_some_and(|l| !l.pools.is_empty())
     }
 
     /// Who holds each Floating IP, for `/health`.
