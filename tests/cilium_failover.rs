@@ -13,8 +13,6 @@
 
 mod support;
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -26,7 +24,7 @@ use support::e2e::{
     TOKEN,
 };
 use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner, FakeServer};
-use support::nodes::{create_ready_nodes, holder_of, kubelets, set_ready, wait_holder};
+use support::nodes::{holder_of, set_ready, wait_holder, Kubelets};
 use tokio::time::Instant;
 
 const FIP: &str = "203.0.113.10";
@@ -72,14 +70,7 @@ async fn follows_the_healthy_members(release: Release) {
         FakeFloatingIp::new(10, FIP, Some(1)).with_label("pool", "edge")
     ]);
     let nodes: Api<Node> = Api::all(cluster.admin_client());
-    create_ready_nodes(&nodes, 1..=4).await;
-    let alive = Arc::new(Mutex::new((1..=4).collect::<BTreeSet<i64>>()));
-    let renewing = kubelets(
-        &cluster,
-        alive.clone(),
-        Duration::from_millis(500),
-        Default::default(),
-    );
+    let kubelets = Kubelets::start(&cluster, &nodes, 1..=4, Duration::from_millis(500)).await;
     let api = pools(&cluster, release.api);
     let (pool_history, pool_task) = record_pool_history(pools(&cluster, release.api));
     let services: Api<Service> = Api::namespaced(cluster.admin_client(), "default");
@@ -117,7 +108,7 @@ async fn follows_the_healthy_members(release: Release) {
         .delete("node-3", &DeleteParams::default())
         .await
         .unwrap();
-    alive.lock().unwrap().remove(&3);
+    kubelets.stop(3);
     let deadline = Instant::now() + WITHIN;
     while hetzner.actions_started() < 2 {
         assert!(Instant::now() < deadline, "the leader never assigned");
@@ -167,7 +158,6 @@ async fn follows_the_healthy_members(release: Release) {
     assert_eq!(phases(&pool_history), vec![set_of(&[FIP])]);
     pool_task.abort();
     service_task.abort();
-    renewing.abort();
     assert!(!b.log_text().contains(TOKEN));
     b.assert_running();
 }

@@ -12,7 +12,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
@@ -24,7 +23,7 @@ use support::e2e::{
     several_pools_server as server, start_several_pools_with, wait_event, wait_named_pool, TOKEN,
 };
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
-use support::nodes::{create_ready_nodes, kubelets, set_ready, wait_holder as holder_within};
+use support::nodes::{set_ready, wait_holder as holder_within, Kubelets};
 
 const WITHIN: Duration = Duration::from_secs(60);
 const FIP: &str = "203.0.113.10";
@@ -53,14 +52,7 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
     let cluster = cluster(Some(CrdFixture::V2)).await;
     apply_several_pools(&cluster);
     let nodes: Api<Node> = Api::all(cluster.admin_client());
-    create_ready_nodes(&nodes, 1..=4).await;
-    let alive = Arc::new(Mutex::new((1..=4).collect::<BTreeSet<i64>>()));
-    let renewing = kubelets(
-        &cluster,
-        alive.clone(),
-        Duration::from_millis(500),
-        Default::default(),
-    );
+    let kubelets = Kubelets::start(&cluster, &nodes, 1..=4, Duration::from_millis(500)).await;
     let edge = json!([{
         "Name": "edge",
         "LabelSelector": "role=edge",
@@ -122,12 +114,12 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
         .delete(&format!("node-{holder}"), &DeleteParams::default())
         .await
         .unwrap();
-    alive.lock().unwrap().remove(&holder);
+    kubelets.stop(holder);
     let holder = wait_holder(&hetzner, &[2, 4], "holder's Node deleted").await;
 
     // 3. The holder's kubelet falls silent (its Lease is no longer
     // renewed; the Node stays Ready): the other member takes it.
-    alive.lock().unwrap().remove(&holder);
+    kubelets.stop(holder);
     let other = if holder == 2 { 4 } else { 2 };
     wait_holder(&hetzner, &[other], "holder silent").await;
     assert_eq!(
@@ -139,7 +131,7 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
             .await,
         1.0
     );
-    alive.lock().unwrap().insert(holder);
+    kubelets.resume(holder);
 
     // 4. A flapping Node (NotReady for less than FailoverAfter, again and
     // again, for longer than FailoverAfter in all) moves nothing.
@@ -168,7 +160,6 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
         "an unselected Floating IP was moved"
     );
     assert!(!controller.log_text().contains(TOKEN));
-    renewing.abort();
     watching.abort();
     controller.assert_running();
 }

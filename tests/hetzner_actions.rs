@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use canada_kaktus::hetzner::{
-    ActionStatus, Assignment, HetznerClient, HetznerError, HetznerOptions, RetryPolicy,
+    Action, ActionStatus, Assignment, HetznerClient, HetznerError, HetznerOptions, RetryPolicy,
 };
 use canada_kaktus::vocab::SecretString;
 use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner};
@@ -41,6 +41,15 @@ fn token() -> SecretString {
     SecretString::new(TOKEN)
 }
 
+/// Assigns Floating IP 7 (on server 1) to server 2: Hetzner starts an
+/// Action, returned as it was started.
+async fn started(client: &HetznerClient) -> Action {
+    match client.assign_floating_ip(&token(), 7, 2, &|| true).await {
+        Ok(Assignment::Started(action)) => action,
+        other => panic!("an assignment to another server starts an Action: {other:?}"),
+    }
+}
+
 /// Assigns `fip` to `server` and waits for the Action.
 async fn mv(client: &HetznerClient, fip: i64, server: i64) -> Result<Assignment, HetznerError> {
     match client
@@ -66,13 +75,7 @@ async fn an_assignment_holds_only_once_its_action_succeeded() {
         error: None,
         ..ActionPlan::default()
     });
-    let Assignment::Started(action) = client
-        .assign_floating_ip(&token(), 7, 2, &|| true)
-        .await
-        .unwrap()
-    else {
-        panic!("an assignment to another server starts an Action");
-    };
+    let action = started(&client).await;
     assert_eq!(action.status, ActionStatus::Running);
     assert_eq!(
         fake.floating_ip_servers()[0],
@@ -186,13 +189,7 @@ async fn an_action_still_running_at_the_limit_is_reported_as_timed_out() {
         error: None,
         ..ActionPlan::default()
     });
-    let Assignment::Started(action) = client
-        .assign_floating_ip(&token(), 7, 2, &|| true)
-        .await
-        .unwrap()
-    else {
-        panic!("started");
-    };
+    let action = started(&client).await;
     let error = client
         .wait_for_action(&token(), action, POLL, Duration::from_millis(30))
         .await
@@ -278,13 +275,7 @@ async fn texts_hetzner_echoes_lose_the_token_and_are_shortened() {
 #[tokio::test]
 async fn a_second_assignment_while_the_first_runs_meets_the_lock() {
     let (fake, client) = fake().await;
-    let Assignment::Started(first) = client
-        .assign_floating_ip(&token(), 7, 2, &|| true)
-        .await
-        .unwrap()
-    else {
-        panic!("started");
-    };
+    let first = started(&client).await;
     let error = client
         .assign_floating_ip(&token(), 7, 3, &|| true)
         .await
@@ -327,13 +318,7 @@ async fn an_action_that_ends_by_the_clock_assigns_also_when_nobody_polls() {
         error: None,
         lasts: Duration::from_millis(300),
     });
-    let Assignment::Started(action) = client
-        .assign_floating_ip(&token(), 7, 2, &|| true)
-        .await
-        .unwrap()
-    else {
-        panic!("expected an Action");
-    };
+    let action = started(&client).await;
     // Still running right after the assignment: the IP stays where it was.
     let polled = client.action(&token(), action.id).await.unwrap();
     assert_eq!(polled.status, ActionStatus::Running);

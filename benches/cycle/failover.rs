@@ -9,15 +9,12 @@
 //! must hold the Floating IP at the end (its history is the end-to-end
 //! suites' business), and the IP must be on another server.
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
-
 use super::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 use support::fake_hetzner::{numbered_servers, ActionPlan, FakeFloatingIp};
-use support::nodes::{create_ready_nodes, holder_of, kubelets, LastRenewals};
+use support::nodes::{holder_of, Kubelets};
 
 const POOL: &str = "bench-fip";
 const FIP: &str = "203.0.113.200";
@@ -52,30 +49,14 @@ pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
         lasts: ACTION,
     });
     let nodes: Api<Node> = Api::all(bench.cluster.admin_client());
-    create_ready_nodes(&nodes, 1..=3).await;
-    let alive = Arc::new(Mutex::new((1..=3).collect::<BTreeSet<i64>>()));
-    let last: LastRenewals = Arc::default();
-    let renewing = kubelets(bench.cluster, alive.clone(), RENEW, last.clone());
+    let kubelets = Kubelets::start(bench.cluster, &nodes, 1..=3, RENEW).await;
     let pools = json!([{
         "Name": POOL, "LabelSelector": "kops.k8s.io/instance-role=Node",
         "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=bench",
         "FloatingIpFailover": true, "FailoverAfter": format!("{}s", AFTER.as_secs()),
     }]);
-    let mut env: Vec<(String, String)> = bench
-        .env("1h")
-        .into_iter()
-        .filter(|(k, _)| k != "CANADA_KAKTUS_POOL_NAME" && k != "CANADA_KAKTUS_LOGLEVEL")
-        .collect();
-    env.push(("CANADA_KAKTUS_POOLS".to_owned(), pools.to_string()));
-    env.push(("CANADA_KAKTUS_LOGLEVEL".to_owned(), "debug".to_owned()));
-    bench.hetzner.refill_rate_limit();
-    let hetzner = Arc::clone(bench.hetzner);
-    let mut proc = Controller::spawn(
-        bench.binary,
-        &env,
-        bench.work,
-        Box::new(move || hetzner.requests()),
-    );
+    // Debug: the Lease watch says when it listed.
+    let mut proc = bench.spawn_pools("1h", &pools, &[("CANADA_KAKTUS_LOGLEVEL", "debug")]);
     proc.wait_message("watching the Node Leases: listed").await;
     let first = proc.next_cycle().await;
     assert_eq!(
@@ -85,16 +66,11 @@ pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
 
     // The holder's kubelet stops; its last renewal is the start (read once
     // the move began: a renewal under way when it stopped counts too).
-    alive.lock().unwrap().remove(&1);
+    kubelets.stop(1);
     let (started, moving) = proc
         .wait_message("moving a Floating IP to a healthy member")
         .await;
-    let stopped = last
-        .lock()
-        .unwrap()
-        .get(&1)
-        .expect("node-1 renewed")
-        .into_std();
+    let stopped = kubelets.last_renewal(1).expect("node-1 renewed").into_std();
     assert_eq!(moving["reason"], "silent", "{moving}");
     let (ended, moved) = proc.wait_message("Floating IP moved").await;
     let holder = holder_of(bench.hetzner, 900);
@@ -107,7 +83,7 @@ pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
         "the pool kept the Floating IP"
     );
     proc.stop();
-    renewing.abort();
+    drop(kubelets);
     for id in 1..=3 {
         let _ = nodes
             .delete(&format!("node-{id}"), &DeleteParams::default())

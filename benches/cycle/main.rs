@@ -194,27 +194,8 @@ async fn run(plan: Plan, sizes: &[usize]) {
     let mut results = Vec::new();
     let mut three = None;
     let largest = sizes.iter().copied().max().unwrap_or(0);
-    for &n in sizes {
-        eprintln!("== N = {n}");
-        let bench = SizeBench {
-            n,
-            plan,
-            binary: &binary,
-            cluster: &cluster,
-            hetzner: &hetzner,
-            observer: &observer,
-            work: work.path(),
-            clk_tck: machine.clk_tck,
-        };
-        results.push(bench.run().await);
-        if n == largest {
-            eprintln!("== N = {n}, three pools");
-            three = Some(three_pools(&bench).await);
-        }
-    }
-    eprintln!("== Floating IP failover");
-    let failover = failover_time(&SizeBench {
-        n: 3,
+    let bench_of = |n| SizeBench {
+        n,
         plan,
         binary: &binary,
         cluster: &cluster,
@@ -222,8 +203,18 @@ async fn run(plan: Plan, sizes: &[usize]) {
         observer: &observer,
         work: work.path(),
         clk_tck: machine.clk_tck,
-    })
-    .await;
+    };
+    for &n in sizes {
+        eprintln!("== N = {n}");
+        let bench = bench_of(n);
+        results.push(bench.run().await);
+        if n == largest {
+            eprintln!("== N = {n}, three pools");
+            three = Some(three_pools(&bench).await);
+        }
+    }
+    eprintln!("== Floating IP failover");
+    let failover = failover_time(&bench_of(3)).await;
     observer.stop();
 
     print_report(&machine, &binary, binary_bytes, plan, &results);

@@ -65,21 +65,8 @@ pub(super) async fn three_pools(bench: &SizeBench<'_>) -> PoolsResult {
         {"Name": "bench-private", "LabelSelector": "!bench-excluded",
          "Addresses": ["private-ipv4"], "MaxRemovalRatio": 1},
     ]);
-    let mut env: Vec<(String, String)> = bench
-        .env("1s")
-        .into_iter()
-        .filter(|(k, _)| k != "CANADA_KAKTUS_POOL_NAME")
-        .collect();
-    env.push(("CANADA_KAKTUS_POOLS".to_owned(), pools.to_string()));
-    bench.hetzner.refill_rate_limit();
     bench.hetzner.forget_requests().await;
-    let hetzner = Arc::clone(bench.hetzner);
-    let mut proc = Controller::spawn(
-        bench.binary,
-        &env,
-        bench.work,
-        Box::new(move || hetzner.requests()),
-    );
+    let mut proc = bench.spawn_pools("1s", &pools, &[]);
     // Each cycle logs one line per pool; the request count is read at the
     // last pool's line of each cycle.
     let mut marks = Vec::new();

@@ -324,13 +324,7 @@ impl SizeBench<'_> {
         // wiremock keeps every matched request; drop them between runs.
         self.hetzner.forget_requests().await;
 
-        let hetzner = Arc::clone(self.hetzner);
-        let mut proc = Controller::spawn(
-            self.binary,
-            &self.env(interval),
-            self.work,
-            Box::new(move || hetzner.requests()),
-        );
+        let mut proc = self.spawn(self.env(interval));
         let (_, created) = self
             .observer
             .wait_for(mark, STEP_TIMEOUT, |s| s.rv.is_some())
@@ -349,6 +343,42 @@ impl SizeBench<'_> {
             proc.tail()
         );
         (proc, first)
+    }
+
+    /// The controller with `env`, its Hetzner requests counted by the fake.
+    pub(super) fn spawn(&self, env: Vec<(String, String)>) -> Controller {
+        let hetzner = Arc::clone(self.hetzner);
+        Controller::spawn(
+            self.binary,
+            &env,
+            self.work,
+            Box::new(move || hetzner.requests()),
+        )
+    }
+
+    /// The controller keeping `pools` (the `Pools` setting, so no
+    /// single-pool `PoolName`), with `extra` over the benchmark's settings.
+    pub(super) fn spawn_pools(
+        &self,
+        interval: &str,
+        pools: &serde_json::Value,
+        extra: &[(&str, &str)],
+    ) -> Controller {
+        let mut env: Vec<(String, String)> = self
+            .env(interval)
+            .into_iter()
+            .filter(|(k, _)| {
+                k != "CANADA_KAKTUS_POOL_NAME" && !extra.iter().any(|(key, _)| key == k)
+            })
+            .collect();
+        env.push(("CANADA_KAKTUS_POOLS".to_owned(), pools.to_string()));
+        env.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        self.hetzner.refill_rate_limit();
+        self.spawn(env)
     }
 
     pub(super) fn env(&self, interval: &str) -> Vec<(String, String)> {

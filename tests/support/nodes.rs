@@ -4,6 +4,7 @@
 //! `kube-node-lease`. Also where the fake Hetzner says a Floating IP is.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,17 +26,6 @@ pub fn node(id: i64) -> Node {
         "spec": {"providerID": format!("hcloud://{id}")},
     }))
     .unwrap()
-}
-
-/// Creates the Nodes of `ids`, each Ready.
-pub async fn create_ready_nodes(nodes: &Api<Node>, ids: impl IntoIterator<Item = i64>) {
-    for id in ids {
-        nodes
-            .create(&PostParams::default(), &node(id))
-            .await
-            .unwrap();
-        set_ready(nodes, id, true).await;
-    }
 }
 
 /// Sets node-`id`'s `Ready` condition through the status subresource, as
@@ -75,43 +65,88 @@ fn now_micro() -> String {
     )
 }
 
-/// When each Node's Lease was last renewed by [`kubelets`].
-pub type LastRenewals = Arc<Mutex<HashMap<i64, Instant>>>;
-
-/// The kubelets: every `every` each Node in `alive` renews its Lease in
-/// kube-node-lease (a kubelet does every 10 s), noting when in `last`.
-/// Abort the task to stop.
-pub fn kubelets(
-    cluster: &TestCluster,
+/// Ready Nodes and their kubelets, which renew each Node's Lease in
+/// kube-node-lease every `every` (a real kubelet: every 10 s) until
+/// [`Kubelets::stop`] silences one. Dropping it stops them all.
+pub struct Kubelets {
     alive: Arc<Mutex<BTreeSet<i64>>>,
-    every: Duration,
-    last: LastRenewals,
-) -> tokio::task::JoinHandle<()> {
-    let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), "kube-node-lease");
-    tokio::spawn(async move {
-        loop {
-            let ids: Vec<i64> = alive.lock().unwrap().iter().copied().collect();
-            for id in ids {
-                let lease = json!({
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": format!("node-{id}"), "namespace": "kube-node-lease"},
-                    "spec": {"holderIdentity": format!("node-{id}"), "leaseDurationSeconds": 40,
-                             "renewTime": now_micro()},
-                });
-                leases
-                    .patch(
-                        &format!("node-{id}"),
-                        &PatchParams::apply("kubelet").force(),
-                        &Patch::Apply(&lease),
-                    )
-                    .await
-                    .unwrap();
-                last.lock().unwrap().insert(id, Instant::now());
-            }
-            tokio::time::sleep(every).await;
+    last: Arc<Mutex<HashMap<i64, Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Kubelets {
+    /// Creates the Nodes of `ids`, each Ready, and starts their kubelets.
+    pub async fn start(
+        cluster: &TestCluster,
+        nodes: &Api<Node>,
+        ids: RangeInclusive<i64>,
+        every: Duration,
+    ) -> Self {
+        for id in ids.clone() {
+            nodes
+                .create(&PostParams::default(), &node(id))
+                .await
+                .unwrap();
+            set_ready(nodes, id, true).await;
         }
-    })
+        let alive = Arc::new(Mutex::new(ids.collect::<BTreeSet<i64>>()));
+        let last: Arc<Mutex<HashMap<i64, Instant>>> = Arc::default();
+        let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), "kube-node-lease");
+        let task = tokio::spawn(renew(leases, alive.clone(), last.clone(), every));
+        Self { alive, last, task }
+    }
+
+    /// Node `id`'s kubelet stops renewing (a crashed node).
+    pub fn stop(&self, id: i64) {
+        self.alive.lock().unwrap().remove(&id);
+    }
+
+    /// Node `id`'s kubelet renews again.
+    pub fn resume(&self, id: i64) {
+        self.alive.lock().unwrap().insert(id);
+    }
+
+    /// When node `id`'s Lease was last renewed.
+    pub fn last_renewal(&self, id: i64) -> Option<Instant> {
+        self.last.lock().unwrap().get(&id).copied()
+    }
+}
+
+impl Drop for Kubelets {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Renews the Lease of each Node in `alive` every `every`, noting when.
+async fn renew(
+    leases: Api<Lease>,
+    alive: Arc<Mutex<BTreeSet<i64>>>,
+    last: Arc<Mutex<HashMap<i64, Instant>>>,
+    every: Duration,
+) {
+    loop {
+        let ids: Vec<i64> = alive.lock().unwrap().iter().copied().collect();
+        for id in ids {
+            let lease = json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": format!("node-{id}"), "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": format!("node-{id}"), "leaseDurationSeconds": 40,
+                         "renewTime": now_micro()},
+            });
+            leases
+                .patch(
+                    &format!("node-{id}"),
+                    &PatchParams::apply("kubelet").force(),
+                    &Patch::Apply(&lease),
+                )
+                .await
+                .unwrap();
+            last.lock().unwrap().insert(id, Instant::now());
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// The server Floating IP `fip` is assigned to, by the fake.

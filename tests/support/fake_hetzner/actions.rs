@@ -101,6 +101,15 @@ fn action_body(id: i64, status: &str, error: Option<&(String, String)>) -> serde
     }})
 }
 
+/// The ID in `/v1/<collection>/<id>…`.
+fn id_in_path(request: &Request) -> Option<i64> {
+    request
+        .url
+        .path_segments()
+        .and_then(|mut s| s.nth(2))
+        .and_then(|id| id.parse().ok())
+}
+
 /// Ends every Action that ends by the clock (no polls left) and is due:
 /// a successful one assigns its Floating IP.
 pub(super) fn settle(state: &mut FakeState) {
@@ -140,11 +149,7 @@ impl Respond for ServerResponder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let mut state = lock(&self.state);
         state.actions.server_requests += 1;
-        let id: Option<i64> = request
-            .url
-            .path_segments()
-            .and_then(|mut s| s.nth(2))
-            .and_then(|id| id.parse().ok());
+        let id = id_in_path(request);
         match state.servers.iter().position(|s| Some(s.id) == id) {
             Some(at) => ResponseTemplate::new(200).set_body_raw(
                 format!("{{\"server\":{}}}", state.rendered[at]),
@@ -165,11 +170,7 @@ impl Respond for FloatingIpResponder {
         let mut state = lock(&self.state);
         settle(&mut state);
         state.actions.holder_requests += 1;
-        let id: Option<i64> = request
-            .url
-            .path_segments()
-            .and_then(|mut s| s.nth(2))
-            .and_then(|id| id.parse().ok());
+        let id = id_in_path(request);
         match state.floating_ips.iter().find(|f| Some(f.id) == id) {
             Some(fip) => ResponseTemplate::new(200)
                 .set_body_json(json!({ "floating_ip": super::render::render_floating_ip(fip) })),
@@ -191,11 +192,7 @@ impl Respond for AssignResponder {
         if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
             return error_response(status, Some(&code), &echo_token(&message, request), None);
         }
-        let fip: Option<i64> = request
-            .url
-            .path_segments()
-            .and_then(|mut s| s.nth(2))
-            .and_then(|id| id.parse().ok());
+        let fip = id_in_path(request);
         let server = serde_json::from_slice::<serde_json::Value>(&request.body)
             .ok()
             .and_then(|body| body["server"].as_i64());
@@ -254,11 +251,7 @@ impl Respond for ActionResponder {
         let mut state = lock(&self.state);
         settle(&mut state);
         state.actions.action_requests += 1;
-        let id: Option<i64> = request
-            .url
-            .path_segments()
-            .and_then(|mut s| s.nth(2))
-            .and_then(|id| id.parse().ok());
+        let id = id_in_path(request);
         let Some(Running {
             polls, error, due, ..
         }) = id.and_then(|id| state.actions.running.get(&id).cloned())
