@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::{error, info, warn};
 
 use crate::config::{self, NodeRules, Settings};
@@ -27,11 +27,14 @@ pub const EXIT_CONFIG: u8 = 2;
 Each pool takes the servers that match its own label selector and the address kinds it lists \
 (public-ipv4, public-ipv6, private-ipv4, floating-ip); servers whose Nodes are going away are left out. \
 Without Pools in the configuration it keeps one pool of public IPv4s, as the Go version did. \
-Settings come from config.json and CANADA_KAKTUS_* environment variables; see the README."
+Settings come from config.json and CANADA_KAKTUS_* environment variables; see the README.",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// Path of config.json (default: CANADA_KAKTUS_CONFIG, else ./config.json if present).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", global = true)]
     pub config: Option<PathBuf>,
     /// Run one reconcile and exit: 0 on success, 1 on failure.
     #[arg(long, conflicts_with = "dry_run")]
@@ -50,8 +53,41 @@ pub enum Output {
     Json,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Checks the setup (configuration, Hetzner, Kubernetes, Cilium, the
+    /// pools, the Nodes, the leader) and says what to fix. Exit 0 when
+    /// nothing failed (warnings do not fail), 1 when something did, 2 for
+    /// an invalid configuration. Reads only.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// text for people, json for machines.
+    #[arg(long, short = 'o', value_enum, default_value_t = Report::Text)]
+    pub output: Report,
+    /// The namespace Cilium runs in (its cilium-config and operator).
+    #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
+    pub cilium_namespace: String,
+    /// The controller's namespace, for its leader Lease (default:
+    /// LeaseNamespace, POD_NAMESPACE, else the kubeconfig's namespace).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+/// Output of `check` (and `explain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Report {
+    Text,
+    Json,
+}
+
 pub async fn run(cli: Cli) -> ExitCode {
     let env: HashMap<String, String> = std::env::vars().collect();
+    if let Some(Command::Check(args)) = cli.command {
+        return check(cli.config, env, args).await;
+    }
     let settings = match config::load(cli.config.as_deref(), &env) {
         Ok(settings) => settings,
         Err(errors) => {
@@ -72,6 +108,42 @@ pub async fn run(cli: Cli) -> ExitCode {
         return once(&settings, &mut reconciler).await;
     }
     run_controller(settings, reconciler, cli.config, env, log).await
+}
+
+/// `check`: the report on stdout, the exit code from its worst finding.
+async fn check(
+    config: Option<PathBuf>,
+    mut env: HashMap<String, String>,
+    args: CheckArgs,
+) -> ExitCode {
+    if let Some(namespace) = args.namespace {
+        env.insert("POD_NAMESPACE".to_owned(), namespace);
+    }
+    crate::sync::install_crypto_provider();
+    let loaded = config::load(config.as_deref(), &env);
+    let options = crate::check::Options {
+        cilium_namespace: args.cilium_namespace,
+    };
+    let report = crate::check::check(&loaded, &env, &options).await;
+    let text = match args.output {
+        Report::Text => report.text(),
+        Report::Json => report.json(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .is_err()
+    {
+        return ExitCode::FAILURE;
+    }
+    if loaded.is_err() {
+        ExitCode::from(EXIT_CONFIG)
+    } else if report.success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// Starts logging, reports the configuration's warnings, installs the TLS

@@ -48,6 +48,7 @@
 #![deny(unsafe_code)]
 
 pub mod backoff;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod failover;

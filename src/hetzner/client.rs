@@ -57,7 +57,7 @@ pub struct HetznerClient {
     /// Shared by clones, so every listing draws on the same hourly budget.
     budget: Option<Arc<Mutex<RequestBudget>>>,
     /// The `RateLimit-*` headers of the last response.
-    last_rate_limit: Arc<Mutex<Option<RateLimit>>>,
+    pub(super) last_rate_limit: Arc<Mutex<Option<RateLimit>>>,
     /// Told about every request (metrics); see [`HetznerClient::with_observer`].
     observer: Option<Arc<dyn RequestObserver>>,
     /// For the message of a timed-out request.

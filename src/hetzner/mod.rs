@@ -15,6 +15,7 @@ mod error;
 mod listings;
 mod model;
 mod page;
+mod probe;
 mod request;
 mod retry;
 pub use client::*;
@@ -22,6 +23,7 @@ pub use endpoint::*;
 pub use error::*;
 pub use model::*;
 pub use page::*;
+pub use probe::*;
 use request::*;
 pub use retry::*;
 

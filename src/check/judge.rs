@@ -1,0 +1,419 @@
+//! Every verdict `check` gives, from what was read: pure, so each is
+//! tested without a cluster or an account. The reads are in `read.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::config::{ConfigErrors, Settings};
+use crate::hetzner::{HetznerError, RateLimit, Server, WriteScope};
+use crate::members::{NodeFacts, NodeView};
+use crate::pool::{candidate_versions, gate::Withheld, pool_conflict, Pool, POOL_GROUP};
+
+use super::report::Check;
+
+/// The first Cilium release whose LB IPAM keeps the addresses Services
+/// hold on pool edits and operator restarts (earlier ones reassigned them:
+/// cilium/cilium #40358, #41458, #43131).
+pub const CILIUM_KEEPS_ADDRESSES: (u32, u32, u32) = (1, 18, 2);
+
+/// A rate limit with less than this share left is worth a warning.
+const LOW_RATE_LIMIT: f64 = 0.1;
+
+pub fn configuration(loaded: &Result<Settings, ConfigErrors>) -> Vec<Check> {
+    match loaded {
+        Ok(settings) => {
+            let names: Vec<_> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+            let mut checks = vec![Check::pass(format!(
+                "the configuration is valid: {} pool(s) ({})",
+                names.len(),
+                names.join(", ")
+            ))];
+            checks.extend(settings.warnings.iter().map(|warning| {
+                Check::warning(
+                    format!("configuration: {warning}"),
+                    "see the README's Settings table for the names and values it takes",
+                )
+            }));
+            checks
+        }
+        Err(errors) => errors
+            .problems()
+            .iter()
+            .map(|problem| {
+                Check::failure(
+                    problem.to_string(),
+                    "fix the setting named (environment variable / config.json key); the README's \
+                     Settings table lists every one",
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The token's validity and the rate limit, from `GET /locations`.
+pub fn token(answer: &Result<Option<RateLimit>, HetznerError>) -> Vec<Check> {
+    let rate_limit = match answer {
+        Err(error @ HetznerError::Unauthorized { .. }) => {
+            return vec![Check::failure(
+                "the Hetzner API token is not accepted",
+                "create a token in the Hetzner Cloud Console (project → Security → API tokens) and \
+                 put it into the Secret (CANADA_KAKTUS_HCLOUD_TOKEN or the file HcloudTokenFile \
+                 names)",
+            )
+            .with_detail(error.to_string())]
+        }
+        Err(error) => {
+            return vec![Check::failure(
+                "the Hetzner API did not answer",
+                format!(
+                    "check CANADA_KAKTUS_HCLOUD_ENDPOINT and the network path to it (cause {})",
+                    error.metric_label()
+                ),
+            )
+            .with_detail(error.to_string())]
+        }
+        Ok(rate_limit) => rate_limit,
+    };
+    let mut checks = vec![Check::pass("the Hetzner API token is accepted")];
+    match rate_limit.and_then(|r| Some((r.remaining?, r.limit?))) {
+        Some((remaining, limit)) if (remaining as f64) < limit as f64 * LOW_RATE_LIMIT => checks
+            .push(Check::warning(
+                format!("Hetzner rate limit: {remaining} of {limit} requests left this hour"),
+                "another tool shares the project's budget, or the interval is short: see \
+                 canada_kaktus_hcloud_requests_total and CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET",
+            )),
+        Some((remaining, limit)) => checks.push(Check::pass(format!(
+            "Hetzner rate limit: {remaining} of {limit} requests left this hour"
+        ))),
+        None => checks.push(Check::pass(
+            "Hetzner rate limit: the answer had no RateLimit headers",
+        )),
+    }
+    checks
+}
+
+/// Whether the token may move Floating IPs (failover pools only).
+pub fn write_scope(answer: &Result<Option<WriteScope>, HetznerError>) -> Check {
+    match answer {
+        Ok(Some(WriteScope::ReadWrite)) => {
+            Check::pass("the Hetzner API token may write (it can move Floating IPs)")
+        }
+        Ok(Some(WriteScope::ReadOnly)) => Check::failure(
+            "the Hetzner API token may only read: Floating IP failover cannot move anything",
+            "give the controller a token with Read & Write permission",
+        ),
+        Ok(None) => Check::warning(
+            "whether the token may write is unknown: no failover pool selects a Floating IP",
+            "create the Floating IPs with the labels of the pool's FloatingIpSelector",
+        ),
+        Err(error) => Check::warning(
+            "whether the token may write is unknown: the probe failed",
+            "run check again; see the detail",
+        )
+        .with_detail(error.to_string()),
+    }
+}
+
+/// The pool CRD: served and storage versions, against what the
+/// controller can use.
+pub fn crd(settings: &Settings, served: &[String], storage: Option<&str>) -> Vec<Check> {
+    let name = format!("ciliumloadbalancerippools.{POOL_GROUP}");
+    if served.is_empty() {
+        return vec![Check::failure(
+            format!("the CRD {name} is not installed (or serves no version)"),
+            "install Cilium (its operator creates the CRD) with LB IPAM, then run check again",
+        )];
+    }
+    let usable: Vec<_> = candidate_versions(settings.cilium_api_version)
+        .iter()
+        .filter(|v| served.iter().any(|s| s == *v))
+        .collect();
+    let found = format!(
+        "the CRD {name} serves {}{}",
+        served.join(", "),
+        storage
+            .map(|s| format!(" and stores {s}"))
+            .unwrap_or_default()
+    );
+    let mut checks = Vec::new();
+    if usable.is_empty() {
+        checks.push(Check::failure(
+            found,
+            "CANADA_KAKTUS_CILIUM_API_VERSION names a version the CRD does not serve: set it to \
+             auto",
+        ));
+    } else if served.iter().all(|s| s == "v2alpha1") {
+        checks.push(Check::warning(
+            found,
+            "v2alpha1 is deprecated: upgrade Cilium to a release that serves v2",
+        ));
+    } else {
+        checks.push(Check::pass(found));
+    }
+    checks
+}
+
+/// `cilium-config`'s LB IPAM keys (`None`: the ConfigMap is missing).
+pub fn cilium_config(
+    namespace: &str,
+    data: &Result<Option<BTreeMap<String, String>>, String>,
+) -> Vec<Check> {
+    let data =
+        match data {
+            Ok(Some(data)) => data,
+            Ok(None) => return vec![Check::warning(
+                format!(
+                    "no ConfigMap cilium-config in {namespace}: cannot tell whether LB IPAM is on"
+                ),
+                "pass --cilium-namespace with the namespace Cilium is installed in",
+            )],
+            Err(error) => {
+                return vec![Check::warning(
+                format!("cannot read {namespace}/cilium-config"),
+                "run check as someone who may read it (the controller's ServiceAccount may not)",
+            )
+            .with_detail(error.clone())]
+            }
+        };
+    let key = |k: &str| data.get(k).map(|v| v.trim().to_ascii_lowercase());
+    let mut checks = Vec::new();
+    match key("enable-lb-ipam").as_deref() {
+        Some("false") => checks.push(Check::failure(
+            "Cilium LB IPAM is off (enable-lb-ipam: false): no pool hands out addresses",
+            "set enable-lb-ipam to true in cilium-config (Helm: the operator's LB IPAM) and \
+             restart the cilium-operator",
+        )),
+        _ => checks.push(Check::pass("Cilium LB IPAM is on")),
+    }
+    match key("default-lb-service-ipam").as_deref() {
+        Some(mode @ ("none" | "nodeipam")) => checks.push(Check::warning(
+            format!(
+                "default-lb-service-ipam is {mode}: Services without a loadBalancerClass get no \
+                 pool address"
+            ),
+            "set default-lb-service-ipam to lbipam, or give each Service a Cilium \
+             loadBalancerClass",
+        )),
+        _ => checks.push(Check::pass("default-lb-service-ipam is lbipam")),
+    }
+    checks
+}
+
+/// A version `v1.17.2` out of an image reference such as
+/// `quay.io/cilium/operator-generic:v1.17.2@sha256:…`.
+pub fn image_version(image: &str) -> Option<(u32, u32, u32)> {
+    let image = image.split('@').next()?;
+    let name_end = image.rfind('/').map_or(0, |i| i + 1);
+    let tag = image[name_end..].split_once(':')?.1;
+    let mut parts = tag.trim_start_matches('v').split(['.', '-', '+']);
+    let mut next = || parts.next()?.parse::<u32>().ok();
+    Some((next()?, next()?, next()?))
+}
+
+/// The cilium-operator's image (`Ok(None)`: no such Deployment).
+pub fn operator(namespace: &str, image: &Result<Option<String>, String>) -> Check {
+    let image = match image {
+        Ok(Some(image)) => image,
+        Ok(None) => {
+            return Check::warning(
+                format!("no Deployment cilium-operator in {namespace}: its version is unknown"),
+                "pass --cilium-namespace with the namespace Cilium is installed in",
+            )
+        }
+        Err(error) => {
+            return Check::warning(
+                format!("cannot read {namespace}/cilium-operator"),
+                "run check as someone who may read Deployments there",
+            )
+            .with_detail(error.clone())
+        }
+    };
+    let (major, minor, patch) = CILIUM_KEEPS_ADDRESSES;
+    match image_version(image) {
+        Some(version) if version < CILIUM_KEEPS_ADDRESSES => Check::warning(
+            format!(
+                "cilium-operator {}.{}.{} (before {major}.{minor}.{patch}): it may give Services \
+                 other addresses when a pool's blocks change",
+                version.0, version.1, version.2
+            ),
+            format!("upgrade Cilium to {major}.{minor}.{patch} or later"),
+        ),
+        Some(version) => Check::pass(format!(
+            "cilium-operator {}.{}.{}",
+            version.0, version.1, version.2
+        )),
+        None => Check::warning(
+            format!("cannot tell the cilium-operator's version from its image {image}"),
+            "run a tagged Cilium release image",
+        ),
+    }
+}
+
+/// A condition's message as a count, for `cilium.io/IPsUsed` and friends.
+fn count_condition(pool: &Pool, kind: &str) -> Option<String> {
+    let condition = pool
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)?;
+    Some(condition.message.clone())
+}
+
+/// One managed pool: whether it exists, Cilium's verdict, and what it
+/// cannot get because another pool holds it.
+pub fn pool(name: &str, live: Option<&Pool>, withheld: &[Withheld]) -> Vec<Check> {
+    let Some(live) = live else {
+        return vec![Check::warning(
+            format!("pool {name} does not exist yet"),
+            "the controller creates it at its first successful cycle: see its /health and logs",
+        )];
+    };
+    let mut checks = Vec::new();
+    if let Some(conflict) = pool_conflict(live) {
+        checks.push(
+            Check::failure(
+                format!(
+                    "pool {name} is in conflict ({}): Cilium disabled it",
+                    conflict.reason
+                ),
+                "remove the overlap Cilium names (another pool covers one of its addresses); \
+                 Cilium enables the pool again once it is gone",
+            )
+            .with_detail(conflict.message),
+        );
+    } else if live.spec.disabled == Some(true) {
+        checks.push(Check::failure(
+            format!(
+                "pool {name} is disabled (spec.disabled): Cilium hands out none of its addresses"
+            ),
+            "the controller enables it again at its next write; if it stays disabled, see who \
+             else writes the pool (kubectl get ciliumloadbalancerippool -o yaml, managedFields)",
+        ));
+    } else {
+        let used = count_condition(live, "cilium.io/IPsUsed");
+        let available = count_condition(live, "cilium.io/IPsAvailable");
+        checks.push(Check::pass(match (used, available) {
+            (Some(used), Some(available)) => {
+                format!("pool {name} is enabled: {used} address(es) used, {available} available")
+            }
+            _ => format!("pool {name} is enabled"),
+        }));
+    }
+    let mut foreign: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut ours: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for w in withheld {
+        let by = if w.foreign() { &mut foreign } else { &mut ours };
+        if !w.by.is_empty() {
+            by.entry(w.by.as_str())
+                .or_default()
+                .push(w.address.to_string());
+        }
+    }
+    for (other, addresses) in foreign {
+        checks.push(Check::failure(
+            format!(
+                "pool {name}: pool {other}, which this controller does not manage, covers {} \
+                 (disabled or not, Cilium would disable one of the two)",
+                addresses.join(", ")
+            ),
+            format!(
+                "remove these addresses from pool {other}; until then {name} goes without them"
+            ),
+        ));
+    }
+    for (other, addresses) in ours {
+        checks.push(Check::warning(
+            format!(
+                "pool {name}: pool {other} holds {} still",
+                addresses.join(", ")
+            ),
+            format!("{name} gets them once {other} lets go (an address is in one pool only)"),
+        ));
+    }
+    checks
+}
+
+/// Nodes against the project's servers (all of them), and the servers each
+/// pool selects against the Nodes.
+pub fn nodes(
+    nodes: &[NodeFacts],
+    servers: &[Server],
+    selected: &[(String, Vec<&Server>)],
+) -> Vec<Check> {
+    let ids: BTreeSet<i64> = servers.iter().map(|s| s.id).collect();
+    let names: BTreeSet<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+    let mut checks = Vec::new();
+    for node in nodes {
+        match node.server_id {
+            Some(id) if !ids.contains(&id) => checks.push(Check::warning(
+                format!(
+                    "Node {}: its providerID hcloud://{id} is no server of this project",
+                    node.name
+                ),
+                "the server was deleted (remove the Node) or belongs to another project (the \
+                 token's)",
+            )),
+            None if !names.contains(node.name.as_str()) => checks.push(Check::warning(
+                format!(
+                    "Node {}: no hcloud:// providerID and no server of that name",
+                    node.name
+                ),
+                "run Hetzner's cloud controller manager (it sets the providerID), or name the \
+                 Node like its server",
+            )),
+            _ => {}
+        }
+    }
+    let view = NodeView::new(nodes.iter().cloned(), true);
+    for (pool, servers) in selected {
+        let without: Vec<_> = servers
+            .iter()
+            .filter(|s| view.node_of(s.id, &s.name).is_none())
+            .map(|s| s.name.as_str())
+            .collect();
+        if !without.is_empty() {
+            checks.push(Check::warning(
+                format!(
+                    "pool {pool}: server(s) without a Node: {}",
+                    without.join(", ")
+                ),
+                "a server without a Node gives no address while the Node watch is on: join it \
+                 to the cluster, or take it out of the pool's LabelSelector",
+            ));
+        }
+    }
+    if checks.is_empty() {
+        checks.push(Check::pass(format!(
+            "{} Node(s), each a server of this project; every selected server has a Node",
+            nodes.len()
+        )));
+    }
+    checks
+}
+
+/// The leader Lease: who holds it and whether it is current.
+pub fn leader(
+    lease: &Result<Option<(String, Option<Duration>)>, String>,
+    duration: Duration,
+    lease_ref: &str,
+) -> Check {
+    match lease {
+        Ok(Some((holder, Some(age)))) if *age <= duration => {
+            Check::pass(format!("leader: {holder} (renewed {}s ago)", age.as_secs()))
+        }
+        Ok(Some((holder, _))) => Check::warning(
+            format!("the Lease {lease_ref} names {holder}, but it was not renewed in time"),
+            "no replica leads: see the controller's pods and logs",
+        ),
+        Ok(None) => Check::warning(
+            format!("no Lease {lease_ref}: no replica has led yet"),
+            "start the controller (deploy/ or the Helm chart)",
+        ),
+        Err(error) => Check::warning(
+            format!("cannot read the Lease {lease_ref}"),
+            "run check as the controller's ServiceAccount or an administrator",
+        )
+        .with_detail(error.clone()),
+    }
+}

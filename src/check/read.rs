@@ -1,0 +1,188 @@
+//! What `check` reads from the cluster, each read on its own (one that
+//! fails or is forbidden is reported, and the others still run). Every
+//! read is a GET or a LIST; the access reviews create nothing that stays.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, Client};
+
+use crate::pool::{POOL_GROUP, POOL_PLURAL};
+
+/// Every read is bounded: a check must end.
+pub const READ_LIMIT: Duration = Duration::from_secs(15);
+
+/// `work` within [`READ_LIMIT`], its error as text.
+pub async fn bounded<T>(
+    work: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(READ_LIMIT, work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("no answer within {}s", READ_LIMIT.as_secs())),
+    }
+}
+
+/// The pool CRD's served versions and its storage version; from API
+/// discovery (storage unknown) when the CRD may not be read.
+pub async fn crd_versions(client: &Client) -> Result<(Vec<String>, Option<String>), String> {
+    let name = format!("{POOL_PLURAL}.{POOL_GROUP}");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match bounded(crds.get_opt(&name)).await {
+        Ok(None) => Ok((Vec::new(), None)),
+        Ok(Some(crd)) => {
+            let served = crd
+                .spec
+                .versions
+                .iter()
+                .filter(|v| v.served)
+                .map(|v| v.name.clone())
+                .collect();
+            let storage = crd
+                .spec
+                .versions
+                .iter()
+                .find(|v| v.storage)
+                .map(|v| v.name.clone());
+            Ok((served, storage))
+        }
+        Err(_) => {
+            let mut served = Vec::new();
+            for version in ["v2", "v2alpha1"] {
+                let group = format!("{POOL_GROUP}/{version}");
+                match bounded(client.list_api_group_resources(&group)).await {
+                    Ok(list) if list.resources.iter().any(|r| r.name == POOL_PLURAL) => {
+                        served.push(version.to_owned());
+                    }
+                    Ok(_) => {}
+                    Err(error) if error.contains("404") || error.contains("NotFound") => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok((served, None))
+        }
+    }
+}
+
+/// One permission the controller needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub verb: &'static str,
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = if self.group.is_empty() {
+            String::new()
+        } else {
+            format!(".{}", self.group)
+        };
+        write!(f, "{} {}{group}", self.verb, self.resource)?;
+        if let Some(name) = &self.name {
+            write!(f, " {name}")?;
+        }
+        if let Some(namespace) = &self.namespace {
+            write!(f, " in {namespace}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether the identity that runs the check may do `access`
+/// (a `SelfSubjectAccessReview`).
+pub async fn allowed(client: &Client, access: &Access) -> Result<bool, String> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(access.verb.to_owned()),
+                group: Some(access.group.to_owned()),
+                resource: Some(access.resource.to_owned()),
+                namespace: access.namespace.clone(),
+                name: access.name.clone(),
+                ..ResourceAttributes::default()
+            }),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answer = bounded(reviews.create(&PostParams::default(), &review)).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// `namespace/cilium-config`'s data (`None`: no such ConfigMap).
+pub async fn cilium_config(
+    client: &Client,
+    namespace: &str,
+) -> Result<Option<BTreeMap<String, String>>, String> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    Ok(bounded(maps.get_opt("cilium-config"))
+        .await?
+        .map(|map| map.data.unwrap_or_default()))
+}
+
+/// The image of `namespace/cilium-operator`'s first container.
+pub async fn operator_image(client: &Client, namespace: &str) -> Result<Option<String>, String> {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    Ok(bounded(deployments.get_opt("cilium-operator"))
+        .await?
+        .and_then(|d| d.spec?.template.spec?.containers.into_iter().next()?.image))
+}
+
+pub async fn nodes(client: &Client) -> Result<Vec<Node>, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    Ok(bounded(nodes.list(&ListParams::default())).await?.items)
+}
+
+/// The Lease's holder and how long ago it was renewed.
+pub async fn lease(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<(String, Option<Duration>)>, String> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let Some(lease) = bounded(leases.get_opt(name)).await? else {
+        return Ok(None);
+    };
+    let spec = lease.spec.unwrap_or_default();
+    let age = spec
+        .renew_time
+        .and_then(|t| SystemTime::now().duration_since(SystemTime::from(t.0)).ok());
+    Ok(Some((
+        spec.holder_identity.unwrap_or_else(|| "nobody".to_owned()),
+        age,
+    )))
+}
+
+/// Each pool's last success, from the `/metrics` of a controller on this
+/// host (`kubectl exec` into its pod); `None` when none answers.
+pub async fn local_last_success(port: u16) -> Option<BTreeMap<String, f64>> {
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .ok()?;
+    let text = client.get(url).send().await.ok()?.text().await.ok()?;
+    let prefix = "canada_kaktus_last_success_timestamp_seconds{pool=\"";
+    Some(
+        text.lines()
+            .filter_map(|line| {
+                let rest = line.strip_prefix(prefix)?;
+                let (pool, value) = rest.split_once("\"}")?;
+                Some((pool.to_owned(), value.trim().parse().ok()?))
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,302 @@
+use std::collections::{BTreeMap, HashMap};
+
+use super::judge::{self, image_version};
+use super::*;
+use crate::hetzner::{RateLimit, WriteScope};
+use crate::pool::{gate::WithheldReason, Condition, Pool, PoolStatus};
+
+fn settings(pairs: &[(&str, &str)]) -> Settings {
+    let mut env: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    env.insert("CANADA_KAKTUS_HCLOUD_TOKEN".into(), "t".repeat(64));
+    crate::config::load(None, &env).expect("valid settings")
+}
+
+fn statuses(checks: &[Check]) -> Vec<Status> {
+    checks.iter().map(|c| c.result).collect()
+}
+
+#[test]
+fn warnings_do_not_fail_the_report_and_failures_do() {
+    let mut report = Report {
+        success: true,
+        ..Report::default()
+    };
+    report.add(
+        "A",
+        vec![Check::pass("fine"), Check::warning("meh", "do x")],
+    );
+    assert!(report.success);
+    report.add("B", vec![Check::failure("bad", "do y").with_detail("why")]);
+    assert!(!report.success);
+    let text = report.text();
+    assert!(
+        text.contains("A\n-\n√ fine\n‼ meh\n    hint: do x\n"),
+        "{text}"
+    );
+    assert!(text.contains("× bad\n    why\n    hint: do y\n"), "{text}");
+    assert!(text.ends_with("Status check results are × (1 passed, 1 warnings, 1 failed)\n"));
+    let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+    assert_eq!(json["success"], false);
+    assert_eq!(json["categories"][1]["name"], "B");
+    assert_eq!(json["categories"][1]["checks"][0]["result"], "failure");
+    assert_eq!(json["categories"][1]["checks"][0]["hint"], "do y");
+    assert_eq!(json["categories"][0]["checks"][0].get("hint"), None);
+}
+
+#[test]
+fn operator_versions_before_1_18_2_warn() {
+    assert_eq!(
+        image_version("quay.io/cilium/operator-generic:v1.17.2@sha256:0123abcd"),
+        Some((1, 17, 2))
+    );
+    assert_eq!(
+        image_version("registry.local:5000/cilium/operator:v1.18.2"),
+        Some((1, 18, 2))
+    );
+    assert_eq!(image_version("registry.local:5000/cilium/operator"), None);
+    assert_eq!(image_version("quay.io/cilium/operator:latest"), None);
+    let at = |image: &str| judge::operator("kube-system", &Ok(Some(image.to_owned()))).result;
+    assert_eq!(
+        at("quay.io/cilium/operator-generic:v1.18.1"),
+        Status::Warning
+    );
+    assert_eq!(at("quay.io/cilium/operator-generic:v1.18.2"), Status::Pass);
+    assert_eq!(at("quay.io/cilium/operator-generic:v1.20.2"), Status::Pass);
+    assert_eq!(
+        at("quay.io/cilium/operator-generic:latest"),
+        Status::Warning
+    );
+    assert_eq!(judge::operator("x", &Ok(None)).result, Status::Warning);
+}
+
+#[test]
+fn lb_ipam_off_fails_and_another_default_class_warns() {
+    let config = |pairs: &[(&str, &str)]| {
+        let data: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        statuses(&judge::cilium_config("kube-system", &Ok(Some(data))))
+    };
+    // Both keys default to what LB IPAM needs.
+    assert_eq!(config(&[]), [Status::Pass, Status::Pass]);
+    assert_eq!(
+        config(&[("enable-lb-ipam", "false")]),
+        [Status::Failure, Status::Pass]
+    );
+    assert_eq!(
+        config(&[("default-lb-service-ipam", "nodeipam")]),
+        [Status::Pass, Status::Warning]
+    );
+    assert_eq!(
+        statuses(&judge::cilium_config("kube-system", &Ok(None))),
+        [Status::Warning]
+    );
+    assert_eq!(
+        statuses(&judge::cilium_config(
+            "kube-system",
+            &Err("forbidden".into())
+        )),
+        [Status::Warning]
+    );
+}
+
+#[test]
+fn the_crd_must_serve_a_version_the_controller_uses() {
+    let auto = settings(&[]);
+    let served = |versions: &[&str]| versions.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>();
+    assert_eq!(statuses(&judge::crd(&auto, &[], None)), [Status::Failure]);
+    assert_eq!(
+        statuses(&judge::crd(&auto, &served(&["v2", "v2alpha1"]), Some("v2"))),
+        [Status::Pass]
+    );
+    assert_eq!(
+        statuses(&judge::crd(&auto, &served(&["v2alpha1"]), Some("v2alpha1"))),
+        [Status::Warning]
+    );
+    let pinned = settings(&[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2")]);
+    assert_eq!(
+        statuses(&judge::crd(&pinned, &served(&["v2alpha1"]), None)),
+        [Status::Failure]
+    );
+}
+
+fn live(name: &str, conditions: &[(&str, &str, &str)], disabled: bool) -> Pool {
+    let mut pool = Pool::default();
+    pool.metadata.name = Some(name.into());
+    pool.spec.disabled = disabled.then_some(true);
+    pool.status = Some(PoolStatus {
+        conditions: conditions
+            .iter()
+            .map(|(type_, status, message)| Condition {
+                type_: (*type_).into(),
+                status: (*status).into(),
+                reason: "cidr_overlap".into(),
+                message: (*message).into(),
+            })
+            .collect(),
+    });
+    pool
+}
+
+#[test]
+fn a_pool_in_conflict_disabled_or_overlapped_by_a_foreign_pool_fails() {
+    let fine = live(
+        "p",
+        &[
+            ("cilium.io/IPsUsed", "True", "1"),
+            ("cilium.io/IPsAvailable", "True", "2"),
+        ],
+        false,
+    );
+    let checks = judge::pool("p", Some(&fine), &[]);
+    assert_eq!(statuses(&checks), [Status::Pass]);
+    assert!(checks[0]
+        .description
+        .contains("1 address(es) used, 2 available"));
+
+    let conflict = live(
+        "p",
+        &[(
+            "cilium.io/PoolConflict",
+            "True",
+            "Pool conflicts since CIDR x overlaps",
+        )],
+        true,
+    );
+    let checks = judge::pool("p", Some(&conflict), &[]);
+    assert_eq!(statuses(&checks), [Status::Failure]);
+    assert_eq!(
+        checks[0].detail.as_deref(),
+        Some("Pool conflicts since CIDR x overlaps")
+    );
+
+    let disabled = live("p", &[], true);
+    assert_eq!(
+        statuses(&judge::pool("p", Some(&disabled), &[])),
+        [Status::Failure]
+    );
+
+    let withheld = [
+        gate::Withheld {
+            address: "203.0.113.7".parse().unwrap(),
+            by: "manual".into(),
+            reason: WithheldReason::ForeignPool,
+        },
+        gate::Withheld {
+            address: "203.0.113.8".parse().unwrap(),
+            by: "first".into(),
+            reason: WithheldReason::OtherPool,
+        },
+    ];
+    let checks = judge::pool("p", Some(&fine), &withheld);
+    assert_eq!(
+        statuses(&checks),
+        [Status::Pass, Status::Failure, Status::Warning]
+    );
+    assert!(checks[1].description.contains("pool manual"));
+    assert!(checks[1].description.contains("203.0.113.7"));
+    assert_eq!(statuses(&judge::pool("p", None, &[])), [Status::Warning]);
+}
+
+#[test]
+fn nodes_without_servers_and_servers_without_nodes_warn() {
+    let node = |name: &str, id: Option<i64>| NodeFacts {
+        name: name.into(),
+        server_id: id,
+        ready: true,
+        ..NodeFacts::default()
+    };
+    let server =
+        |id: i64, name: &str| Server::with_public_ipv4(id, name, "203.0.113.1".parse().unwrap());
+    let servers = [server(1, "one"), server(2, "two")];
+    let all_fine = judge::nodes(
+        &[node("one", Some(1)), node("two", None)],
+        &servers,
+        &[("p".into(), servers.iter().collect())],
+    );
+    assert_eq!(statuses(&all_fine), [Status::Pass]);
+
+    let checks = judge::nodes(
+        &[
+            node("one", Some(1)),
+            node("gone", Some(9)),
+            node("elsewhere", None),
+        ],
+        &servers,
+        &[("p".into(), servers.iter().collect())],
+    );
+    assert_eq!(statuses(&checks), [Status::Warning; 3]);
+    assert!(
+        checks[0].description.contains("hcloud://9"),
+        "{:?}",
+        checks[0]
+    );
+    assert!(
+        checks[1].description.contains("Node elsewhere"),
+        "{:?}",
+        checks[1]
+    );
+    assert!(checks[2].description.contains("two"), "{:?}", checks[2]);
+}
+
+#[test]
+fn the_token_is_judged_by_its_answer() {
+    let low = Ok(Some(RateLimit {
+        limit: Some(3600),
+        remaining: Some(100),
+        reset: None,
+    }));
+    assert_eq!(
+        statuses(&judge::token(&low)),
+        [Status::Pass, Status::Warning]
+    );
+    let unauthorized = Err(HetznerError::Unauthorized {
+        code: "unauthorized".into(),
+        message: "unable to authenticate".into(),
+    });
+    assert_eq!(statuses(&judge::token(&unauthorized)), [Status::Failure]);
+    assert_eq!(
+        judge::write_scope(&Ok(Some(WriteScope::ReadOnly))).result,
+        Status::Failure
+    );
+    assert_eq!(
+        judge::write_scope(&Ok(Some(WriteScope::ReadWrite))).result,
+        Status::Pass
+    );
+    assert_eq!(judge::write_scope(&Ok(None)).result, Status::Warning);
+}
+
+#[test]
+fn the_permissions_follow_the_settings() {
+    let plain = settings(&[("CANADA_KAKTUS_POOL_NAME", "edge")]);
+    let plain = needed(&plain, "ops");
+    let shown: Vec<String> = plain.iter().map(ToString::to_string).collect();
+    for line in [
+        "list ciliumloadbalancerippools.cilium.io",
+        "patch ciliumloadbalancerippools.cilium.io edge",
+        "create ciliumloadbalancerippools.cilium.io edge",
+        "list nodes",
+        "patch leases.coordination.k8s.io canada-kaktus in ops",
+        "create leases.coordination.k8s.io in ops",
+        "create events.events.k8s.io in default",
+    ] {
+        assert!(shown.iter().any(|s| s == line), "{line} not in {shown:?}");
+    }
+    assert!(!shown.iter().any(|s| s.contains("kube-node-lease")));
+    let quiet = settings(&[
+        ("CANADA_KAKTUS_LEADER_ELECTION", "false"),
+        ("CANADA_KAKTUS_EVENTS", "false"),
+        ("CANADA_KAKTUS_WATCH_NODES", "false"),
+    ]);
+    let shown: Vec<String> = needed(&quiet, "ops")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(!shown
+        .iter()
+        .any(|s| s.contains("leases") || s.contains("events") || s.contains("nodes")));
+}
