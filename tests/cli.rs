@@ -4,7 +4,7 @@ mod support;
 
 use std::process::{Command, Output};
 
-use support::fake_hetzner::{FakeHetzner, FakeServer};
+use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_canada-kaktus");
 const TOKEN: &str = "cli-test-token-0042";
@@ -339,4 +339,127 @@ async fn dry_run_prints_every_pool_as_a_yaml_stream_or_a_json_list() {
         json[1]["spec"]["blocks"],
         serde_json::json!([{"cidr": "10.0.0.1/32"}, {"cidr": "10.0.0.2/32"}])
     );
+}
+
+/// `check -o json` with `env`; the exit code and the report.
+async fn check_json(env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value, String) {
+    let out = run(&["check", "--output", "json"], env).await;
+    let stdout = text(&out.stdout);
+    let report = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "check printed no JSON ({e}): {stdout} {}",
+            text(&out.stderr)
+        )
+    });
+    (out.status.code(), report, stdout + &text(&out.stderr))
+}
+
+/// The checks of `category` whose description contains `needle`.
+fn checks_with<'a>(
+    report: &'a serde_json::Value,
+    category: &str,
+    needle: &str,
+) -> Vec<&'a serde_json::Value> {
+    report["categories"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["name"] == category)
+        .flat_map(|c| c["checks"].as_array().into_iter().flatten())
+        .filter(|c| {
+            c["description"]
+                .as_str()
+                .is_some_and(|d| d.contains(needle))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn check_names_every_configuration_problem_and_exits_2() {
+    let (code, report, _) = check_json(&[
+        ("CANADA_KAKTUS_LABELSELECTOR", "role in (a"),
+        ("CANADA_KAKTUS_INTERVAL", "often"),
+    ])
+    .await;
+    assert_eq!(code, Some(2));
+    assert_eq!(report["success"], false);
+    for setting in [
+        "CANADA_KAKTUS_LABELSELECTOR",
+        "CANADA_KAKTUS_INTERVAL",
+        "CANADA_KAKTUS_HCLOUD_TOKEN",
+    ] {
+        let found = checks_with(&report, "Configuration", setting);
+        assert_eq!(found.len(), 1, "{setting}: {report:#}");
+        assert_eq!(found[0]["result"], "failure");
+    }
+    // Nothing else is looked at with an invalid configuration.
+    assert_eq!(report["categories"].as_array().map(Vec::len), Some(1));
+}
+
+#[tokio::test]
+async fn check_reports_a_refused_token_and_no_cluster_without_printing_the_token() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token("another-token");
+    let endpoint = hetzner.endpoint();
+    let (code, report, output) = check_json(&[
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("KUBECONFIG", "/nonexistent/kubeconfig"),
+    ])
+    .await;
+    assert_eq!(code, Some(1), "{report:#}");
+    let refused = checks_with(&report, "Hetzner", "token is not accepted");
+    assert_eq!(refused.len(), 1, "{report:#}");
+    assert_eq!(refused[0]["result"], "failure");
+    assert!(refused[0]["detail"].as_str().unwrap().contains("401"));
+    let kube = checks_with(&report, "Kubernetes", "no usable Kubernetes configuration");
+    assert_eq!(kube.len(), 1, "{report:#}");
+    assert!(!output.contains(TOKEN), "the token leaked: {output}");
+}
+
+#[tokio::test]
+async fn check_finds_a_read_only_token_for_failover_without_changing_anything() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "203.0.113.20").with_label("role", "edge")
+    ]);
+    hetzner.set_floating_ips(vec![
+        FakeFloatingIp::new(7, "203.0.113.99", Some(1)),
+        FakeFloatingIp::new(10, "203.0.113.10", Some(1)).with_label("pool", "edge"),
+    ]);
+    let endpoint = hetzner.endpoint();
+    let pools = serde_json::json!([{
+        "Name": "edge",
+        "LabelSelector": "role=edge",
+        "Addresses": ["floating-ip"],
+        "FloatingIpSelector": "pool=edge",
+        "FloatingIpFailover": true,
+    }])
+    .to_string();
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("CANADA_KAKTUS_POOLS", pools.as_str()),
+        ("KUBECONFIG", "/nonexistent/kubeconfig"),
+    ];
+    let (_, report, _) = check_json(&env).await;
+    let write = checks_with(&report, "Hetzner", "may write");
+    assert_eq!(write.len(), 1, "{report:#}");
+    assert_eq!(write[0]["result"], "pass");
+    let rate = checks_with(&report, "Hetzner", "rate limit");
+    assert_eq!(rate[0]["result"], "pass", "{report:#}");
+
+    hetzner.set_read_only(true);
+    let (code, report, _) = check_json(&env).await;
+    assert_eq!(code, Some(1));
+    let write = checks_with(&report, "Hetzner", "may only read");
+    assert_eq!(write.len(), 1, "{report:#}");
+    assert_eq!(write[0]["result"], "failure");
+    // The probe is an update of no field, on the pool's own Floating IP.
+    assert_eq!(
+        hetzner.updates(),
+        vec![(10, "{}".to_owned()), (10, "{}".to_owned())]
+    );
+    assert_eq!(hetzner.actions_started(), 0);
 }

@@ -68,6 +68,8 @@ pub(super) struct Actions {
     pub(super) action_requests: usize,
     pub(super) holder_requests: usize,
     pub(super) server_requests: usize,
+    /// `PUT /floating_ips/{id}`: the ID and the body.
+    pub(super) updates: Vec<(i64, String)>,
 }
 
 impl Actions {
@@ -179,6 +181,37 @@ impl Respond for FloatingIpResponder {
     }
 }
 
+/// `PUT /v1/floating_ips/{id}`: an update. The fake changes nothing (the
+/// controller only ever sends an update of no field, to learn whether the
+/// token may write); a read-only token gets `401 token_readonly`.
+pub(super) struct UpdateResponder {
+    pub(super) state: Arc<Mutex<FakeState>>,
+}
+
+impl Respond for UpdateResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        let id = id_in_path(request);
+        state.actions.updates.push((
+            id.unwrap_or_default(),
+            String::from_utf8_lossy(&request.body).into_owned(),
+        ));
+        if state.read_only {
+            return error_response(
+                401,
+                Some("token_readonly"),
+                "token is only allowed to perform GET requests",
+                None,
+            );
+        }
+        match state.floating_ips.iter().find(|f| Some(f.id) == id) {
+            Some(fip) => ResponseTemplate::new(200)
+                .set_body_json(json!({ "floating_ip": super::render::render_floating_ip(fip) })),
+            None => error_response(404, Some("not_found"), "Floating IP not found", None),
+        }
+    }
+}
+
 /// `POST /v1/floating_ips/{id}/actions/assign`.
 pub(super) struct AssignResponder {
     pub(super) state: Arc<Mutex<FakeState>>,
@@ -189,6 +222,14 @@ impl Respond for AssignResponder {
         let mut state = lock(&self.state);
         settle(&mut state);
         state.actions.assign_requests += 1;
+        if state.read_only {
+            return error_response(
+                401,
+                Some("token_readonly"),
+                "token is only allowed to perform GET requests",
+                None,
+            );
+        }
         if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
             return error_response(status, Some(&code), &echo_token(&message, request), None);
         }

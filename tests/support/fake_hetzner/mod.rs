@@ -243,6 +243,20 @@ impl FakeHetzner {
             })
             .mount(&self.server)
             .await;
+        Mock::given(method("PUT"))
+            .and(path_regex(r"^/v1/floating_ips/[0-9]+$"))
+            .respond_with(actions::UpdateResponder {
+                state: Arc::clone(&self.state),
+            })
+            .mount(&self.server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/v1/locations"))
+            .respond_with(LocationsResponder {
+                state: Arc::clone(&self.state),
+            })
+            .mount(&self.server)
+            .await;
         Mock::given(method("GET"))
             .and(path_regex(r"^/v1/actions/[0-9]+$"))
             .respond_with(actions::ActionResponder {
@@ -383,6 +397,17 @@ impl FakeHetzner {
         self.lock().last_label_selector.clone()
     }
 
+    /// From now on, every write (an assignment, an update) gets
+    /// `401 token_readonly`, as with a Read-only token.
+    pub fn set_read_only(&self, read_only: bool) {
+        self.lock().read_only = read_only;
+    }
+
+    /// `PUT /floating_ips/{id}` requests served so far, with their bodies.
+    pub fn updates(&self) -> Vec<(i64, String)> {
+        self.lock().actions.updates.clone()
+    }
+
     /// From now on, a request whose bearer token differs gets 401.
     pub fn expect_token(&self, token: &str) {
         self.lock().expected_token = Some(token.to_owned());
@@ -410,6 +435,7 @@ struct FakeState {
     requests: usize,
     last_label_selector: Option<String>,
     expected_token: Option<String>,
+    read_only: bool,
     log: VecDeque<FakeRequest>,
     script: Option<Script>,
     /// `requests` when the rate-limit budget was last refilled.
@@ -717,6 +743,37 @@ enum Paging {
     EndsEarly,
     /// One entry more than `per_page` (the first one of the next page).
     Oversized,
+}
+
+/// `GET /v1/locations`: three locations, with the token checked and the
+/// rate-limit headers of the budget so far, like any request.
+struct LocationsResponder {
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl Respond for LocationsResponder {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let mut state = lock(&self.state);
+        state.requests += 1;
+        let rate = RateHeaders::for_request(state.requests - state.rate_base);
+        if let Some(expected) = &state.expected_token {
+            let sent = request
+                .headers
+                .get("authorization")
+                .and_then(|value| value.to_str().ok());
+            if sent != Some(format!("Bearer {expected}").as_str()) {
+                return error_response(401, Some("unauthorized"), "unable to authenticate", None)
+                    .apply(&rate);
+            }
+        }
+        let locations: Vec<_> = [(1, "fsn1"), (2, "nbg1"), (3, "hel1")]
+            .iter()
+            .map(|(id, name)| serde_json::json!({"id": id, "name": name, "network_zone": "eu-central"}))
+            .collect();
+        ResponseTemplate::new(200)
+            .set_body_json(serde_json::json!({ "locations": locations }))
+            .apply(&rate)
+    }
 }
 
 /// The healthy answer: authentication, validation, filtering and paging.
