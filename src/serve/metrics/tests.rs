@@ -118,3 +118,71 @@ fn a_pool_dropped_from_the_config_loses_its_gauges() {
         "{text}"
     );
 }
+
+/// Each per-pool series that says what a pool holds now (not a counter,
+/// not the last success).
+fn current_view_lines(text: &str, pool: &str) -> Vec<String> {
+    let label = format!("pool=\"{pool}\"");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(&label))
+        .filter(|l| {
+            [
+                "canada_kaktus_pool_addresses",
+                "canada_kaktus_servers_matched",
+                "canada_kaktus_servers_excluded",
+                "canada_kaktus_addresses_withheld",
+                "canada_kaktus_blocked_addresses",
+                "canada_kaktus_floating_ips_stranded",
+            ]
+            .iter()
+            .any(|family| l.starts_with(&format!("{family}{{")))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_pool_dropped_from_the_configuration_leaves_its_stranded_gauge() {
+    let metrics = Metrics::new();
+    metrics.set_pools(["edge"]);
+    metrics.set_stranded("edge", 2);
+    assert_eq!(current_view_lines(&metrics.render(), "edge").len(), 1);
+    metrics.set_pools(["other"]);
+    assert_eq!(
+        current_view_lines(&metrics.render(), "edge"),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_replica_that_stops_leading_drops_what_it_knew_of_the_pools() {
+    let metrics = Metrics::new();
+    metrics.set_pools(["edge"]);
+    metrics.set_leader(true);
+    let report = CycleReport {
+        pool: "edge".into(),
+        addresses: 3,
+        listing: Some(crate::reconcile::ListingSummary::default()),
+        ..CycleReport::default()
+    };
+    metrics.record_cycle("edge", CycleKind::Full, Ok(&report));
+    metrics.set_stranded("edge", 1);
+    let led = metrics.render();
+    assert!(led.contains("canada_kaktus_pool_addresses{pool=\"edge\"} 3"), "{led}");
+    assert!(!current_view_lines(&led, "edge").is_empty());
+
+    // A standby's figures would be stale: the new leader's count.
+    metrics.set_leader(false);
+    let standby = metrics.render();
+    assert_eq!(current_view_lines(&standby, "edge"), Vec::<String>::new());
+    assert!(standby.contains("canada_kaktus_leader 0"));
+    // When the pool last succeeded stays true (max by pool picks the
+    // leader's newer figure).
+    assert!(
+        standby
+            .lines()
+            .any(|l| l.starts_with("canada_kaktus_last_success_timestamp_seconds{pool=\"edge\"}")
+                && !l.ends_with(" 0.0")),
+        "{standby}"
+    );
+}
