@@ -266,6 +266,15 @@ impl Metrics {
 
     /// Removes every gauge series of `pool`.
     fn drop_gauges(&self, pool: &str) {
+        self.drop_view(pool);
+        self.cycles.last_success.remove(&PoolLabels {
+            pool: pool.to_owned(),
+        });
+    }
+
+    /// Drops the series that say what `pool` holds now: only a leader
+    /// knows (a replica that stopped leading would serve stale figures).
+    fn drop_view(&self, pool: &str) {
         let labels = PoolLabels {
             pool: pool.to_owned(),
         };
@@ -276,7 +285,7 @@ impl Metrics {
         ] {
             family.remove(&labels);
         }
-        self.cycles.last_success.remove(&labels);
+        self.failover.stranded.remove(&labels);
         let reasons = [
             (&self.pools.servers_skipped, &SkipReason::LABELS[..]),
             (&self.pools.servers_excluded, &Exclusion::LABELS[..]),
@@ -366,8 +375,17 @@ impl Metrics {
             .inc();
     }
 
+    /// Whether this replica leads; a standby serves no figures of what
+    /// the pools hold (the leader's are the current ones), only when each
+    /// last succeeded here.
     pub fn set_leader(&self, leader: bool) {
         self.operate.leader.set(i64::from(leader));
+        if !leader {
+            let pools = crate::sync::lock(&self.configured).clone();
+            for pool in &pools {
+                self.drop_view(pool);
+            }
+        }
     }
 
     pub fn set_interval(&self, interval: Duration) {
