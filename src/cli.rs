@@ -55,16 +55,17 @@ pub enum Output {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Checks the setup (configuration, Hetzner, Kubernetes, Cilium, the
-    /// pools, the Nodes, the leader) and says what to fix. Exit 0 when
-    /// nothing failed (warnings do not fail), 1 when something did, 2 for
-    /// an invalid configuration. Reads only.
+    /// Checks the setup and says what to fix; reads only
+    ///
+    /// Configuration, Hetzner, Kubernetes, Cilium, the pools, the Nodes and
+    /// the leader. Exit 0 when nothing failed (warnings do not fail), 1 when
+    /// something did, 2 for an invalid configuration.
     Check(CheckArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// text for people, json for machines.
+    /// Text for people, JSON for machines.
     #[arg(long, short = 'o', value_enum, default_value_t = Report::Text)]
     pub output: Report,
     /// The namespace Cilium runs in (its cilium-config and operator).

@@ -573,3 +573,61 @@ fn the_workflows_pass_actionlint() {
     command.arg("-no-color").args(&workflows);
     ok(&mut command);
 }
+
+#[test]
+#[ignore = "needs helm and kubectl (scripts/tool-bins.sh, scripts/k8s-bins.sh): scripts/test runs it"]
+fn the_chart_and_the_kustomize_component_ship_the_same_alerts_and_dashboard() {
+    let full = repo().join("tests/fixtures/helm/full-values.yaml");
+    let rendered = template(&["--values", full.to_str().unwrap()]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let from_helm = objects(&String::from_utf8(rendered.stdout).unwrap());
+
+    // The component from an overlay of the operator's own, as the README
+    // tells.
+    // (kustomize takes relative paths only: the overlay sits in target/.)
+    let overlay = tempfile::tempdir_in(repo().join("target")).unwrap();
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/monitoring\n",
+    )
+    .unwrap();
+    let from_kustomize = objects(&ok(Command::new(kubectl())
+        .arg("kustomize")
+        .arg(overlay.path())));
+
+    let rule_file: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo().join("deploy/monitoring/prometheusrule.yaml")).unwrap(),
+    )
+    .unwrap();
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/monitoring/dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    for (source, objects, namespace) in [
+        ("helm", &from_helm, RELEASE_NAMESPACE),
+        ("kustomize", &from_kustomize, "canada-kaktus"),
+    ] {
+        let get = |kind: &str, name: &str| {
+            objects
+                .get(&(kind.into(), namespace.into(), name.into()))
+                .unwrap_or_else(|| panic!("{source}: no {kind} {name}: {:?}", objects.keys()))
+        };
+        let rule = get("PrometheusRule", "canada-kaktus");
+        assert_eq!(rule["spec"], rule_file["spec"], "{source}");
+        let map = get("ConfigMap", "canada-kaktus-dashboard");
+        assert_eq!(
+            map["metadata"]["labels"]["grafana_dashboard"], "1",
+            "{source}"
+        );
+        let shipped: Value =
+            serde_json::from_str(map["data"]["canada-kaktus.json"].as_str().unwrap()).unwrap();
+        assert_eq!(shipped, dashboard, "{source}");
+    }
+    let rule = &from_helm[&(
+        "PrometheusRule".to_owned(),
+        RELEASE_NAMESPACE.to_owned(),
+        "canada-kaktus".to_owned(),
+    )];
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+}
