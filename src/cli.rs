@@ -61,6 +61,25 @@ pub enum Command {
     /// the leader. Exit 0 when nothing failed (warnings do not fail), 1 when
     /// something did, 2 for an invalid configuration.
     Check(CheckArgs),
+    /// Says why each address of each server is in a pool or not
+    ///
+    /// The controller's own decision on what it reads now (Hetzner, the
+    /// Nodes, every pool): the node rule, the pool that has the address,
+    /// the guard that holds a write, a Floating IP's holder. Reads only.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Only this pool.
+    #[arg(long, value_name = "NAME")]
+    pub pool: Option<String>,
+    /// Only this server (its name or ID).
+    #[arg(long, value_name = "NAME|ID")]
+    pub server: Option<String>,
+    /// Text for people, JSON for machines.
+    #[arg(long, short = 'o', value_enum, default_value_t = Report::Text)]
+    pub output: Report,
 }
 
 #[derive(Debug, Args)]
@@ -86,8 +105,10 @@ pub enum Report {
 
 pub async fn run(cli: Cli) -> ExitCode {
     let env: HashMap<String, String> = std::env::vars().collect();
-    if let Some(Command::Check(args)) = cli.command {
-        return check(cli.config, env, args).await;
+    match cli.command {
+        Some(Command::Check(args)) => return check(cli.config, env, args).await,
+        Some(Command::Explain(args)) => return explain(cli.config, &env, args).await,
+        None => {}
     }
     let settings = match config::load(cli.config.as_deref(), &env) {
         Ok(settings) => settings,
@@ -145,6 +166,67 @@ async fn check(
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// `explain`: the answer on stdout; 1 when something could not be read,
+/// 2 for an invalid configuration or an unknown `--pool`.
+async fn explain(
+    config: Option<PathBuf>,
+    env: &HashMap<String, String>,
+    args: ExplainArgs,
+) -> ExitCode {
+    let settings = match config::load(config.as_deref(), env) {
+        Ok(settings) => settings,
+        Err(errors) => {
+            eprintln!("canada-kaktus: invalid configuration:\n{errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if let Some(pool) = &args.pool {
+        if !settings.pools.iter().any(|p| &p.name == pool) {
+            let names: Vec<_> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+            eprintln!(
+                "canada-kaktus explain: --pool {pool}: no such pool in this configuration (its pools: {})",
+                names.join(", ")
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
+    crate::sync::install_crypto_provider();
+    let filter = crate::explain::Filter {
+        pool: args.pool,
+        server: args.server,
+    };
+    let answer = match crate::explain::read_and_explain(&settings, &filter).await {
+        Ok(answer) => answer,
+        Err(error) => {
+            eprintln!(
+                "canada-kaktus explain: {error}; nothing is explained from part of the state"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(server) = &filter.server {
+        if answer.pools.iter().all(|p| p.servers.is_empty()) {
+            eprintln!(
+                "canada-kaktus explain: --server {server}: no pool's LabelSelector matches a server of that name or ID"
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    let text = match args.output {
+        Report::Text => answer.text(),
+        Report::Json => answer.json(),
+    };
+    let mut stdout = std::io::stdout().lock();
+    if stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .is_err()
+    {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 /// Starts logging, reports the configuration's warnings, installs the TLS

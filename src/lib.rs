@@ -51,6 +51,7 @@ pub mod backoff;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod explain;
 pub mod failover;
 pub mod hetzner;
 pub mod members;

@@ -158,23 +158,24 @@ pub fn cilium_config(
     namespace: &str,
     data: &Result<Option<BTreeMap<String, String>>, String>,
 ) -> Vec<Check> {
-    let data =
-        match data {
-            Ok(Some(data)) => data,
-            Ok(None) => return vec![Check::warning(
+    let data = match data {
+        Ok(Some(data)) => data,
+        Ok(None) => {
+            return vec![Check::warning(
                 format!(
                     "no ConfigMap cilium-config in {namespace}: cannot tell whether LB IPAM is on"
                 ),
                 "pass --cilium-namespace with the namespace Cilium is installed in",
-            )],
-            Err(error) => {
-                return vec![Check::warning(
+            )]
+        }
+        Err(error) => {
+            return vec![Check::warning(
                 format!("cannot read {namespace}/cilium-config"),
                 "run check as someone who may read it (the controller's ServiceAccount may not)",
             )
             .with_detail(error.clone())]
-            }
-        };
+        }
+    };
     let key = |k: &str| data.get(k).map(|v| v.trim().to_ascii_lowercase());
     let mut checks = Vec::new();
     match key("enable-lb-ipam").as_deref() {

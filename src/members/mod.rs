@@ -8,18 +8,25 @@
 //!
 //! - `nodes.rs`: what the Kubernetes Nodes say about each server, and the
 //!   exclusion rules.
+//! - `kinds.rs`: the addresses of each kind a server gives a pool.
+//! - `trace.rs`: the decisions, told as they are made (for `explain`).
 
+mod kinds;
 mod nodes;
+mod trace;
 
+use kinds::{addresses_of, private_network, Gather, NetworkChoice};
 pub use nodes::*;
+use trace::note;
+pub use trace::{Decision, Outcome, Trace};
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use tokio::time::Instant;
 
-use crate::config::{AddressKind, BlockedAddresses, NetworkRef, PoolConfig};
-use crate::hetzner::{FloatingAddress, FloatingIp, Network, PrivateNet, Server, ServerStatus};
+use crate::config::{AddressKind, BlockedAddresses, PoolConfig};
+use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server, ServerStatus};
 
 /// What one cycle read: the servers (matched by the Hetzner API already
 /// when `prefiltered`, else by each pool's selector here), the Floating
@@ -141,41 +148,61 @@ pub fn members(
     now: Instant,
     record: Option<&mut Contributions>,
 ) -> Vec<Members> {
+    split_listing(pools, listed, nodes, policy, (unhealthy, now), record, None)
+}
+
+/// [`members`], with every decision it made about each server and address
+/// (for `explain`): the same decisions, told.
+pub fn members_traced(
+    pools: &[PoolConfig],
+    listed: Listed<'_>,
+    nodes: &NodeView,
+    policy: BlockedAddresses,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+) -> (Vec<Members>, Trace) {
+    let mut trace = Trace::default();
+    let members = split_listing(
+        pools,
+        listed,
+        nodes,
+        policy,
+        (unhealthy, now),
+        None,
+        Some(&mut trace),
+    );
+    (members, trace)
+}
+
+fn split_listing(
+    pools: &[PoolConfig],
+    listed: Listed<'_>,
+    nodes: &NodeView,
+    policy: BlockedAddresses,
+    (unhealthy, now): (&mut Unhealthy, Instant),
+    record: Option<&mut Contributions>,
+    trace: Option<&mut Trace>,
+) -> Vec<Members> {
     let by_server = floating_by_server(listed.floating_ips);
     let mut split = Split {
         several: pools.len() > 1,
         taken: HashMap::new(),
         recorded: HashMap::new(),
         record,
+        trace,
     };
     // A failover pool's Floating IPs are its own before any other pool's:
     // a move onto a server another pool takes must not hand one over. Each
     // belongs to the first failover pool that selects it (by ID: with
     // other host parts, an IPv6 one gives two pools two addresses).
     let owners = failover_owners(pools, listed.floating_ips);
-    if split.several {
-        for fip in listed.floating_ips {
-            if let Some(&index) = owners.get(&fip.id) {
-                if !(fip.blocked && policy == BlockedAddresses::Drop) {
-                    let address = floating_address(&pools[index], fip);
-                    split.taken.entry(address).or_insert(index);
-                }
-            }
-        }
-    }
+    split.preclaim(pools, &owners, listed.floating_ips, policy);
     let mut found = Vec::new();
     let mut result = Vec::with_capacity(pools.len());
     // Per pool with the unhealthy rule, the servers it saw.
     let mut health_seen: HashMap<&str, BTreeSet<i64>> = HashMap::new();
     for (index, pool) in pools.iter().enumerate() {
-        let mut members = Members {
-            pool: pool.name.clone(),
-            ..Members::default()
-        };
-        let network = private_network(pool, listed.networks);
-        if let Some(NetworkChoice::Missing(name)) = network {
-            members.network_missing = Some(name.to_owned());
-        }
+        let (mut members, network) = start_pool(pool, listed.networks);
         for server in listed.servers {
             if !listed.prefiltered && !pool.label_selector.matches(&server.labels) {
                 continue;
@@ -190,6 +217,10 @@ pub fn members(
                     .insert(server.id);
             }
             if let Some(reason) = verdict {
+                let outcome = Outcome::Excluded(reason);
+                note(&mut split.trace, |t| {
+                    t.note(&pool.name, Some(server), None, None, outcome)
+                });
                 members.excluded.push(Excluded {
                     server: server.name.clone(),
                     reason,
@@ -197,15 +228,13 @@ pub fn members(
                 continue;
             }
             found.clear();
-            addresses_of(
-                server,
-                pool,
-                network.as_ref(),
-                &by_server,
-                policy,
-                &mut members,
-                &mut found,
-            );
+            let mut gather = Gather {
+                members: &mut members,
+                found: &mut found,
+                trace: split.trace.as_deref_mut(),
+            };
+            let network = network.as_ref();
+            addresses_of(server, pool, network, &by_server, policy, &mut gather);
             for &given in &found {
                 split.give(pools, index, server, given, &mut members);
             }
@@ -215,20 +244,28 @@ pub fn members(
             .floating_ips
             .iter()
             .filter(|fip| owners.get(&fip.id) == Some(&index));
-        for fip in owned {
-            let address = floating_address(pool, fip);
-            if fip.blocked {
-                members.blocked.push(address);
-                if policy == BlockedAddresses::Drop {
-                    continue;
-                }
-            }
-            split.claim(pools, index, address, &mut members);
-        }
+        split.hold_failover_ips(pools, index, owned, policy, &mut members);
         result.push(members);
     }
     unhealthy.retain(&health_seen);
     result
+}
+
+/// A pool's empty share, and the private network it takes (a name no
+/// network has is noted).
+fn start_pool<'p>(
+    pool: &'p PoolConfig,
+    networks: &[Network],
+) -> (Members, Option<NetworkChoice<'p>>) {
+    let mut members = Members {
+        pool: pool.name.clone(),
+        ..Members::default()
+    };
+    let network = private_network(pool, networks);
+    if let Some(NetworkChoice::Missing(name)) = network {
+        members.network_missing = Some(name.to_owned());
+    }
+    (members, network)
 }
 
 /// The Floating IPs assigned to each server.
@@ -250,9 +287,69 @@ struct Split<'r> {
     /// The index of each server in `record`, once it gave something.
     recorded: HashMap<i64, u32>,
     record: Option<&'r mut Contributions>,
+    /// What `explain` is told (none in a cycle).
+    trace: Option<&'r mut Trace>,
 }
 
 impl Split<'_> {
+    /// Takes each failover pool's Floating IPs for it before any pool is
+    /// split (with several pools: one alone has no one to yield to).
+    fn preclaim(
+        &mut self,
+        pools: &[PoolConfig],
+        owners: &HashMap<i64, usize>,
+        floating_ips: &[FloatingIp],
+        policy: BlockedAddresses,
+    ) {
+        if !self.several {
+            return;
+        }
+        for fip in floating_ips {
+            if let Some(&index) = owners.get(&fip.id) {
+                if !(fip.blocked && policy == BlockedAddresses::Drop) {
+                    let address = floating_address(&pools[index], fip);
+                    self.taken.entry(address).or_insert(index);
+                }
+            }
+        }
+    }
+
+    /// Gives failover pool `index` its Floating IPs (`owned`), whatever
+    /// server has them.
+    fn hold_failover_ips<'f>(
+        &mut self,
+        pools: &[PoolConfig],
+        index: usize,
+        owned: impl Iterator<Item = &'f FloatingIp>,
+        policy: BlockedAddresses,
+        members: &mut Members,
+    ) {
+        let pool = &pools[index].name;
+        let kind = Some(AddressKind::FloatingIp);
+        for fip in owned {
+            let address = floating_address(&pools[index], fip);
+            let outcome = Outcome::Failover {
+                floating_ip: fip.id,
+                holder: fip.server,
+            };
+            note(&mut self.trace, |t| {
+                t.note(pool, None, kind, Some(address), outcome)
+            });
+            if fip.blocked {
+                members.blocked.push(address);
+                let kept = policy != BlockedAddresses::Drop;
+                note(&mut self.trace, |t| {
+                    t.note(pool, None, kind, Some(address), Outcome::Blocked { kept })
+                });
+                if !kept {
+                    continue;
+                }
+            }
+            let given = (None, AddressKind::FloatingIp, address);
+            self.claim(pools, index, given, members);
+        }
+    }
+
     /// Gives `server`'s `address` to pool `index`, unless an earlier pool
     /// took it (then it is reported as claimed).
     fn give(
@@ -260,10 +357,10 @@ impl Split<'_> {
         pools: &[PoolConfig],
         index: usize,
         server: &Server,
-        (address, floating): (IpAddr, bool),
+        (kind, address, floating): (AddressKind, IpAddr, bool),
         members: &mut Members,
     ) {
-        if self.claim(pools, index, address, members) {
+        if self.claim(pools, index, (Some(server), kind, address), members) {
             self.remember(index, server, address, floating);
         }
     }
@@ -274,16 +371,19 @@ impl Split<'_> {
         &mut self,
         pools: &[PoolConfig],
         index: usize,
-        address: IpAddr,
+        (server, kind, address): (Option<&Server>, AddressKind, IpAddr),
         members: &mut Members,
     ) -> bool {
+        let pool = &pools[index].name;
         if self.several {
             match self.taken.get(&address) {
                 Some(&earlier) if earlier != index => {
-                    members.claimed.push(Claimed {
-                        address,
-                        by: pools[earlier].name.clone(),
+                    let by = pools[earlier].name.clone();
+                    note(&mut self.trace, |t| {
+                        let outcome = Outcome::Claimed { by: by.clone() };
+                        t.note(pool, server, Some(kind), Some(address), outcome)
                     });
+                    members.claimed.push(Claimed { address, by });
                     return false;
                 }
                 _ => {
@@ -291,6 +391,9 @@ impl Split<'_> {
                 }
             }
         }
+        note(&mut self.trace, |t| {
+            t.note(pool, server, Some(kind), Some(address), Outcome::Given)
+        });
         members.addresses.insert(address);
         true
     }
@@ -343,96 +446,6 @@ fn note_public_ipv4(pool: &PoolConfig, server: &Server, gave_nothing: bool, memb
     }
 }
 
-/// The network ID `private-ipv4` takes: the configured one (a name looked
-/// up in `networks`), or `None` for "the server's only one".
-fn private_network<'a>(pool: &'a PoolConfig, networks: &[Network]) -> Option<NetworkChoice<'a>> {
-    if !pool.wants(AddressKind::PrivateIpv4) {
-        return None;
-    }
-    Some(match &pool.private_network {
-        None => NetworkChoice::Only,
-        Some(NetworkRef::Id(id)) => NetworkChoice::Id(*id),
-        Some(NetworkRef::Name(name)) => match networks.iter().find(|n| &n.name == name) {
-            Some(network) => NetworkChoice::Id(network.id),
-            None => NetworkChoice::Missing(name),
-        },
-    })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum NetworkChoice<'a> {
-    /// The server's only private network; none when it has several.
-    Only,
-    Id(i64),
-    /// A network name that no network has.
-    Missing(&'a str),
-}
-
-/// The addresses of the pool's kinds a server has, in kind order, into
-/// `out`, each with whether it is a Floating IP.
-fn addresses_of(
-    server: &Server,
-    pool: &PoolConfig,
-    network: Option<&NetworkChoice<'_>>,
-    floating: &HashMap<i64, Vec<&FloatingIp>>,
-    policy: BlockedAddresses,
-    members: &mut Members,
-    out: &mut Vec<(IpAddr, bool)>,
-) {
-    let mut take = |address: IpAddr, blocked: bool, floating: bool, members: &mut Members| {
-        if blocked {
-            members.blocked.push(address);
-            if policy == BlockedAddresses::Drop {
-                return;
-            }
-        }
-        out.push((address, floating));
-    };
-    for kind in &pool.addresses {
-        match kind {
-            AddressKind::PublicIpv4 => {
-                if let Ok(ip) = server.public_ipv4 {
-                    take(IpAddr::V4(ip), server.public_ipv4_blocked, false, members);
-                }
-            }
-            AddressKind::PublicIpv6 => {
-                if let Some(net) = server.ipv6 {
-                    take(
-                        IpAddr::V6(net.host(pool.ipv6_host_part)),
-                        net.blocked,
-                        false,
-                        members,
-                    );
-                }
-            }
-            AddressKind::PrivateIpv4 => {
-                if let Some(attachment) = attachment(server, network, members) {
-                    let aliases: &[Ipv4Addr] = if pool.include_alias_ips {
-                        &attachment.alias_ips
-                    } else {
-                        &[]
-                    };
-                    for ip in attachment.ip.iter().chain(aliases) {
-                        if !ip.is_unspecified() {
-                            take(IpAddr::V4(*ip), false, false, members);
-                        }
-                    }
-                }
-            }
-            // A failover pool holds its Floating IPs whatever server has
-            // them (`failover_owners`), not through a server.
-            AddressKind::FloatingIp if pool.failover.is_none() => {
-                for fip in floating.get(&server.id).into_iter().flatten() {
-                    if selects(pool, fip) {
-                        take(floating_address(pool, fip), fip.blocked, true, members);
-                    }
-                }
-            }
-            AddressKind::FloatingIp => {}
-        }
-    }
-}
-
 /// Whether the pool's `FloatingIpSelector` (if any) selects `fip`.
 fn selects(pool: &PoolConfig, fip: &FloatingIp) -> bool {
     pool.floating_ip_selector
@@ -463,24 +476,6 @@ fn failover_owners(pools: &[PoolConfig], floating_ips: &[FloatingIp]) -> HashMap
         }
     }
     owners
-}
-
-/// The server's attachment to the private network the pool takes; a
-/// server in several networks when the pool names none is counted.
-fn attachment<'s>(
-    server: &'s Server,
-    network: Option<&NetworkChoice<'_>>,
-    members: &mut Members,
-) -> Option<&'s PrivateNet> {
-    match network {
-        Some(NetworkChoice::Only) if server.private_net.len() == 1 => server.private_net.first(),
-        Some(NetworkChoice::Only) if server.private_net.len() > 1 => {
-            members.several_networks += 1;
-            None
-        }
-        Some(NetworkChoice::Id(id)) => server.private_net.iter().find(|n| n.network == *id),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 use super::*;
-use crate::config::{NodeRules, PoolConfig, DEFAULT_IPV6_HOST_PART};
+use crate::config::{NetworkRef, NodeRules, PoolConfig, DEFAULT_IPV6_HOST_PART};
 use crate::hetzner::{Ipv6Net, PrivateNet};
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 
 pub(super) fn pool(name: &str, selector: &str, kinds: &[AddressKind]) -> PoolConfig {
     PoolConfig {

@@ -9,7 +9,9 @@ use tokio::time::Instant;
 use super::report::{join, ReconcileError};
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings};
 use crate::hetzner::{FloatingIp, HetznerClient, Network, Server};
-use crate::members::{members, Contributions, Listed, Members, NodeView, Unhealthy};
+use crate::members::{
+    members, members_traced, Contributions, Listed, Members, NodeView, Trace, Unhealthy,
+};
 
 use crate::pool::{self, DesiredPool, Pool, PoolTemplate};
 
@@ -144,6 +146,37 @@ pub(super) fn render_recording(
         now,
         record,
     );
+    render_members(settings, listing, nodes, all)
+}
+
+/// [`render_pools`] with every decision the split made (for `explain`):
+/// the same render, told.
+pub fn render_traced(
+    settings: &Settings,
+    listing: &Listing,
+    nodes: &NodeView,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+) -> (Vec<RenderedPool>, Trace) {
+    let (all, trace) = members_traced(
+        &settings.pools,
+        listing.listed(),
+        nodes,
+        settings.guards.blocked_addresses,
+        unhealthy,
+        now,
+    );
+    (render_members(settings, listing, nodes, all), trace)
+}
+
+/// Each pool rendered from its share of the listing, with the empty-pool
+/// guard's verdict.
+fn render_members(
+    settings: &Settings,
+    listing: &Listing,
+    nodes: &NodeView,
+    all: Vec<Members>,
+) -> Vec<RenderedPool> {
     settings
         .pools
         .iter()

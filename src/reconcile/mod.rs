@@ -22,7 +22,8 @@ use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolC
 
 use listing::{find_pool, keep_unconfirmed, removals, render_recording, server_counts, warn_about};
 pub use listing::{
-    list_hetzner, render_pools, shared_selector, template_from, Listing, RenderedPool,
+    list_hetzner, render_pools, render_traced, shared_selector, template_from, Listing,
+    RenderedPool,
 };
 use plan::take_pool;
 pub use report::{join, CycleKind, CycleReport, ListingSummary, PoolOutcome, ReconcileError};
