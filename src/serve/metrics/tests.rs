@@ -168,7 +168,10 @@ fn a_replica_that_stops_leading_drops_what_it_knew_of_the_pools() {
     metrics.record_cycle("edge", CycleKind::Full, Ok(&report));
     metrics.set_stranded("edge", 1);
     let led = metrics.render();
-    assert!(led.contains("canada_kaktus_pool_addresses{pool=\"edge\"} 3"), "{led}");
+    assert!(
+        led.contains("canada_kaktus_pool_addresses{pool=\"edge\"} 3"),
+        "{led}"
+    );
     assert!(!current_view_lines(&led, "edge").is_empty());
 
     // A standby's figures would be stale: the new leader's count.
@@ -179,10 +182,9 @@ fn a_replica_that_stops_leading_drops_what_it_knew_of_the_pools() {
     // When the pool last succeeded stays true (max by pool picks the
     // leader's newer figure).
     assert!(
-        standby
-            .lines()
-            .any(|l| l.starts_with("canada_kaktus_last_success_timestamp_seconds{pool=\"edge\"}")
-                && !l.ends_with(" 0.0")),
+        standby.lines().any(|l| l
+            .starts_with("canada_kaktus_last_success_timestamp_seconds{pool=\"edge\"}")
+            && !l.ends_with(" 0.0")),
         "{standby}"
     );
 }
