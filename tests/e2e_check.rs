@@ -4,7 +4,8 @@
 //! a pool in conflict, a disabled foreign pool overlapping an address the
 //! pool should get, LB IPAM off, an old Cilium operator, a Node without a
 //! server), as the administrator and as the shipped ServiceAccount; once
-//! everything is mended the check passes with exit 0.
+//! everything is mended the check passes with exit 0. `explain` says of the
+//! same state what the running controller's metrics and Events say.
 //!
 //! `#[ignore]`d (counted as ignored by a plain `cargo test`); the README's
 //! test command runs them with CANADA_KAKTUS_K8S_BIN_DIR set.
@@ -19,18 +20,32 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
-use support::e2e::{apply_deploy, cluster, hetzner_with, pools, BIN, NAMESPACE, POOL, TOKEN};
-use support::fake_hetzner::FakeHetzner;
+use support::e2e::{
+    apply_deploy, cluster, events_of, hetzner_with, pools, wait_event, Controller, BIN, NAMESPACE,
+    POOL, TOKEN,
+};
+use support::fake_hetzner::{FakeHetzner, FakeServer};
 use support::nodes::node;
 
 const SERVER_IPS: [&str; 2] = ["203.0.113.1", "203.0.113.2"];
 
 /// `check -o json` as the holder of `kubeconfig`: exit code and report.
 async fn check(kubeconfig: &Path, hetzner: &FakeHetzner) -> (Option<i32>, Value) {
+    run_json(
+        &["check", "--output", "json", "--namespace", NAMESPACE],
+        kubeconfig,
+        hetzner,
+    )
+    .await
+}
+
+/// The binary with `args` as the holder of `kubeconfig`, with the token
+/// and endpoint of `hetzner`: exit code and the JSON it printed.
+async fn run_json(args: &[&str], kubeconfig: &Path, hetzner: &FakeHetzner) -> (Option<i32>, Value) {
     let dir = tempfile::tempdir().unwrap();
     let mut command = Command::new(BIN);
     command
-        .args(["check", "--output", "json", "--namespace", NAMESPACE])
+        .args(args)
         .current_dir(dir.path())
         .env_clear()
         .env("HOME", dir.path())
@@ -45,7 +60,7 @@ async fn check(kubeconfig: &Path, hetzner: &FakeHetzner) -> (Option<i32>, Value)
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(
-            "check printed no JSON ({e}): {stdout}\n{}",
+            "{args:?} printed no JSON ({e}): {stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         )
     });
@@ -280,5 +295,168 @@ async fn check_names_each_broken_part_of_a_real_setup_and_passes_once_mended() {
         one(&report, "Leader", "no replica has led yet")["result"],
         "warning"
     );
+    cluster.stop_apiserver();
+}
+
+/// Every line of `explain`'s JSON for the pool: (server, reason, in, detail).
+fn explained(answer: &Value) -> Vec<(String, String, bool, String)> {
+    let pool = answer["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == POOL)
+        .unwrap_or_else(|| panic!("no {POOL} in {answer:#}"));
+    pool["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|server| {
+            server["lines"].as_array().unwrap().iter().map(move |line| {
+                (
+                    server["name"].as_str().unwrap().to_owned(),
+                    line["reason"].as_str().unwrap().to_owned(),
+                    line["in"].as_bool().unwrap(),
+                    line["detail"].as_str().unwrap().to_owned(),
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs kube-apiserver and etcd (CANADA_KAKTUS_K8S_BIN_DIR); run by scripts/test"]
+async fn explain_agrees_with_the_controllers_metrics_and_events() {
+    let mut cluster = cluster(Some(CrdFixture::V2)).await;
+    // node-1 serves; node-2's Node is labelled out of load balancers;
+    // node-3 has no public IPv4; node-4's address is in a disabled pool
+    // someone else keeps.
+    let hetzner = hetzner_with(&[]).await;
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "203.0.113.1"),
+        FakeServer::new(2, "203.0.113.2"),
+        FakeServer::without_ipv4(3),
+        FakeServer::new(4, "203.0.113.4"),
+    ]);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    for id in 1..=4 {
+        let mut node = node(id);
+        if id == 2 {
+            node.metadata.labels = Some(
+                [(
+                    "node.kubernetes.io/exclude-from-external-load-balancers".to_owned(),
+                    String::new(),
+                )]
+                .into(),
+            );
+        }
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let manual = json!({
+        "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+        "metadata": {"name": "manual"},
+        "spec": {"blocks": [{"cidr": "203.0.113.4/32"}], "disabled": true},
+    });
+    pools(&cluster, "v2")
+        .patch(
+            "manual",
+            &PatchParams::apply("e2e-check").force(),
+            &Patch::Apply(manual),
+        )
+        .await
+        .unwrap();
+
+    let controller = Controller::start(&cluster, &hetzner, "1h").await;
+    let series =
+        |name: &str, extra: &str| format!("canada_kaktus_{name}{{pool=\"{POOL}\"{extra}}}");
+    controller
+        .wait_metric(&series("pool_addresses", ""), 1.0)
+        .await;
+    wait_event(&cluster, POOL, "ServersExcluded", "node-2").await;
+    wait_event(&cluster, POOL, "AddressConflict", "203.0.113.4").await;
+
+    let account = cluster
+        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+        .await;
+    let (code, answer) = run_json(&["explain", "--output", "json"], &account, &hetzner).await;
+    assert_eq!(code, Some(0), "{answer:#}");
+    let lines = explained(&answer);
+    let count = |reason: &str, detail: &str| {
+        lines
+            .iter()
+            .filter(|(_, r, _, d)| r == reason && d.contains(detail))
+            .count() as f64
+    };
+    let text = controller.metrics().await.unwrap();
+    let metric = |name: &str, extra: &str| {
+        support::e2e::metric(&text, &series(name, extra))
+            .unwrap_or_else(|| panic!("no {name}: {text}"))
+    };
+    assert_eq!(
+        lines.iter().filter(|(_, _, inside, _)| *inside).count() as f64,
+        metric("pool_addresses", ""),
+        "{lines:#?}"
+    );
+    assert_eq!(answer["pools"][0]["addresses"], 1);
+    assert_eq!(
+        count("excluded", "exclude_label"),
+        metric("servers_excluded", ",reason=\"exclude_label\""),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        count("foreign_pool", "pool manual"),
+        metric("addresses_withheld", ",reason=\"foreign_pool\""),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        count("no_address", "no_public_ipv4"),
+        metric("servers_skipped", ",reason=\"no_public_ipv4\""),
+        "{lines:#?}"
+    );
+    // The same servers and addresses the Events name.
+    let events = events_of(&cluster, POOL).await;
+    let note_of = |reason: &str| {
+        events
+            .iter()
+            .find(|(r, _)| r == reason)
+            .map(|(_, n)| n.clone())
+            .unwrap()
+    };
+    let excluded: Vec<_> = lines
+        .iter()
+        .filter(|(_, r, _, _)| r == "excluded")
+        .collect();
+    assert_eq!(excluded.len(), 1);
+    assert!(
+        note_of("ServersExcluded").contains(&excluded[0].0),
+        "{events:?}"
+    );
+    let conflict = note_of("AddressConflict");
+    assert!(
+        conflict.contains("203.0.113.4") && conflict.contains("manual"),
+        "{conflict}"
+    );
+    assert!(lines.contains(&(
+        "node-1".to_owned(),
+        "in".to_owned(),
+        true,
+        "in the pool".to_owned()
+    )));
+    // The pool holds exactly what explain calls in.
+    let pool = pools(&cluster, "v2").get(POOL).await.unwrap();
+    assert_eq!(
+        pool.data["spec"]["blocks"],
+        json!([{"cidr": "203.0.113.1/32"}])
+    );
+
+    // One server by name, and an unknown one.
+    let (code, one) = run_json(
+        &["explain", "-o", "json", "--server", "node-2"],
+        &account,
+        &hetzner,
+    )
+    .await;
+    assert_eq!(code, Some(0));
+    assert_eq!(explained(&one).len(), 1, "{one:#}");
+    drop(controller);
     cluster.stop_apiserver();
 }
