@@ -13,7 +13,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -21,8 +20,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_deploy, cluster, events_of, hetzner_with, pools, wait_event, Controller, BIN, NAMESPACE,
-    POOL, TOKEN,
+    apply_deploy, cluster, events_of, hetzner_with, pools, run_command, wait_event, Controller,
+    NAMESPACE, POOL, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer};
 use support::nodes::node;
@@ -42,21 +41,7 @@ async fn check(kubeconfig: &Path, hetzner: &FakeHetzner) -> (Option<i32>, Value)
 /// The binary with `args` as the holder of `kubeconfig`, with the token
 /// and endpoint of `hetzner`: exit code and the JSON it printed.
 async fn run_json(args: &[&str], kubeconfig: &Path, hetzner: &FakeHetzner) -> (Option<i32>, Value) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut command = Command::new(BIN);
-    command
-        .args(args)
-        .current_dir(dir.path())
-        .env_clear()
-        .env("HOME", dir.path())
-        .env("KUBECONFIG", kubeconfig)
-        // Nothing listens there: no controller on this host.
-        .env("CANADA_KAKTUS_LISTEN_ADDRESS", "127.0.0.1:1")
-        .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
-        .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint());
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
+    let out = run_command(args, kubeconfig, hetzner, &[]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report = serde_json::from_str(&stdout).unwrap_or_else(|e| {
         panic!(

@@ -750,3 +750,32 @@ pub async fn wait_event(cluster: &TestCluster, pool: &str, reason: &str, note_ha
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The binary once (`check`, `explain`, …) with `args`, as the holder of
+/// `kubeconfig`, with the token and endpoint of `hetzner` and `extra`
+/// environment, in a fresh directory; what it printed and its status.
+pub async fn run_command(
+    args: &[&str],
+    kubeconfig: &Path,
+    hetzner: &FakeHetzner,
+    extra: &[(&str, &str)],
+) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .current_dir(dir.path())
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("KUBECONFIG", kubeconfig)
+        // Nothing listens there: no controller on this host.
+        .env("CANADA_KAKTUS_LISTEN_ADDRESS", "127.0.0.1:1")
+        .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
+        .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
+        .envs(extra.iter().copied());
+    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    drop(dir);
+    out
+}
