@@ -7,7 +7,9 @@
 //! modules import each other):
 //!
 //! ```text
-//! cli ──► run (the loop: its schedule, leadership, Node feed, Events, reloads)
+//! cli ──► check, explain (read once, judge with the controller's own code)
+//!  │
+//!  └──► run (the loop: its schedule, leadership, Node feed, Events, reloads)
 //!          │                                  │
 //!          ▼                                  ▼
 //!      reconcile   listing → plan → act    serve   health, metrics, logs
@@ -40,7 +42,12 @@
 //! - [`run`]: the loop (a schedule of pure transitions), leader election,
 //!   the Node watch, Events and config reloads.
 //! - [`serve`]: health, metrics, the HTTP server and logging.
-//! - [`cli`]: the binary's entry points (`run`, `--once`, `--dry-run`).
+//! - [`check`]: `canada-kaktus check`, a read-only report of the setup
+//!   with the verdicts pure.
+//! - [`explain`]: `canada-kaktus explain`, why each address is in a pool or
+//!   not, from the split's trace, the render and the write gate.
+//! - [`cli`]: the binary's entry points (`run`, `--once`, `--dry-run`,
+//!   `check`, `explain`).
 //! - [`sync`], [`backoff`]: the poison-tolerant locks, the TLS provider and
 //!   the exponential backoff, each written once.
 //! - [`memory`]: gives the memory a cycle freed back to the operating
