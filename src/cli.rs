@@ -151,12 +151,7 @@ async fn check(
         Report::Text => report.text(),
         Report::Json => report.json(),
     };
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
+    if !write_stdout(&text) {
         return ExitCode::FAILURE;
     }
     if loaded.is_err() {
@@ -218,12 +213,7 @@ async fn explain(
         Report::Text => answer.text(),
         Report::Json => answer.json(),
     };
-    let mut stdout = std::io::stdout().lock();
-    if stdout
-        .write_all(text.as_bytes())
-        .and_then(|_| stdout.flush())
-        .is_err()
-    {
+    if !write_stdout(&text) {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
@@ -466,20 +456,20 @@ fn print_pools(settings: &Settings, output: Output, pools: &[DesiredPool]) -> Ex
             .map_err(|e| e.to_string()),
     };
     match text {
-        Ok(text) => {
-            let mut stdout = std::io::stdout().lock();
-            if stdout
-                .write_all(text.as_bytes())
-                .and_then(|_| stdout.flush())
-                .is_err()
-            {
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
-        }
+        Ok(text) if write_stdout(&text) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
         Err(e) => {
             error!(error = %e, "cannot print the pool");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes `text` to stdout whole; `false` when it could not (a closed pipe).
+fn write_stdout(text: &str) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|_| stdout.flush())
+        .is_ok()
 }

@@ -4,6 +4,7 @@ mod support;
 
 use std::process::{Command, Output};
 
+use support::e2e::checks_with;
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_canada-kaktus");
@@ -352,26 +353,6 @@ async fn check_json(env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value, St
         )
     });
     (out.status.code(), report, stdout + &text(&out.stderr))
-}
-
-/// The checks of `category` whose description contains `needle`.
-fn checks_with<'a>(
-    report: &'a serde_json::Value,
-    category: &str,
-    needle: &str,
-) -> Vec<&'a serde_json::Value> {
-    report["categories"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["name"] == category)
-        .flat_map(|c| c["checks"].as_array().into_iter().flatten())
-        .filter(|c| {
-            c["description"]
-                .as_str()
-                .is_some_and(|d| d.contains(needle))
-        })
-        .collect()
 }
 
 #[tokio::test]

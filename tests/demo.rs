@@ -17,11 +17,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
-use support::cilium::{addresses, create_labelled_service, LbIpam, Release};
+use support::cilium::{addresses, cilium_install, create_labelled_service, LbIpam, Release};
 use support::e2e::{
     blocks_of, pools, replica_with, run_command, wait_pool, NAMESPACE, POOL, TOKEN,
 };
@@ -60,39 +59,6 @@ async fn service_address(services: &Api<Service>, differs_from: Option<&str>) ->
     }
 }
 
-/// What Cilium's Helm chart installs beside the operator, which `check`
-/// reads: LB IPAM on, and the operator's Deployment with its image.
-async fn cilium_install(client: kube::Client, version: &str) {
-    let pp = PatchParams::apply("demo").force();
-    let config = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cilium-config", "namespace": "kube-system"},
-        "data": {"enable-lb-ipam": "true", "default-lb-service-ipam": "lbipam"},
-    });
-    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
-        .patch("cilium-config", &pp, &Patch::Apply(config))
-        .await
-        .unwrap();
-    let operator = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
-        "spec": {
-            "selector": {"matchLabels": {"name": "cilium-operator"}},
-            "template": {
-                "metadata": {"labels": {"name": "cilium-operator"}},
-                "spec": {"containers": [{
-                    "name": "cilium-operator",
-                    "image": format!("quay.io/cilium/operator-generic:v{version}"),
-                }]},
-            },
-        },
-    });
-    Api::<Deployment>::namespaced(client, "kube-system")
-        .patch("cilium-operator", &pp, &Patch::Apply(operator))
-        .await
-        .unwrap();
-}
-
 #[tokio::test]
 #[ignore = "needs kube-apiserver, etcd and Cilium's LB IPAM (scripts/k8s-bins.sh, scripts/cilium-bins.sh): scripts/test and scripts/demo run it"]
 async fn demo() {
@@ -103,7 +69,8 @@ async fn demo() {
     ));
     let cluster = release.cluster().await;
     let _lbipam = LbIpam::start(&cluster, &release);
-    cilium_install(cluster.admin_client(), &release.version).await;
+    let operator = format!("quay.io/cilium/operator-generic:v{}", release.version);
+    cilium_install(cluster.admin_client(), "true", &operator).await;
 
     say("A fake Hetzner Cloud API: three servers and a Floating IP (on server 3), each server a Ready Node");
     let hetzner = FakeHetzner::start().await;

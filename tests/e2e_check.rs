@@ -14,14 +14,14 @@ mod support;
 
 use std::path::Path;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
+use support::cilium::cilium_install;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_deploy, cluster, events_of, hetzner_with, pools, run_command, wait_event, Controller,
-    NAMESPACE, POOL, TOKEN,
+    apply_deploy, checks_with, cluster, events_of, hetzner_with, pools, run_command, wait_event,
+    Controller, NAMESPACE, POOL, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer};
 use support::nodes::node;
@@ -53,21 +53,10 @@ async fn run_json(args: &[&str], kubeconfig: &Path, hetzner: &FakeHetzner) -> (O
     (out.status.code(), report)
 }
 
-/// The result of the one check of `category` whose description contains
-/// `needle` (and that check), or a panic showing the report.
+/// The one check of `category` whose description contains `needle`, or a
+/// panic showing the report.
 fn one<'a>(report: &'a Value, category: &str, needle: &str) -> &'a Value {
-    let found: Vec<&Value> = report["categories"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["name"] == category)
-        .flat_map(|c| c["checks"].as_array().into_iter().flatten())
-        .filter(|c| {
-            c["description"]
-                .as_str()
-                .is_some_and(|d| d.contains(needle))
-        })
-        .collect();
+    let found = checks_with(report, category, needle);
     assert_eq!(
         found.len(),
         1,
@@ -85,36 +74,6 @@ fn failures(report: &Value) -> Vec<String> {
         .filter(|c| c["result"] == "failure")
         .map(|c| c["description"].as_str().unwrap_or_default().to_owned())
         .collect()
-}
-
-async fn set_cilium(cluster: &TestCluster, lb_ipam: &str, operator: &str) {
-    let client = cluster.admin_client();
-    let pp = PatchParams::apply("e2e-check").force();
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
-    let map = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "cilium-config", "namespace": "kube-system"},
-        "data": {"enable-lb-ipam": lb_ipam, "default-lb-service-ipam": "lbipam"},
-    });
-    maps.patch("cilium-config", &pp, &Patch::Apply(map))
-        .await
-        .unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "kube-system");
-    let deployment = json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
-        "spec": {
-            "selector": {"matchLabels": {"name": "cilium-operator"}},
-            "template": {
-                "metadata": {"labels": {"name": "cilium-operator"}},
-                "spec": {"containers": [{"name": "cilium-operator", "image": operator}]},
-            },
-        },
-    });
-    deployments
-        .patch("cilium-operator", &pp, &Patch::Apply(deployment))
-        .await
-        .unwrap();
 }
 
 /// Writes the pool's `cilium.io/PoolConflict` condition through /status,
@@ -164,8 +123,8 @@ async fn check_names_each_broken_part_of_a_real_setup_and_passes_once_mended() {
     // pool in conflict; a disabled pool of someone else's covering a
     // server's address; a Node that is no server.
     cluster.install_crd(CrdFixture::V2).await;
-    set_cilium(
-        &cluster,
+    cilium_install(
+        cluster.admin_client(),
         "false",
         "quay.io/cilium/operator-generic:v1.17.2@sha256:0a1b",
     )
@@ -260,7 +219,12 @@ async fn check_names_each_broken_part_of_a_real_setup_and_passes_once_mended() {
 
     // Mended: LB IPAM on, a current operator, no conflict, the foreign
     // pool and the stray Node gone.
-    set_cilium(&cluster, "true", "quay.io/cilium/operator-generic:v1.18.2").await;
+    cilium_install(
+        cluster.admin_client(),
+        "true",
+        "quay.io/cilium/operator-generic:v1.18.2",
+    )
+    .await;
     set_conflict(&cluster, false).await;
     api.delete("manual", &DeleteParams::default())
         .await

@@ -285,3 +285,38 @@ pub fn record_services(services: Api<Service>) -> (ServiceHistory, tokio::task::
     });
     (history, task)
 }
+
+/// What a Cilium install puts beside the operator and `check` reads:
+/// `kube-system/cilium-config` with `enable-lb-ipam` (LB IPAM's default
+/// Service class `lbipam`), and the `cilium-operator` Deployment running
+/// `operator_image` (no controller runs it here: only its spec is read).
+pub async fn cilium_install(client: kube::Client, lb_ipam: &str, operator_image: &str) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams};
+    let pp = PatchParams::apply("e2e-cilium-install").force();
+    let config = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cilium-config", "namespace": "kube-system"},
+        "data": {"enable-lb-ipam": lb_ipam, "default-lb-service-ipam": "lbipam"},
+    });
+    Api::<ConfigMap>::namespaced(client.clone(), "kube-system")
+        .patch("cilium-config", &pp, &Patch::Apply(config))
+        .await
+        .unwrap();
+    let operator = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "cilium-operator", "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"name": "cilium-operator"}},
+            "template": {
+                "metadata": {"labels": {"name": "cilium-operator"}},
+                "spec": {"containers": [{"name": "cilium-operator", "image": operator_image}]},
+            },
+        },
+    });
+    Api::<Deployment>::namespaced(client, "kube-system")
+        .patch("cilium-operator", &pp, &Patch::Apply(operator))
+        .await
+        .unwrap();
+}

@@ -779,3 +779,20 @@ pub async fn run_command(
     drop(dir);
     out
 }
+
+/// The checks of `check --output json`'s `category` whose description
+/// contains `needle`.
+pub fn checks_with<'a>(report: &'a Value, category: &str, needle: &str) -> Vec<&'a Value> {
+    report["categories"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["name"] == category)
+        .flat_map(|c| c["checks"].as_array().into_iter().flatten())
+        .filter(|c| {
+            c["description"]
+                .as_str()
+                .is_some_and(|d| d.contains(needle))
+        })
+        .collect()
+}

@@ -181,6 +181,16 @@ impl Respond for FloatingIpResponder {
     }
 }
 
+/// Hetzner's answer to a write with a Read-only token.
+fn read_only() -> ResponseTemplate {
+    error_response(
+        401,
+        Some("token_readonly"),
+        "token is only allowed to perform GET requests",
+        None,
+    )
+}
+
 /// `PUT /v1/floating_ips/{id}`: an update. The fake changes nothing (the
 /// controller only ever sends an update of no field, to learn whether the
 /// token may write); a read-only token gets `401 token_readonly`.
@@ -197,12 +207,7 @@ impl Respond for UpdateResponder {
             String::from_utf8_lossy(&request.body).into_owned(),
         ));
         if state.read_only {
-            return error_response(
-                401,
-                Some("token_readonly"),
-                "token is only allowed to perform GET requests",
-                None,
-            );
+            return read_only();
         }
         match state.floating_ips.iter().find(|f| Some(f.id) == id) {
             Some(fip) => ResponseTemplate::new(200)
@@ -223,12 +228,7 @@ impl Respond for AssignResponder {
         settle(&mut state);
         state.actions.assign_requests += 1;
         if state.read_only {
-            return error_response(
-                401,
-                Some("token_readonly"),
-                "token is only allowed to perform GET requests",
-                None,
-            );
+            return read_only();
         }
         if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
             return error_response(status, Some(&code), &echo_token(&message, request), None);
