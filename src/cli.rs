@@ -27,8 +27,7 @@ pub const EXIT_CONFIG: u8 = 2;
 Each pool takes the servers that match its own label selector and the address kinds it lists \
 (public-ipv4, public-ipv6, private-ipv4, floating-ip); servers whose Nodes are going away are left out. \
 Without Pools in the configuration it keeps one pool of public IPv4s, as the Go version did. \
-Settings come from config.json and CANADA_KAKTUS_* environment variables; see the README.",
-    args_conflicts_with_subcommands = true
+Settings come from config.json and CANADA_KAKTUS_* environment variables; see the README."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -90,8 +89,8 @@ pub struct CheckArgs {
     /// The namespace Cilium runs in (its cilium-config and operator).
     #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
     pub cilium_namespace: String,
-    /// The controller's namespace, for its leader Lease (default:
-    /// LeaseNamespace, POD_NAMESPACE, else the kubeconfig's namespace).
+    /// The controller's namespace, for its leader Lease (without it:
+    /// LeaseNamespace, else POD_NAMESPACE, else the kubeconfig's).
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
 }
@@ -105,6 +104,12 @@ pub enum Report {
 
 pub async fn run(cli: Cli) -> ExitCode {
     let env: HashMap<String, String> = std::env::vars().collect();
+    // `--config` goes with every command; the controller's own flags with
+    // none (clap would refuse `--config` before a command if told so).
+    if cli.command.is_some() && (cli.once || cli.dry_run) {
+        eprintln!("canada-kaktus: --once and --dry-run cannot be combined with a command");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     match cli.command {
         Some(Command::Check(args)) => return check(cli.config, env, args).await,
         Some(Command::Explain(args)) => return explain(cli.config, &env, args).await,
@@ -133,16 +138,13 @@ pub async fn run(cli: Cli) -> ExitCode {
 }
 
 /// `check`: the report on stdout, the exit code from its worst finding.
-async fn check(
-    config: Option<PathBuf>,
-    mut env: HashMap<String, String>,
-    args: CheckArgs,
-) -> ExitCode {
-    if let Some(namespace) = args.namespace {
-        env.insert("POD_NAMESPACE".to_owned(), namespace);
-    }
+async fn check(config: Option<PathBuf>, env: HashMap<String, String>, args: CheckArgs) -> ExitCode {
     crate::sync::install_crypto_provider();
-    let loaded = config::load(config.as_deref(), &env);
+    let mut loaded = config::load(config.as_deref(), &env);
+    // The flag wins over LeaseNamespace and POD_NAMESPACE.
+    if let (Some(namespace), Ok(settings)) = (args.namespace, loaded.as_mut()) {
+        settings.operate.lease_namespace = Some(namespace);
+    }
     let options = crate::check::Options {
         cilium_namespace: args.cilium_namespace,
     };

@@ -428,7 +428,8 @@ async fn check_finds_a_read_only_token_for_failover_without_changing_anything() 
     let write = checks_with(&report, "Hetzner", "may write");
     assert_eq!(write.len(), 1, "{report:#}");
     assert_eq!(write[0]["result"], "pass");
-    let rate = checks_with(&report, "Hetzner", "rate limit");
+    let rate = checks_with(&report, "Hetzner", "of 3600 requests left this hour");
+    assert_eq!(rate.len(), 1, "{report:#}");
     assert_eq!(rate[0]["result"], "pass", "{report:#}");
 
     hetzner.set_read_only(true);
@@ -443,4 +444,125 @@ async fn check_finds_a_read_only_token_for_failover_without_changing_anything() 
         vec![(10, "{}".to_owned()), (10, "{}".to_owned())]
     );
     assert_eq!(hetzner.actions_started(), 0);
+}
+
+#[tokio::test]
+async fn check_takes_the_config_flag_before_or_after_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, r#"{"Interval": "often"}"#).unwrap();
+    let path = path.to_str().unwrap();
+    for args in [
+        vec!["--config", path, "check", "-o", "json"],
+        vec!["check", "--config", path, "-o", "json"],
+    ] {
+        let out = run(&args, &[("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)]).await;
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: no JSON ({e}): {}", text(&out.stderr)));
+        let interval = checks_with(&report, "Configuration", "Interval");
+        assert_eq!(interval.len(), 1, "{args:?}: {report:#}");
+    }
+    // The controller's own flags do not go with a command.
+    let out = run(
+        &["--once", "check"],
+        &[("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// A Kubernetes API that answers `/version` and the pool API's discovery,
+/// but never a LIST of the pools; 404 for everything else.
+async fn stalling_kubernetes() -> (wiremock::MockServer, tempfile::TempDir) {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, ResponseTemplate};
+    let server = wiremock::MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/version"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "major": "1", "minor": "34", "gitVersion": "v1.34.10", "gitCommit": "", "gitTreeState": "",
+            "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.26", "compiler": "gc", "platform": "linux/amd64"
+        })))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/apis/cilium.io/v2"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "cilium.io/v2",
+            "resources": [{"name": "ciliumloadbalancerippools", "singularName": "ciliumloadbalancerippool",
+                "namespaced": false, "kind": "CiliumLoadBalancerIPPool", "verbs": ["list", "get"]}]
+        })))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/apis/cilium.io/v2/ciliumloadbalancerippools"))
+        .respond_with(ResponseTemplate::new(200).set_delay(std::time::Duration::from_secs(3600)))
+        .mount(&server)
+        .await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(404).set_body_json(serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+            "message": "not found", "code": 404
+        })))
+        .with_priority(10)
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n\
+         contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\n    namespace: default\n\
+         current-context: c\nusers:\n- name: u\n  user: {{}}\n",
+        server.uri()
+    );
+    std::fs::write(dir.path().join("kubeconfig"), kubeconfig).unwrap();
+    (server, dir)
+}
+
+#[tokio::test]
+async fn check_and_explain_give_up_on_a_kubernetes_api_that_never_answers() {
+    let (_kubernetes, dir) = stalling_kubernetes().await;
+    let kubeconfig = dir.path().join("kubeconfig");
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![FakeServer::new(1, "203.0.113.20")]);
+    let endpoint = hetzner.endpoint();
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("CANADA_KAKTUS_WATCH_NODES", "false"),
+        ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+    ];
+    // Each would wait for the LIST of the pools for an hour; the test
+    // gives them two minutes (their reads are bounded well below that).
+    let bounded = |args: &'static [&'static str]| async move {
+        tokio::time::timeout(std::time::Duration::from_secs(120), run(args, &env))
+            .await
+            .unwrap_or_else(|_| panic!("{args:?} never ended"))
+    };
+    let out = bounded(&["check", "-o", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pools = checks_with(&report, "Pools", "cannot list the pools");
+    assert_eq!(pools.len(), 1, "{report:#}");
+    assert!(
+        pools[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no answer within"),
+        "{report:#}"
+    );
+
+    let out = bounded(&["explain"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no answer within"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -62,13 +62,32 @@ pub fn token(answer: &Result<Option<RateLimit>, HetznerError>) -> Vec<Check> {
             )
             .with_detail(error.to_string())]
         }
-        Err(error) => {
+        Err(error @ (HetznerError::Transport { .. } | HetznerError::BodyTooLarge { .. })) => {
             return vec![Check::failure(
                 "the Hetzner API did not answer",
                 format!(
                     "check CANADA_KAKTUS_HCLOUD_ENDPOINT and the network path to it (cause {})",
                     error.metric_label()
                 ),
+            )
+            .with_detail(error.to_string())]
+        }
+        Err(error @ (HetznerError::RateLimited { .. } | HetznerError::BudgetExhausted { .. })) => {
+            return vec![Check::failure(
+                "the Hetzner API's rate limit is used up: nothing could be checked there",
+                "another tool shares the project's budget, or the interval is short; run check \
+                 again later (see canada_kaktus_hcloud_requests_total)",
+            )
+            .with_detail(error.to_string())]
+        }
+        Err(error) => {
+            return vec![Check::failure(
+                format!(
+                    "the Hetzner API refused the request (cause {})",
+                    error.metric_label()
+                ),
+                "see the detail; a 404 means CANADA_KAKTUS_HCLOUD_ENDPOINT is not the API's base \
+                 address",
             )
             .with_detail(error.to_string())]
         }
@@ -205,10 +224,21 @@ pub fn cilium_config(
 pub fn image_version(image: &str) -> Option<(u32, u32, u32)> {
     let image = image.split('@').next()?;
     let name_end = image.rfind('/').map_or(0, |i| i + 1);
-    let tag = image[name_end..].split_once(':')?.1;
-    let mut parts = tag.trim_start_matches('v').split(['.', '-', '+']);
+    let tag = image[name_end..].split_once(':')?.1.trim_start_matches('v');
+    // A pre-release (`v1.18.2-rc.1`) counts as the release before it.
+    let (release, pre) = match tag.split_once('-') {
+        Some((release, _)) => (release, true),
+        None => (tag, false),
+    };
+    let mut parts = release.split(['.', '+']);
     let mut next = || parts.next()?.parse::<u32>().ok();
-    Some((next()?, next()?, next()?))
+    let version = (next()?, next()?, next()?);
+    Some(match (pre, version) {
+        (false, version) => version,
+        (true, (major, minor, patch @ 1..)) => (major, minor, patch - 1),
+        (true, (major, minor @ 1.., 0)) => (major, minor - 1, u32::MAX),
+        (true, (major, 0, 0)) => (major.saturating_sub(1), u32::MAX, u32::MAX),
+    })
 }
 
 /// The cilium-operator's image (`Ok(None)`: no such Deployment).
@@ -340,7 +370,7 @@ pub fn pool(name: &str, live: Option<&Pool>, withheld: &[Withheld]) -> Vec<Check
 pub fn nodes(
     nodes: &[NodeFacts],
     servers: &[Server],
-    selected: &[(String, Vec<&Server>)],
+    selected: &[(String, Vec<&Server>, bool)],
 ) -> Vec<Check> {
     let ids: BTreeSet<i64> = servers.iter().map(|s| s.id).collect();
     let names: BTreeSet<&str> = servers.iter().map(|s| s.name.as_str()).collect();
@@ -367,7 +397,7 @@ pub fn nodes(
         }
     }
     let view = NodeView::new(nodes.iter().cloned(), true);
-    for (pool, servers) in selected {
+    for (pool, servers, require_node) in selected {
         let without: Vec<_> = servers
             .iter()
             .filter(|s| view.node_of(s.id, &s.name).is_none())
@@ -379,8 +409,14 @@ pub fn nodes(
                     "pool {pool}: server(s) without a Node: {}",
                     without.join(", ")
                 ),
-                "a server without a Node gives no address while the Node watch is on: join it \
-                 to the cluster, or take it out of the pool's LabelSelector",
+                if *require_node {
+                    "with Nodes.RequireNode a server without a Node gives no address: join it \
+                     to the cluster, or take it out of the pool's LabelSelector"
+                } else {
+                    "such a server still gives its addresses, but no node rule can take it out \
+                     (set Nodes.RequireNode to leave out servers that are not Nodes): join it \
+                     to the cluster, or take it out of the pool's LabelSelector"
+                },
             ));
         }
     }

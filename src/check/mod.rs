@@ -15,7 +15,7 @@ pub mod judge;
 mod read;
 mod report;
 
-pub use read::Access;
+pub use read::{bounded, Access};
 pub use report::{Category, Check, Report, Status};
 
 use std::collections::HashMap;
@@ -117,7 +117,8 @@ pub async fn check(
 /// for the Nodes).
 async fn hetzner(settings: &Settings) -> (Vec<Check>, Option<(Listing, Vec<Server>)>) {
     let hetzner = match run::hetzner_client(settings) {
-        Ok(hetzner) => hetzner,
+        // Every listing of the check shares one time limit, as a cycle's.
+        Ok(hetzner) => hetzner.for_cycle(),
         Err(error) => {
             let check = Check::failure("cannot build the Hetzner client", "see the detail")
                 .with_detail(error.to_string());
@@ -330,7 +331,8 @@ async fn permissions(
 }
 
 /// Each managed pool as Cilium sees it, and what other pools keep from it
-/// (the write gate's own verdict on what the listing would give it).
+/// (a cycle decided on the listing and not written: the write gate's own
+/// verdict, after its passes).
 async fn pools(
     settings: &Settings,
     client: &Client,
@@ -338,15 +340,16 @@ async fn pools(
     nodes: &Result<Vec<NodeFacts>, String>,
 ) -> Vec<Check> {
     let pools = PoolClient::new(client.clone(), settings.cilium_api_version);
-    let all = match pools.resource().await {
-        Ok(resource) => pools.list_all(&resource).await,
+    let all = match read::bounded(pools.resource()).await {
+        Ok(resource) => read::bounded(pools.list_all(&resource)).await,
         Err(error) => Err(error),
     };
     let all = match all {
         Ok(all) => all,
         Err(error) => {
-            return vec![Check::failure("cannot list the pools", "see the detail")
-                .with_detail(error.to_string())]
+            return vec![
+                Check::failure("cannot list the pools", "see the detail").with_detail(error)
+            ]
         }
     };
     let names: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
@@ -358,7 +361,6 @@ async fn pools(
             } else {
                 gate::Additions::NodesUnknown
             };
-            let gate = gate::Gate::new(&names, all.iter(), additions);
             let rendered = reconcile::render_pools(
                 settings,
                 listing,
@@ -366,10 +368,12 @@ async fn pools(
                 &mut Unhealthy::default(),
                 tokio::time::Instant::now(),
             );
-            rendered
-                .iter()
-                .enumerate()
-                .map(|(index, r)| gate.decide(index, &r.desired).withheld)
+            // What a cycle now would leave withheld, after its passes.
+            let confirm_after = settings.interval.min(Duration::from_secs(60));
+            reconcile::dry_cycle(settings, rendered, all.clone(), additions, confirm_after)
+                .await
+                .into_iter()
+                .map(|pool| pool.withheld)
                 .collect()
         }
         None => vec![Vec::new(); names.len()],
@@ -412,7 +416,7 @@ fn node_checks(
     let Some((listing, all)) = listing else {
         return Vec::new();
     };
-    let selected: Vec<(String, Vec<&Server>)> = if settings.operate.watch_nodes {
+    let selected: Vec<(String, Vec<&Server>, bool)> = if settings.operate.watch_nodes {
         settings
             .pools
             .iter()
@@ -422,7 +426,7 @@ fn node_checks(
                     .iter()
                     .filter(|s| listing.prefiltered || pool.label_selector.matches(&s.labels))
                     .collect();
-                (pool.name.clone(), servers)
+                (pool.name.clone(), servers, pool.nodes.require_node)
             })
             .collect()
     } else {

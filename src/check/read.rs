@@ -21,14 +21,19 @@ use crate::pool::{POOL_GROUP, POOL_PLURAL};
 pub const READ_LIMIT: Duration = Duration::from_secs(15);
 
 /// `work` within [`READ_LIMIT`], its error as text.
-pub async fn bounded<T>(
-    work: impl std::future::Future<Output = Result<T, kube::Error>>,
+pub async fn bounded<T, E: std::fmt::Display>(
+    work: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(READ_LIMIT, work).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(error.to_string()),
         Err(_) => Err(format!("no answer within {}s", READ_LIMIT.as_secs())),
     }
+}
+
+/// Whether `error` is the API server's 404.
+fn not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 404)
 }
 
 /// The pool CRD's served versions and its storage version; from API
@@ -58,13 +63,16 @@ pub async fn crd_versions(client: &Client) -> Result<(Vec<String>, Option<String
             let mut served = Vec::new();
             for version in ["v2", "v2alpha1"] {
                 let group = format!("{POOL_GROUP}/{version}");
-                match bounded(client.list_api_group_resources(&group)).await {
-                    Ok(list) if list.resources.iter().any(|r| r.name == POOL_PLURAL) => {
+                let asked =
+                    tokio::time::timeout(READ_LIMIT, client.list_api_group_resources(&group));
+                match asked.await {
+                    Ok(Ok(list)) if list.resources.iter().any(|r| r.name == POOL_PLURAL) => {
                         served.push(version.to_owned());
                     }
-                    Ok(_) => {}
-                    Err(error) if error.contains("404") || error.contains("NotFound") => {}
-                    Err(error) => return Err(error),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) if not_found(&error) => {}
+                    Ok(Err(error)) => return Err(error.to_string()),
+                    Err(_) => return Err(format!("no answer within {}s", READ_LIMIT.as_secs())),
                 }
             }
             Ok((served, None))
@@ -175,6 +183,13 @@ pub async fn local_last_success(port: u16) -> Option<BTreeMap<String, f64>> {
         .build()
         .ok()?;
     let text = client.get(url).send().await.ok()?.text().await.ok()?;
+    // Something else may listen there: only our own metrics count.
+    if !text
+        .lines()
+        .any(|l| l.starts_with("canada_kaktus_build_info{"))
+    {
+        return None;
+    }
     let prefix = "canada_kaktus_last_success_timestamp_seconds{pool=\"";
     Some(
         text.lines()

@@ -58,6 +58,11 @@ fn operator_versions_before_1_18_2_warn() {
     );
     assert_eq!(image_version("registry.local:5000/cilium/operator"), None);
     assert_eq!(image_version("quay.io/cilium/operator:latest"), None);
+    // A release candidate of 1.18.2 comes before 1.18.2.
+    assert_eq!(
+        image_version("quay.io/cilium/operator-generic:v1.18.2-rc.1"),
+        Some((1, 18, 1))
+    );
     let at = |image: &str| judge::operator("kube-system", &Ok(Some(image.to_owned()))).result;
     assert_eq!(
         at("quay.io/cilium/operator-generic:v1.18.1"),
@@ -216,7 +221,7 @@ fn nodes_without_servers_and_servers_without_nodes_warn() {
     let all_fine = judge::nodes(
         &[node("one", Some(1)), node("two", None)],
         &servers,
-        &[("p".into(), servers.iter().collect())],
+        &[("p".into(), servers.iter().collect(), true)],
     );
     assert_eq!(statuses(&all_fine), [Status::Pass]);
 
@@ -227,7 +232,7 @@ fn nodes_without_servers_and_servers_without_nodes_warn() {
             node("elsewhere", None),
         ],
         &servers,
-        &[("p".into(), servers.iter().collect())],
+        &[("p".into(), servers.iter().collect(), true)],
     );
     assert_eq!(statuses(&checks), [Status::Warning; 3]);
     assert!(
@@ -241,6 +246,17 @@ fn nodes_without_servers_and_servers_without_nodes_warn() {
         checks[1]
     );
     assert!(checks[2].description.contains("two"), "{:?}", checks[2]);
+    let required = checks[2].hint.as_deref().unwrap();
+    assert!(required.contains("gives no address"), "{required}");
+    // Without Nodes.RequireNode such a server still gives its address.
+    let checks = judge::nodes(
+        &[node("one", Some(1))],
+        &servers,
+        &[("p".into(), servers.iter().collect(), false)],
+    );
+    let hint = checks[0].hint.as_deref().unwrap();
+    assert!(!hint.contains("gives no address"), "{hint}");
+    assert!(hint.contains("RequireNode"), "{hint}");
 }
 
 #[test]
@@ -259,6 +275,19 @@ fn the_token_is_judged_by_its_answer() {
         message: "unable to authenticate".into(),
     });
     assert_eq!(statuses(&judge::token(&unauthorized)), [Status::Failure]);
+    // An answer that is not a success is named as what it is, not as
+    // silence.
+    let limited = judge::token(&Err(HetznerError::RateLimited {
+        code: "rate_limit_exceeded".into(),
+        message: "limit reached".into(),
+        reset: None,
+    }));
+    assert_eq!(statuses(&limited), [Status::Failure]);
+    assert!(limited[0].description.contains("rate limit"), "{limited:?}");
+    assert!(
+        !limited[0].description.contains("did not answer"),
+        "{limited:?}"
+    );
     assert_eq!(
         judge::write_scope(&Ok(Some(WriteScope::ReadOnly))).result,
         Status::Failure

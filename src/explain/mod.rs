@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::members::{Decision, Exclusion, NodeView, Outcome, Unhealthy};
 use crate::pool::{gate, live_addresses, Pool};
-use crate::reconcile::{render_traced, Listing};
+use crate::reconcile::{dry_cycle, render_traced, Listing, ReconcileError};
 
 /// Which part of the answer to show.
 #[derive(Debug, Clone, Default)]
@@ -42,16 +42,31 @@ pub struct PoolAnswer {
     /// The Floating IPs a failover pool holds whatever server has them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub floating_ips: Vec<Line>,
-    /// Addresses the pool holds now that no server gives any more: the
-    /// next write removes them (under the shrink guard).
+    /// Addresses the pool holds now that no server gives any more:
+    /// `leaving` (the next write removes them), `held` (the shrink guard
+    /// keeps them for now) or `refused` (the pool is not written).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub leaving: Vec<String>,
+    pub leaving: Vec<Line>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refused {
     pub guard: &'static str,
     pub message: String,
+}
+
+impl Refused {
+    /// Why a cycle would not write the pool: the guard's label, or the
+    /// failure's cause.
+    fn of(error: &ReconcileError) -> Self {
+        Refused {
+            guard: match error {
+                ReconcileError::Refused(refusal) => refusal.metric_label(),
+                other => other.metric_label(),
+            },
+            message: error.to_string(),
+        }
+    }
 }
 
 /// One server the pool's selector matched.
@@ -73,7 +88,8 @@ pub struct Line {
     pub inside: bool,
     /// A stable code: `in`, `excluded`, `no_address`, `blocked`,
     /// `earlier_pool`, `other_pool`, `foreign_pool`, `nodes_unknown`,
-    /// `refused`.
+    /// `refused`, `failover_member`; for addresses no server gives any
+    /// more, `held` or `leaving`.
     pub reason: &'static str,
     /// The reason in words, with the rule, the pool or the holder.
     pub detail: String,
@@ -88,8 +104,10 @@ pub struct State<'a> {
     pub pools: &'a [Pool],
 }
 
-/// The answer for `state`, as the controller would decide it now.
-pub fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
+/// The answer for `state`, as the controller would decide it now: the
+/// split with its trace, then a cycle decided and not written
+/// ([`dry_cycle`]: the shrink guard, the gate, the write passes).
+pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
     let settings = state.settings;
     let (rendered, trace) = render_traced(
         settings,
@@ -98,20 +116,30 @@ pub fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
         &mut Unhealthy::default(),
         tokio::time::Instant::now(),
     );
-    let names: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+    let given: Vec<BTreeSet<IpAddr>> = rendered
+        .iter()
+        .map(|r| r.desired.addresses.iter().copied().collect())
+        .collect();
     let additions = if state.nodes.complete || !settings.operate.watch_nodes {
         gate::Additions::Allowed
     } else {
         gate::Additions::NodesUnknown
     };
-    let gate = gate::Gate::new(&names, state.pools, additions);
+    let confirm_after = settings.interval.min(CONFIRM_DELAY);
+    let dry = dry_cycle(
+        settings,
+        rendered,
+        state.pools.to_vec(),
+        additions,
+        confirm_after,
+    )
+    .await;
     let mut pools = Vec::new();
-    for (index, rendered) in rendered.iter().enumerate() {
-        let name = names[index];
+    for ((pool, dry), given) in settings.pools.iter().zip(dry).zip(&given) {
+        let name = pool.name.as_str();
         if filter.pool.as_deref().is_some_and(|p| p != name) {
             continue;
         }
-        let verdict = gate.decide(index, &rendered.desired);
         let live = state
             .pools
             .iter()
@@ -119,43 +147,84 @@ pub fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
             .map(live_addresses)
             .map(|l| l.addresses)
             .unwrap_or_default();
-        let refusal = match (&rendered.verdict, &verdict.write) {
-            (Err(error), _) => Some(Refused {
-                guard: error.metric_label(),
-                message: error.to_string(),
-            }),
-            (Ok(()), Err(refusal)) => Some(Refused {
-                guard: refusal.metric_label(),
-                message: refusal.to_string(),
-            }),
-            _ => None,
-        };
-        let written: BTreeSet<IpAddr> = match (&refusal, &verdict.write) {
-            (None, Ok(approved)) => approved.pool().addresses.iter().copied().collect(),
+        let refused = dry.failed.as_ref().map(Refused::of);
+        let written: BTreeSet<IpAddr> = match &dry.written {
+            Some(pool) if refused.is_none() => pool.addresses.iter().copied().collect(),
             _ => live.clone(),
         };
+        let held: BTreeSet<IpAddr> = dry
+            .held
+            .iter()
+            .flat_map(|h| h.addresses.iter().copied())
+            .collect();
         let ctx = Context {
-            withheld: &verdict.withheld,
-            refused: refusal.as_ref(),
+            withheld: &dry.withheld,
+            refused: refused.as_ref(),
             written: &written,
             nodes: state.nodes,
         };
-        let decisions = trace.decisions.iter().filter(|d| d.pool == name);
-        let (servers, floating_ips) = answer(decisions, &ctx, filter);
-        let given: BTreeSet<IpAddr> = rendered.desired.addresses.iter().copied().collect();
+        let decisions: Vec<&Decision> = trace.decisions.iter().filter(|d| d.pool == name).collect();
+        let (servers, floating_ips) = answer(&decisions, &ctx, filter);
+        let leaving = if filter.server.is_some() {
+            Vec::new()
+        } else {
+            live.difference(given)
+                .map(|address| leaving(*address, &held, &ctx, confirm_after))
+                .collect()
+        };
         pools.push(PoolAnswer {
             pool: name.to_owned(),
             addresses: written.len(),
-            leaving: match refusal {
-                None => live.difference(&given).map(ToString::to_string).collect(),
-                Some(_) => Vec::new(),
-            },
-            refused: refusal,
+            refused,
             servers,
             floating_ips,
+            leaving,
         });
     }
     Explanation { pools }
+}
+
+/// How long a held removal waits at most before a listing may confirm it
+/// (the controller's confirm delay; the interval when that is shorter).
+const CONFIRM_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The line of an address the pool holds that no server gives any more.
+fn leaving(
+    address: IpAddr,
+    held: &BTreeSet<IpAddr>,
+    ctx: &Context<'_>,
+    confirm_after: std::time::Duration,
+) -> Line {
+    let (reason, detail) = if let Some(refused) = ctx.refused {
+        (
+            "refused",
+            format!(
+                "no server gives it any more; the pool is not written ({})",
+                refused.guard
+            ),
+        )
+    } else if held.contains(&address) {
+        (
+            "held",
+            format!(
+                "no server gives it any more; the shrink guard keeps it until a listing at least \
+                 {}s later confirms the removal (MaxRemovalRatio)",
+                confirm_after.as_secs()
+            ),
+        )
+    } else {
+        (
+            "leaving",
+            "no server gives it any more: the next write removes it".to_owned(),
+        )
+    };
+    Line {
+        kind: None,
+        address: Some(address.to_string()),
+        inside: ctx.written.contains(&address),
+        reason,
+        detail,
+    }
 }
 
 /// What the lines of one pool are judged against.
@@ -166,36 +235,48 @@ struct Context<'a> {
     nodes: &'a NodeView,
 }
 
-fn answer<'d>(
-    decisions: impl Iterator<Item = &'d Decision>,
+fn answer(
+    decisions: &[&Decision],
     ctx: &Context<'_>,
     filter: &Filter,
 ) -> (Vec<ServerAnswer>, Vec<Line>) {
+    let shown = |server: &(i64, String)| match &filter.server {
+        Some(wanted) => *wanted == server.1 || *wanted == server.0.to_string(),
+        None => true,
+    };
+    // Under --server, a failover pool's Floating IPs that server holds.
+    let holders: BTreeSet<i64> = decisions
+        .iter()
+        .filter_map(|d| d.server.as_ref())
+        .filter(|s| shown(s))
+        .map(|s| s.0)
+        .collect();
     let mut servers: BTreeMap<i64, ServerAnswer> = BTreeMap::new();
     let mut floating = Vec::new();
     // What an earlier decision said of an address: blocked but kept, a
     // failover pool's Floating IP and its holder.
     let mut notes: BTreeMap<IpAddr, String> = BTreeMap::new();
+    let mut floating_shown = filter.server.is_none();
     for decision in decisions {
-        if let (Some(wanted), Some((id, name))) = (&filter.server, &decision.server) {
-            if wanted != name && *wanted != id.to_string() {
-                continue;
-            }
+        if let Outcome::Failover { holder, .. } = decision.outcome {
+            floating_shown =
+                filter.server.is_none() || holder.is_some_and(|h| holders.contains(&h));
         }
         let Some(line) = line(decision, ctx, &mut notes) else {
             continue;
         };
         match &decision.server {
-            Some((id, name)) => servers
-                .entry(*id)
+            Some(server) if shown(server) => servers
+                .entry(server.0)
                 .or_insert_with(|| ServerAnswer {
-                    id: *id,
-                    name: name.clone(),
+                    id: server.0,
+                    name: server.1.clone(),
                     lines: Vec::new(),
                 })
                 .lines
                 .push(line),
-            None if filter.server.is_none() => floating.push(line),
+            Some(_) => {}
+            None if floating_shown => floating.push(line),
             None => {}
         }
     }
@@ -231,13 +312,18 @@ fn line(
             holder,
         } => {
             let holder = holder.map_or("no server".to_owned(), |h| format!("server {h}"));
-            notes.insert(
-                address?,
-                format!("Floating IP {floating_ip} of a failover pool, assigned to {holder}"),
-            );
+            let text =
+                format!("Floating IP {floating_ip} of a failover pool, assigned to {holder}");
+            note(notes, address?, text);
             return None;
         }
         Outcome::Excluded(rule) => out("excluded", excluded(*rule, decision, ctx.nodes)),
+        Outcome::FailoverMember => out(
+            "failover_member",
+            "a failover pool holds its Floating IPs itself, not through a server; this server \
+             may hold one (see the pool's floating_ips)"
+                .into(),
+        ),
         Outcome::NoAddress(why) => out("no_address", format!("the server has none ({why})")),
         Outcome::Blocked { kept: false } => out(
             "blocked",
@@ -295,6 +381,17 @@ fn given(
     }
 }
 
+/// Adds `text` to what is noted of `address`.
+fn note(notes: &mut BTreeMap<IpAddr, String>, address: IpAddr, text: String) {
+    notes
+        .entry(address)
+        .and_modify(|noted| {
+            noted.push_str("; ");
+            noted.push_str(&text);
+        })
+        .or_insert(text);
+}
+
 /// A node rule's words, and since when where the cluster knows it.
 fn excluded(rule: Exclusion, decision: &Decision, nodes: &NodeView) -> String {
     let mut text = format!("left out: {} ({})", rule.describe(), rule.as_str());
@@ -335,10 +432,8 @@ impl Explanation {
             for line in &pool.floating_ips {
                 out.push_str(&format!("  {}\n", shown(line)));
             }
-            for address in &pool.leaving {
-                out.push_str(&format!(
-                    "  {address}: out (leaving: no server gives it any more)\n"
-                ));
+            for line in &pool.leaving {
+                out.push_str(&format!("  {}\n", shown(line)));
             }
         }
         out
@@ -353,7 +448,8 @@ fn shown(line: &Line) -> String {
     let what = match (line.kind, &line.address) {
         (Some(kind), Some(address)) => format!("{kind} {address}"),
         (Some(kind), None) => kind.to_owned(),
-        (None, _) => "server".to_owned(),
+        (None, Some(address)) => address.clone(),
+        (None, None) => "server".to_owned(),
     };
     let state = if line.inside { "in" } else { "out" };
     format!("{what}: {state} ({}): {}", line.reason, line.detail)
@@ -364,9 +460,13 @@ mod tests;
 
 /// Reads what the controller would read (Hetzner, the Nodes when the Node
 /// watch is on, every pool) and explains it; a read that fails gives no
-/// answer at all, never one from part of the state.
+/// answer at all, never one from part of the state. Every read is bounded.
 pub async fn read_and_explain(settings: &Settings, filter: &Filter) -> Result<Explanation, String> {
-    let hetzner = crate::run::hetzner_client(settings).map_err(|e| e.to_string())?;
+    use crate::check::bounded;
+    // The listings share one time limit, as a cycle's.
+    let hetzner = crate::run::hetzner_client(settings)
+        .map_err(|e| e.to_string())?
+        .for_cycle();
     let listing = crate::reconcile::list_hetzner(&hetzner, settings)
         .await
         .map_err(|e| format!("listing Hetzner failed: {e}"))?;
@@ -374,16 +474,17 @@ pub async fn read_and_explain(settings: &Settings, filter: &Filter) -> Result<Ex
         .await
         .map_err(|e| format!("no usable Kubernetes configuration: {e}"))?;
     let nodes = if settings.operate.watch_nodes {
-        crate::run::nodes::list_once(client.clone())
+        bounded(crate::run::nodes::list_once(client.clone()))
             .await
             .map_err(|e| format!("listing the Nodes failed: {e}"))?
     } else {
         NodeView::default()
     };
     let pools = crate::pool::PoolClient::new(client, settings.cilium_api_version);
-    let resource = pools.resource().await.map_err(|e| e.to_string())?;
-    let all = pools
-        .list_all(&resource)
+    let resource = bounded(pools.resource())
+        .await
+        .map_err(|e| format!("finding the pool API failed: {e}"))?;
+    let all = bounded(pools.list_all(&resource))
         .await
         .map_err(|e| format!("listing the pools failed: {e}"))?;
     let state = State {
@@ -392,5 +493,5 @@ pub async fn read_and_explain(settings: &Settings, filter: &Filter) -> Result<Ex
         nodes: &nodes,
         pools: &all,
     };
-    Ok(explain(&state, filter))
+    Ok(explain(&state, filter).await)
 }

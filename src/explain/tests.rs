@@ -6,17 +6,58 @@ use crate::members::NodeFacts;
 use crate::pool::Block;
 
 fn settings() -> Settings {
-    let pools = serde_json::json!([
-        {"Name": "first", "LabelSelector": "role=edge", "Addresses": ["public-ipv4"]},
-        {"Name": "second", "LabelSelector": "role=edge", "Addresses": ["public-ipv4", "floating-ip"],
-         "FloatingIpSelector": "pool=second", "FloatingIpFailover": true},
-    ]);
-    let env: HashMap<String, String> = [
+    settings_with(
+        serde_json::json!([
+            {"Name": "first", "LabelSelector": "role=edge", "Addresses": ["public-ipv4"]},
+            {"Name": "second", "LabelSelector": "role=edge", "Addresses": ["public-ipv4", "floating-ip"],
+             "FloatingIpSelector": "pool=second", "FloatingIpFailover": true},
+        ]),
+        &[],
+    )
+}
+
+fn settings_with(pools: serde_json::Value, extra: &[(&str, &str)]) -> Settings {
+    let mut env: HashMap<String, String> = [
         ("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".repeat(64)),
         ("CANADA_KAKTUS_POOLS".to_owned(), pools.to_string()),
     ]
     .into();
+    env.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     crate::config::load(None, &env).expect("valid settings")
+}
+
+fn nodes_for(ids: impl IntoIterator<Item = i64>) -> NodeView {
+    NodeView::new(
+        ids.into_iter().map(|id| NodeFacts {
+            name: format!("node-{id}"),
+            server_id: Some(id),
+            ready: true,
+            ..NodeFacts::default()
+        }),
+        true,
+    )
+}
+
+fn labelled(mut server: Server, role: &str) -> Server {
+    server.labels.insert("role".into(), role.into());
+    server
+}
+
+fn live(name: &str, cidrs: &[&str]) -> Pool {
+    let mut pool = foreign(name, cidrs[0]);
+    pool.spec.disabled = None;
+    pool.spec.blocks = cidrs
+        .iter()
+        .map(|c| Block {
+            cidr: Some((*c).into()),
+            ..Block::default()
+        })
+        .collect();
+    pool
 }
 
 fn server(id: i64, ip: Option<&str>, blocked: bool) -> Server {
@@ -51,8 +92,8 @@ fn lines_of<'a>(answer: &'a Explanation, pool: &str, server: &str) -> &'a [Line]
         .lines
 }
 
-#[test]
-fn each_address_says_why_it_is_in_or_out() {
+#[tokio::test]
+async fn each_address_says_why_it_is_in_or_out() {
     let settings = settings();
     let mut fip = FloatingIp {
         id: 10,
@@ -92,7 +133,7 @@ fn each_address_says_why_it_is_in_or_out() {
         nodes: &nodes,
         pools: &pools,
     };
-    let answer = explain(&state, &Filter::default());
+    let answer = explain(&state, &Filter::default()).await;
     let reasons = |pool: &str, server: &str| -> Vec<(&str, bool)> {
         lines_of(&answer, pool, server)
             .iter()
@@ -119,8 +160,11 @@ fn each_address_says_why_it_is_in_or_out() {
         .contains("pool manual"));
     assert_eq!(answer.pools[0].addresses, 2);
     // The second pool selects the same servers: the first has them.
-    assert_eq!(reasons("second", "node-1"), [("earlier_pool", false)]);
-    assert!(lines_of(&answer, "second", "node-1")[0]
+    assert_eq!(
+        reasons("second", "node-1"),
+        [("failover_member", false), ("earlier_pool", false)]
+    );
+    assert!(lines_of(&answer, "second", "node-1")[1]
         .detail
         .contains("pool first"));
     // Its Floating IP is its own, with its holder.
@@ -141,7 +185,7 @@ fn each_address_says_why_it_is_in_or_out() {
         pool: Some("first".into()),
         server: Some("4".into()),
     };
-    let one = explain(&state, &filter);
+    let one = explain(&state, &filter).await;
     assert_eq!(one.pools.len(), 1);
     assert_eq!(one.pools[0].servers.len(), 1);
     assert_eq!(one.pools[0].servers[0].name, "node-4");
@@ -154,8 +198,8 @@ fn each_address_says_why_it_is_in_or_out() {
     );
 }
 
-#[test]
-fn a_guard_that_refuses_the_write_is_named_and_the_pool_keeps_what_it_holds() {
+#[tokio::test]
+async fn a_guard_that_refuses_the_write_is_named_and_the_pool_keeps_what_it_holds() {
     let settings = settings();
     // Every server is excluded: the empty-pool guard refuses the write.
     let listing = Listing {
@@ -180,10 +224,174 @@ fn a_guard_that_refuses_the_write_is_named_and_the_pool_keeps_what_it_holds() {
         nodes: &nodes,
         pools: &pools,
     };
-    let answer = explain(&state, &Filter::default());
+    let answer = explain(&state, &Filter::default()).await;
     let first = &answer.pools[0];
     assert_eq!(first.refused.as_ref().map(|r| r.guard), Some("empty_pool"));
     assert_eq!(first.addresses, 1, "the pool keeps what it holds");
-    assert!(first.leaving.is_empty(), "a refused write removes nothing");
+    // A refused write removes nothing: what no server gives stays.
+    assert_eq!(first.leaving.len(), 1, "{first:#?}");
+    assert_eq!(
+        (first.leaving[0].reason, first.leaving[0].inside),
+        ("refused", true)
+    );
     assert_eq!(first.servers[0].lines[0].reason, "excluded");
+}
+
+#[tokio::test]
+async fn a_removal_the_shrink_guard_holds_stays_in_the_pool() {
+    let settings = settings_with(
+        serde_json::json!([{"Name": "first", "LabelSelector": "role=edge", "Addresses": ["public-ipv4"]}]),
+        &[],
+    );
+    // The pool holds two addresses; the listing gives one: half would go,
+    // which MaxRemovalRatio 0.5 holds until a later listing confirms it.
+    let listing = Listing {
+        servers: vec![server(1, Some("203.0.113.1"), false)],
+        ..Listing::default()
+    };
+    let nodes = nodes_for([1]);
+    let pools = [live("first", &["203.0.113.1/32", "203.0.113.2/32"])];
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &nodes,
+        pools: &pools,
+    };
+    let answer = explain(&state, &Filter::default()).await;
+    let first = &answer.pools[0];
+    assert_eq!(first.addresses, 2, "{first:#?}");
+    assert_eq!(first.leaving.len(), 1, "{first:#?}");
+    assert_eq!(first.leaving[0].address.as_deref(), Some("203.0.113.2"));
+    assert_eq!(
+        (first.leaving[0].reason, first.leaving[0].inside),
+        ("held", true)
+    );
+}
+
+#[tokio::test]
+async fn an_address_one_pool_lets_go_of_goes_to_the_next_in_the_same_cycle() {
+    let settings = settings_with(
+        serde_json::json!([
+            {"Name": "a", "LabelSelector": "role=a", "Addresses": ["public-ipv4"]},
+            {"Name": "b", "LabelSelector": "role=b", "Addresses": ["public-ipv4"]},
+        ]),
+        &[],
+    );
+    // Server 1 moved from pool a to pool b: a lets go of its address (one
+    // of three: the shrink guard lets it), and b takes it in a later pass.
+    let listing = Listing {
+        servers: vec![
+            labelled(server(1, Some("203.0.113.1"), false), "b"),
+            labelled(server(2, Some("203.0.113.2"), false), "a"),
+            labelled(server(3, Some("203.0.113.3"), false), "a"),
+        ],
+        ..Listing::default()
+    };
+    let nodes = nodes_for(1..=3);
+    let pools = [live(
+        "a",
+        &["203.0.113.1/32", "203.0.113.2/32", "203.0.113.3/32"],
+    )];
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &nodes,
+        pools: &pools,
+    };
+    let answer = explain(&state, &Filter::default()).await;
+    let b = answer.pools.iter().find(|p| p.pool == "b").unwrap();
+    assert_eq!(b.addresses, 1, "{answer:#?}");
+    assert_eq!(lines_of(&answer, "b", "node-1")[0].reason, "in");
+    assert!(lines_of(&answer, "b", "node-1")[0].inside);
+    assert_eq!(answer.pools[0].addresses, 2);
+}
+
+#[tokio::test]
+async fn a_floating_ip_only_failover_pool_explains_its_servers_and_their_ips() {
+    let settings = settings_with(
+        serde_json::json!([{"Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+            "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true}]),
+        &[],
+    );
+    let mut fip = FloatingIp {
+        id: 10,
+        name: "edge".into(),
+        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
+        server: Some(1),
+        blocked: false,
+        labels: Default::default(),
+        home_location: None,
+    };
+    fip.labels.insert("pool".into(), "edge".into());
+    let listing = Listing {
+        servers: vec![
+            server(1, Some("203.0.113.1"), false),
+            server(2, Some("203.0.113.2"), false),
+        ],
+        floating_ips: vec![fip],
+        ..Listing::default()
+    };
+    let nodes = nodes_for(1..=2);
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &nodes,
+        pools: &[],
+    };
+    let filter = Filter {
+        pool: None,
+        server: Some("node-1".into()),
+    };
+    let answer = explain(&state, &filter).await;
+    let edge = &answer.pools[0];
+    assert_eq!(edge.servers.len(), 1, "{answer:#?}");
+    assert_eq!(edge.servers[0].lines[0].reason, "failover_member");
+    // Its Floating IP, which node-1 holds, is shown with it.
+    assert_eq!(edge.floating_ips.len(), 1, "{answer:#?}");
+    assert!(edge.floating_ips[0].detail.contains("server 1"));
+    // node-2 holds none: no Floating IP line.
+    let filter = Filter {
+        pool: None,
+        server: Some("node-2".into()),
+    };
+    let answer = explain(&state, &filter).await;
+    assert!(answer.pools[0].floating_ips.is_empty(), "{answer:#?}");
+    assert!(answer.pools[0].leaving.is_empty());
+}
+
+#[tokio::test]
+async fn a_dropped_blocked_floating_ip_is_one_blocked_line() {
+    let settings = settings_with(
+        serde_json::json!([{"Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+            "FloatingIpSelector": "pool=edge"}]),
+        &[("CANADA_KAKTUS_BLOCKED_ADDRESSES", "drop")],
+    );
+    let mut fip = FloatingIp {
+        id: 10,
+        name: "edge".into(),
+        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
+        server: Some(1),
+        blocked: true,
+        labels: Default::default(),
+        home_location: None,
+    };
+    fip.labels.insert("pool".into(), "edge".into());
+    let listing = Listing {
+        servers: vec![server(1, Some("203.0.113.1"), false)],
+        floating_ips: vec![fip],
+        ..Listing::default()
+    };
+    let nodes = nodes_for([1]);
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &nodes,
+        pools: &[],
+    };
+    let answer = explain(&state, &Filter::default()).await;
+    let reasons: Vec<_> = lines_of(&answer, "edge", "node-1")
+        .iter()
+        .map(|l| l.reason)
+        .collect();
+    assert_eq!(reasons, ["blocked"]);
 }

@@ -137,17 +137,27 @@ pub(super) fn addresses_of(
             // A failover pool holds its Floating IPs whatever server has
             // them (`failover_owners`), not through a server.
             AddressKind::FloatingIp if pool.failover.is_none() => {
+                let mut selected = false;
                 for fip in floating.get(&server.id).into_iter().flatten() {
                     if selects(pool, fip) {
+                        selected = true;
                         let address = floating_address(pool, fip);
                         gather.take(at, kind, (address, fip.blocked, true), policy);
                     }
                 }
-                if gather.found.len() == before {
+                if !selected {
                     gather.none(at, kind, "no_floating_ip_selected");
                 }
             }
-            AddressKind::FloatingIp => {}
+            AddressKind::FloatingIp => note(&mut gather.trace, |t| {
+                t.note(
+                    &pool.name,
+                    Some(server),
+                    Some(kind),
+                    None,
+                    Outcome::FailoverMember,
+                )
+            }),
         }
     }
 }

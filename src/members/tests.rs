@@ -47,16 +47,29 @@ pub(super) fn ips(texts: &[&str]) -> BTreeSet<IpAddr> {
     texts.iter().map(|t| ip(t)).collect()
 }
 
+/// The split of every test here, made twice: plain, as a cycle makes it,
+/// and with its trace kept (for `explain`), which must change nothing.
 pub(super) fn split(pools: &[PoolConfig], listed: Listed<'_>, nodes: &NodeView) -> Vec<Members> {
-    members(
+    let now = Instant::now();
+    let plain = members(
         pools,
         listed,
         nodes,
         BlockedAddresses::Keep,
         &mut Unhealthy::default(),
-        Instant::now(),
+        now,
         None,
-    )
+    );
+    let (traced, _) = members_traced(
+        pools,
+        listed,
+        nodes,
+        BlockedAddresses::Keep,
+        &mut Unhealthy::default(),
+        now,
+    );
+    assert_eq!(plain, traced, "keeping a trace changed the split");
+    plain
 }
 
 pub(super) fn listed(servers: &[Server]) -> Listed<'_> {

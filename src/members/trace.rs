@@ -35,6 +35,9 @@ pub enum Outcome {
     Blocked { kept: bool },
     /// An earlier pool in `Pools` took the address.
     Claimed { by: String },
+    /// A server of a failover pool whose kinds it gives nothing of: the
+    /// pool holds its Floating IPs itself; the server may hold one.
+    FailoverMember,
     /// A failover pool's Floating IP (its ID), held whatever server has it
     /// (`holder`: none when unassigned).
     Failover {

@@ -53,45 +53,14 @@ impl Reconciler {
         Ok(plan::outcomes(settings, plans))
     }
 
-    /// Writes the planned pools, each through the gate, so that no address
-    /// is ever in two pools: a pool first gets what no other pool holds;
-    /// further passes add what another pool let go of, while writes let go
-    /// of something (at most one pass per pool, and one more).
-    async fn write_planned(
-        &mut self,
-        plans: &mut [PoolPlan],
-        resource: &ApiResource,
-        mut gate: Gate,
-    ) {
-        let mut refused: Vec<Option<Refusal>> = vec![None; plans.len()];
-        let mut attempted = vec![false; plans.len()];
-        for pass in 0..=plans.len() {
-            let mut released = false;
-            for (i, plan) in plans.iter_mut().enumerate() {
-                if !plan.due_in_pass(pass) {
-                    continue;
-                }
-                let Some(wanted) = plan.wanted.as_ref() else {
-                    continue;
-                };
-                let verdict = gate.decide(i, wanted);
-                plan.report.withheld = verdict.withheld;
-                match verdict.write {
-                    Err(refusal) => refused[i] = Some(refusal),
-                    Ok(approved) => {
-                        refused[i] = None;
-                        released |= self
-                            .write_approved(plan, &approved, &mut gate, resource, attempted[i])
-                            .await;
-                        attempted[i] = true;
-                    }
-                }
-            }
-            if !released {
-                break;
-            }
-        }
-        plan::settle_refusals(plans, refused);
+    /// Writes the planned pools through the gate ([`write_passes`]), each
+    /// write applied to the cluster.
+    async fn write_planned(&mut self, plans: &mut [PoolPlan], resource: &ApiResource, gate: Gate) {
+        let mut apply = Apply {
+            reconciler: self,
+            resource,
+        };
+        write_passes(plans, gate, &mut apply).await;
     }
 
     /// Writes one approved pool and records it in the plan and the gate;
@@ -194,6 +163,74 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// Where an approved write goes: the cluster (a cycle), or nowhere, as if
+/// it succeeded (`explain`, [`super::dry_cycle`]).
+pub(super) trait Sink {
+    /// Writes `approved`, recording it in `plan` and `gate`; `true` when
+    /// the write let go of an address another pool may take.
+    async fn write(
+        &mut self,
+        plan: &mut PoolPlan,
+        approved: &Approved,
+        gate: &mut Gate,
+        attempted: bool,
+    ) -> bool;
+}
+
+/// The cycle's writes: applied to the cluster.
+struct Apply<'r> {
+    reconciler: &'r mut Reconciler,
+    resource: &'r ApiResource,
+}
+
+impl Sink for Apply<'_> {
+    async fn write(
+        &mut self,
+        plan: &mut PoolPlan,
+        approved: &Approved,
+        gate: &mut Gate,
+        attempted: bool,
+    ) -> bool {
+        self.reconciler
+            .write_approved(plan, approved, gate, self.resource, attempted)
+            .await
+    }
+}
+
+/// Writes the planned pools, each through the gate, so that no address
+/// is ever in two pools: a pool first gets what no other pool holds;
+/// further passes add what another pool let go of, while writes let go
+/// of something (at most one pass per pool, and one more).
+pub(super) async fn write_passes(plans: &mut [PoolPlan], mut gate: Gate, sink: &mut impl Sink) {
+    let mut refused: Vec<Option<Refusal>> = vec![None; plans.len()];
+    let mut attempted = vec![false; plans.len()];
+    for pass in 0..=plans.len() {
+        let mut released = false;
+        for (i, plan) in plans.iter_mut().enumerate() {
+            if !plan.due_in_pass(pass) {
+                continue;
+            }
+            let Some(wanted) = plan.wanted.as_ref() else {
+                continue;
+            };
+            let verdict = gate.decide(i, wanted);
+            plan.report.withheld = verdict.withheld;
+            match verdict.write {
+                Err(refusal) => refused[i] = Some(refusal),
+                Ok(approved) => {
+                    refused[i] = None;
+                    released |= sink.write(plan, &approved, &mut gate, attempted[i]).await;
+                    attempted[i] = true;
+                }
+            }
+        }
+        if !released {
+            break;
+        }
+    }
+    plan::settle_refusals(plans, refused);
 }
 
 /// Logs, per pool, the servers a node rule left out and the addresses

@@ -1,8 +1,10 @@
 //! One reconcile: list Hetzner once → split the servers' addresses among the
 //! pools (`members`) → render each pool → guards → apply what changed,
-//! never putting an address into two pools → report per pool.
+//! never putting an address into two pools → report per pool. `dry.rs`
+//! decides a cycle the same way and writes nothing (for `explain`).
 
 mod act;
+mod dry;
 mod listing;
 mod plan;
 mod report;
@@ -20,6 +22,7 @@ use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeView, Unhealthy};
 use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
 
+pub use dry::{dry_cycle, DryPool};
 use listing::{find_pool, keep_unconfirmed, removals, render_recording, server_counts, warn_about};
 pub use listing::{
     list_hetzner, render_pools, render_traced, shared_selector, template_from, Listing,

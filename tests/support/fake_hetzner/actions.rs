@@ -80,7 +80,7 @@ impl Actions {
 
 /// `text` with `{token}` replaced by the request's bearer token, as an API
 /// that echoes what it was sent would answer.
-fn echo_token(text: &str, request: &Request) -> String {
+pub(super) fn echo_token(text: &str, request: &Request) -> String {
     let token = request
         .headers
         .get("authorization")
@@ -181,14 +181,14 @@ impl Respond for FloatingIpResponder {
     }
 }
 
-/// Hetzner's answer to a write with a Read-only token.
-fn read_only() -> ResponseTemplate {
-    error_response(
-        401,
-        Some("token_readonly"),
-        "token is only allowed to perform GET requests",
-        None,
-    )
+/// Hetzner's answer to a write with a Read-only token (echoing the token,
+/// which the client must keep out of what it reports).
+fn read_only(request: &Request) -> ResponseTemplate {
+    let message = echo_token(
+        "token {token} is only allowed to perform GET requests",
+        request,
+    );
+    error_response(401, Some("token_readonly"), &message, None)
 }
 
 /// `PUT /v1/floating_ips/{id}`: an update. The fake changes nothing (the
@@ -207,7 +207,7 @@ impl Respond for UpdateResponder {
             String::from_utf8_lossy(&request.body).into_owned(),
         ));
         if state.read_only {
-            return read_only();
+            return read_only(request);
         }
         match state.floating_ips.iter().find(|f| Some(f.id) == id) {
             Some(fip) => ResponseTemplate::new(200)
@@ -228,7 +228,7 @@ impl Respond for AssignResponder {
         settle(&mut state);
         state.actions.assign_requests += 1;
         if state.read_only {
-            return read_only();
+            return read_only(request);
         }
         if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
             return error_response(status, Some(&code), &echo_token(&message, request), None);

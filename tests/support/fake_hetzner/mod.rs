@@ -762,8 +762,10 @@ impl Respond for LocationsResponder {
                 .get("authorization")
                 .and_then(|value| value.to_str().ok());
             if sent != Some(format!("Bearer {expected}").as_str()) {
-                return error_response(401, Some("unauthorized"), "unable to authenticate", None)
-                    .apply(&rate);
+                // An answer that echoes what it was sent: the client must
+                // keep the token out of what it reports.
+                let message = actions::echo_token("unable to authenticate with {token}", request);
+                return error_response(401, Some("unauthorized"), &message, None).apply(&rate);
             }
         }
         let locations: Vec<_> = [(1, "fsn1"), (2, "nbg1"), (3, "hel1")]
