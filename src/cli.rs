@@ -206,7 +206,8 @@ async fn explain(
     if let Some(server) = &filter.server {
         if answer.pools.iter().all(|p| p.servers.is_empty()) {
             eprintln!(
-                "canada-kaktus explain: --server {server}: no pool's LabelSelector matches a server of that name or ID"
+                "canada-kaktus explain: --server {server}: no server of that name or ID is matched by the LabelSelector of {}",
+                filter.pool.as_deref().map_or("any pool".to_owned(), |p| format!("pool {p}"))
             );
             return ExitCode::FAILURE;
         }

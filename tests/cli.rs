@@ -539,11 +539,26 @@ async fn check_and_explain_give_up_on_a_kubernetes_api_that_never_answers() {
         ("KUBECONFIG", kubeconfig.to_str().unwrap()),
     ];
     // Each would wait for the LIST of the pools for an hour; the test
-    // gives them two minutes (their reads are bounded well below that).
-    let bounded = |args: &'static [&'static str]| async move {
-        tokio::time::timeout(std::time::Duration::from_secs(120), run(args, &env))
-            .await
-            .unwrap_or_else(|_| panic!("{args:?} never ended"))
+    // gives them two minutes (their reads are bounded well below that),
+    // then kills what still runs.
+    let bounded = |args: &'static [&'static str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = tokio::process::Command::new(BIN);
+        command
+            .args(args)
+            .current_dir(dir.path())
+            .env_clear()
+            .env("HOME", dir.path())
+            .envs(env)
+            .kill_on_drop(true);
+        async move {
+            let out = tokio::time::timeout(std::time::Duration::from_secs(120), command.output())
+                .await
+                .unwrap_or_else(|_| panic!("{args:?} never ended"))
+                .unwrap();
+            drop(dir);
+            out
+        }
     };
     let out = bounded(&["check", "-o", "json"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));

@@ -72,7 +72,7 @@ pub fn token(answer: &Result<Option<RateLimit>, HetznerError>) -> Vec<Check> {
             )
             .with_detail(error.to_string())]
         }
-        Err(error @ (HetznerError::RateLimited { .. } | HetznerError::BudgetExhausted { .. })) => {
+        Err(error @ HetznerError::RateLimited { .. }) => {
             return vec![Check::failure(
                 "the Hetzner API's rate limit is used up: nothing could be checked there",
                 "another tool shares the project's budget, or the interval is short; run check \
@@ -80,14 +80,21 @@ pub fn token(answer: &Result<Option<RateLimit>, HetznerError>) -> Vec<Check> {
             )
             .with_detail(error.to_string())]
         }
+        Err(error @ HetznerError::UnexpectedStatus { status: 404, .. }) => {
+            return vec![Check::failure(
+                "the Hetzner API has no such path (404)",
+                "CANADA_KAKTUS_HCLOUD_ENDPOINT is not the API's base address (such as \
+                 https://api.hetzner.cloud/v1)",
+            )
+            .with_detail(error.to_string())]
+        }
         Err(error) => {
             return vec![Check::failure(
                 format!(
-                    "the Hetzner API refused the request (cause {})",
+                    "the Hetzner API request failed (cause {})",
                     error.metric_label()
                 ),
-                "see the detail; a 404 means CANADA_KAKTUS_HCLOUD_ENDPOINT is not the API's base \
-                 address",
+                "see the detail; the README's Troubleshooting explains each cause",
             )
             .with_detail(error.to_string())]
         }
@@ -225,9 +232,16 @@ pub fn image_version(image: &str) -> Option<(u32, u32, u32)> {
     let image = image.split('@').next()?;
     let name_end = image.rfind('/').map_or(0, |i| i + 1);
     let tag = image[name_end..].split_once(':')?.1.trim_start_matches('v');
-    // A pre-release (`v1.18.2-rc.1`) counts as the release before it.
+    // A pre-release (`v1.18.2-rc.1`) counts as the release before it; a
+    // build's own suffix (`v1.18.2-cee.1`) does not.
     let (release, pre) = match tag.split_once('-') {
-        Some((release, _)) => (release, true),
+        Some((release, suffix)) => {
+            let suffix = suffix.to_ascii_lowercase();
+            let pre = ["rc", "pre", "alpha", "beta", "snapshot", "dev"]
+                .iter()
+                .any(|p| suffix.starts_with(p));
+            (release, pre)
+        }
         None => (tag, false),
     };
     let mut parts = release.split(['.', '+']);

@@ -293,11 +293,23 @@ async fn permissions(
     let needed = needed(settings, &lease_ns);
     let mut missing = Vec::new();
     let mut unknown = Vec::new();
+    let mut stalled = false;
     for access in &needed {
+        // An API server that did not answer one review in time will not
+        // answer the next ones either: the rest are not asked.
+        if stalled {
+            unknown.push(format!(
+                "{access}: not asked (an earlier review got no answer)"
+            ));
+            continue;
+        }
         match read::allowed(client, access).await {
             Ok(true) => {}
             Ok(false) => missing.push(access.to_string()),
-            Err(error) => unknown.push(format!("{access}: {error}")),
+            Err(error) => {
+                stalled = error.starts_with(read::NO_ANSWER);
+                unknown.push(format!("{access}: {error}"));
+            }
         }
     }
     let mut checks = Vec::new();
@@ -369,7 +381,7 @@ async fn pools(
                 tokio::time::Instant::now(),
             );
             // What a cycle now would leave withheld, after its passes.
-            let confirm_after = settings.interval.min(Duration::from_secs(60));
+            let confirm_after = run::LoopTimings::default().confirm_after(settings);
             reconcile::dry_cycle(settings, rendered, all.clone(), additions, confirm_after)
                 .await
                 .into_iter()

@@ -20,6 +20,9 @@ use crate::pool::{POOL_GROUP, POOL_PLURAL};
 /// Every read is bounded: a check must end.
 pub const READ_LIMIT: Duration = Duration::from_secs(15);
 
+/// How a read that got no answer in time begins.
+pub const NO_ANSWER: &str = "no answer within";
+
 /// `work` within [`READ_LIMIT`], its error as text.
 pub async fn bounded<T, E: std::fmt::Display>(
     work: impl std::future::Future<Output = Result<T, E>>,
@@ -27,7 +30,7 @@ pub async fn bounded<T, E: std::fmt::Display>(
     match tokio::time::timeout(READ_LIMIT, work).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(format!("no answer within {}s", READ_LIMIT.as_secs())),
+        Err(_) => Err(format!("{NO_ANSWER} {}s", READ_LIMIT.as_secs())),
     }
 }
 
@@ -72,7 +75,7 @@ pub async fn crd_versions(client: &Client) -> Result<(Vec<String>, Option<String
                     Ok(Ok(_)) => {}
                     Ok(Err(error)) if not_found(&error) => {}
                     Ok(Err(error)) => return Err(error.to_string()),
-                    Err(_) => return Err(format!("no answer within {}s", READ_LIMIT.as_secs())),
+                    Err(_) => return Err(format!("{NO_ANSWER} {}s", READ_LIMIT.as_secs())),
                 }
             }
             Ok((served, None))
@@ -183,7 +186,12 @@ pub async fn local_last_success(port: u16) -> Option<BTreeMap<String, f64>> {
         .build()
         .ok()?;
     let text = client.get(url).send().await.ok()?.text().await.ok()?;
-    // Something else may listen there: only our own metrics count.
+    last_success_in(&text)
+}
+
+/// Each pool's last success in a `/metrics` text; `None` when the text is
+/// not canada-kaktus's (something else may listen on that port).
+pub fn last_success_in(text: &str) -> Option<BTreeMap<String, f64>> {
     if !text
         .lines()
         .any(|l| l.starts_with("canada_kaktus_build_info{"))

@@ -329,3 +329,33 @@ fn the_permissions_follow_the_settings() {
         .iter()
         .any(|s| s.contains("leases") || s.contains("events") || s.contains("nodes")));
 }
+
+#[test]
+fn a_vendor_build_is_its_release_and_a_wrong_endpoint_is_named() {
+    assert_eq!(
+        image_version("registry.example/cilium/operator-generic:v1.18.2-cee.1"),
+        Some((1, 18, 2))
+    );
+    let wrong_path = judge::token(&Err(HetznerError::UnexpectedStatus {
+        status: 404,
+        code: Some("not_found".into()),
+        message: None,
+    }));
+    assert!(wrong_path[0].description.contains("404"), "{wrong_path:?}");
+    assert!(wrong_path[0]
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("HCLOUD_ENDPOINT"));
+}
+
+#[test]
+fn only_canada_kaktus_metrics_tell_when_pools_last_succeeded() {
+    let ours = "# TYPE canada_kaktus_build_info gauge\n\
+                canada_kaktus_build_info{version=\"2.0.0\"} 1\n\
+                canada_kaktus_last_success_timestamp_seconds{pool=\"edge\"} 1764000000.5\n";
+    let found = super::read::last_success_in(ours).unwrap();
+    assert_eq!(found.get("edge"), Some(&1_764_000_000.5));
+    // Another program on the port: nothing is read from it.
+    assert_eq!(super::read::last_success_in("up 1\n"), None);
+}

@@ -60,10 +60,7 @@ impl Refused {
     /// failure's cause.
     fn of(error: &ReconcileError) -> Self {
         Refused {
-            guard: match error {
-                ReconcileError::Refused(refusal) => refusal.metric_label(),
-                other => other.metric_label(),
-            },
+            guard: error.metric_label(),
             message: error.to_string(),
         }
     }
@@ -125,7 +122,7 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
     } else {
         gate::Additions::NodesUnknown
     };
-    let confirm_after = settings.interval.min(CONFIRM_DELAY);
+    let confirm_after = crate::run::LoopTimings::default().confirm_after(settings);
     let dry = dry_cycle(
         settings,
         rendered,
@@ -161,15 +158,21 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
             withheld: &dry.withheld,
             refused: refused.as_ref(),
             written: &written,
+            held: &held,
+            confirm_after,
             nodes: state.nodes,
         };
         let decisions: Vec<&Decision> = trace.decisions.iter().filter(|d| d.pool == name).collect();
+        // Addresses a line of a server or Floating IP already explains.
+        let explained: BTreeSet<IpAddr> = decisions.iter().filter_map(|d| d.address).collect();
         let (servers, floating_ips) = answer(&decisions, &ctx, filter);
+        // A server's own addresses are on its lines.
         let leaving = if filter.server.is_some() {
             Vec::new()
         } else {
             live.difference(given)
-                .map(|address| leaving(*address, &held, &ctx, confirm_after))
+                .filter(|address| !explained.contains(address))
+                .map(|address| leaving(*address, &ctx))
                 .collect()
         };
         pools.push(PoolAnswer {
@@ -184,44 +187,23 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
     Explanation { pools }
 }
 
-/// How long a held removal waits at most before a listing may confirm it
-/// (the controller's confirm delay; the interval when that is shorter).
-const CONFIRM_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// The line of an address the pool holds that no server gives any more.
-fn leaving(
-    address: IpAddr,
-    held: &BTreeSet<IpAddr>,
-    ctx: &Context<'_>,
-    confirm_after: std::time::Duration,
-) -> Line {
-    let (reason, detail) = if let Some(refused) = ctx.refused {
-        (
+/// The line of an address the pool holds that no server gives it now (a
+/// server deleted, or no longer selected).
+fn leaving(address: IpAddr, ctx: &Context<'_>) -> Line {
+    let gone = "no server gives it to this pool now".to_owned();
+    let (reason, detail) = match ctx.refused {
+        Some(refused) => (
             "refused",
-            format!(
-                "no server gives it any more; the pool is not written ({})",
-                refused.guard
-            ),
-        )
-    } else if held.contains(&address) {
-        (
-            "held",
-            format!(
-                "no server gives it any more; the shrink guard keeps it until a listing at least \
-                 {}s later confirms the removal (MaxRemovalRatio)",
-                confirm_after.as_secs()
-            ),
-        )
-    } else {
-        (
-            "leaving",
-            "no server gives it any more: the next write removes it".to_owned(),
-        )
+            format!("{gone}; the pool is not written ({})", refused.guard),
+        ),
+        None if ctx.held.contains(&address) => ("held", gone),
+        None => ("leaving", format!("{gone}: the next write removes it")),
     };
+    let (inside, detail) = ctx.kept_anyway(Some(address), detail);
     Line {
         kind: None,
         address: Some(address.to_string()),
-        inside: ctx.written.contains(&address),
+        inside,
         reason,
         detail,
     }
@@ -232,7 +214,29 @@ struct Context<'a> {
     withheld: &'a [gate::Withheld],
     refused: Option<&'a Refused>,
     written: &'a BTreeSet<IpAddr>,
+    /// Addresses the shrink guard keeps in the pool for now.
+    held: &'a BTreeSet<IpAddr>,
+    confirm_after: std::time::Duration,
     nodes: &'a NodeView,
+}
+
+impl Context<'_> {
+    /// A line about `address`: in the pool when the write holds it (also
+    /// when unwanted: the shrink guard keeps it, or a refused write leaves
+    /// the pool as it is), with the shrink guard's hold said.
+    fn kept_anyway(&self, address: Option<IpAddr>, mut detail: String) -> (bool, String) {
+        let Some(address) = address else {
+            return (false, detail);
+        };
+        if self.held.contains(&address) {
+            detail.push_str(&format!(
+                "; the shrink guard keeps it until a listing at least {}s later confirms the \
+                 removal (MaxRemovalRatio)",
+                self.confirm_after.as_secs()
+            ));
+        }
+        (self.written.contains(&address), detail)
+    }
 }
 
 fn answer(
@@ -292,19 +296,20 @@ fn line(
 ) -> Option<Line> {
     let kind = decision.kind.map(|k| k.as_str());
     let address = decision.address;
-    let out = |reason, detail: String| Line {
-        kind,
-        address: address.map(|a| a.to_string()),
-        inside: false,
-        reason,
-        detail,
+    let out = |reason, detail: String| {
+        let (inside, detail) = ctx.kept_anyway(address, detail);
+        Line {
+            kind,
+            address: address.map(|a| a.to_string()),
+            inside,
+            reason,
+            detail,
+        }
     };
     Some(match &decision.outcome {
         Outcome::Blocked { kept: true } => {
-            notes.insert(
-                address?,
-                "Hetzner reports it blocked; kept (BlockedAddresses)".into(),
-            );
+            let text = "Hetzner reports it blocked; kept (BlockedAddresses)".to_owned();
+            note(notes, address?, text);
             return None;
         }
         Outcome::Failover {
@@ -375,10 +380,7 @@ fn given(
         ),
         None => ("in", "in the pool".to_owned()),
     };
-    Line {
-        inside: ctx.written.contains(&address),
-        ..out(reason, with_note(detail))
-    }
+    out(reason, with_note(detail))
 }
 
 /// Adds `text` to what is noted of `address`.

@@ -141,7 +141,15 @@ async fn each_address_says_why_it_is_in_or_out() {
             .collect()
     };
     assert_eq!(reasons("first", "node-1"), [("in", true)]);
-    assert_eq!(reasons("first", "node-2"), [("excluded", false)]);
+    // A line for the server, and one for the address it keeps out.
+    assert_eq!(
+        reasons("first", "node-2"),
+        [("excluded", false), ("excluded", false)]
+    );
+    assert_eq!(
+        lines_of(&answer, "first", "node-2")[1].address.as_deref(),
+        Some("203.0.113.2")
+    );
     assert!(lines_of(&answer, "first", "node-2")[0]
         .detail
         .contains("exclude_label"));
@@ -228,13 +236,13 @@ async fn a_guard_that_refuses_the_write_is_named_and_the_pool_keeps_what_it_hold
     let first = &answer.pools[0];
     assert_eq!(first.refused.as_ref().map(|r| r.guard), Some("empty_pool"));
     assert_eq!(first.addresses, 1, "the pool keeps what it holds");
-    // A refused write removes nothing: what no server gives stays.
-    assert_eq!(first.leaving.len(), 1, "{first:#?}");
-    assert_eq!(
-        (first.leaving[0].reason, first.leaving[0].inside),
-        ("refused", true)
-    );
-    assert_eq!(first.servers[0].lines[0].reason, "excluded");
+    // A refused write removes nothing: the excluded server's address
+    // stays in, on its own line (not again under leaving).
+    assert!(first.leaving.is_empty(), "{first:#?}");
+    let lines = &first.servers[0].lines;
+    assert_eq!(lines[0].reason, "excluded");
+    assert_eq!(lines[1].address.as_deref(), Some("203.0.113.1"));
+    assert!(lines[1].inside, "{lines:#?}");
 }
 
 #[tokio::test]
@@ -270,10 +278,11 @@ async fn a_removal_the_shrink_guard_holds_stays_in_the_pool() {
 
 #[tokio::test]
 async fn an_address_one_pool_lets_go_of_goes_to_the_next_in_the_same_cycle() {
+    // b comes first: in the first pass it waits for what a still holds.
     let settings = settings_with(
         serde_json::json!([
-            {"Name": "a", "LabelSelector": "role=a", "Addresses": ["public-ipv4"]},
             {"Name": "b", "LabelSelector": "role=b", "Addresses": ["public-ipv4"]},
+            {"Name": "a", "LabelSelector": "role=a", "Addresses": ["public-ipv4"]},
         ]),
         &[],
     );
@@ -303,7 +312,9 @@ async fn an_address_one_pool_lets_go_of_goes_to_the_next_in_the_same_cycle() {
     assert_eq!(b.addresses, 1, "{answer:#?}");
     assert_eq!(lines_of(&answer, "b", "node-1")[0].reason, "in");
     assert!(lines_of(&answer, "b", "node-1")[0].inside);
-    assert_eq!(answer.pools[0].addresses, 2);
+    assert!(b.refused.is_none(), "{answer:#?}");
+    let a = answer.pools.iter().find(|p| p.pool == "a").unwrap();
+    assert_eq!(a.addresses, 2);
 }
 
 #[tokio::test]
@@ -394,4 +405,127 @@ async fn a_dropped_blocked_floating_ip_is_one_blocked_line() {
         .map(|l| l.reason)
         .collect();
     assert_eq!(reasons, ["blocked"]);
+}
+
+#[tokio::test]
+async fn an_excluded_server_whose_removal_is_held_is_still_in_and_says_why() {
+    let settings = settings_with(
+        serde_json::json!([{"Name": "first", "LabelSelector": "role=edge", "Addresses": ["public-ipv4"]}]),
+        &[],
+    );
+    let listing = Listing {
+        servers: vec![
+            server(1, Some("203.0.113.1"), false),
+            server(2, Some("203.0.113.2"), false),
+        ],
+        ..Listing::default()
+    };
+    let nodes = NodeView::new(
+        (1..=2).map(|id| NodeFacts {
+            name: format!("node-{id}"),
+            server_id: Some(id),
+            ready: true,
+            exclude_label: id == 2,
+            ..NodeFacts::default()
+        }),
+        true,
+    );
+    let pools = [live("first", &["203.0.113.1/32", "203.0.113.2/32"])];
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &nodes,
+        pools: &pools,
+    };
+    let filter = Filter {
+        pool: None,
+        server: Some("node-2".into()),
+    };
+    let answer = explain(&state, &filter).await;
+    let lines = lines_of(&answer, "first", "node-2");
+    let address = lines
+        .iter()
+        .find(|l| l.address.as_deref() == Some("203.0.113.2"))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert_eq!(address.reason, "excluded");
+    assert!(address.inside, "the shrink guard keeps it: {address:?}");
+    assert!(address.detail.contains("shrink guard"), "{address:?}");
+    assert_eq!(answer.pools[0].addresses, 2);
+    // Without --server the address is on the server's lines, not again
+    // under leaving.
+    let all = explain(&state, &Filter::default()).await;
+    assert!(all.pools[0].leaving.is_empty(), "{all:#?}");
+}
+
+#[tokio::test]
+async fn a_pool_cilium_disabled_for_a_conflict_is_named_even_when_nothing_is_written() {
+    let settings = settings_with(
+        serde_json::json!([{"Name": "first", "LabelSelector": "role=edge", "Addresses": ["public-ipv4"]}]),
+        &[],
+    );
+    let listing = Listing {
+        servers: vec![server(1, Some("203.0.113.1"), false)],
+        ..Listing::default()
+    };
+    let nodes = nodes_for([1]);
+    let template = crate::reconcile::template_from(&settings.pools[0]);
+    let desired = crate::pool::render(&template, ["203.0.113.1".parse::<IpAddr>().unwrap()]);
+    let mut held = Pool::applied(&desired);
+    held.status = Some(crate::pool::PoolStatus {
+        conditions: vec![crate::pool::Condition {
+            type_: "cilium.io/PoolConflict".into(),
+            status: "True".into(),
+            reason: "cidr_overlap".into(),
+            message: "Pool conflicts since CIDR 203.0.113.1/32 overlaps".into(),
+        }],
+    });
+    let pools = [held];
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &nodes,
+        pools: &pools,
+    };
+    let answer = explain(&state, &Filter::default()).await;
+    let first = &answer.pools[0];
+    assert_eq!(
+        first.refused.as_ref().map(|r| r.guard),
+        Some("pool_conflict"),
+        "{first:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_blocked_floating_ip_of_a_failover_pool_keeps_its_holder_in_the_detail() {
+    let settings = settings_with(
+        serde_json::json!([{"Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+            "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true}]),
+        &[],
+    );
+    let mut fip = FloatingIp {
+        id: 10,
+        name: "edge".into(),
+        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
+        server: Some(1),
+        blocked: true,
+        labels: Default::default(),
+        home_location: None,
+    };
+    fip.labels.insert("pool".into(), "edge".into());
+    let listing = Listing {
+        servers: vec![server(1, Some("203.0.113.1"), false)],
+        floating_ips: vec![fip],
+        ..Listing::default()
+    };
+    let nodes = nodes_for([1]);
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &nodes,
+        pools: &[],
+    };
+    let answer = explain(&state, &Filter::default()).await;
+    let detail = &answer.pools[0].floating_ips[0].detail;
+    assert!(detail.contains("assigned to server 1"), "{detail}");
+    assert!(detail.contains("blocked"), "{detail}");
 }

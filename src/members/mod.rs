@@ -217,10 +217,10 @@ fn split_listing(
                     .insert(server.id);
             }
             if let Some(reason) = verdict {
-                let outcome = Outcome::Excluded(reason);
-                note(&mut split.trace, |t| {
-                    t.note(&pool.name, Some(server), None, None, outcome)
-                });
+                if let Some(trace) = split.trace.as_deref_mut() {
+                    let network = network.as_ref();
+                    excluded_addresses(server, pool, network, &by_server, policy, reason, trace);
+                }
                 members.excluded.push(Excluded {
                     server: server.name.clone(),
                     reason,
@@ -249,6 +249,38 @@ fn split_listing(
     }
     unhealthy.retain(&health_seen);
     result
+}
+
+/// Tells `trace` that a node rule leaves `server` out of `pool`, and
+/// which addresses that keeps out (found as for a server that is in, on a
+/// scratch share: the pool's own counts do not change).
+fn excluded_addresses(
+    server: &Server,
+    pool: &PoolConfig,
+    network: Option<&NetworkChoice<'_>>,
+    by_server: &HashMap<i64, Vec<&FloatingIp>>,
+    policy: BlockedAddresses,
+    reason: Exclusion,
+    trace: &mut Trace,
+) {
+    trace.note(
+        &pool.name,
+        Some(server),
+        None,
+        None,
+        Outcome::Excluded(reason),
+    );
+    let (mut scratch, mut found) = (Members::default(), Vec::new());
+    let mut gather = Gather {
+        members: &mut scratch,
+        found: &mut found,
+        trace: None,
+    };
+    addresses_of(server, pool, network, by_server, policy, &mut gather);
+    for (kind, address, _) in found {
+        let outcome = Outcome::Excluded(reason);
+        trace.note(&pool.name, Some(server), Some(kind), Some(address), outcome);
+    }
 }
 
 /// A pool's empty share, and the private network it takes (a name no

@@ -1,7 +1,7 @@
 //! The node rules and the unhealthy timer (`nodes`); the address kinds and
 //! the pool order are tested in `tests`, whose helpers these share.
 
-use super::tests::{ips, listed, pool, server, split};
+use super::tests::{ips, listed, pool, server, split, split_checked};
 use super::*;
 use crate::hetzner::{Ipv6Net, ServerStatus};
 use std::time::Duration;
@@ -187,14 +187,13 @@ fn an_unhealthy_rule_reads_hetzner_status_and_node_readiness() {
         ..listed(&servers)
     };
     let run = |tracker: &mut Unhealthy, at: Instant| {
-        members(
+        split_checked(
             std::slice::from_ref(&watched),
             all,
             &nodes,
             BlockedAddresses::Keep,
             tracker,
             at,
-            None,
         )
     };
     let first = run(&mut tracker, t0);
@@ -231,7 +230,7 @@ fn each_pool_keeps_its_own_unhealthy_clock() {
     let mut tracker = Unhealthy::default();
     let t0 = Instant::now();
     let mut at = |s: u64, ready: bool| -> (bool, bool) {
-        let got = members(
+        let got = split_checked(
             &pools,
             Listed {
                 prefiltered: true,
@@ -241,7 +240,6 @@ fn each_pool_keeps_its_own_unhealthy_clock() {
             BlockedAddresses::Keep,
             &mut tracker,
             t0 + Duration::from_secs(s),
-            None,
         );
         (got[0].addresses.is_empty(), got[1].addresses.is_empty())
     };

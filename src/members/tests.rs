@@ -48,27 +48,36 @@ pub(super) fn ips(texts: &[&str]) -> BTreeSet<IpAddr> {
 }
 
 /// The split of every test here, made twice: plain, as a cycle makes it,
-/// and with its trace kept (for `explain`), which must change nothing.
+/// and with its trace kept (for `explain`), which must change nothing:
+/// neither the shares nor the unhealthy clocks.
 pub(super) fn split(pools: &[PoolConfig], listed: Listed<'_>, nodes: &NodeView) -> Vec<Members> {
-    let now = Instant::now();
-    let plain = members(
+    split_checked(
         pools,
         listed,
         nodes,
         BlockedAddresses::Keep,
         &mut Unhealthy::default(),
-        now,
-        None,
-    );
-    let (traced, _) = members_traced(
-        pools,
-        listed,
-        nodes,
-        BlockedAddresses::Keep,
-        &mut Unhealthy::default(),
-        now,
-    );
+        Instant::now(),
+    )
+}
+
+/// [`split`] with the policy, the clocks and the time given.
+pub(super) fn split_checked(
+    pools: &[PoolConfig],
+    listed: Listed<'_>,
+    nodes: &NodeView,
+    policy: BlockedAddresses,
+    unhealthy: &mut Unhealthy,
+    now: Instant,
+) -> Vec<Members> {
+    let mut traced_clocks = unhealthy.clone();
+    let plain = members(pools, listed, nodes, policy, unhealthy, now, None);
+    let (traced, _) = members_traced(pools, listed, nodes, policy, &mut traced_clocks, now);
     assert_eq!(plain, traced, "keeping a trace changed the split");
+    assert_eq!(
+        *unhealthy, traced_clocks,
+        "keeping a trace changed the clocks"
+    );
     plain
 }
 
@@ -322,14 +331,13 @@ fn blocked_addresses_are_reported_and_kept_or_dropped_by_policy() {
         (BlockedAddresses::Keep, ips(&["192.0.2.1", "192.0.2.2"])),
         (BlockedAddresses::Drop, ips(&["192.0.2.1"])),
     ] {
-        let got = members(
+        let got = split_checked(
             &pools,
             all,
             &NodeView::default(),
             policy,
             &mut Unhealthy::default(),
             Instant::now(),
-            None,
         );
         assert_eq!(got[0].addresses, want, "{policy:?}");
         assert_eq!(got[0].blocked, vec![ip("192.0.2.2")]);

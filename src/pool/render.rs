@@ -461,4 +461,46 @@ pub fn pool_conflict(live: &Pool) -> Option<PoolConflict> {
 }
 
 #[cfg(test)]
+impl Pool {
+    /// A live object as the API server would return it after our apply of
+    /// `desired` (for tests across the crate).
+    pub(crate) fn applied(desired: &DesiredPool) -> Pool {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            FieldsV1, ManagedFieldsEntry, ObjectMeta,
+        };
+        use serde_json::json;
+        let manifest = serde_json::to_value(desired.apply_body("cilium.io/v2")).unwrap();
+        let mut owned = json!({"f:metadata": {"f:annotations": {}}, "f:spec": {"f:blocks": {}, "f:disabled": {}}});
+        for key in desired.annotations.keys() {
+            owned["f:metadata"]["f:annotations"][format!("f:{key}")] = json!({});
+        }
+        if !desired.labels.is_empty() {
+            owned["f:metadata"]["f:labels"] = json!({});
+            for key in desired.labels.keys() {
+                owned["f:metadata"]["f:labels"][format!("f:{key}")] = json!({});
+            }
+        }
+        if desired.service_selector.is_some() {
+            owned["f:spec"]["f:serviceSelector"] = json!({});
+        }
+        Pool::from_json(
+            ObjectMeta {
+                name: Some(desired.name.clone()),
+                annotations: Some(desired.annotations.clone()),
+                labels: (!desired.labels.is_empty()).then(|| desired.labels.clone()),
+                resource_version: Some("7".into()),
+                managed_fields: Some(vec![ManagedFieldsEntry {
+                    manager: Some(FIELD_MANAGER.into()),
+                    operation: Some("Apply".into()),
+                    fields_v1: Some(FieldsV1(owned)),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            json!({ "spec": manifest["spec"].clone() }),
+        )
+    }
+}
+
+#[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ use crate::config::Settings;
 use crate::pool::{
     self,
     gate::{Additions, Approved, Gate},
-    LiveAddresses, Pool, PoolConflict, Refusal,
+    DesiredPool, LiveAddresses, Pool, PoolConflict, Refusal,
 };
 use tokio::time::Instant;
 
@@ -145,6 +145,9 @@ impl Reconciler {
             api_version: resource.api_version.clone(),
             ..CycleReport::default()
         };
+        if let Some(error) = unwritten_conflict(live.as_ref(), desired) {
+            return Err(error);
+        }
         match reason {
             Some(_) => {
                 if !self.fence.allows() {
@@ -153,16 +156,23 @@ impl Reconciler {
                 let written = self.pools.apply(resource, approved).await?;
                 Ok((report, Some(written)))
             }
-            None => {
-                // Cilium's status describes the spec we would have written, so a
-                // conflict it reports is current and the operator must hear of it.
-                if let Some(conflict) = live.as_ref().and_then(pool::pool_conflict) {
-                    return Err(conflict_error(&desired.name, conflict));
-                }
-                Ok((report, live))
-            }
+            None => Ok((report, live)),
         }
     }
+}
+
+/// A pool that needs no write but that Cilium reports in conflict: its
+/// status describes the spec we would have written, so the conflict is
+/// current and the operator must hear of it.
+pub(super) fn unwritten_conflict(
+    live: Option<&Pool>,
+    desired: &DesiredPool,
+) -> Option<ReconcileError> {
+    if pool::write_reason(live, desired).is_some() {
+        return None;
+    }
+    live.and_then(pool::pool_conflict)
+        .map(|conflict| conflict_error(&desired.name, conflict))
 }
 
 /// Where an approved write goes: the cluster (a cycle), or nowhere, as if

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::act::{write_passes, Sink};
+use super::act::{unwritten_conflict, write_passes, Sink};
 use super::listing::RenderedPool;
 use super::plan::{self, PlanContext, PoolPlan};
 use super::report::{CycleKind, ReconcileError};
@@ -23,8 +23,9 @@ pub struct DryPool {
     pub held: Option<HeldRemoval>,
     /// What the gate withholds, after the last pass.
     pub withheld: Vec<Withheld>,
-    /// What would be written; `None` when nothing is (a failure or a
-    /// refusal, in `failed`).
+    /// What the pool would hold after the write (also when it already
+    /// does); `None` when no write is approved (a failure or a refusal, in
+    /// `failed`).
     pub written: Option<DesiredPool>,
     pub failed: Option<ReconcileError>,
 }
@@ -76,6 +77,12 @@ impl Sink for Taken {
         gate: &mut Gate,
         _attempted: bool,
     ) -> bool {
+        // What a cycle learns without writing: Cilium disabled the pool.
+        if let Some(error) = unwritten_conflict(plan.live.as_ref(), approved.pool()) {
+            gate.record(approved, false);
+            plan.failed = Some(error);
+            return false;
+        }
         self.written[plan.index] = Some(approved.pool().clone());
         plan.report.addresses = approved.pool().addresses.len();
         gate.record(approved, true)

@@ -77,6 +77,12 @@ impl Default for LoopTimings {
 }
 
 impl LoopTimings {
+    /// How long a held removal waits before a listing may confirm it with
+    /// these timings and `settings` (as `Clocks::confirm_after`).
+    pub fn confirm_after(&self, settings: &Settings) -> Duration {
+        self.confirm_delay.min(settings.interval)
+    }
+
     /// `/livez` fails after this long without a heartbeat: longer than any
     /// cycle may run, so only a stuck loop trips it.
     pub fn liveness_timeout(&self) -> Duration {
