@@ -30,6 +30,8 @@
 //! - [`hetzner`]: the API client (paging, retries, rate limit and request
 //!   budget inside it; the Floating IP assignment and its Action) and the
 //!   server model.
+//! - [`robot`]: the Hetzner Robot webservice's documents (dedicated
+//!   servers, their additional and failover IPs) and errors, read.
 //! - [`failover`]: which server holds each Floating IP of a failover pool
 //!   (pure: the plan, who is a healthy member, the Lease and NotReady clocks).
 //! - [`members`]: each pool's share of a listing: the address kinds, the
@@ -65,6 +67,7 @@ pub mod members;
 pub mod memory;
 pub mod pool;
 pub mod reconcile;
+pub mod robot;
 pub mod run;
 pub mod serve;
 pub mod sync;

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod e2e;
 pub mod fake_hetzner;
 pub mod fake_kube;
+pub mod fake_robot;
 pub mod in_process;
 pub mod nodes;
 pub mod relay;

@@ -1,0 +1,210 @@
+//! The requests to the Robot webservice: HTTP Basic auth with the
+//! webservice user, one GET per list, and the webservice's rules kept on
+//! this side: after a 401 no request goes out again with the same
+//! credentials (three failed logins block the controller's IP for ten
+//! minutes), and after a `RATE_LIMIT_EXCEEDED` a list is not asked again
+//! before the interval the error named.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::header::{HeaderValue, ACCEPT};
+use reqwest::Url;
+use tokio::time::Instant;
+
+use super::{
+    error_of, read_failovers, read_ips, read_servers, RobotError, RobotFailover, RobotIp,
+    RobotList, RobotServer,
+};
+use crate::sync::lock;
+use crate::vocab::SecretString;
+
+/// The default endpoint of the webservice.
+pub const ROBOT_ENDPOINT: &str = "https://robot-ws.your-server.de";
+
+/// A Robot answer is a few KiB per server; more than this is no answer.
+const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// A webservice user: the user name and its password.
+#[derive(Clone)]
+pub struct RobotCredentials {
+    pub user: SecretString,
+    pub password: SecretString,
+}
+
+/// What the client knows of the webservice's rules so far; shared by its
+/// clones.
+#[derive(Debug, Default)]
+struct Rules {
+    /// A 401 came: the credentials are refused (its code).
+    refused: Option<String>,
+    /// Per list, until when it must not be asked (a rate limit's interval),
+    /// and the error that said so.
+    limited: HashMap<&'static str, (Instant, RobotError)>,
+}
+
+/// Client for the lists of the Robot webservice. Cheap to clone.
+#[derive(Clone)]
+pub struct RobotClient {
+    http: reqwest::Client,
+    base: Url,
+    credentials: RobotCredentials,
+    rules: Arc<Mutex<Rules>>,
+}
+
+impl std::fmt::Debug for RobotClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RobotClient")
+            .field("base", &self.base.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RobotClient {
+    /// A client for `endpoint` (checked by the configuration) with
+    /// `credentials`; each request may take `timeout`.
+    pub fn new(
+        endpoint: &str,
+        credentials: &RobotCredentials,
+        timeout: Duration,
+    ) -> Result<Self, RobotError> {
+        let invalid = |reason: String| RobotError::Client { reason };
+        let base = Url::parse(&format!("{}/", endpoint.trim().trim_end_matches('/')))
+            .map_err(|e| invalid(format!("the endpoint is not a URL ({e})")))?;
+        crate::sync::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .user_agent(crate::hetzner::USER_AGENT)
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            // A redirect would carry the credentials elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
+                invalid(format!(
+                    "cannot build the HTTP client ({})",
+                    e.without_url()
+                ))
+            })?;
+        Ok(Self {
+            http,
+            base,
+            credentials: credentials.clone(),
+            rules: Arc::default(),
+        })
+    }
+
+    /// `GET /server`; an empty account is an empty list.
+    pub async fn servers(&self) -> Result<Vec<RobotServer>, RobotError> {
+        let (status, body) = self.get(RobotList::Servers).await?;
+        read_servers(status, &body)
+    }
+
+    /// `GET /ip`.
+    pub async fn ips(&self) -> Result<Vec<RobotIp>, RobotError> {
+        let (status, body) = self.get(RobotList::Ips).await?;
+        read_ips(status, &body)
+    }
+
+    /// `GET /failover`.
+    pub async fn failovers(&self) -> Result<Vec<RobotFailover>, RobotError> {
+        let (status, body) = self.get(RobotList::Failovers).await?;
+        read_failovers(status, &body)
+    }
+
+    /// One GET of `list`, unless the rules forbid it now; the answer's
+    /// status and body.
+    async fn get(&self, list: RobotList) -> Result<(u16, Vec<u8>), RobotError> {
+        {
+            let rules = lock(&self.rules);
+            if let Some(code) = &rules.refused {
+                return Err(RobotError::Unauthorized { code: code.clone() });
+            }
+            if let Some((until, error)) = rules.limited.get(list.path()) {
+                if Instant::now() < *until {
+                    return Err(error.clone());
+                }
+            }
+        }
+        let url = self
+            .base
+            .join(list.path())
+            .map_err(|e| RobotError::Client {
+                reason: format!("cannot build the URL of {} ({e})", list.path()),
+            })?;
+        let credentials = &self.credentials;
+        // reqwest marks the Basic auth header sensitive.
+        let response = self
+            .http
+            .get(url)
+            .basic_auth(
+                credentials.user.expose().trim(),
+                Some(credentials.password.expose().trim()),
+            )
+            .header(ACCEPT, HeaderValue::from_static("application/json"))
+            .send()
+            .await
+            .map_err(|e| self.transport(list, &e))?;
+        let status = response.status().as_u16();
+        let body = read_body(response)
+            .await
+            .map_err(|e| self.transport(list, &e))?;
+        if let Some(error) = error_of(list, status, &body) {
+            self.learn(list, &error);
+        }
+        Ok((status, body))
+    }
+
+    /// Keeps what an error says of the rules: a refusal, a rate limit.
+    fn learn(&self, list: RobotList, error: &RobotError) {
+        let mut rules = lock(&self.rules);
+        match error {
+            RobotError::Unauthorized { code } => rules.refused = Some(code.clone()),
+            RobotError::RateLimited { interval, .. } => {
+                let wait = Duration::from_secs(interval.unwrap_or(3600));
+                rules
+                    .limited
+                    .insert(list.path(), (Instant::now() + wait, error.clone()));
+            }
+            _ => {}
+        }
+    }
+
+    /// A transport error, without the URL and without the credentials.
+    fn transport(&self, list: RobotList, error: &reqwest::Error) -> RobotError {
+        let mut reason = if error.is_timeout() {
+            "no answer in time".to_owned()
+        } else {
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            text
+        };
+        for secret in [&self.credentials.user, &self.credentials.password] {
+            let secret = secret.expose().trim();
+            if !secret.is_empty() {
+                reason = reason.replace(secret, "[redacted]");
+            }
+        }
+        RobotError::Transport {
+            list: list.path(),
+            reason,
+        }
+    }
+}
+
+/// The body, at most [`MAX_BODY_BYTES`].
+async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}

@@ -1,0 +1,219 @@
+//! The Robot webservice's JSON documents, read: each list wraps every
+//! element in an object named for it (`[{"server": {…}}]`), an empty list
+//! is a 404 (`SERVER_NOT_FOUND`, `NOT_FOUND`) rather than `[]`, and an
+//! error is `{"error": {"status", "code", "message", …}}`.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::{RobotError, RobotFailover, RobotIp, RobotServer, RobotStatus};
+use crate::hetzner::Ipv6Net;
+
+/// One list endpoint: its path, what its elements are wrapped in, and how
+/// its error messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RobotList {
+    Servers,
+    Ips,
+    Failovers,
+}
+
+impl RobotList {
+    pub fn path(self) -> &'static str {
+        match self {
+            RobotList::Servers => "server",
+            RobotList::Ips => "ip",
+            RobotList::Failovers => "failover",
+        }
+    }
+
+    /// Requests an hour the webservice allows (its documented limits).
+    pub fn per_hour(self) -> u32 {
+        match self {
+            RobotList::Servers => 200,
+            RobotList::Ips => 5000,
+            RobotList::Failovers => 100,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            RobotList::Servers => "GET /server",
+            RobotList::Ips => "GET /ip",
+            RobotList::Failovers => "GET /failover",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawServer {
+    server_number: i64,
+    #[serde(default)]
+    server_name: String,
+    #[serde(default)]
+    server_ip: Option<String>,
+    #[serde(default)]
+    server_ipv6_net: Option<String>,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    cancelled: bool,
+    #[serde(default)]
+    dc: String,
+}
+
+#[derive(Deserialize)]
+struct RawIp {
+    ip: Ipv4Addr,
+    server_number: i64,
+    #[serde(default)]
+    locked: bool,
+}
+
+#[derive(Deserialize)]
+struct RawFailover {
+    ip: IpAddr,
+    server_number: i64,
+    #[serde(default)]
+    active_server_ip: Option<IpAddr>,
+}
+
+#[derive(Deserialize)]
+struct Wrapped<T> {
+    #[serde(alias = "server", alias = "ip", alias = "failover")]
+    inner: T,
+}
+
+#[derive(Deserialize)]
+struct ErrorDocument {
+    error: ErrorBody,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    message: String,
+    #[serde(default, alias = "max_requests")]
+    max_request: Option<u64>,
+    #[serde(default)]
+    interval: Option<u64>,
+}
+
+/// The elements of a list answer (`status` and `body` as received): a 404
+/// with a not-found code is an empty list; another error is the error.
+fn elements<T: DeserializeOwned>(
+    list: RobotList,
+    status: u16,
+    body: &[u8],
+) -> Result<Vec<T>, RobotError> {
+    if !(200..300).contains(&status) {
+        return match error_of(list, status, body) {
+            Some(RobotError::Status { code, .. })
+                if status == 404 && code.ends_with("NOT_FOUND") =>
+            {
+                Ok(Vec::new())
+            }
+            Some(error) => Err(error),
+            None => Err(RobotError::Status {
+                list: list.name(),
+                status,
+                code: String::new(),
+                message: "no error document".to_owned(),
+            }),
+        };
+    }
+    let wrapped: Vec<Wrapped<T>> =
+        serde_json::from_slice(body).map_err(|error| RobotError::Decode {
+            list: list.name(),
+            reason: error.to_string(),
+        })?;
+    Ok(wrapped.into_iter().map(|w| w.inner).collect())
+}
+
+/// The error an answer with `status` and `body` stands for, when it has
+/// an error document (or is a bare 401 or 503).
+pub fn error_of(list: RobotList, status: u16, body: &[u8]) -> Option<RobotError> {
+    let document = serde_json::from_slice::<ErrorDocument>(body).ok();
+    let code = document
+        .as_ref()
+        .map(|d| d.error.code.clone())
+        .unwrap_or_default();
+    match (status, code.as_str()) {
+        (401, _) => Some(RobotError::Unauthorized {
+            code: if code.is_empty() {
+                "UNAUTHORIZED".into()
+            } else {
+                code
+            },
+        }),
+        (403, "RATE_LIMIT_EXCEEDED") => {
+            let body = document.map(|d| d.error);
+            Some(RobotError::RateLimited {
+                list: list.name(),
+                max_requests: body.as_ref().and_then(|b| b.max_request),
+                interval: body.and_then(|b| b.interval),
+            })
+        }
+        (503, _) => Some(RobotError::Unavailable),
+        _ => document.map(|d| RobotError::Status {
+            list: list.name(),
+            status,
+            code: d.error.code,
+            message: crate::hetzner::shown_value(&d.error.message),
+        }),
+    }
+}
+
+/// `GET /server`.
+pub fn read_servers(status: u16, body: &[u8]) -> Result<Vec<RobotServer>, RobotError> {
+    let raw: Vec<RawServer> = elements(RobotList::Servers, status, body)?;
+    Ok(raw
+        .into_iter()
+        .map(|s| RobotServer {
+            number: s.server_number,
+            name: s.server_name,
+            ipv4: s.server_ip.and_then(|ip| ip.parse().ok()),
+            // The webservice names the network's address; it is a /64.
+            ipv6: s
+                .server_ipv6_net
+                .filter(|net| !net.is_empty())
+                .and_then(|net| match net.contains('/') {
+                    true => Ipv6Net::parse(&net, false),
+                    false => Ipv6Net::parse(&format!("{net}/64"), false),
+                }),
+            status: RobotStatus::parse(&s.status),
+            cancelled: s.cancelled,
+            dc: s.dc,
+        })
+        .collect())
+}
+
+/// `GET /ip`.
+pub fn read_ips(status: u16, body: &[u8]) -> Result<Vec<RobotIp>, RobotError> {
+    let raw: Vec<RawIp> = elements(RobotList::Ips, status, body)?;
+    Ok(raw
+        .into_iter()
+        .map(|i| RobotIp {
+            ip: i.ip,
+            server_number: i.server_number,
+            locked: i.locked,
+        })
+        .collect())
+}
+
+/// `GET /failover`.
+pub fn read_failovers(status: u16, body: &[u8]) -> Result<Vec<RobotFailover>, RobotError> {
+    let raw: Vec<RawFailover> = elements(RobotList::Failovers, status, body)?;
+    Ok(raw
+        .into_iter()
+        .map(|f| RobotFailover {
+            ip: f.ip,
+            server_number: f.server_number,
+            active_server_ip: f.active_server_ip,
+        })
+        .collect())
+}

@@ -1,0 +1,75 @@
+//! What can go wrong with the Robot webservice, each with what to do.
+
+/// An error of the Robot webservice, or of reading its answer. Never
+/// holds the credentials.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RobotError {
+    #[error(
+        "the Robot webservice refused the credentials (401 {code}): no Robot request is sent \
+         until CANADA_KAKTUS_ROBOT_USER / CANADA_KAKTUS_ROBOT_PASSWORD change (three failed \
+         logins block this IP for 10 minutes); use a webservice user from Robot's settings"
+    )]
+    Unauthorized { code: String },
+
+    #[error(
+        "the Robot webservice's rate limit for {list} is used up (403 RATE_LIMIT_EXCEEDED, {}); \
+         the next {list} request waits {}",
+        limit_text(*max_requests, *interval),
+        wait_text(*interval)
+    )]
+    RateLimited {
+        list: &'static str,
+        max_requests: Option<u64>,
+        /// Seconds, as the error document names them.
+        interval: Option<u64>,
+    },
+
+    #[error("the Robot webservice is in maintenance (503); the Robot members stay as they were")]
+    Unavailable,
+
+    #[error("the Robot webservice answered {status} {code} for {list}: {message}")]
+    Status {
+        list: &'static str,
+        status: u16,
+        code: String,
+        message: String,
+    },
+
+    #[error("the Robot webservice's {list} answer could not be read: {reason}")]
+    Decode { list: &'static str, reason: String },
+
+    #[error("the Robot webservice did not answer GET /{list}: {reason}")]
+    Transport { list: &'static str, reason: String },
+
+    #[error("the Robot client cannot be built: {reason}")]
+    Client { reason: String },
+}
+
+fn limit_text(max_requests: Option<u64>, interval: Option<u64>) -> String {
+    match (max_requests, interval) {
+        (Some(max), Some(interval)) => format!("{max} requests per {interval}s"),
+        _ => "limit not named".to_owned(),
+    }
+}
+
+fn wait_text(interval: Option<u64>) -> String {
+    match interval {
+        Some(seconds) => format!("{seconds}s"),
+        None => "an hour".to_owned(),
+    }
+}
+
+impl RobotError {
+    /// The `cause` label of metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            RobotError::Unauthorized { .. } => "robot_unauthorized",
+            RobotError::RateLimited { .. } => "robot_rate_limited",
+            RobotError::Unavailable => "robot_unavailable",
+            RobotError::Status { .. } => "robot_status",
+            RobotError::Decode { .. } => "robot_decode",
+            RobotError::Transport { .. } => "robot_transport",
+            RobotError::Client { .. } => "robot_client",
+        }
+    }
+}

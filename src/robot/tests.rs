@@ -1,0 +1,96 @@
+use super::*;
+
+#[test]
+fn a_list_unwraps_its_elements_and_an_empty_account_is_a_404() {
+    let body = br#"[{"server": {"server_number": 7, "server_name": "db-1",
+        "server_ip": "198.51.100.7", "server_ipv6_net": "2001:db8:7::",
+        "status": "in process", "cancelled": true, "dc": "HEL1-DC2", "traffic": "unlimited"}}]"#;
+    let servers = read_servers(200, body).unwrap();
+    assert_eq!(servers.len(), 1);
+    let server = &servers[0];
+    assert_eq!((server.number, server.name.as_str()), (7, "db-1"));
+    assert_eq!(server.ipv4, Some("198.51.100.7".parse().unwrap()));
+    let net = server.ipv6.unwrap();
+    assert_eq!(
+        (net.network, net.prefix),
+        ("2001:db8:7::".parse().unwrap(), 64)
+    );
+    assert_eq!(server.status, RobotStatus::InProcess);
+    assert!(server.cancelled);
+
+    let none =
+        br#"{"error": {"status": 404, "code": "SERVER_NOT_FOUND", "message": "Server not found"}}"#;
+    assert_eq!(read_servers(404, none), Ok(Vec::new()));
+    let none =
+        br#"{"error": {"status": 404, "code": "NOT_FOUND", "message": "Failover not found"}}"#;
+    assert_eq!(read_failovers(404, none), Ok(Vec::new()));
+    // An IPv6-only server has no main IPv4.
+    let body = br#"[{"server": {"server_number": 8, "server_ip": null, "server_ipv6_net": "2001:db8:8::"}}]"#;
+    assert_eq!(read_servers(200, body).unwrap()[0].ipv4, None);
+}
+
+#[test]
+fn errors_are_read_from_their_documents() {
+    let unauthorized =
+        br#"{"error": {"status": 401, "code": "UNAUTHORIZED", "message": "Unauthorized"}}"#;
+    assert_eq!(
+        read_servers(401, unauthorized),
+        Err(RobotError::Unauthorized {
+            code: "UNAUTHORIZED".into()
+        })
+    );
+    // A bare 401 (no document) is the same.
+    assert!(matches!(
+        read_ips(401, b""),
+        Err(RobotError::Unauthorized { .. })
+    ));
+    // Both spellings of the limit field are read.
+    for field in ["max_request", "max_requests"] {
+        let limited = format!(
+            r#"{{"error": {{"status": 403, "code": "RATE_LIMIT_EXCEEDED", "message": "Rate limit exceeded", "{field}": 100, "interval": 3600}}}}"#
+        );
+        let error = read_failovers(403, limited.as_bytes()).unwrap_err();
+        assert_eq!(
+            error,
+            RobotError::RateLimited {
+                list: "GET /failover",
+                max_requests: Some(100),
+                interval: Some(3600)
+            }
+        );
+        assert!(error.to_string().contains("waits 3600s"), "{error}");
+    }
+    assert_eq!(read_servers(503, b"<html>"), Err(RobotError::Unavailable));
+    // A 404 without a not-found code (a wrong endpoint) is an error.
+    let wrong = br#"{"error": {"status": 404, "code": "NOT_SUPPORTED", "message": "x"}}"#;
+    assert!(matches!(
+        read_failovers(404, wrong),
+        Err(RobotError::Status { status: 404, .. })
+    ));
+    let invalid =
+        br#"{"error": {"status": 400, "code": "INVALID_INPUT", "message": "invalid input"}}"#;
+    assert!(matches!(
+        read_ips(400, invalid),
+        Err(RobotError::Status { status: 400, .. })
+    ));
+    assert!(matches!(
+        read_ips(200, b"{"),
+        Err(RobotError::Decode { .. })
+    ));
+}
+
+#[test]
+fn failover_ips_know_where_they_are_routed() {
+    let body = br#"[{"failover": {"ip": "203.0.113.50", "netmask": "255.255.255.255",
+        "server_ip": "198.51.100.7", "server_number": 7, "active_server_ip": null}},
+        {"failover": {"ip": "2001:db8:50::", "netmask": "ffff:ffff:ffff:ffff::",
+        "server_ip": "198.51.100.7", "server_number": 7, "active_server_ip": "198.51.100.8"}}]"#;
+    let failovers = read_failovers(200, body).unwrap();
+    assert_eq!(failovers[0].active_server_ip, None);
+    assert_eq!(
+        failovers[1].active_server_ip,
+        Some("198.51.100.8".parse().unwrap())
+    );
+    assert_eq!(RobotList::Failovers.per_hour(), 100);
+    assert_eq!(RobotList::Servers.per_hour(), 200);
+}

@@ -1,0 +1,194 @@
+//! The Robot webservice's own sample documents, read as the controller
+//! reads its answers: `test/response/*.json` of the Go module
+//! github.com/syself/hrobot-go v0.2.7 (MIT), which scripts/robot-samples.sh
+//! fetches from the Go module proxy (`CANADA_KAKTUS_ROBOT_SAMPLES_DIR`);
+//! and the client against a fake webservice that serves them with the
+//! documented errors and per-list limits.
+//!
+//! `#[ignore]`d (counted as ignored by a plain `cargo test`); the README's
+//! test command runs them.
+
+mod support;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use canada_kaktus::robot::{
+    read_failovers, read_ips, read_servers, RobotClient, RobotCredentials, RobotError, RobotStatus,
+};
+use canada_kaktus::vocab::SecretString;
+use support::fake_robot::{FakeRobot, PASSWORD, USER};
+
+const SAMPLES_ENV: &str = "CANADA_KAKTUS_ROBOT_SAMPLES_DIR";
+
+fn sample(name: &str) -> Vec<u8> {
+    let dir = std::env::var_os(SAMPLES_ENV)
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            panic!("{SAMPLES_ENV} is not set: run scripts/test, or set it to what scripts/robot-samples.sh prints")
+        });
+    let path = PathBuf::from(dir).join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+#[test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+fn the_server_list_sample_gives_both_servers_with_their_addresses() {
+    let servers = read_servers(200, &sample("server_list.json")).unwrap();
+    let summary: Vec<_> = servers
+        .iter()
+        .map(|s| {
+            (
+                s.number,
+                s.name.as_str(),
+                s.ipv4.map(IpAddr::V4),
+                s.dc.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (321, "server1", Some(ip("123.123.123.123")), "NBG1-DC1"),
+            (421, "server2", Some(ip("123.123.123.124")), "FSN1-DC10"),
+        ]
+    );
+    for server in &servers {
+        let net = server.ipv6.expect("each sample server has an IPv6 network");
+        assert_eq!(
+            net.network,
+            "2a01:4f8:111:4221::".parse::<std::net::Ipv6Addr>().unwrap()
+        );
+        assert_eq!(net.prefix, 64);
+        assert_eq!(server.status, RobotStatus::Ready);
+        assert!(!server.cancelled);
+    }
+}
+
+#[test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+fn the_not_found_sample_is_an_empty_account() {
+    assert_eq!(
+        read_servers(404, &sample("server_get_404.json")),
+        Ok(Vec::new())
+    );
+}
+
+#[test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+fn the_ip_and_failover_samples_name_their_servers() {
+    let ips = read_ips(200, &sample("ip_list.json")).unwrap();
+    let summary: Vec<_> = ips
+        .iter()
+        .map(|i| (IpAddr::V4(i.ip), i.server_number, i.locked))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (ip("123.123.123.123"), 321, false),
+            (ip("124.124.124.124"), 321, false),
+        ]
+    );
+    let failovers = read_failovers(200, &sample("failover_list.json")).unwrap();
+    assert_eq!(failovers.len(), 1);
+    assert_eq!(failovers[0].ip, ip("123.123.123.123"));
+    assert_eq!(failovers[0].server_number, 321);
+    assert_eq!(failovers[0].active_server_ip, Some(ip("78.46.1.93")));
+}
+
+fn client(robot: &FakeRobot, password: &str) -> RobotClient {
+    let credentials = RobotCredentials {
+        user: SecretString::new(USER),
+        password: SecretString::new(password),
+    };
+    RobotClient::new(&robot.endpoint(), &credentials, Duration::from_secs(10)).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+async fn the_client_reads_every_list_and_an_empty_one() {
+    let robot = FakeRobot::start().await;
+    let client = client(&robot, PASSWORD);
+    let servers = client.servers().await.unwrap();
+    assert_eq!(
+        servers.iter().map(|s| s.number).collect::<Vec<_>>(),
+        [321, 421]
+    );
+    assert_eq!(client.ips().await.unwrap().len(), 2);
+    assert_eq!(client.failovers().await.unwrap().len(), 1);
+    robot.set_document("failover", None);
+    assert_eq!(client.failovers().await, Ok(Vec::new()));
+    robot.set_document("server", None);
+    assert_eq!(client.servers().await, Ok(Vec::new()));
+}
+
+#[tokio::test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+async fn refused_credentials_stop_every_request_and_are_never_shown() {
+    let robot = FakeRobot::start().await;
+    let wrong = "not-the-robot-password";
+    let client = client(&robot, wrong);
+    let error = client.servers().await.unwrap_err();
+    assert!(matches!(error, RobotError::Unauthorized { .. }), "{error}");
+    assert_eq!(error.metric_label(), "robot_unauthorized");
+    for shown in [
+        error.to_string(),
+        format!("{error:?}"),
+        format!("{client:?}"),
+    ] {
+        assert!(!shown.contains(wrong) && !shown.contains(USER), "{shown}");
+    }
+    // Three failed logins block the IP for ten minutes: the client sends
+    // no second request, to any list.
+    assert!(matches!(
+        client.servers().await,
+        Err(RobotError::Unauthorized { .. })
+    ));
+    assert!(matches!(
+        client.failovers().await,
+        Err(RobotError::Unauthorized { .. })
+    ));
+    assert_eq!(robot.requests("server"), 1);
+    assert_eq!(robot.requests("failover"), 0);
+}
+
+#[tokio::test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+async fn a_rate_limited_list_waits_the_interval_the_error_names() {
+    let robot = FakeRobot::start().await;
+    robot.set_limit(2);
+    let client = client(&robot, PASSWORD);
+    client.servers().await.unwrap();
+    client.servers().await.unwrap();
+    let error = client.servers().await.unwrap_err();
+    assert_eq!(
+        error,
+        RobotError::RateLimited {
+            list: "GET /server",
+            max_requests: Some(2),
+            interval: Some(3600)
+        }
+    );
+    assert_eq!(robot.requests("server"), 3);
+    // Not asked again within the interval; other lists are not held back.
+    assert_eq!(client.servers().await.unwrap_err(), error);
+    assert_eq!(robot.requests("server"), 3);
+    assert_eq!(client.ips().await.unwrap().len(), 2);
+    assert_eq!(robot.requests("ip"), 1);
+}
+
+#[tokio::test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+async fn maintenance_is_its_own_error_and_ends() {
+    let robot = FakeRobot::start().await;
+    robot.set_maintenance(true);
+    let client = client(&robot, PASSWORD);
+    assert_eq!(client.servers().await, Err(RobotError::Unavailable));
+    robot.set_maintenance(false);
+    assert_eq!(client.servers().await.unwrap().len(), 2);
+}
