@@ -16,7 +16,9 @@ command -v go >/dev/null 2>&1 || {
 }
 # Outside any module: `go mod download` then only fetches (and verifies
 # against the checksum database) the module asked for.
-dir="$(cd "$(mktemp -d)" &&
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+dir="$(cd "$scratch" &&
   GOFLAGS=-mod=mod go mod download -json "github.com/syself/hrobot-go@${HROBOT_GO_VERSION}" |
   sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
 [[ -d "$dir/test/response" ]] || {

@@ -420,6 +420,11 @@ async fn explain_agrees_with_the_controllers_metrics_and_events() {
     );
     let out = run_command(&["explain", "--server", "nope"], &account, &hetzner, &[]).await;
     assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("--server nope: no server of that name or ID"),
+        "{said}"
+    );
     drop(controller);
     cluster.stop_apiserver();
 }

@@ -101,7 +101,7 @@ fn the_ip_and_failover_samples_name_their_servers() {
     assert_eq!(failovers[0].active_server_ip, Some(ip("78.46.1.93")));
 }
 
-fn client(robot: &FakeRobot, password: &str) -> RobotClient {
+fn client_for(robot: &FakeRobot, password: &str) -> RobotClient {
     let credentials = RobotCredentials {
         user: SecretString::new(USER),
         password: SecretString::new(password),
@@ -113,7 +113,7 @@ fn client(robot: &FakeRobot, password: &str) -> RobotClient {
 #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
 async fn the_client_reads_every_list_and_an_empty_one() {
     let robot = FakeRobot::start().await;
-    let client = client(&robot, PASSWORD);
+    let client = client_for(&robot, PASSWORD);
     let servers = client.servers().await.unwrap();
     assert_eq!(
         servers.iter().map(|s| s.number).collect::<Vec<_>>(),
@@ -132,7 +132,7 @@ async fn the_client_reads_every_list_and_an_empty_one() {
 async fn refused_credentials_stop_every_request_and_are_never_shown() {
     let robot = FakeRobot::start().await;
     let wrong = "not-the-robot-password";
-    let client = client(&robot, wrong);
+    let client = client_for(&robot, wrong);
     let error = client.servers().await.unwrap_err();
     assert!(matches!(error, RobotError::Unauthorized { .. }), "{error}");
     assert_eq!(error.metric_label(), "robot_unauthorized");
@@ -162,7 +162,7 @@ async fn refused_credentials_stop_every_request_and_are_never_shown() {
 async fn a_rate_limited_list_waits_the_interval_the_error_names() {
     let robot = FakeRobot::start().await;
     robot.set_limit(2);
-    let client = client(&robot, PASSWORD);
+    let client = client_for(&robot, PASSWORD);
     client.servers().await.unwrap();
     client.servers().await.unwrap();
     let error = client.servers().await.unwrap_err();
@@ -187,8 +187,86 @@ async fn a_rate_limited_list_waits_the_interval_the_error_names() {
 async fn maintenance_is_its_own_error_and_ends() {
     let robot = FakeRobot::start().await;
     robot.set_maintenance(true);
-    let client = client(&robot, PASSWORD);
+    let client = client_for(&robot, PASSWORD);
     assert_eq!(client.servers().await, Err(RobotError::Unavailable));
     robot.set_maintenance(false);
     assert_eq!(client.servers().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+async fn wrong_credentials_are_tried_once_even_by_concurrent_requests() {
+    let robot = FakeRobot::start().await;
+    let client = client_for(&robot, "not-the-robot-password");
+    let (servers, ips, failovers) =
+        tokio::join!(client.servers(), client.ips(), client.failovers());
+    for result in [servers.map(|_| ()), ips.map(|_| ()), failovers.map(|_| ())] {
+        assert!(
+            matches!(result, Err(RobotError::Unauthorized { .. })),
+            "{result:?}"
+        );
+    }
+    // One failed login, not three (three block the IP for ten minutes).
+    assert_eq!(robot.all_requests(), 1);
+    // Once accepted, requests go out side by side.
+    let good = client_for(&robot, PASSWORD);
+    let (servers, ips) = tokio::join!(good.servers(), good.ips());
+    assert_eq!((servers.unwrap().len(), ips.unwrap().len()), (2, 2));
+}
+
+#[tokio::test]
+#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+async fn a_list_is_asked_again_once_the_named_interval_is_over() {
+    let robot = FakeRobot::start().await;
+    robot.set_limit(1);
+    robot.set_interval(1);
+    let client = client_for(&robot, PASSWORD);
+    client.servers().await.unwrap();
+    assert!(matches!(
+        client.servers().await,
+        Err(RobotError::RateLimited {
+            interval: Some(1),
+            ..
+        })
+    ));
+    assert_eq!(robot.requests("server"), 2);
+    // The interval is the behaviour under test: after it, the list is
+    // asked again (and limited again by the fake).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(client.servers().await.is_err());
+    assert_eq!(robot.requests("server"), 3);
+
+    // An interval beyond any sense is capped, not a panic.
+    robot.set_interval(u64::MAX);
+    let fresh = client_for(&robot, PASSWORD);
+    assert!(matches!(
+        fresh.servers().await,
+        Err(RobotError::RateLimited { .. })
+    ));
+    assert!(matches!(
+        fresh.servers().await,
+        Err(RobotError::RateLimited { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_transport_error_names_neither_user_nor_password() {
+    // Nothing listens on port 1; the path carries both, so the error's URL
+    // would show them if the client did not take them out.
+    let user = "robot-user-7c1";
+    let password = "robot-secret-9d2";
+    let credentials = RobotCredentials {
+        user: SecretString::new(user),
+        password: SecretString::new(password),
+    };
+    let endpoint = format!("http://127.0.0.1:1/{user}/{password}");
+    let client = RobotClient::new(&endpoint, &credentials, Duration::from_secs(5)).unwrap();
+    let error = client.servers().await.unwrap_err();
+    assert_eq!(error.metric_label(), "robot_transport", "{error}");
+    for shown in [error.to_string(), format!("{error:?}")] {
+        assert!(
+            !shown.contains(user) && !shown.contains(password),
+            "{shown}"
+        );
+    }
 }

@@ -137,13 +137,7 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
         if filter.pool.as_deref().is_some_and(|p| p != name) {
             continue;
         }
-        let live = state
-            .pools
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
-            .map(live_addresses)
-            .map(|l| l.addresses)
-            .unwrap_or_default();
+        let live = live_of(state.pools, name);
         let refused = dry.failed.as_ref().map(Refused::of);
         let written: BTreeSet<IpAddr> = match &dry.written {
             Some(pool) if refused.is_none() => pool.addresses.iter().copied().collect(),
@@ -187,6 +181,16 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
     Explanation { pools }
 }
 
+/// What the pool `name` holds now, from the read of every pool.
+fn live_of(pools: &[Pool], name: &str) -> BTreeSet<IpAddr> {
+    pools
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+        .map(live_addresses)
+        .map(|l| l.addresses)
+        .unwrap_or_default()
+}
+
 /// The line of an address the pool holds that no server gives it now (a
 /// server deleted, or no longer selected).
 fn leaving(address: IpAddr, ctx: &Context<'_>) -> Line {
@@ -199,7 +203,7 @@ fn leaving(address: IpAddr, ctx: &Context<'_>) -> Line {
         None if ctx.held.contains(&address) => ("held", gone),
         None => ("leaving", format!("{gone}: the next write removes it")),
     };
-    let (inside, detail) = ctx.kept_anyway(Some(address), detail);
+    let (inside, detail) = ctx.kept_anyway(reason, Some(address), detail);
     Line {
         kind: None,
         address: Some(address.to_string()),
@@ -224,18 +228,29 @@ impl Context<'_> {
     /// A line about `address`: in the pool when the write holds it (also
     /// when unwanted: the shrink guard keeps it, or a refused write leaves
     /// the pool as it is), with the shrink guard's hold said.
-    fn kept_anyway(&self, address: Option<IpAddr>, mut detail: String) -> (bool, String) {
+    fn kept_anyway(
+        &self,
+        reason: &str,
+        address: Option<IpAddr>,
+        mut detail: String,
+    ) -> (bool, String) {
         let Some(address) = address else {
             return (false, detail);
         };
+        let inside = self.written.contains(&address);
         if self.held.contains(&address) {
             detail.push_str(&format!(
                 "; the shrink guard keeps it until a listing at least {}s later confirms the \
                  removal (MaxRemovalRatio)",
                 self.confirm_after.as_secs()
             ));
+        } else if let Some(refused) = self.refused.filter(|_| inside && reason != "refused") {
+            detail.push_str(&format!(
+                "; it stays while the pool is not written ({})",
+                refused.guard
+            ));
         }
-        (self.written.contains(&address), detail)
+        (inside, detail)
     }
 }
 
@@ -297,7 +312,7 @@ fn line(
     let kind = decision.kind.map(|k| k.as_str());
     let address = decision.address;
     let out = |reason, detail: String| {
-        let (inside, detail) = ctx.kept_anyway(address, detail);
+        let (inside, detail) = ctx.kept_anyway(reason, address, detail);
         Line {
             kind,
             address: address.map(|a| a.to_string()),

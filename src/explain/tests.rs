@@ -42,6 +42,21 @@ fn nodes_for(ids: impl IntoIterator<Item = i64>) -> NodeView {
     )
 }
 
+/// Floating IP 10 (198.51.100.10) on server 1, labelled `pool=<pool>`.
+fn floating_ip(blocked: bool, pool: &str) -> FloatingIp {
+    let mut fip = FloatingIp {
+        id: 10,
+        name: "edge".into(),
+        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
+        server: Some(1),
+        blocked,
+        labels: Default::default(),
+        home_location: None,
+    };
+    fip.labels.insert("pool".into(), pool.into());
+    fip
+}
+
 fn labelled(mut server: Server, role: &str) -> Server {
     server.labels.insert("role".into(), role.into());
     server
@@ -95,16 +110,7 @@ fn lines_of<'a>(answer: &'a Explanation, pool: &str, server: &str) -> &'a [Line]
 #[tokio::test]
 async fn each_address_says_why_it_is_in_or_out() {
     let settings = settings();
-    let mut fip = FloatingIp {
-        id: 10,
-        name: "edge".into(),
-        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
-        server: Some(1),
-        blocked: false,
-        labels: Default::default(),
-        home_location: None,
-    };
-    fip.labels.insert("pool".into(), "second".into());
+    let fip = floating_ip(false, "second");
     let listing = Listing {
         servers: vec![
             server(1, Some("203.0.113.1"), false),
@@ -243,6 +249,12 @@ async fn a_guard_that_refuses_the_write_is_named_and_the_pool_keeps_what_it_hold
     assert_eq!(lines[0].reason, "excluded");
     assert_eq!(lines[1].address.as_deref(), Some("203.0.113.1"));
     assert!(lines[1].inside, "{lines:#?}");
+    assert!(
+        lines[1]
+            .detail
+            .contains("stays while the pool is not written (empty_pool)"),
+        "{lines:#?}"
+    );
 }
 
 #[tokio::test]
@@ -324,16 +336,7 @@ async fn a_floating_ip_only_failover_pool_explains_its_servers_and_their_ips() {
             "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true}]),
         &[],
     );
-    let mut fip = FloatingIp {
-        id: 10,
-        name: "edge".into(),
-        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
-        server: Some(1),
-        blocked: false,
-        labels: Default::default(),
-        home_location: None,
-    };
-    fip.labels.insert("pool".into(), "edge".into());
+    let fip = floating_ip(false, "edge");
     let listing = Listing {
         servers: vec![
             server(1, Some("203.0.113.1"), false),
@@ -377,16 +380,7 @@ async fn a_dropped_blocked_floating_ip_is_one_blocked_line() {
             "FloatingIpSelector": "pool=edge"}]),
         &[("CANADA_KAKTUS_BLOCKED_ADDRESSES", "drop")],
     );
-    let mut fip = FloatingIp {
-        id: 10,
-        name: "edge".into(),
-        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
-        server: Some(1),
-        blocked: true,
-        labels: Default::default(),
-        home_location: None,
-    };
-    fip.labels.insert("pool".into(), "edge".into());
+    let fip = floating_ip(true, "edge");
     let listing = Listing {
         servers: vec![server(1, Some("203.0.113.1"), false)],
         floating_ips: vec![fip],
@@ -502,16 +496,7 @@ async fn a_blocked_floating_ip_of_a_failover_pool_keeps_its_holder_in_the_detail
             "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true}]),
         &[],
     );
-    let mut fip = FloatingIp {
-        id: 10,
-        name: "edge".into(),
-        address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
-        server: Some(1),
-        blocked: true,
-        labels: Default::default(),
-        home_location: None,
-    };
-    fip.labels.insert("pool".into(), "edge".into());
+    let fip = floating_ip(true, "edge");
     let listing = Listing {
         servers: vec![server(1, Some("203.0.113.1"), false)],
         floating_ips: vec![fip],

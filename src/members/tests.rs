@@ -444,3 +444,34 @@ fn an_ipv6_floating_ip_belongs_to_one_failover_pool_whatever_the_host_parts() {
     assert_eq!(got[0].addresses, ips(&["2001:db8:f::1"]));
     assert!(got[1].addresses.is_empty(), "{:?}", got[1]);
 }
+
+#[test]
+fn the_trace_of_an_excluded_server_changes_none_of_the_pools_counts() {
+    let kinds = [AddressKind::PublicIpv4, AddressKind::PrivateIpv4];
+    let mut out = labelled(server(1, Some("192.0.2.1")), &[("role", "node")]);
+    out.public_ipv4_blocked = true;
+    out.private_net = [10, 11]
+        .iter()
+        .map(|network| PrivateNet {
+            network: *network,
+            ip: Some(Ipv4Addr::new(10, 0, 0, *network as u8)),
+            alias_ips: Vec::new(),
+        })
+        .collect();
+    let nodes = NodeView::new(
+        [NodeFacts {
+            name: "node-1".into(),
+            server_id: Some(1),
+            exclude_label: true,
+            ready: true,
+            ..NodeFacts::default()
+        }],
+        true,
+    );
+    // `split` compares the traced split with the plain one.
+    let got = split(&[pool("p", "role=node", &kinds)], listed(&[out]), &nodes);
+    assert_eq!(got[0].excluded.len(), 1);
+    assert!(got[0].blocked.is_empty(), "{:?}", got[0]);
+    assert_eq!(got[0].several_networks, 0);
+    assert!(got[0].addresses.is_empty());
+}

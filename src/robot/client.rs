@@ -6,6 +6,7 @@
 //! before the interval the error named.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub const ROBOT_ENDPOINT: &str = "https://robot-ws.your-server.de";
 
 /// A Robot answer is a few KiB per server; more than this is no answer.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The longest a rate limit holds a list back, whatever interval the error
+/// names.
+const MAX_WAIT_SECS: u64 = 24 * 60 * 60;
 
 /// A webservice user: the user name and its password.
 #[derive(Clone)]
@@ -51,6 +56,10 @@ pub struct RobotClient {
     base: Url,
     credentials: RobotCredentials,
     rules: Arc<Mutex<Rules>>,
+    /// The credentials were accepted once (an answer other than 401).
+    accepted: Arc<AtomicBool>,
+    /// Held by the one request in flight until then.
+    first: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for RobotClient {
@@ -91,6 +100,8 @@ impl RobotClient {
             base,
             credentials: credentials.clone(),
             rules: Arc::default(),
+            accepted: Arc::default(),
+            first: Arc::default(),
         })
     }
 
@@ -112,20 +123,37 @@ impl RobotClient {
         read_failovers(status, &body)
     }
 
-    /// One GET of `list`, unless the rules forbid it now; the answer's
-    /// status and body.
-    async fn get(&self, list: RobotList) -> Result<(u16, Vec<u8>), RobotError> {
-        {
-            let rules = lock(&self.rules);
-            if let Some(code) = &rules.refused {
-                return Err(RobotError::Unauthorized { code: code.clone() });
-            }
-            if let Some((until, error)) = rules.limited.get(list.path()) {
-                if Instant::now() < *until {
-                    return Err(error.clone());
-                }
-            }
+    /// What the rules say of asking `list` now: nothing, or the error
+    /// that stands.
+    fn forbidden(&self, list: RobotList) -> Option<RobotError> {
+        let rules = lock(&self.rules);
+        if let Some(code) = &rules.refused {
+            return Some(RobotError::Unauthorized { code: code.clone() });
         }
+        match rules.limited.get(list.path()) {
+            Some((until, error)) if Instant::now() < *until => Some(error.clone()),
+            _ => None,
+        }
+    }
+
+    /// One GET of `list`, unless the rules forbid it now; the answer's
+    /// status and body. Until the credentials have been accepted once, one
+    /// request at a time: concurrent first requests with a wrong password
+    /// would be several failed logins (three block the IP).
+    async fn get(&self, list: RobotList) -> Result<(u16, Vec<u8>), RobotError> {
+        if let Some(error) = self.forbidden(list) {
+            return Err(error);
+        }
+        let _one_at_a_time = if self.accepted.load(Ordering::Acquire) {
+            None
+        } else {
+            let guard = self.first.lock().await;
+            // A request that went before may have been refused.
+            if let Some(error) = self.forbidden(list) {
+                return Err(error);
+            }
+            Some(guard)
+        };
         let url = self
             .base
             .join(list.path())
@@ -138,17 +166,33 @@ impl RobotClient {
             .http
             .get(url)
             .basic_auth(
-                credentials.user.expose().trim(),
-                Some(credentials.password.expose().trim()),
+                unpadded(&credentials.user),
+                Some(unpadded(&credentials.password)),
             )
             .header(ACCEPT, HeaderValue::from_static("application/json"))
             .send()
             .await
             .map_err(|e| self.transport(list, &e))?;
         let status = response.status().as_u16();
+        if status == 401 {
+            // Known before the body is read: a body that never comes must
+            // not leave the way open to another failed login.
+            self.learn(
+                list,
+                &RobotError::Unauthorized {
+                    code: "UNAUTHORIZED".into(),
+                },
+            );
+        } else {
+            self.accepted.store(true, Ordering::Release);
+        }
         let body = read_body(response)
             .await
-            .map_err(|e| self.transport(list, &e))?;
+            .map_err(|e| self.transport(list, &e))?
+            .ok_or(RobotError::Decode {
+                list: list.path(),
+                reason: format!("the answer is over {} MiB", MAX_BODY_BYTES / (1024 * 1024)),
+            })?;
         if let Some(error) = error_of(list, status, &body) {
             self.learn(list, &error);
         }
@@ -161,7 +205,8 @@ impl RobotClient {
         match error {
             RobotError::Unauthorized { code } => rules.refused = Some(code.clone()),
             RobotError::RateLimited { interval, .. } => {
-                let wait = Duration::from_secs(interval.unwrap_or(3600));
+                // An hour when the error names none; never beyond a day.
+                let wait = Duration::from_secs(interval.unwrap_or(3600).min(MAX_WAIT_SECS));
                 rules
                     .limited
                     .insert(list.path(), (Instant::now() + wait, error.clone()));
@@ -185,7 +230,7 @@ impl RobotClient {
             text
         };
         for secret in [&self.credentials.user, &self.credentials.password] {
-            let secret = secret.expose().trim();
+            let secret = unpadded(secret);
             if !secret.is_empty() {
                 reason = reason.replace(secret, "[redacted]");
             }
@@ -197,14 +242,20 @@ impl RobotClient {
     }
 }
 
-/// The body, at most [`MAX_BODY_BYTES`].
-async fn read_body(mut response: reqwest::Response) -> Result<Vec<u8>, reqwest::Error> {
+/// The body; `None` when it is over [`MAX_BODY_BYTES`].
+async fn read_body(mut response: reqwest::Response) -> Result<Option<Vec<u8>>, reqwest::Error> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await? {
         if body.len() + chunk.len() > MAX_BODY_BYTES {
-            break;
+            return Ok(None);
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(Some(body))
+}
+
+/// A credential as sent: without the line end a file or Secret often
+/// adds (spaces are kept: they may be part of a password).
+fn unpadded(secret: &SecretString) -> &str {
+    secret.expose().trim_end_matches(['\n', '\r'])
 }

@@ -38,6 +38,15 @@ impl RobotList {
         }
     }
 
+    /// The code of its 404 when there is nothing to list: the documented
+    /// one only (a wrong path's 404 must not read as an empty account).
+    fn empty_code(self) -> &'static str {
+        match self {
+            RobotList::Servers => "SERVER_NOT_FOUND",
+            RobotList::Ips | RobotList::Failovers => "NOT_FOUND",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             RobotList::Servers => "GET /server",
@@ -112,9 +121,7 @@ fn elements<T: DeserializeOwned>(
 ) -> Result<Vec<T>, RobotError> {
     if !(200..300).contains(&status) {
         return match error_of(list, status, body) {
-            Some(RobotError::Status { code, .. })
-                if status == 404 && code.ends_with("NOT_FOUND") =>
-            {
+            Some(RobotError::Status { code, .. }) if status == 404 && code == list.empty_code() => {
                 Ok(Vec::new())
             }
             Some(error) => Err(error),
@@ -150,7 +157,10 @@ pub fn error_of(list: RobotList, status: u16, body: &[u8]) -> Option<RobotError>
                 code
             },
         }),
-        (403, "RATE_LIMIT_EXCEEDED") => {
+        // Without a document a 403 is taken as the rate limit too (as
+        // Hetzner's cloud controller manager does): asking again soon
+        // would not help either.
+        (403, "RATE_LIMIT_EXCEEDED" | "") => {
             let body = document.map(|d| d.error);
             Some(RobotError::RateLimited {
                 list: list.name(),

@@ -94,3 +94,23 @@ fn failover_ips_know_where_they_are_routed() {
     assert_eq!(RobotList::Failovers.per_hour(), 100);
     assert_eq!(RobotList::Servers.per_hour(), 200);
 }
+
+#[test]
+fn only_a_lists_documented_not_found_is_empty_and_a_bare_403_is_the_limit() {
+    // A wrong path's generic 404 is no empty account of servers.
+    let generic = br#"{"error": {"status": 404, "code": "NOT_FOUND", "message": "Not found"}}"#;
+    assert!(matches!(
+        read_servers(404, generic),
+        Err(RobotError::Status { status: 404, .. })
+    ));
+    let server_code = br#"{"error": {"status": 404, "code": "SERVER_NOT_FOUND", "message": "x"}}"#;
+    assert!(read_failovers(404, server_code).is_err());
+    assert_eq!(
+        read_ips(403, b"<html>Forbidden</html>"),
+        Err(RobotError::RateLimited {
+            list: "GET /ip",
+            max_requests: None,
+            interval: None
+        })
+    );
+}

@@ -25,6 +25,8 @@ struct State {
     maintenance: bool,
     /// Overrides the documented hourly limit of every list.
     limit: Option<usize>,
+    /// The `interval` a rate-limit error names (3600 unless set).
+    interval: Option<u64>,
 }
 
 pub struct FakeRobot {
@@ -72,7 +74,7 @@ impl Respond for Responder {
         if count > limit {
             return ResponseTemplate::new(403).set_body_json(json!({"error": {
                 "status": 403, "code": "RATE_LIMIT_EXCEEDED", "message": "Rate limit exceeded",
-                "max_request": limit, "interval": 3600,
+                "max_request": limit, "interval": state.interval.unwrap_or(3600),
             }}));
         }
         match state.documents.get(list.as_str()).cloned().flatten() {
@@ -133,6 +135,16 @@ impl FakeRobot {
     /// Every list allows `limit` requests (instead of the documented ones).
     pub fn set_limit(&self, limit: usize) {
         lock(&self.state).limit = Some(limit);
+    }
+
+    /// The interval the rate-limit error names, in seconds.
+    pub fn set_interval(&self, seconds: u64) {
+        lock(&self.state).interval = Some(seconds);
+    }
+
+    /// Every request so far, of every list.
+    pub fn all_requests(&self) -> usize {
+        lock(&self.state).requests.values().sum()
     }
 
     /// Requests of `list` so far, answered or not.
