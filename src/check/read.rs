@@ -23,7 +23,7 @@ pub const READ_LIMIT: Duration = Duration::from_secs(15);
 /// How a read that got no answer in time begins.
 pub const NO_ANSWER: &str = "no answer within";
 
-/// `work` within [`READ_LIMIT`], its error as text.
+/// `work` within the read limit (15 s), its error as text.
 pub async fn bounded<T, E: std::fmt::Display>(
     work: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
