@@ -463,7 +463,7 @@ pub(super) fn shorten(text: &str, max_chars: usize) -> String {
 
 /// The error and its causes on one line; reqwest's own message ("error
 /// sending request") says little without the underlying cause.
-pub(super) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -220,14 +220,7 @@ impl RobotClient {
         let mut reason = if error.is_timeout() {
             "no answer in time".to_owned()
         } else {
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(error);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            text
+            crate::hetzner::error_chain(error)
         };
         for secret in [&self.credentials.user, &self.credentials.password] {
             let secret = unpadded(secret);
