@@ -80,7 +80,7 @@ fn defaults() {
     assert_eq!(s.log_level, LogLevel::Info);
     assert_eq!(s.log_format, LogFormat::Json);
     assert_eq!(
-        s.pools[0].label_selector.to_string(),
+        s.pools[0].label_selector.as_ref().unwrap().to_string(),
         "kops.k8s.io/instance-role=Node"
     );
     assert_eq!(token_of(&s), "test-token");
@@ -136,7 +136,7 @@ fn every_setting_via_environment() {
     assert_eq!(s.log_level, LogLevel::Debug);
     assert_eq!(s.log_format, LogFormat::Text);
     assert_eq!(
-        s.pools[0].label_selector.to_string(),
+        s.pools[0].label_selector.as_ref().unwrap().to_string(),
         "role=worker,env in (prod,dev),!draining"
     );
     assert_eq!(s.token, TokenSource::File(token_file));
@@ -197,7 +197,10 @@ fn every_setting_via_config_json() {
     let s = ok(Some(&config), &vars(&[]));
     assert_eq!(s.log_level, LogLevel::Error);
     assert_eq!(s.log_format, LogFormat::Text);
-    assert_eq!(s.pools[0].label_selector.to_string(), "role notin (db)");
+    assert_eq!(
+        s.pools[0].label_selector.as_ref().unwrap().to_string(),
+        "role notin (db)"
+    );
     assert_eq!(token_of(&s), "file-token");
     assert_eq!(s.hcloud_endpoint, "http://127.0.0.1:1234");
     assert_eq!(s.pools[0].name, "p");
@@ -259,7 +262,10 @@ fn the_go_versions_config_json_and_env_names_still_work() {
     );
     let s = ok(Some(&config), &vars(&[]));
     assert_eq!(s.log_level, LogLevel::Debug);
-    assert_eq!(s.pools[0].label_selector.to_string(), "role=worker");
+    assert_eq!(
+        s.pools[0].label_selector.as_ref().unwrap().to_string(),
+        "role=worker"
+    );
     assert_eq!(token_of(&s), "abc");
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
 
@@ -272,7 +278,10 @@ fn the_go_versions_config_json_and_env_names_still_work() {
         ]),
     );
     assert_eq!(s.log_level, LogLevel::Debug);
-    assert_eq!(s.pools[0].label_selector.to_string(), "role=worker");
+    assert_eq!(
+        s.pools[0].label_selector.as_ref().unwrap().to_string(),
+        "role=worker"
+    );
     assert_eq!(token_of(&s), "abc");
 }
 
@@ -292,7 +301,11 @@ fn config_json_keys_match_in_any_case_and_with_underscores() {
             &format!(r#"{{"{a}": "x=y", "{b}": "warning", "{c}": "tok"}}"#),
         );
         let s = ok(Some(&config), &vars(&[]));
-        assert_eq!(s.pools[0].label_selector.to_string(), "x=y", "{a}");
+        assert_eq!(
+            s.pools[0].label_selector.as_ref().unwrap().to_string(),
+            "x=y",
+            "{a}"
+        );
         assert_eq!(s.log_level, LogLevel::Warn, "{b}");
         assert_eq!(token_of(&s), "tok", "{c}");
     }
@@ -334,7 +347,10 @@ fn numbers_and_booleans_in_config_json_are_read_as_text() {
     );
     let s = ok(Some(&config), &vars(&[]));
     assert_eq!(token_of(&s), "12345");
-    assert_eq!(s.pools[0].label_selector.to_string(), "on");
+    assert_eq!(
+        s.pools[0].label_selector.as_ref().unwrap().to_string(),
+        "on"
+    );
     assert_eq!(
         s.pools[0].labels.get("enabled").map(String::as_str),
         Some("true")
@@ -358,7 +374,7 @@ fn null_and_empty_values_count_as_unset() {
     assert_eq!(s.log_level, LogLevel::Info);
     assert_eq!(s.pools[0].name, "covidnetes-pool");
     assert_eq!(
-        s.pools[0].label_selector.to_string(),
+        s.pools[0].label_selector.as_ref().unwrap().to_string(),
         "kops.k8s.io/instance-role=Node"
     );
 }
@@ -602,6 +618,13 @@ fn every_problem_is_reported_at_once() {
         ("CANADA_KAKTUS_NODE_MIN_GAP", "0s"),
         ("CANADA_KAKTUS_EVENTS", "perhaps"),
         ("CANADA_KAKTUS_POOLS", r#"[{"Name": "edge"}]"#),
+        ("CANADA_KAKTUS_ROBOT_USER", "two words"),
+        ("CANADA_KAKTUS_ROBOT_PASSWORD", "robot-pa55w0rd"),
+        (
+            "CANADA_KAKTUS_ROBOT_PASSWORD_FILE",
+            "/nonexistent/robot-password",
+        ),
+        ("CANADA_KAKTUS_ROBOT_ENDPOINT", "ftp://robot.example"),
     ]);
     let e = fails(Some(&config), &env);
     for setting in SETTINGS.iter().filter(|s| s.key != "HcloudTokenFile") {
@@ -609,6 +632,10 @@ fn every_problem_is_reported_at_once() {
     }
     let text = e.to_string();
     assert_eq!(text.lines().count(), e.problems().len(), "{text}");
+    assert!(
+        !text.contains("robot-pa55w0rd") && !text.contains("two words"),
+        "Robot credentials shown:\n{text}"
+    );
     assert!(
         text.contains("CANADA_KAKTUS_INTERVAL / Interval: \"500ms\" (from config file"),
         "{text}"
@@ -1014,7 +1041,10 @@ fn without_pools_the_single_pool_settings_describe_one_pool() {
     assert_eq!(s.pools.len(), 1);
     let pool = &s.pools[0];
     assert_eq!(pool.name, "edge");
-    assert_eq!(pool.label_selector.to_string(), "role=edge");
+    assert_eq!(
+        pool.label_selector.as_ref().unwrap().to_string(),
+        "role=edge"
+    );
     assert_eq!(pool.addresses, vec![config::AddressKind::PublicIpv4]);
     assert_eq!(pool.max_removal_ratio, 0.25);
 }
@@ -1102,7 +1132,7 @@ fn every_problem_of_every_pool_is_reported_at_once_with_index_and_name() {
     for expected in [
         r#"pool 1 ("Edge_Pool"): Name "Edge_Pool" is not a valid Kubernetes object name"#,
         r#"pool 1 ("Edge_Pool"): LabelSelector "role in (a" is not a valid label selector"#,
-        r#"pool 1 ("Edge_Pool"): Addresses: "public-ipv5" is not a valid address kind; use public-ipv4, public-ipv6, private-ipv4 or floating-ip"#,
+        r#"pool 1 ("Edge_Pool"): Addresses: "public-ipv5" is not a valid address kind; use public-ipv4, public-ipv6, private-ipv4, floating-ip, robot-additional-ip or robot-failover-ip"#,
         "pool 2: Name is missing",
         r#"pool 2: unknown key "Adresses"; did you mean Addresses?"#,
         r#"pool 3 ("b"): Ipv6HostPart "2001:db8::1" sets bits of the /64 network"#,
@@ -1292,4 +1322,149 @@ fn failover_after_is_at_least_one_and_a_half_kubelet_renewals() {
             .contains(r#"FailoverAfter "5s" is out of range; use a duration from 15s to 10m"#),
         "{e}"
     );
+}
+
+#[test]
+fn a_pool_of_robot_servers_needs_no_label_selector_and_names_servers_by_number_or_name() {
+    let s = ok(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_ROBOT_USER", "#ws+AbCd"),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD", "pass word\n"),
+            (
+                "CANADA_KAKTUS_POOLS",
+                r#"[{"Name": "dedicated", "Robot": {"NodeSelector": "role=edge", "Servers": [321, "db-1", "421"]},
+                     "Addresses": ["public-ipv4", "robot-additional-ip", "robot-failover-ip"]},
+                    {"Name": "mixed", "LabelSelector": "role=web", "NodeSelector": "zone=a",
+                     "Robot": {"Servers": ["server1"]}}]"#,
+            ),
+        ]),
+    );
+    let dedicated = &s.pools[0];
+    assert_eq!(dedicated.label_selector, None, "takes no Cloud server");
+    let robot = dedicated.robot.as_ref().expect("Robot");
+    assert_eq!(
+        robot.servers,
+        vec![
+            config::RobotRef::Number(321),
+            config::RobotRef::Name("db-1".into()),
+            config::RobotRef::Number(421)
+        ]
+    );
+    assert_eq!(
+        robot.node_selector.as_ref().map(ToString::to_string),
+        Some("role=edge".to_owned())
+    );
+    assert_eq!(
+        s.pools[1].node_selector.as_ref().map(ToString::to_string),
+        Some("zone=a".to_owned())
+    );
+    let robot = s.robot.as_ref().expect("credentials");
+    assert_eq!(robot.user.expose(), "#ws+AbCd");
+    assert_eq!(
+        robot.password,
+        config::RobotPassword::Inline(canada_kaktus::vocab::SecretString::new("pass word")),
+        "a line end goes, a space stays"
+    );
+    assert_eq!(s.robot_endpoint, "https://robot-ws.your-server.de");
+}
+
+#[test]
+fn robot_problems_are_reported_at_once_without_the_credentials() {
+    let e = fails(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_ROBOT_USER", "user:with-colon"),
+            ("CANADA_KAKTUS_ROBOT_ENDPOINT", "http://robot.example"),
+            (
+                "CANADA_KAKTUS_POOLS",
+                r#"[{"Name": "a", "Robot": {}},
+                    {"Name": "b", "LabelSelector": "x", "Addresses": ["robot-failover-ip"]},
+                    {"Name": "c", "LabelSelector": "x", "Robot": {"Servers": [0, true]}},
+                    {"Name": "d", "NodeSelector": "x=1", "Robot": {"Servers": [1]}},
+                    {"Name": "e", "LabelSelector": "x", "Robot": {"Servers": [1]}, "Addresses": ["floating-ip"],
+                     "FloatingIpSelector": "f", "FloatingIpFailover": true}]"#,
+            ),
+        ]),
+    );
+    let text = e.to_string();
+    for expected in [
+        "CANADA_KAKTUS_ROBOT_USER / RobotUser: (from environment variable CANADA_KAKTUS_ROBOT_USER) has spaces, a colon or control characters (value not shown)",
+        "CANADA_KAKTUS_ROBOT_ENDPOINT / RobotEndpoint: \"http://robot.example\" (from environment variable CANADA_KAKTUS_ROBOT_ENDPOINT) uses plain http to a host that is not a loopback address, so the Robot credentials would travel unencrypted",
+        r#"pool 1 ("a"): Robot chooses no server; give NodeSelector, Servers or both"#,
+        r#"pool 2 ("b"): Addresses has robot-failover-ip, but the pool has no Robot servers"#,
+        r#"pool 3 ("c"): Robot.Servers: 0 is not a server number"#,
+        r#"pool 3 ("c"): Robot.Servers holds a JSON boolean"#,
+        r#"pool 4 ("d"): NodeSelector is set, but LabelSelector is not"#,
+        r#"pool 5 ("e"): FloatingIpFailover and Robot are both set"#,
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing in:\n{text}");
+    }
+    assert!(
+        !text.contains("with-colon"),
+        "the user is never shown:\n{text}"
+    );
+}
+
+#[test]
+fn robot_credentials_come_both_or_neither_and_a_robot_pool_needs_them() {
+    let files = Files::new();
+    let password = files.write("robot-password", "first\n");
+    let path = password.to_str().expect("utf-8 path");
+    let pool = r#"[{"Name": "d", "Robot": {"Servers": [321]}}]"#;
+    let e = fails(None, &with_token(&[("CANADA_KAKTUS_POOLS", pool)]));
+    assert!(
+        e.to_string().contains(
+            "pool 1 (\"d\") has Robot servers, but no Robot webservice user is configured; set \
+             CANADA_KAKTUS_ROBOT_USER / RobotUser and CANADA_KAKTUS_ROBOT_PASSWORD / RobotPassword"
+        ),
+        "{e}"
+    );
+    let e = fails(
+        None,
+        &with_token(&[("CANADA_KAKTUS_ROBOT_PASSWORD_FILE", path)]),
+    );
+    assert!(
+        e.to_string()
+            .contains("CANADA_KAKTUS_ROBOT_PASSWORD_FILE / RobotPasswordFile: is set, but CANADA_KAKTUS_ROBOT_USER / RobotUser is not"),
+        "{e}"
+    );
+    let e = fails(None, &with_token(&[("CANADA_KAKTUS_ROBOT_USER", "#ws+x")]));
+    assert!(e.to_string().contains("without a password"), "{e}");
+    let e = fails(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_ROBOT_USER", "#ws+x"),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD", "inline-secret"),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD_FILE", path),
+        ]),
+    );
+    assert!(e.to_string().contains("are both set"), "{e}");
+    assert!(!e.to_string().contains("inline-secret"), "{e}");
+    // The file is read again for every cycle.
+    let s = ok(
+        None,
+        &with_token(&[
+            ("CANADA_KAKTUS_ROBOT_USER", "#ws+x"),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD_FILE", path),
+            ("CANADA_KAKTUS_POOLS", pool),
+        ]),
+    );
+    let robot = s.robot.as_ref().expect("credentials");
+    let read = |robot: &config::RobotSettings| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(robot.credentials())
+            .expect("password")
+            .password
+            .expose()
+            .to_owned()
+    };
+    assert_eq!(read(robot), "first");
+    std::fs::write(&password, "second\r\n").expect("rotate");
+    assert_eq!(read(robot), "second");
+    // Neither: no Robot, and nothing asked of it.
+    assert!(ok(None, &with_token(&[])).robot.is_none());
 }

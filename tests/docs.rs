@@ -414,6 +414,11 @@ fn the_metrics_table_names_every_metric_with_its_labels() {
     metrics.event_published(true);
     metrics.repair_backed_off(&["kubectl".to_owned()]);
     metrics.floating_ip_moved("p", "silent", "success");
+    {
+        use canada_kaktus::robot::RobotObserver;
+        metrics.robot_request("server", "200");
+        metrics.robot_rate_limited("failover", true);
+    }
     metrics.failover_took("p", Duration::from_secs(21));
     metrics.set_stranded("p", 0);
     metrics.request_finished(&RequestOutcome::Failed { kind: "timeout" }, Duration::ZERO);

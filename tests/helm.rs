@@ -34,6 +34,9 @@ const RELEASE_NAMESPACE: &str = "canada-kaktus";
 const MANAGED_BY_THE_CHART: &[&str] = &[
     "HcloudToken",
     "HcloudTokenFile",
+    "RobotUser",
+    "RobotPassword",
+    "RobotPasswordFile",
     "ListenAddress",
     "LeaseNamespace",
 ];
@@ -263,6 +266,24 @@ fn full_values_reach_every_object() {
         .collect();
     assert_eq!(env["CANADA_KAKTUS_POOL_NAME"]["value"], "edge-pool");
     assert_eq!(env["RUST_BACKTRACE"]["value"], "1");
+    assert_eq!(
+        env["CANADA_KAKTUS_ROBOT_USER"]["valueFrom"]["secretKeyRef"],
+        json!({"name": "robot-credentials", "key": "user"})
+    );
+    assert_eq!(
+        env["CANADA_KAKTUS_ROBOT_PASSWORD_FILE"]["value"],
+        "/var/run/secrets/robot/password"
+    );
+    let robot_volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "robot-credentials")
+        .expect("the Robot password volume");
+    assert_eq!(
+        robot_volume["secret"]["items"],
+        json!([{"key": "password", "path": "password"}])
+    );
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(pod["priorityClassName"], "system-cluster-critical");
     assert_eq!(pod["imagePullSecrets"][0]["name"], "registry-credentials");

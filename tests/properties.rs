@@ -242,6 +242,15 @@ proptest! {
                     );
                 }
                 prop_assert!(!errors.to_string().contains(TOKEN));
+                // The Robot user and password are never quoted either.
+                let secret = [config::ROBOT_USER.env, config::ROBOT_PASSWORD.env]
+                    .contains(&setting.env);
+                if secret && value.trim().chars().count() >= 6 {
+                    prop_assert!(
+                        !errors.to_string().contains(value.trim()),
+                        "{} was shown: {}", setting.env, errors
+                    );
+                }
             }
         }
     }

@@ -270,3 +270,155 @@ async fn a_transport_error_names_neither_user_nor_password() {
         );
     }
 }
+
+mod cycle {
+    //! One full cycle of pools with Robot members, against the fake
+    //! webservice, a fake Hetzner Cloud API and an in-memory Kubernetes API.
+
+    use super::support;
+    use super::support::fake_hetzner::{FakeHetzner, FakeServer};
+    use super::support::fake_kube::FakeKube;
+    use super::support::fake_robot::{FakeRobot, PASSWORD, USER};
+    use super::support::in_process::quick_options;
+    use canada_kaktus::config::{self, CiliumApiVersion, Settings};
+    use canada_kaktus::hetzner::HetznerClient;
+    use canada_kaktus::pool::PoolClient;
+    use canada_kaktus::reconcile::{PoolOutcome, Reconciler};
+    use serde_json::Value;
+    use std::collections::HashMap;
+
+    const TOKEN: &str = "test-token-robot";
+
+    /// A pool of Cloud servers and one of the samples' Robot servers
+    /// (321 by number, 421 by name), with their additional IPs.
+    const POOLS: &str = r#"[
+        {"Name": "cloud", "LabelSelector": "kops.k8s.io/instance-role=Node"},
+        {"Name": "dedicated", "Robot": {"Servers": [321, "server2"]},
+         "Addresses": ["public-ipv4", "robot-additional-ip"]}]"#;
+
+    fn settings(hetzner: &FakeHetzner, robot: &FakeRobot, password: &str) -> Settings {
+        let env: HashMap<String, String> = [
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+            ("CANADA_KAKTUS_HCLOUD_ENDPOINT", &hetzner.endpoint()),
+            ("CANADA_KAKTUS_ROBOT_ENDPOINT", &robot.endpoint()),
+            ("CANADA_KAKTUS_ROBOT_USER", USER),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD", password),
+            ("CANADA_KAKTUS_POOLS", POOLS),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        support::isolate_working_directory();
+        config::load(None, &env).expect("valid test settings")
+    }
+
+    async fn setup() -> (FakeHetzner, FakeRobot, FakeKube) {
+        let hetzner = FakeHetzner::start().await;
+        hetzner.expect_token(TOKEN);
+        hetzner.set_servers(vec![FakeServer::new(1, "192.0.2.1")]);
+        (hetzner, FakeRobot::start().await, FakeKube::new(&["v2"]))
+    }
+
+    fn reconciler(hetzner: &FakeHetzner, kube: &FakeKube) -> Reconciler {
+        canada_kaktus::sync::install_crypto_provider();
+        Reconciler::new(
+            HetznerClient::new(quick_options(hetzner.endpoint())).unwrap(),
+            PoolClient::new(kube.client(), CiliumApiVersion::Auto),
+        )
+    }
+
+    fn cidrs(kube: &FakeKube, pool: &str) -> Vec<String> {
+        let Some(pool) = kube.pool(pool) else {
+            return Vec::new();
+        };
+        pool["spec"]["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["cidr"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn outcome<'a>(outcomes: &'a [PoolOutcome], pool: &str) -> &'a PoolOutcome {
+        outcomes.iter().find(|o| o.pool == pool).unwrap()
+    }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn robot_servers_named_by_number_and_name_join_the_pool_with_one_listing() {
+        let (hetzner, robot, kube) = setup().await;
+        let settings = settings(&hetzner, &robot, PASSWORD);
+        let mut reconciler = reconciler(&hetzner, &kube);
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        assert!(outcome(&outcomes, "dedicated").result.is_ok());
+        assert_eq!(
+            cidrs(&kube, "dedicated"),
+            [
+                "123.123.123.123/32",
+                "123.123.123.124/32",
+                "124.124.124.124/32"
+            ],
+            "both main IPs and 321's additional IP"
+        );
+        assert_eq!(cidrs(&kube, "cloud"), ["192.0.2.1/32"]);
+        assert_eq!(
+            (
+                robot.requests("server"),
+                robot.requests("ip"),
+                robot.requests("failover")
+            ),
+            (1, 1, 0),
+            "one GET per list the pools need"
+        );
+        // A cycle right after (a retry, a reload) asks Robot nothing.
+        let again = reconciler.full(&settings).await.unwrap();
+        assert!(outcome(&again, "dedicated").result.is_ok());
+        assert_eq!(robot.all_requests(), 2);
+        assert_eq!(cidrs(&kube, "dedicated").len(), 3);
+    }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn refused_credentials_leave_the_robot_pool_alone_and_the_cloud_pool_written() {
+        let (hetzner, robot, kube) = setup().await;
+        let wrong = "not-the-password";
+        let settings = settings(&hetzner, &robot, wrong);
+        let mut reconciler = reconciler(&hetzner, &kube);
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
+        assert_eq!(e.metric_label(), "robot_unauthorized");
+        assert!(
+            !e.to_string().contains(wrong) && !e.to_string().contains(USER),
+            "{e}"
+        );
+        assert!(kube.pool("dedicated").is_none(), "nothing written");
+        assert_eq!(cidrs(&kube, "cloud"), ["192.0.2.1/32"], "Cloud pools go on");
+        // The next cycle of the process sends no second failed login.
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        assert!(outcome(&outcomes, "dedicated").result.is_err());
+        assert_eq!(robot.requests("server"), 1, "no second failed login");
+    }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn a_robot_outage_or_rate_limit_removes_nothing_from_a_pool_it_filled() {
+        let (hetzner, robot, kube) = setup().await;
+        let settings = settings(&hetzner, &robot, PASSWORD);
+        reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let before: Value = kube.pool("dedicated").unwrap()["spec"].clone();
+        let writes = kube.writes().len();
+        robot.set_maintenance(true);
+        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
+        assert_eq!(e.metric_label(), "robot_unavailable");
+        robot.set_maintenance(false);
+        robot.set_limit(0);
+        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
+        assert_eq!(e.metric_label(), "robot_rate_limited");
+        assert!(e.to_string().contains("waits 3600s"), "{e}");
+        assert_eq!(kube.pool("dedicated").unwrap()["spec"], before);
+        assert_eq!(kube.writes().len(), writes, "no write at all");
+        assert!(outcome(&outcomes, "cloud").result.is_ok());
+    }
+}

@@ -436,7 +436,7 @@ fn node_checks(
                 let servers = listing
                     .servers
                     .iter()
-                    .filter(|s| listing.prefiltered || pool.label_selector.matches(&s.labels))
+                    .filter(|s| pool.selects_cloud(&s.labels, listing.prefiltered))
                     .collect();
                 (pool.name.clone(), servers, pool.nodes.require_node)
             })

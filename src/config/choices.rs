@@ -175,12 +175,26 @@ pub enum AddressKind {
     PrivateIpv4,
     /// Floating IPs assigned to the server.
     FloatingIp,
+    /// A Robot server's additional single IPs (`GET /ip`).
+    RobotAdditionalIp,
+    /// The Robot failover IPs routed to the server now (`GET /failover`).
+    RobotFailoverIp,
+}
+
+impl AddressKind {
+    /// Only Robot (dedicated) servers have addresses of this kind.
+    pub fn robot_only(self) -> bool {
+        matches!(self, Self::RobotAdditionalIp | Self::RobotFailoverIp)
+    }
 }
 
 choice!(AddressKind, what: "address kind",
-    accepted: "public-ipv4, public-ipv6, private-ipv4 or floating-ip", {
+    accepted: "public-ipv4, public-ipv6, private-ipv4, floating-ip, robot-additional-ip or \
+               robot-failover-ip", {
     PublicIpv4 => "public-ipv4",
     PublicIpv6 => "public-ipv6",
     PrivateIpv4 => "private-ipv4",
     FloatingIp => "floating-ip",
+    RobotAdditionalIp => "robot-additional-ip",
+    RobotFailoverIp => "robot-failover-ip",
 });

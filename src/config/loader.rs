@@ -14,7 +14,8 @@ use super::{
     HCLOUD_TOKEN, HCLOUD_TOKEN_FILE, INTERVAL, LABEL_SELECTOR, LEADER_ELECTION, LEASE_DURATION,
     LEASE_NAME, LEASE_NAMESPACE, LISTEN_ADDRESS, LOG_FORMAT, LOG_LEVEL, MAX_REMOVAL_RATIO,
     NODE_DEBOUNCE, NODE_MIN_GAP, POOLS, POOL_ANNOTATIONS, POOL_LABELS, POOL_NAME,
-    POOL_SERVICE_SELECTOR, SINGLE_POOL_SETTINGS, WATCH_NODES,
+    POOL_SERVICE_SELECTOR, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER, SINGLE_POOL_SETTINGS,
+    WATCH_NODES,
 };
 use crate::vocab::quote::quote;
 use crate::vocab::LabelSelector;
@@ -169,6 +170,8 @@ impl Loader {
                 .map_err(|e| format!("is not a valid label selector: {e}"))
         });
         let hcloud = self.hcloud();
+        let robot = self.robot();
+        let robot_endpoint = self.robot_endpoint(hcloud.allow_http);
         let single = self.single_pool(label_selector);
         let interval = self.parse(&INTERVAL, parse_interval);
         let listen_address = self.parse(&LISTEN_ADDRESS, parse_listen_address);
@@ -179,6 +182,9 @@ impl Loader {
         let operate = self.operate_settings();
         let listed_pools = self.listed_pools(operate.watch_nodes);
         let pools_listed = listed_pools.is_some();
+        if let Some(pools) = &listed_pools {
+            self.check_robot_pools(pools, robot.is_some());
+        }
         if let Some(endpoint) = &hcloud.endpoint {
             self.check_plain_http(endpoint, hcloud.allow_http);
         }
@@ -189,6 +195,7 @@ impl Loader {
             hcloud.token,
             hcloud.endpoint,
             hcloud.timeout,
+            robot_endpoint,
             single,
             interval,
             listen_address,
@@ -200,6 +207,7 @@ impl Loader {
                 Some(token),
                 Some(hcloud_endpoint),
                 Some(hcloud_timeout),
+                Some(robot_endpoint),
                 Some(single),
                 Some(interval),
                 Some(listen_address),
@@ -216,6 +224,8 @@ impl Loader {
                 hcloud_endpoint,
                 hcloud_allow_http: hcloud.allow_http,
                 hcloud_timeout,
+                robot,
+                robot_endpoint,
                 interval,
                 listen_address,
                 cilium_api_version,
@@ -354,7 +364,9 @@ impl SinglePool {
     fn into_pool(self, max_removal_ratio: f64) -> PoolConfig {
         PoolConfig {
             name: self.name,
-            label_selector: self.label_selector,
+            label_selector: Some(self.label_selector),
+            node_selector: None,
+            robot: None,
             addresses: vec![AddressKind::PublicIpv4],
             ipv6_host_part: DEFAULT_IPV6_HOST_PART,
             private_network: None,
@@ -402,6 +414,7 @@ impl Loader {
                     let needs = [
                         (pool.nodes != NodeRules::default(), "Nodes"),
                         (pool.failover.is_some(), "FloatingIpFailover"),
+                        (pool.reads_node_labels(), "NodeSelector"),
                     ];
                     for (_, what) in needs.iter().filter(|(set, _)| *set && !watch_nodes) {
                         ok = false;
@@ -425,6 +438,33 @@ impl Loader {
                     self.problem(Some(&POOLS), format!("(from {}) {problem}", raw.origin));
                 }
                 None
+            }
+        }
+    }
+
+    /// A pool with `Robot` needs the Robot credentials, whose problem (if
+    /// any) is recorded already: this names each pool that would have none.
+    fn check_robot_pools(&mut self, pools: &[PoolConfig], credentials: bool) {
+        let set = [&ROBOT_USER, &ROBOT_PASSWORD, &ROBOT_PASSWORD_FILE]
+            .iter()
+            .any(|s| self.layer_of(s).is_some());
+        if credentials || set {
+            return;
+        }
+        for (index, pool) in pools.iter().enumerate() {
+            if pool.robot.is_some() {
+                self.problem(
+                    Some(&POOLS),
+                    format!(
+                        "pool {} ({}) has Robot servers, but no Robot webservice user is \
+                         configured; set {} and {} (or {})",
+                        index + 1,
+                        quote(&pool.name),
+                        ROBOT_USER.label(),
+                        ROBOT_PASSWORD.label(),
+                        ROBOT_PASSWORD_FILE.label()
+                    ),
+                );
             }
         }
     }

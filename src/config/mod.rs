@@ -10,6 +10,7 @@ mod choices;
 mod layers;
 mod loader;
 mod pools;
+mod robot;
 mod table;
 mod token;
 mod values;
@@ -17,6 +18,7 @@ pub use choices::*;
 use layers::{Layer, LayerKind};
 use loader::*;
 pub use pools::*;
+pub use robot::*;
 pub use table::*;
 pub use token::*;
 use values::*;
@@ -107,6 +109,10 @@ pub struct Settings {
     pub hcloud_allow_http: bool,
     /// Covers one whole request to Hetzner.
     pub hcloud_timeout: Duration,
+    /// The Robot webservice user, when dedicated servers are pool members.
+    pub robot: Option<RobotSettings>,
+    /// The Robot webservice's base URL, fixed at start.
+    pub robot_endpoint: String,
     /// The pools to keep, in order: those of `Pools`, or the one the
     /// single-pool settings (`LabelSelector`, `PoolName`, …) describe.
     pub pools: Vec<PoolConfig>,

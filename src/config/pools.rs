@@ -16,7 +16,13 @@ use std::net::Ipv6Addr;
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolConfig {
     pub name: String,
-    pub label_selector: LabelSelector,
+    /// Chooses the pool's Cloud servers by their Hetzner labels; `None`: a
+    /// pool of Robot servers only.
+    pub label_selector: Option<LabelSelector>,
+    /// Narrows the Cloud servers to those whose Node's labels match.
+    pub node_selector: Option<LabelSelector>,
+    /// The pool's Robot (dedicated) servers, when it takes any.
+    pub robot: Option<RobotMembers>,
     /// The kinds of address, in the order given, each once.
     pub addresses: Vec<AddressKind>,
     /// The host bits put into each public (and Floating) IPv6 `/64`.
@@ -52,6 +58,51 @@ pub const DEFAULT_MOVES_PER_MINUTE: u32 = 10;
 impl PoolConfig {
     pub fn wants(&self, kind: AddressKind) -> bool {
         self.addresses.contains(&kind)
+    }
+
+    /// Whether a Cloud server with these labels is the pool's (before its
+    /// Node's labels are asked, for a `NodeSelector`); `prefiltered`: the
+    /// Hetzner API matched the pools' one selector already.
+    pub fn selects_cloud(&self, labels: &BTreeMap<String, String>, prefiltered: bool) -> bool {
+        self.label_selector
+            .as_ref()
+            .is_some_and(|selector| prefiltered || selector.matches(labels))
+    }
+
+    /// A selector reads a Node's labels: its servers are only known once
+    /// the Node watch has listed.
+    pub fn reads_node_labels(&self) -> bool {
+        self.node_selector.is_some()
+            || self
+                .robot
+                .as_ref()
+                .is_some_and(|robot| robot.node_selector.is_some())
+    }
+}
+
+/// `Robot`: which dedicated servers a pool takes. Robot servers have no
+/// labels, so they are chosen by their Node's labels or by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RobotMembers {
+    /// Robot servers whose Node's labels match.
+    pub node_selector: Option<LabelSelector>,
+    /// Robot servers named here (by number or name), Node or not.
+    pub servers: Vec<RobotRef>,
+}
+
+/// A Robot server as `Robot.Servers` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RobotRef {
+    Number(i64),
+    Name(String),
+}
+
+impl RobotRef {
+    pub fn names(&self, number: i64, name: &str) -> bool {
+        match self {
+            RobotRef::Number(n) => *n == number,
+            RobotRef::Name(n) => n == name,
+        }
     }
 }
 
@@ -101,7 +152,11 @@ pub const POOL_KEYS: &[&str] = &[
     "FloatingIpFailover",
     "FailoverAfter",
     "FailoverMovesPerMinute",
+    "NodeSelector",
+    "Robot",
 ];
+
+const ROBOT_KEYS: &[&str] = &["NodeSelector", "Servers"];
 
 const NODE_KEYS: &[&str] = &["ExcludeUnhealthyAfter", "RequireNode"];
 
@@ -178,7 +233,19 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
     let fields = Fields::of(object, POOL_KEYS, problems);
     let before = problems.len();
     let name = parse_name(&fields, problems);
-    let label_selector = parse_label_selector(&fields, problems);
+    let robot = fields
+        .get("Robot")
+        .and_then(|value| parse_robot(value, problems));
+    let has_robot = fields.get("Robot").is_some();
+    let label_selector = parse_label_selector(&fields, has_robot, problems);
+    let node_selector = fields.parsed("NodeSelector", parse_selector, problems);
+    if node_selector.is_some() && label_selector.is_none() {
+        problems.push(
+            "NodeSelector is set, but LabelSelector is not; NodeSelector narrows the Cloud \
+             servers LabelSelector chooses (Robot servers have Robot.NodeSelector)"
+                .to_owned(),
+        );
+    }
     let addresses = match fields.get("Addresses") {
         None => vec![AddressKind::PublicIpv4],
         Some(value) => parse_kinds(value, problems),
@@ -206,12 +273,33 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
         options.floating_ip_selector.is_some(),
         problems,
     );
+    if failover.is_some() && robot.is_some() {
+        problems.push(
+            "FloatingIpFailover and Robot are both set; failover moves Cloud Floating IPs, \
+             which a dedicated server cannot hold: put the Robot servers into a pool of their \
+             own"
+            .to_owned(),
+        );
+    }
+    for kind in addresses.iter().filter(|k| k.robot_only()) {
+        if !has_robot {
+            problems.push(format!(
+                "Addresses has {kind}, but the pool has no Robot servers; add Robot or remove \
+                 {kind}"
+            ));
+        }
+    }
+    if failover.is_some() && label_selector.is_none() {
+        problems.push("FloatingIpFailover needs LabelSelector (its Cloud servers)".to_owned());
+    }
     if problems.len() > before {
         return None;
     }
     Some(PoolConfig {
         name: name?,
-        label_selector: label_selector?,
+        label_selector,
+        node_selector,
+        robot,
         addresses,
         ipv6_host_part: options.ipv6_host_part,
         private_network: options.private_network,
@@ -308,8 +396,12 @@ fn parse_name(fields: &Fields<'_>, problems: &mut Vec<String>) -> Option<String>
     }
 }
 
-/// `LabelSelector`, which every pool needs.
-fn parse_label_selector(fields: &Fields<'_>, problems: &mut Vec<String>) -> Option<LabelSelector> {
+/// `LabelSelector`, which every pool needs unless it has `Robot`.
+fn parse_label_selector(
+    fields: &Fields<'_>,
+    robot: bool,
+    problems: &mut Vec<String>,
+) -> Option<LabelSelector> {
     match fields.text("LabelSelector", problems) {
         Some(text) => match text.parse::<LabelSelector>() {
             Ok(selector) => Some(selector),
@@ -321,14 +413,77 @@ fn parse_label_selector(fields: &Fields<'_>, problems: &mut Vec<String>) -> Opti
                 None
             }
         },
+        None if robot => None,
         None => {
             problems.push(
-                "LabelSelector is missing; it chooses the pool's servers, e.g. role=edge"
+                "LabelSelector is missing; it chooses the pool's servers, e.g. role=edge (a \
+                 pool of dedicated servers only has Robot instead)"
                     .to_owned(),
             );
             None
         }
     }
+}
+
+fn parse_selector(text: &str) -> Result<LabelSelector, String> {
+    text.parse::<LabelSelector>()
+        .map_err(|e| format!("is not a valid label selector: {e}"))
+}
+
+/// `Robot`: an object with `NodeSelector`, `Servers` or both.
+fn parse_robot(value: &serde_json::Value, problems: &mut Vec<String>) -> Option<RobotMembers> {
+    const EXAMPLE: &str = "{\"NodeSelector\": \"role=edge\", \"Servers\": [321, \"db-1\"]}";
+    let serde_json::Value::Object(object) = value else {
+        problems.push(format!(
+            "Robot is a JSON {}; give an object such as {EXAMPLE}",
+            json_type(value)
+        ));
+        return None;
+    };
+    let mut nested = Vec::new();
+    let fields = Fields::of(object, ROBOT_KEYS, &mut nested);
+    let node_selector = fields.parsed("NodeSelector", parse_selector, &mut nested);
+    let mut servers = Vec::new();
+    match fields.get("Servers") {
+        None => {}
+        Some(serde_json::Value::Array(items)) => {
+            for item in items {
+                match item {
+                    serde_json::Value::Number(n) => match n.as_i64() {
+                        Some(number) if number > 0 => servers.push(RobotRef::Number(number)),
+                        _ => nested.push(format!("Servers: {n} is not a server number")),
+                    },
+                    serde_json::Value::String(text) if !text.trim().is_empty() => {
+                        let text = text.trim();
+                        servers.push(match text.parse::<i64>() {
+                            Ok(number) if number > 0 => RobotRef::Number(number),
+                            _ => RobotRef::Name(text.to_owned()),
+                        });
+                    }
+                    other => nested.push(format!(
+                        "Servers holds a JSON {}; each entry is a server number or name",
+                        json_type(other)
+                    )),
+                }
+            }
+        }
+        Some(other) => nested.push(format!(
+            "Servers is a JSON {}; give a list such as [321, \"db-1\"]",
+            json_type(other)
+        )),
+    }
+    let chooses_none = node_selector.is_none() && servers.is_empty() && nested.is_empty();
+    if chooses_none {
+        problems.push(format!(
+            "Robot chooses no server; give NodeSelector, Servers or both, e.g. {EXAMPLE}"
+        ));
+    }
+    let ok = nested.is_empty() && !chooses_none;
+    problems.extend(nested.into_iter().map(|p| format!("Robot.{p}")));
+    ok.then_some(RobotMembers {
+        node_selector,
+        servers,
+    })
 }
 
 /// The settings that refine the kinds of address, each checked against the
@@ -468,7 +623,8 @@ fn parse_kinds(value: &serde_json::Value, problems: &mut Vec<String>) -> Vec<Add
     if items.is_empty() {
         problems.push(
             "Addresses is empty; list at least one of public-ipv4, public-ipv6, private-ipv4, \
-             floating-ip (or leave it out for public-ipv4)"
+             floating-ip, robot-additional-ip, robot-failover-ip (or leave it out for \
+             public-ipv4)"
                 .to_owned(),
         );
     }

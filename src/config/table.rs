@@ -88,6 +88,36 @@ pub const HCLOUD_TIMEOUT: Setting = Setting {
                   whole answer), 1s to 2m; a request that times out is retried once, so a \
                   stalled API fails the cycle after about twice this",
 };
+pub const ROBOT_USER: Setting = Setting {
+    env: "CANADA_KAKTUS_ROBOT_USER",
+    key: "RobotUser",
+    default: SettingDefault::Unset(
+        "unset: no Robot (dedicated) servers; needed by a pool with Robot",
+    ),
+    description: "Hetzner Robot webservice user (Robot → Settings → Webservice and app settings), \
+                  with RobotPassword or RobotPasswordFile: both or neither. Never shown",
+};
+pub const ROBOT_PASSWORD: Setting = Setting {
+    env: "CANADA_KAKTUS_ROBOT_PASSWORD",
+    key: "RobotPassword",
+    default: SettingDefault::Unset("unset"),
+    description: "The webservice user's password (a line end is removed, spaces are kept). \
+                  Never shown",
+};
+pub const ROBOT_PASSWORD_FILE: Setting = Setting {
+    env: "CANADA_KAKTUS_ROBOT_PASSWORD_FILE",
+    key: "RobotPasswordFile",
+    default: SettingDefault::Unset("unset"),
+    description: "Path of a file holding the password (e.g. a mounted Secret), instead of \
+                  RobotPassword; re-read every cycle, so a new password is used without a restart",
+};
+pub const ROBOT_ENDPOINT: Setting = Setting {
+    env: "CANADA_KAKTUS_ROBOT_ENDPOINT",
+    key: "RobotEndpoint",
+    default: SettingDefault::Value(crate::robot::ROBOT_ENDPOINT),
+    description: "Base URL of the Robot webservice (https; plain http only to a loopback address \
+                  or with HcloudAllowHttp). Read at start only, like HcloudEndpoint",
+};
 pub const POOL_NAME: Setting = Setting {
     env: "CANADA_KAKTUS_POOL_NAME",
     key: "PoolName",
@@ -123,9 +153,11 @@ pub const POOLS: Setting = Setting {
     ),
     description: "Several pools, as a JSON list (in config.json a list, in the environment its \
                   JSON text); each entry has Name and LabelSelector, and optionally Addresses \
-                  (public-ipv4, public-ipv6, private-ipv4, floating-ip), Ipv6HostPart, \
+                  (public-ipv4, public-ipv6, private-ipv4, floating-ip, robot-additional-ip, \
+                  robot-failover-ip), Ipv6HostPart, \
                   PrivateNetwork, IncludeAliasIps, FloatingIpSelector, ServiceSelector, \
-                  Annotations, Labels, MaxRemovalRatio and Nodes (see Several pools). Cannot \
+                  Annotations, Labels, MaxRemovalRatio and Nodes (see Several pools), \
+                  NodeSelector, and Robot for dedicated servers (see Dedicated servers). Cannot \
                   be combined with the single-pool settings",
 };
 pub const INTERVAL: Setting = Setting {
@@ -245,6 +277,10 @@ pub const SETTINGS: &[Setting] = &[
     HCLOUD_ENDPOINT,
     HCLOUD_ALLOW_HTTP,
     HCLOUD_TIMEOUT,
+    ROBOT_USER,
+    ROBOT_PASSWORD,
+    ROBOT_PASSWORD_FILE,
+    ROBOT_ENDPOINT,
     POOL_NAME,
     POOL_ANNOTATIONS,
     POOL_LABELS,

@@ -77,9 +77,11 @@ pub fn failover_pools(
         .zip(held)
         .filter_map(|(pool, held)| {
             let failover = pool.failover?;
+            // A failover pool has Cloud servers (the configuration says so).
+            let selector = pool.label_selector.clone()?;
             let candidates = servers
                 .iter()
-                .filter(|s| prefiltered || pool.label_selector.matches(&s.labels))
+                .filter(|s| pool.selects_cloud(&s.labels, prefiltered))
                 .map(|s| Candidate {
                     id: s.id,
                     name: s.name.as_str().into(),
@@ -103,7 +105,7 @@ pub fn failover_pools(
                 .collect();
             Some(FailoverPool {
                 pool: pool.name.clone(),
-                selector: pool.label_selector.clone(),
+                selector,
                 failover,
                 candidates,
                 floating_ips,

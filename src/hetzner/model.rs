@@ -81,6 +81,22 @@ pub struct Server {
     /// asks for it (Floating IP failover ranks servers by it). Boxed: most
     /// listings keep none, and 10,000 empty slots should stay small.
     pub location: Option<Box<Location>>,
+    /// A Robot (dedicated) server's own addresses; `None` for a Cloud
+    /// server. Boxed like `location`.
+    pub robot: Option<Box<RobotAddresses>>,
+}
+
+/// What only a Robot server has: its number, its additional single IPs and
+/// the failover IPs routed to it. A Robot server's `Server::id` is its
+/// number negated ([`Server::robot_id`]), so Cloud IDs and Robot numbers
+/// never name the same server in a map keyed by ID.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RobotAddresses {
+    pub number: i64,
+    /// Additional single IPs, each with whether Hetzner locked it.
+    pub additional: Vec<(Ipv4Addr, bool)>,
+    /// Failover IPs routed to the server now (an IPv6 one is a `/64`).
+    pub failover: Vec<FloatingAddress>,
 }
 
 /// A Hetzner location: its name (`fsn1`) and network zone (`eu-central`).
@@ -91,6 +107,25 @@ pub struct Location {
 }
 
 impl Server {
+    /// The key of Robot server `number` among server IDs: its negation.
+    pub fn robot_id(number: i64) -> i64 {
+        -number
+    }
+
+    /// The Robot server number, for a Robot server.
+    pub fn robot_number(&self) -> Option<i64> {
+        self.robot.as_ref().map(|r| r.number)
+    }
+
+    /// How logs, Events and `explain` name the server's ID: `321` for a
+    /// Cloud server, `robot 321` for a dedicated one.
+    pub fn shown_id(&self) -> String {
+        match self.robot_number() {
+            Some(number) => format!("robot {number}"),
+            None => self.id.to_string(),
+        }
+    }
+
     /// A running server with a usable public IPv4 and nothing else; for tests
     /// and benchmarks.
     pub fn with_public_ipv4(id: i64, name: impl Into<String>, ipv4: Ipv4Addr) -> Self {
@@ -104,6 +139,7 @@ impl Server {
             private_net: Vec::new(),
             labels: BTreeMap::new(),
             location: None,
+            robot: None,
         }
     }
 }

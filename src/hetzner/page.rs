@@ -327,6 +327,7 @@ pub(super) fn absorb_servers(
             );
         }
         listing.servers.push(Server {
+            robot: None,
             id: server.id,
             name: server.name,
             status: ServerStatus::parse(server.status.as_deref().unwrap_or_default()),

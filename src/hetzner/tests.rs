@@ -248,6 +248,7 @@ fn parses_only_the_needed_fields() {
                 name: "fsn1".to_owned(),
                 network_zone: "eu-central".to_owned(),
             })),
+            robot: None,
         }
     );
     assert_eq!(

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use super::trace::{note, Outcome, Trace};
 use super::{floating_address, selects, Members};
 use crate::config::{AddressKind, BlockedAddresses, NetworkRef, PoolConfig};
-use crate::hetzner::{FloatingIp, Network, PrivateNet, Server};
+use crate::hetzner::{FloatingAddress, FloatingIp, Network, PrivateNet, Server};
 
 /// The network ID `private-ipv4` takes: the configured one (a name looked
 /// up in `networks`), or `None` for "the server's only one".
@@ -149,6 +149,34 @@ pub(super) fn addresses_of(
                     gather.none(at, kind, "no_floating_ip_selected");
                 }
             }
+            AddressKind::RobotAdditionalIp => match server.robot.as_deref() {
+                Some(robot) => {
+                    for (ip, locked) in &robot.additional {
+                        gather.take(at, kind, (IpAddr::V4(*ip), *locked, false), policy);
+                    }
+                    if gather.found.len() == before {
+                        gather.none(at, kind, "no_additional_ip");
+                    }
+                }
+                None => gather.none(at, kind, "not_a_robot_server"),
+            },
+            // Routed elsewhere, a failover IP moves like a Floating IP: a
+            // Node change does not take it away (see `Contributions`).
+            AddressKind::RobotFailoverIp => match server.robot.as_deref() {
+                Some(robot) => {
+                    for routed in &robot.failover {
+                        let address = match routed {
+                            FloatingAddress::V4(ip) => IpAddr::V4(*ip),
+                            FloatingAddress::V6(net) => IpAddr::V6(net.host(pool.ipv6_host_part)),
+                        };
+                        gather.take(at, kind, (address, false, true), policy);
+                    }
+                    if gather.found.len() == before {
+                        gather.none(at, kind, "no_failover_ip_routed");
+                    }
+                }
+                None => gather.none(at, kind, "not_a_robot_server"),
+            },
             AddressKind::FloatingIp => note(&mut gather.trace, |t| {
                 t.note(
                     &pool.name,

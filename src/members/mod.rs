@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::config::{AddressKind, BlockedAddresses, PoolConfig};
 use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server, ServerStatus};
+use crate::vocab::LabelSelector;
 
 /// What one cycle read: the servers (matched by the Hetzner API already
 /// when `prefiltered`, else by each pool's selector here), the Floating
@@ -34,6 +35,9 @@ use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server, ServerStatus}
 #[derive(Debug, Clone, Copy)]
 pub struct Listed<'a> {
     pub servers: &'a [Server],
+    /// The Robot (dedicated) servers; none when no pool takes them or
+    /// their listing failed (then those pools are not written).
+    pub robot: &'a [Server],
     pub prefiltered: bool,
     pub floating_ips: &'a [FloatingIp],
     pub networks: &'a [Network],
@@ -203,10 +207,12 @@ fn split_listing(
     let mut health_seen: HashMap<&str, BTreeSet<i64>> = HashMap::new();
     for (index, pool) in pools.iter().enumerate() {
         let (mut members, network) = start_pool(pool, listed.networks);
-        for server in listed.servers {
-            if !listed.prefiltered && !pool.label_selector.matches(&server.labels) {
-                continue;
-            }
+        let cloud = listed
+            .servers
+            .iter()
+            .filter(|s| takes_cloud(pool, s, listed.prefiltered, nodes));
+        let robot = listed.robot.iter().filter(|s| takes_robot(pool, s, nodes));
+        for server in cloud.chain(robot) {
             members.servers_matched += 1;
             let node = nodes.node_of(server.id, &server.name);
             let verdict = exclusion(server.id, server.status, node, pool, unhealthy, now);
@@ -249,6 +255,36 @@ fn split_listing(
     }
     unhealthy.retain(&health_seen);
     result
+}
+
+/// Whether Cloud server `server` is the pool's: its labels match
+/// `LabelSelector` (`prefiltered`: Hetzner matched them) and its Node's
+/// labels match `NodeSelector`, if the pool has one.
+fn takes_cloud(pool: &PoolConfig, server: &Server, prefiltered: bool, nodes: &NodeView) -> bool {
+    pool.selects_cloud(&server.labels, prefiltered)
+        && pool
+            .node_selector
+            .as_ref()
+            .is_none_or(|selector| node_matches(selector, server, nodes))
+}
+
+/// Whether Robot server `server` is the pool's: `Robot.Servers` names it,
+/// or its Node's labels match `Robot.NodeSelector`.
+fn takes_robot(pool: &PoolConfig, server: &Server, nodes: &NodeView) -> bool {
+    let (Some(robot), Some(number)) = (&pool.robot, server.robot_number()) else {
+        return false;
+    };
+    robot.servers.iter().any(|r| r.names(number, &server.name))
+        || robot
+            .node_selector
+            .as_ref()
+            .is_some_and(|selector| node_matches(selector, server, nodes))
+}
+
+fn node_matches(selector: &LabelSelector, server: &Server, nodes: &NodeView) -> bool {
+    nodes
+        .node_of(server.id, &server.name)
+        .is_some_and(|node| selector.matches(&node.labels))
 }
 
 /// Tells `trace` that a node rule leaves `server` out of `pool`, and
@@ -512,5 +548,7 @@ fn failover_owners(pools: &[PoolConfig], floating_ips: &[FloatingIp]) -> HashMap
 
 #[cfg(test)]
 mod node_rule_tests;
+#[cfg(test)]
+mod robot_tests;
 #[cfg(test)]
 mod tests;

@@ -274,6 +274,7 @@ fn node_facts_read_what_the_rules_need_from_a_node() {
         NodeFacts {
             name: "worker-1".into(),
             server_id: Some(4711),
+            labels: [(EXCLUDE_LABEL.to_owned(), String::new())].into(),
             deleting: true,
             exclude_label: true,
             to_be_deleted: true,

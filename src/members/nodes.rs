@@ -5,26 +5,33 @@
 //! or tainted `ToBeDeletedByClusterAutoscaler` takes no new traffic. Cordoned
 //! nodes stay in. Pure.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
-use crate::hetzner::ServerStatus;
+use crate::hetzner::{Server, ServerStatus};
 
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// `spec.providerID` of a Hetzner server's Node: `hcloud://<server id>`.
 pub const PROVIDER_PREFIX: &str = "hcloud://";
+/// `spec.providerID` of a Robot server's Node: `hrobot://<server number>`
+/// (Hetzner's cloud controller manager), or the older `hcloud://bm-<n>`.
+pub const ROBOT_PROVIDER_PREFIX: &str = "hrobot://";
+pub const OLD_ROBOT_PROVIDER_PREFIX: &str = "hcloud://bm-";
 
 /// What one Node says, reduced to what the rules read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeFacts {
     pub name: String,
-    /// From `spec.providerID`, when it is a Hetzner Cloud one.
+    /// From `spec.providerID`, when it is a Hetzner one: a Cloud server's
+    /// ID, or a Robot server's (its number negated, `Server::robot_id`).
     pub server_id: Option<i64>,
+    /// The Node's labels (for `NodeSelector` and `Robot.NodeSelector`).
+    pub labels: BTreeMap<String, String>,
     pub deleting: bool,
     pub exclude_label: bool,
     pub to_be_deleted: bool,
@@ -42,8 +49,7 @@ impl NodeFacts {
         let spec = node.spec.as_ref();
         let server_id = spec
             .and_then(|s| s.provider_id.as_deref())
-            .and_then(|id| id.strip_prefix(PROVIDER_PREFIX))
-            .and_then(|id| id.trim_start_matches('/').parse::<i64>().ok());
+            .and_then(server_of_provider_id);
         let condition = node
             .status
             .as_ref()
@@ -57,6 +63,7 @@ impl NodeFacts {
         Self {
             name: meta.name.clone().unwrap_or_default(),
             server_id,
+            labels: meta.labels.clone().unwrap_or_default(),
             deleting: meta.deletion_timestamp.is_some(),
             exclude_label: meta
                 .labels
@@ -89,6 +96,25 @@ impl NodeFacts {
             None
         }
     }
+}
+
+/// The server a `spec.providerID` names, as a server ID: `hrobot://<n>`
+/// and `hcloud://bm-<n>` a Robot server, `hcloud://<id>` a Cloud server
+/// (checked in this order, as Hetzner's cloud controller manager does).
+pub fn server_of_provider_id(provider_id: &str) -> Option<i64> {
+    let number = |text: &str| {
+        text.trim_start_matches('/')
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+    };
+    if let Some(robot) = provider_id.strip_prefix(ROBOT_PROVIDER_PREFIX) {
+        return number(robot).map(Server::robot_id);
+    }
+    if let Some(robot) = provider_id.strip_prefix(OLD_ROBOT_PROVIDER_PREFIX) {
+        return number(robot).map(Server::robot_id);
+    }
+    provider_id.strip_prefix(PROVIDER_PREFIX).and_then(number)
 }
 
 /// Every Node the watch knows, by server ID and by name.

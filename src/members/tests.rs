@@ -7,7 +7,9 @@ use std::net::Ipv4Addr;
 pub(super) fn pool(name: &str, selector: &str, kinds: &[AddressKind]) -> PoolConfig {
     PoolConfig {
         name: name.into(),
-        label_selector: selector.parse().unwrap(),
+        label_selector: Some(selector.parse().unwrap()),
+        node_selector: None,
+        robot: None,
         addresses: kinds.to_vec(),
         ipv6_host_part: DEFAULT_IPV6_HOST_PART,
         private_network: None,
@@ -84,6 +86,7 @@ pub(super) fn split_checked(
 pub(super) fn listed(servers: &[Server]) -> Listed<'_> {
     Listed {
         servers,
+        robot: &[],
         prefiltered: false,
         floating_ips: &[],
         networks: &[],

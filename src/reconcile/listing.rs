@@ -12,6 +12,7 @@ use crate::hetzner::{FloatingIp, HetznerClient, Network, Server};
 use crate::members::{
     members, members_traced, Contributions, Listed, Members, NodeView, Trace, Unhealthy,
 };
+use crate::robot::{RobotDue, RobotRead, RobotSource};
 
 use crate::pool::{self, DesiredPool, Pool, PoolTemplate};
 
@@ -33,12 +34,15 @@ pub struct Listing {
     pub floating_ips: Vec<FloatingIp>,
     pub networks: Vec<Network>,
     pub requests: u32,
+    /// The Robot servers, read once per cycle (see `robot::RobotSource`).
+    pub robot: RobotRead,
 }
 
 impl Listing {
     fn listed(&self) -> Listed<'_> {
         Listed {
             servers: &self.servers,
+            robot: self.robot.servers(),
             prefiltered: self.prefiltered,
             floating_ips: &self.floating_ips,
             networks: &self.networks,
@@ -50,17 +54,29 @@ impl Listing {
 /// pools' one selector, or none (an unfiltered listing matched here) when
 /// they differ. Either way no server is listed twice in a cycle.
 pub fn shared_selector(pools: &[PoolConfig]) -> Option<String> {
-    let first = pools.first()?.label_selector.to_string();
-    pools
-        .iter()
-        .all(|p| p.label_selector.to_string() == first)
-        .then_some(first)
+    let mut selectors = pools.iter().filter_map(|p| p.label_selector.as_ref());
+    let first = selectors.next()?.to_string();
+    selectors.all(|s| s.to_string() == first).then_some(first)
 }
 
-/// Lists everything the pools need from Hetzner, or fails without touching
-/// anything: the servers, and the Floating IPs and networks when a pool
-/// uses them. A failure of any listing fails the whole cycle.
+/// [`list_cloud`] and a Robot listing of its own, for a command that lists
+/// once (`--dry-run`, `check`, `explain`): a failed Robot listing fails
+/// only the pools with Robot servers, as in a cycle.
 pub async fn list_hetzner(
+    hetzner: &HetznerClient,
+    settings: &Settings,
+) -> Result<Listing, ReconcileError> {
+    let mut listing = list_cloud(hetzner, settings).await?;
+    listing.robot = RobotSource::new(&settings.robot_endpoint, settings.hcloud_timeout)
+        .read(settings, RobotDue::List)
+        .await;
+    Ok(listing)
+}
+
+/// Lists everything the pools need from Hetzner Cloud, or fails without
+/// touching anything: the servers, and the Floating IPs and networks when
+/// a pool uses them. A failure of any listing fails the whole cycle.
+pub async fn list_cloud(
     hetzner: &HetznerClient,
     settings: &Settings,
 ) -> Result<Listing, ReconcileError> {
@@ -71,14 +87,20 @@ pub async fn list_hetzner(
         .iter()
         .any(|p| p.wants(AddressKind::PrivateIpv4));
     let failover = settings.pools.iter().any(|p| p.failover.is_some());
-    let servers = hetzner
-        .list_servers_with(
-            &token,
-            selector.as_deref().unwrap_or(""),
-            private_networks,
-            failover,
-        )
-        .await?;
+    // Pools of Robot servers only need no Cloud server.
+    let cloud = settings.pools.iter().any(|p| p.label_selector.is_some());
+    let servers = if cloud {
+        hetzner
+            .list_servers_with(
+                &token,
+                selector.as_deref().unwrap_or(""),
+                private_networks,
+                failover,
+            )
+            .await?
+    } else {
+        Default::default()
+    };
     let mut listing = Listing {
         requests: servers.requests,
         servers: servers.servers,
@@ -185,7 +207,8 @@ fn render_members(
             let desired = pool::render(&template_from(pool), members.addresses.iter().copied());
             // Before the Node list every server of such a pool seems to
             // have no Node: say that, not that the pool would be empty.
-            let mut verdict = if pool.nodes.require_node && !nodes.complete {
+            let nodes_needed = pool.nodes.require_node || pool.reads_node_labels();
+            let mut verdict = if nodes_needed && !nodes.complete {
                 Err(ReconcileError::NodesUnknown)
             } else {
                 pool::empty_pool_guard(&desired, server_counts(&members), &pool.addresses)
@@ -193,6 +216,11 @@ fn render_members(
             };
             if let Some(network) = &members.network_missing {
                 verdict = Err(network_missing(network, &listing.networks));
+            }
+            // Without its Robot servers the pool would lose their
+            // addresses: it stays as it is.
+            if let (Some(_), Some(e)) = (&pool.robot, listing.robot.error()) {
+                verdict = Err(ReconcileError::Robot(e.clone()));
             }
             RenderedPool {
                 members,

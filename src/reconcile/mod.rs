@@ -21,11 +21,13 @@ use crate::failover::{failover_pools, FailoverPool};
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeView, Unhealthy};
 use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
+use crate::robot::{RobotDue, RobotObserver, RobotRead, RobotSource};
+use std::sync::Arc;
 
 pub use dry::{dry_cycle, DryPool};
 use listing::{find_pool, keep_unconfirmed, removals, render_recording, server_counts, warn_about};
 pub use listing::{
-    list_hetzner, render_pools, render_traced, shared_selector, template_from, Listing,
+    list_cloud, list_hetzner, render_pools, render_traced, shared_selector, template_from, Listing,
     RenderedPool,
 };
 use plan::take_pool;
@@ -60,6 +62,11 @@ pub struct Reconciler {
     /// The failover pools of the last complete listing, until the loop
     /// takes them.
     failover: Option<FailoverListing>,
+    /// The Robot webservice, built at the first cycle that needs it.
+    robot: Option<RobotSource>,
+    robot_observer: Option<Arc<dyn RobotObserver>>,
+    /// Whether the next full cycle lists Robot or uses the last listing.
+    robot_due: RobotDue,
 }
 
 /// The failover pools as one complete listing showed them.
@@ -87,7 +94,35 @@ impl Reconciler {
             confirm_after: Duration::ZERO,
             fence: Fence::open(),
             failover: None,
+            robot: None,
+            robot_observer: None,
+            robot_due: RobotDue::List,
         }
+    }
+
+    /// Tells `observer` about every Robot request (metrics).
+    pub fn set_robot_observer(&mut self, observer: Arc<dyn RobotObserver>) {
+        self.robot_observer = Some(observer);
+        self.robot = None;
+    }
+
+    /// Whether the next full cycle lists Robot ([`RobotDue::List`]) or uses
+    /// the last listing (a cycle that Node changes brought forward).
+    pub fn set_robot_due(&mut self, due: RobotDue) {
+        self.robot_due = due;
+    }
+
+    /// What this cycle knows of the Robot servers (see `RobotSource`).
+    async fn read_robot(&mut self, settings: &Settings) -> RobotRead {
+        let observer = self.robot_observer.clone();
+        let source = self.robot.get_or_insert_with(|| {
+            let source = RobotSource::new(&settings.robot_endpoint, settings.hcloud_timeout);
+            match observer {
+                Some(observer) => source.with_observer(observer),
+                None => source,
+            }
+        });
+        source.read(settings, self.robot_due).await
     }
 
     pub fn set_confirm_after(&mut self, confirm_after: Duration) {
@@ -167,7 +202,9 @@ impl Reconciler {
         // Both listings of the cycle share one time limit.
         let hetzner = self.hetzner.for_cycle();
         let started = Instant::now();
-        let listing = list_hetzner(&hetzner, settings).await?;
+        let robot = self.read_robot(settings).await;
+        let mut listing = list_cloud(&hetzner, settings).await?;
+        listing.robot = robot.clone();
         let resource = self
             .pools
             .refresh_resource(settings.cilium_api_version)
@@ -200,7 +237,9 @@ impl Reconciler {
         // listing that agrees.
         let removing = removals(&rendered, &all);
         if removing.iter().any(|r| !r.is_empty()) {
-            let again = list_hetzner(&hetzner, settings).await?;
+            // Robot's lists are no pages: the same read confirms.
+            let mut again = list_cloud(&hetzner, settings).await?;
+            again.robot = robot.clone();
             requests += again.requests;
             let mut scratch = self.unhealthy.clone();
             let confirmation =

@@ -27,6 +27,8 @@ pub enum ReconcileError {
         reason: String,
         message: String,
     },
+    #[error("the Robot servers are not known, pool left unchanged: {0}")]
+    Robot(crate::robot::RobotError),
     #[error("the cycle took longer than {seconds}s and was abandoned; pool left unchanged")]
     TimedOut { seconds: u64 },
     #[error(
@@ -66,6 +68,7 @@ impl ReconcileError {
             ReconcileError::TimedOut { .. } => "cycle_timeout",
             ReconcileError::NodesUnknown => "nodes_unknown",
             ReconcileError::NetworkMissing { .. } => "network_missing",
+            ReconcileError::Robot(e) => e.metric_label(),
             ReconcileError::LeaseExpired => "lease_expired",
             ReconcileError::Pool { source, .. } => source.metric_label(),
         }

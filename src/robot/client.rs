@@ -31,6 +31,14 @@ const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 /// names.
 const MAX_WAIT_SECS: u64 = 24 * 60 * 60;
 
+/// Told about every request the client sends, for metrics: the list and
+/// the answer's status (or `transport`), and whether a list is held back by
+/// a rate limit. Never sees the credentials.
+pub trait RobotObserver: Send + Sync + std::fmt::Debug {
+    fn robot_request(&self, list: &'static str, code: &str);
+    fn robot_rate_limited(&self, list: &'static str, limited: bool);
+}
+
 /// A webservice user: the user name and its password.
 #[derive(Clone)]
 pub struct RobotCredentials {
@@ -60,6 +68,7 @@ pub struct RobotClient {
     accepted: Arc<AtomicBool>,
     /// Held by the one request in flight until then.
     first: Arc<tokio::sync::Mutex<()>>,
+    observer: Option<Arc<dyn RobotObserver>>,
 }
 
 impl std::fmt::Debug for RobotClient {
@@ -102,7 +111,20 @@ impl RobotClient {
             rules: Arc::default(),
             accepted: Arc::default(),
             first: Arc::default(),
+            observer: None,
         })
+    }
+
+    /// Tells `observer` about every request.
+    pub fn with_observer(mut self, observer: Option<Arc<dyn RobotObserver>>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    fn observe(&self, tell: impl FnOnce(&dyn RobotObserver)) {
+        if let Some(observer) = &self.observer {
+            tell(observer.as_ref());
+        }
     }
 
     /// `GET /server`; an empty account is an empty list.
@@ -172,8 +194,12 @@ impl RobotClient {
             .header(ACCEPT, HeaderValue::from_static("application/json"))
             .send()
             .await
-            .map_err(|e| self.transport(list, &e))?;
+            .map_err(|e| {
+                self.observe(|o| o.robot_request(list.path(), "transport"));
+                self.transport(list, &e)
+            })?;
         let status = response.status().as_u16();
+        self.observe(|o| o.robot_request(list.path(), &status.to_string()));
         if status == 401 {
             // Known before the body is read: a body that never comes must
             // not leave the way open to another failed login.
@@ -193,7 +219,10 @@ impl RobotClient {
                 list: list.path(),
                 reason: format!("the answer is over {} MiB", MAX_BODY_BYTES / (1024 * 1024)),
             })?;
-        if let Some(error) = error_of(list, status, &body) {
+        let error = error_of(list, status, &body);
+        let limited = matches!(error, Some(RobotError::RateLimited { .. }));
+        self.observe(|o| o.robot_rate_limited(list.path(), limited));
+        if let Some(error) = error {
             self.learn(list, &error);
         }
         Ok((status, body))

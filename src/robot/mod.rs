@@ -1,8 +1,6 @@
 //! The Hetzner Robot webservice (dedicated servers), read only: the
 //! servers, their additional single IPs, and the failover IPs routed to
-//! them. Not wired into the pools yet (issue 24): how often to list, and
-//! what a failed listing does to a pool, come with the pools that take
-//! Robot members.
+//! them, as pool members next to the Cloud servers.
 //!
 //! - `model.rs`: a Robot server, an additional IP, a failover IP.
 //! - `documents.rs`: the list documents (`[{"server": {…}}]`) and the
@@ -11,16 +9,23 @@
 //! - `client.rs`: the requests, with HTTP Basic auth, and the
 //!   webservice's rules kept on this side (no request after a 401 with the
 //!   same credentials; none to a list before its rate limit's interval).
+//! - `servers.rs`: a listing's servers as pool members (pure).
+//! - `source.rs`: when a cycle lists Robot and what it keeps between
+//!   cycles.
 
 mod client;
 mod documents;
 mod error;
 mod model;
+mod servers;
+mod source;
 
 pub use client::*;
 pub use documents::*;
 pub use error::*;
 pub use model::*;
+pub use servers::*;
+pub use source::*;
 
 #[cfg(test)]
 mod tests;

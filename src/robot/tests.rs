@@ -114,3 +114,33 @@ fn only_a_lists_documented_not_found_is_empty_and_a_bare_403_is_the_limit() {
         })
     );
 }
+
+#[test]
+fn robot_is_listed_at_most_once_a_minute_and_node_changes_reuse_the_last_listing() {
+    use super::{list_due, RobotDue, MIN_GAP};
+    use std::time::Duration;
+    use tokio::time::Instant;
+    let now = Instant::now() + Duration::from_secs(3600);
+    let reuse = Duration::from_secs(1800);
+    assert!(list_due(RobotDue::List, None, reuse, now), "never listed");
+    assert!(
+        list_due(RobotDue::Reuse, None, reuse, now),
+        "nothing to reuse"
+    );
+    let just = now - (MIN_GAP - Duration::from_secs(1));
+    assert!(
+        !list_due(RobotDue::List, Some(just), reuse, now),
+        "a retry within a minute"
+    );
+    let minute = now - MIN_GAP;
+    assert!(list_due(RobotDue::List, Some(minute), reuse, now));
+    assert!(
+        !list_due(RobotDue::Reuse, Some(minute), reuse, now),
+        "a Node change uses the last listing"
+    );
+    let old = now - reuse;
+    assert!(
+        list_due(RobotDue::Reuse, Some(old), reuse, now),
+        "but not one older than it may be"
+    );
+}

@@ -32,8 +32,10 @@ use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
 use crate::pool::{other_spec_writers, Pool};
 use crate::reconcile::{event_needs_repair, CycleKind, Reconciler};
+use crate::robot::RobotDue;
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
+use crate::serve::metrics::Trigger;
 use crate::serve::telemetry::LogControl;
 use cycle::Work;
 use events::Target;
@@ -239,6 +241,7 @@ impl ControlLoop {
             .clone()
             .with_observer(self.metrics.clone());
         self.reconciler.set_hetzner(observed);
+        self.reconciler.set_robot_observer(self.metrics.clone());
         self.metrics.set_interval(self.interval());
         self.announce_pools();
         let client = self.reconciler.pools().client().clone();
@@ -315,6 +318,12 @@ impl ControlLoop {
     async fn full_cycle(&mut self, st: &mut Running) -> Flow {
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
+        // Node changes never cost a Robot request.
+        self.reconciler.set_robot_due(if trigger == Trigger::Node {
+            RobotDue::Reuse
+        } else {
+            RobotDue::List
+        });
         self.reconciler
             .set_confirm_after(st.schedule.clocks().confirm_after());
         // Nothing is added before the Nodes are listed: wait for that list

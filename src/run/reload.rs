@@ -113,6 +113,15 @@ impl ControlLoop {
             new.hcloud_endpoint = self.settings.hcloud_endpoint.clone();
             new.hcloud_allow_http = self.settings.hcloud_allow_http;
         }
+        // The same for the Robot credentials.
+        if new.robot_endpoint != self.settings.robot_endpoint {
+            warn!(
+                settings = "RobotEndpoint",
+                endpoint = %self.settings.robot_endpoint,
+                "this setting changes only after a restart; the running endpoint stays"
+            );
+            new.robot_endpoint = self.settings.robot_endpoint.clone();
+        }
     }
 
     /// Puts valid reloaded settings into force: a new Hetzner client when

@@ -13,9 +13,10 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 
 use families::{
-    CodeLabels, CycleLabels, CycleMetrics, FailoverMetrics, FieldManagerLabels, HetznerMetrics,
-    KindLabels, MoveLabels, OperateMetrics, PoolCauseLabels, PoolChangeLabels, PoolGuardLabels,
-    PoolLabels, PoolMetrics, PoolReasonLabels, ResultLabels, TriggerLabels,
+    CodeLabels, CycleLabels, CycleMetrics, EndpointLabels, FailoverMetrics, FieldManagerLabels,
+    HetznerMetrics, KindLabels, MoveLabels, OperateMetrics, PoolCauseLabels, PoolChangeLabels,
+    PoolGuardLabels, PoolLabels, PoolMetrics, PoolReasonLabels, ResultLabels, RobotLabels,
+    TriggerLabels,
 };
 
 use crate::hetzner::{RequestObserver, RequestOutcome, SkipReason};
@@ -484,6 +485,27 @@ impl RequestObserver for Metrics {
             .hcloud_requests_total
             .get_or_create(&CodeLabels { code })
             .inc();
+    }
+}
+
+impl crate::robot::RobotObserver for Metrics {
+    fn robot_request(&self, list: &'static str, code: &str) {
+        self.hetzner
+            .robot_requests_total
+            .get_or_create(&RobotLabels {
+                endpoint: list.to_owned(),
+                code: code.to_owned(),
+            })
+            .inc();
+    }
+
+    fn robot_rate_limited(&self, list: &'static str, limited: bool) {
+        self.hetzner
+            .robot_rate_limited
+            .get_or_create(&EndpointLabels {
+                endpoint: list.to_owned(),
+            })
+            .set(i64::from(limited));
     }
 }
 

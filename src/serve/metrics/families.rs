@@ -68,6 +68,17 @@ pub(super) struct CodeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct RobotLabels {
+    pub endpoint: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct EndpointLabels {
+    pub endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ResultLabels {
     pub result: &'static str,
 }
@@ -253,6 +264,8 @@ impl PoolMetrics {
 
 /// Requests to the Hetzner API and its rate limit.
 pub(super) struct HetznerMetrics {
+    pub robot_requests_total: Family<RobotLabels, Counter>,
+    pub robot_rate_limited: Family<EndpointLabels, Gauge>,
     pub hcloud_requests_total: Family<CodeLabels, Counter>,
     pub hcloud_request_duration: Histogram,
     pub hcloud_ratelimit_remaining: Gauge,
@@ -290,7 +303,23 @@ impl HetznerMetrics {
             Gauge::default(),
         );
         hcloud_ratelimit_limit.set(-1);
+        let robot_requests_total = registered(
+            registry,
+            "robot_requests",
+            "HTTP requests to the Hetzner Robot webservice by list (server, ip, failover) and \
+             status code, or transport when no answer came",
+            Family::<RobotLabels, Counter>::default(),
+        );
+        let robot_rate_limited = registered(
+            registry,
+            "robot_rate_limited",
+            "1 while a Robot list is held back by the webservice's rate limit \
+             (RATE_LIMIT_EXCEEDED), 0 once it answers again",
+            Family::<EndpointLabels, Gauge>::default(),
+        );
         Self {
+            robot_requests_total,
+            robot_rate_limited,
             hcloud_requests_total,
             hcloud_request_duration,
             hcloud_ratelimit_remaining,

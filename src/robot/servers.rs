@@ -1,0 +1,74 @@
+//! A Robot listing as pool members: each dedicated server becomes a
+//! [`Server`] like a Cloud one (its main IPv4, its `/64`), with its
+//! additional single IPs and the failover IPs routed to it now. Pure.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use super::{RobotFailover, RobotIp, RobotServer, RobotStatus};
+use crate::hetzner::{FloatingAddress, Ipv6Net, RobotAddresses, Server, ServerStatus, SkipReason};
+
+/// The servers of a Robot listing as members. `ips` and `failovers` are
+/// empty when no pool takes those kinds.
+pub fn as_servers(
+    servers: Vec<RobotServer>,
+    ips: &[RobotIp],
+    failovers: &[RobotFailover],
+) -> Vec<Server> {
+    let mut additional: HashMap<i64, Vec<_>> = HashMap::new();
+    for ip in ips {
+        additional
+            .entry(ip.server_number)
+            .or_default()
+            .push((ip.ip, ip.locked));
+    }
+    servers
+        .into_iter()
+        .map(|server| {
+            let routed = failovers
+                .iter()
+                .filter(|f| f.active_server_ip.is_some_and(|to| routed_to(&server, to)))
+                .filter_map(|f| match f.ip {
+                    IpAddr::V4(ip) => Some(FloatingAddress::V4(ip)),
+                    IpAddr::V6(ip) => {
+                        Ipv6Net::parse(&format!("{ip}/64"), false).map(FloatingAddress::V6)
+                    }
+                })
+                .collect();
+            let mut own = additional.remove(&server.number).unwrap_or_default();
+            // The main IP is public-ipv4, not an additional one.
+            own.retain(|(ip, _)| Some(*ip) != server.ipv4);
+            Server {
+                id: Server::robot_id(server.number),
+                status: match server.status {
+                    RobotStatus::Ready => ServerStatus::Running,
+                    RobotStatus::InProcess => ServerStatus::Rebuilding,
+                    RobotStatus::Other => ServerStatus::Unknown,
+                },
+                public_ipv4: server.ipv4.ok_or(SkipReason::NoPublicIpv4),
+                public_ipv4_blocked: false,
+                ipv6: server.ipv6,
+                private_net: Vec::new(),
+                labels: Default::default(),
+                location: None,
+                robot: Some(Box::new(RobotAddresses {
+                    number: server.number,
+                    additional: own,
+                    failover: routed,
+                })),
+                name: server.name,
+            }
+        })
+        .collect()
+}
+
+/// Whether `active_server_ip` names this server: its main IPv4, or an
+/// address in its `/64`.
+fn routed_to(server: &RobotServer, to: IpAddr) -> bool {
+    match to {
+        IpAddr::V4(ip) => server.ipv4 == Some(ip),
+        IpAddr::V6(ip) => server.ipv6.is_some_and(|net| {
+            Ipv6Net::parse(&format!("{ip}/64"), false).is_some_and(|n| n.network == net.network)
+        }),
+    }
+}

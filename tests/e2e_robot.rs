@@ -1,0 +1,259 @@
+//! Robot (dedicated) servers as pool members against a real kube-apiserver
+//! and etcd (RBAC on), installed with `deploy/` and the `deploy/several-pools`
+//! component's RBAC (pools `edge` and `internal`), the controller running
+//! as the shipped ServiceAccount, with a fake Hetzner Cloud API and a fake
+//! Robot webservice (the hrobot-go v0.2.7 samples: servers 321 and 421) on
+//! loopback. Every pool assertion reads the API server.
+//!
+//! `#[ignore]`d (counted as ignored by a plain `cargo test`); the README's
+//! test command runs them.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::cluster::{CrdFixture, TestCluster};
+use support::e2e::{
+    apply_several_pools, cluster, pools, several_pools_server as server, start_with_config,
+    wait_event, wait_named_pool, Controller, TOKEN,
+};
+use support::fake_hetzner::FakeHetzner;
+use support::fake_robot::{FakeRobot, PASSWORD, USER};
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// `edge`: Cloud servers labelled role=edge and the Robot servers whose
+/// Node is labelled role=edge; `internal`: Cloud servers only.
+const CONFIG: &str = r#"{"Pools": [
+    {"Name": "edge", "LabelSelector": "role=edge", "Robot": {"NodeSelector": "role=edge"}},
+    {"Name": "internal", "LabelSelector": "role=internal"}]}"#;
+
+/// `edge` as the Robot servers alone: 421 by name, 321 by its Node.
+const ROBOT_ONLY: &str = r#"{"Pools": [
+    {"Name": "edge", "Robot": {"NodeSelector": "role=edge", "Servers": ["server2"]}},
+    {"Name": "internal", "LabelSelector": "role=internal"}]}"#;
+
+fn cidrs(pool: Option<&DynamicObject>) -> BTreeSet<String> {
+    pool.and_then(|p| p.data["spec"]["blocks"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+async fn fakes() -> (FakeHetzner, FakeRobot) {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![
+        server(1, true),
+        server(2, false).with_label("role", "internal"),
+    ]);
+    (hetzner, FakeRobot::start().await)
+}
+
+/// The Node Hetzner's cloud controller manager registers for Robot server
+/// `number`, named unlike the server so that only the provider ID links
+/// them.
+fn robot_node(number: i64, labels: serde_json::Value) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": format!("dedicated-{number}"), "labels": labels},
+        "spec": {"providerID": format!("hrobot://{number}")},
+    }))
+    .unwrap()
+}
+
+/// Waits until `controller` has listed the Cloud servers `count` more
+/// times: that many more cycles.
+async fn wait_listings(hetzner: &FakeHetzner, controller: &mut Controller, count: usize) {
+    let since = hetzner.requests();
+    let deadline = Instant::now() + WITHIN;
+    while hetzner.requests() < since + count {
+        controller.assert_running();
+        assert!(Instant::now() < deadline, "the controller stopped listing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn start(
+    cluster: &TestCluster,
+    hetzner: &FakeHetzner,
+    robot: &FakeRobot,
+    config: &str,
+    password: &str,
+) -> Controller {
+    let endpoint = robot.endpoint();
+    start_with_config(
+        cluster,
+        hetzner,
+        config,
+        &[
+            ("CANADA_KAKTUS_ROBOT_ENDPOINT", endpoint.as_str()),
+            ("CANADA_KAKTUS_ROBOT_USER", USER),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD", password),
+        ],
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn a_labelled_hrobot_node_brings_its_server_and_the_node_rules_take_it_out() {
+    let started = Instant::now();
+    let (hetzner, robot) = fakes().await;
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    nodes
+        .create(
+            &PostParams::default(),
+            &robot_node(321, json!({"role": "edge"})),
+        )
+        .await
+        .unwrap();
+    nodes
+        .create(
+            &PostParams::default(),
+            &robot_node(421, json!({"role": "db"})),
+        )
+        .await
+        .unwrap();
+    let mut controller = start(&cluster, &hetzner, &robot, CONFIG, PASSWORD).await;
+    let api = pools(&cluster, "v2");
+    wait_named_pool(&api, "edge", WITHIN, "Cloud and Robot members", |p| {
+        cidrs(p) == set(&["198.51.100.1/32", "123.123.123.123/32"])
+    })
+    .await;
+    wait_named_pool(&api, "internal", WITHIN, "Cloud only", |p| {
+        cidrs(p) == set(&["198.51.100.2/32"])
+    })
+    .await;
+    let body = controller
+        .wait_health(200, |b| b["pools"][0]["addresses"] == 2)
+        .await;
+    assert_eq!(body["pools"][0]["name"], "edge");
+
+    // The node rule: the Node is excluded from load balancers.
+    nodes
+        .patch(
+            "dedicated-321",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "node.kubernetes.io/exclude-from-external-load-balancers": ""
+            }}})),
+        )
+        .await
+        .unwrap();
+    wait_named_pool(&api, "edge", WITHIN, "the excluded Robot server out", |p| {
+        cidrs(p) == set(&["198.51.100.1/32"])
+    })
+    .await;
+    wait_event(&cluster, "edge", "ServersExcluded", "server1").await;
+
+    // Many 1 s cycles and a Node change later, Robot was listed at most
+    // once a minute, however many cycles ran.
+    let cycles = hetzner.requests();
+    let allowed = 1 + started.elapsed().as_secs() / 60;
+    assert!(cycles > 3, "{cycles} listings");
+    assert!(
+        robot.requests("server") as u64 <= allowed,
+        "{} GET /server in {:?} ({cycles} Cloud listings)",
+        robot.requests("server"),
+        started.elapsed()
+    );
+    assert_eq!(robot.requests("failover"), 0, "no pool takes failover IPs");
+    let metrics = controller.metrics().await.unwrap();
+    assert!(
+        metrics.contains(r#"canada_kaktus_robot_requests_total{endpoint="server",code="200"}"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn refused_credentials_and_a_rate_limit_leave_the_robot_pool_unchanged() {
+    let (hetzner, robot) = fakes().await;
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    nodes
+        .create(
+            &PostParams::default(),
+            &robot_node(321, json!({"role": "edge"})),
+        )
+        .await
+        .unwrap();
+    let api = pools(&cluster, "v2");
+    let filled = set(&["123.123.123.123/32", "123.123.123.124/32"]);
+    {
+        let _first = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
+        wait_named_pool(&api, "edge", WITHIN, "the Robot servers", |p| {
+            cidrs(p) == filled
+        })
+        .await;
+    }
+
+    // A wrong password: one failed login, whatever the number of cycles,
+    // and the pool keeps what it has while the Cloud pool goes on.
+    hetzner.set_servers(vec![
+        server(1, true),
+        server(2, false).with_label("role", "internal"),
+        server(3, false).with_label("role", "internal"),
+    ]);
+    let before = robot.requests("server");
+    let wrong = "not-the-robot-password";
+    let mut refused = start(&cluster, &hetzner, &robot, ROBOT_ONLY, wrong).await;
+    wait_named_pool(&api, "internal", WITHIN, "the Cloud pool goes on", |p| {
+        cidrs(p) == set(&["198.51.100.2/32", "198.51.100.3/32"])
+    })
+    .await;
+    let body = refused
+        .wait_health(503, |b| {
+            b["pools"][0]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("refused the credentials"))
+        })
+        .await;
+    assert!(!body.to_string().contains(wrong), "{body}");
+    wait_event(&cluster, "edge", "ReconcileFailed", "robot_unauthorized").await;
+    wait_listings(&hetzner, &mut refused, 3).await;
+    assert_eq!(
+        robot.requests("server") - before,
+        1,
+        "three more cycles, no second failed login"
+    );
+    assert_eq!(cidrs(api.get_opt("edge").await.unwrap().as_ref()), filled);
+    assert!(!refused.log_text().contains(wrong));
+    drop(refused);
+
+    // A used-up rate limit: the list is not asked again before the
+    // interval the answer names, and nothing is removed.
+    robot.set_limit(0);
+    let before = robot.requests("server");
+    let mut limited = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
+    limited
+        .wait_health(503, |b| {
+            b["pools"][0]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("RATE_LIMIT_EXCEEDED"))
+        })
+        .await;
+    limited
+        .wait_metric(
+            r#"canada_kaktus_robot_rate_limited{endpoint="server"}"#,
+            1.0,
+        )
+        .await;
+    wait_listings(&hetzner, &mut limited, 3).await;
+    assert_eq!(robot.requests("server") - before, 1);
+    assert_eq!(cidrs(api.get_opt("edge").await.unwrap().as_ref()), filled);
+}
