@@ -18,8 +18,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_several_pools, cluster, pools, several_pools_server as server, start_with_config,
-    wait_event, wait_named_pool, Controller, TOKEN,
+    apply_several_pools, checks_with, cluster, pools, run_command, several_pools_server as server,
+    start_with_config, wait_event, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::FakeHetzner;
 use support::fake_robot::{FakeRobot, PASSWORD, USER};
@@ -256,4 +256,51 @@ async fn refused_credentials_and_a_rate_limit_leave_the_robot_pool_unchanged() {
     wait_listings(&hetzner, &mut limited, 3).await;
     assert_eq!(robot.requests("server") - before, 1);
     assert_eq!(cidrs(api.get_opt("edge").await.unwrap().as_ref()), filled);
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn check_tries_the_robot_user_once_and_names_a_refusal() {
+    let (hetzner, robot) = fakes().await;
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    let endpoint = robot.endpoint();
+    let config: serde_json::Value = serde_json::from_str(ROBOT_ONLY).unwrap();
+    let pools = config["Pools"].to_string();
+    let run = |password: &'static str| {
+        let env = [
+            ("CANADA_KAKTUS_ROBOT_ENDPOINT", endpoint.as_str()),
+            ("CANADA_KAKTUS_ROBOT_USER", USER),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD", password),
+            ("CANADA_KAKTUS_POOLS", pools.as_str()),
+        ];
+        let kubeconfig = cluster.admin_kubeconfig().to_owned();
+        let hetzner = &hetzner;
+        async move {
+            let out = run_command(&["check", "-o", "json"], &kubeconfig, hetzner, &env).await;
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(!stdout.contains(password), "the password leaked: {stdout}");
+            let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            (out.status.code(), report)
+        }
+    };
+    let (code, report) = run("not-the-robot-password").await;
+    assert_eq!(code, Some(1), "{report:#}");
+    let refused = checks_with(&report, "Hetzner", "refuses the user and password");
+    assert_eq!(refused.len(), 1, "{report:#}");
+    assert_eq!(refused[0]["result"], "failure");
+    assert_eq!(
+        robot.all_requests(),
+        1,
+        "one login, no second list after a 401"
+    );
+
+    let (_, report) = run(PASSWORD).await;
+    let accepted = checks_with(
+        &report,
+        "Hetzner",
+        "the Robot webservice accepts the user (2 Robot server(s))",
+    );
+    assert_eq!(accepted.len(), 1, "{report:#}");
+    assert_eq!(accepted[0]["result"], "pass");
 }

@@ -421,4 +421,67 @@ mod cycle {
         assert_eq!(kube.writes().len(), writes, "no write at all");
         assert!(outcome(&outcomes, "cloud").result.is_ok());
     }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn dry_run_prints_the_robot_members_and_a_refusal_without_the_password() {
+        let (hetzner, robot, _) = setup().await;
+        let config: Value = serde_json::from_str(&format!("{{\"Pools\": {POOLS}}}")).unwrap();
+        let pools = config["Pools"].to_string();
+        let run = |password: &'static str| {
+            let (hetzner, robot, pools) = (hetzner.endpoint(), robot.endpoint(), pools.clone());
+            let dir = tempfile::tempdir().unwrap();
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_canada-kaktus"));
+            command
+                .args(["--dry-run", "--output", "json"])
+                .current_dir(dir.path())
+                .env_clear()
+                .env("HOME", dir.path())
+                .env("KUBECONFIG", "/nonexistent/kubeconfig")
+                .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
+                .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner)
+                .env("CANADA_KAKTUS_ROBOT_ENDPOINT", robot)
+                .env("CANADA_KAKTUS_ROBOT_USER", USER)
+                .env("CANADA_KAKTUS_ROBOT_PASSWORD", password)
+                .env("CANADA_KAKTUS_POOLS", pools);
+            async move {
+                let out = tokio::task::spawn_blocking(move || command.output().unwrap())
+                    .await
+                    .unwrap();
+                drop(dir);
+                out
+            }
+        };
+        let out = run(PASSWORD).await;
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed: Value = serde_json::from_str(&printed).unwrap();
+        let dedicated = printed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["metadata"]["name"] == "dedicated")
+            .unwrap();
+        assert_eq!(
+            dedicated["spec"]["blocks"],
+            serde_json::json!([
+                {"cidr": "123.123.123.123/32"},
+                {"cidr": "123.123.123.124/32"},
+                {"cidr": "124.124.124.124/32"}
+            ])
+        );
+        let wrong = "not-the-password-either";
+        let out = run(wrong).await;
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!said.contains(wrong) && !said.contains(USER), "{said}");
+        assert!(said.contains("refused the credentials"), "{said}");
+    }
 }

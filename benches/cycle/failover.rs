@@ -16,7 +16,7 @@ use serde_json::json;
 use support::fake_hetzner::{numbered_servers, ActionPlan, FakeFloatingIp};
 use support::nodes::{holder_of, Kubelets};
 
-const POOL: &str = "bench-fip";
+pub(super) const POOL: &str = "bench-fip";
 const FIP: &str = "203.0.113.200";
 const AFTER: Duration = Duration::from_secs(15);
 /// The simulated time Hetzner takes to switch the IP.

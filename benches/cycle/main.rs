@@ -41,12 +41,14 @@ mod failover;
 mod observer;
 mod pools;
 mod report;
+mod robot;
 mod size;
 use controller::*;
 use failover::*;
 use observer::*;
 use pools::*;
 use report::*;
+use robot::*;
 use size::*;
 
 #[path = "../../tests/support/mod.rs"]
@@ -215,10 +217,13 @@ async fn run(plan: Plan, sizes: &[usize]) {
     }
     eprintln!("== Floating IP failover");
     let failover = failover_time(&bench_of(3)).await;
+    eprintln!("== Robot members");
+    let robot = robot_cost(&bench_of(3)).await;
     observer.stop();
 
     print_report(&machine, &binary, binary_bytes, plan, &results);
     print_failover(&failover);
+    print_robot(&robot);
     if let Some(three) = three {
         println!(
             "Three pools (public IPv4, public IPv6, private; different selectors, so one \

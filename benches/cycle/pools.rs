@@ -13,7 +13,7 @@ const NAMES: [&str; 3] = ["bench-v4", "bench-v6", "bench-private"];
 
 /// Deletes `names` (the pools of an earlier run would be foreign pools
 /// covering these addresses) and waits until they are gone.
-async fn delete_pools(bench: &SizeBench<'_>, names: &[&str]) {
+pub(super) async fn delete_pools(bench: &SizeBench<'_>, names: &[&str]) {
     let api = bench.pools();
     for name in names {
         match api.delete(name, &DeleteParams::default()).await {

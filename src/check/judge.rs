@@ -379,18 +379,58 @@ pub fn pool(name: &str, live: Option<&Pool>, withheld: &[Withheld]) -> Vec<Check
     checks
 }
 
-/// Nodes against the project's servers (all of them), and the servers each
-/// pool selects against the Nodes.
+/// The Robot webservice user, from what a listing or probe said.
+pub fn robot(answer: Result<&str, &crate::robot::RobotError>) -> Check {
+    use crate::robot::RobotError;
+    match answer {
+        Ok(what) => Check::pass(format!("the Robot webservice accepts the user ({what})")),
+        Err(error @ RobotError::Unauthorized { .. }) => Check::failure(
+            "the Robot webservice refuses the user and password",
+            "use a webservice user (Robot → Settings → Webservice and app settings), not the \
+             Robot login; three failed logins block this IP for 10 minutes, so fix it before \
+             running check again",
+        )
+        .with_detail(error.to_string()),
+        Err(error @ RobotError::RateLimited { .. }) => Check::warning(
+            "the Robot webservice's rate limit is used up",
+            "another tool may share the webservice user: give it its own",
+        )
+        .with_detail(error.to_string()),
+        Err(error) => Check::failure(
+            "the Robot webservice does not answer",
+            format!(
+                "check CANADA_KAKTUS_ROBOT_ENDPOINT and the network path to it (cause {})",
+                error.metric_label()
+            ),
+        )
+        .with_detail(error.to_string()),
+    }
+}
+
+/// Nodes against the project's servers (all of them) and the Robot
+/// servers (`None`: not listed, so Robot Nodes are not judged), and the
+/// servers each pool selects against the Nodes.
 pub fn nodes(
     nodes: &[NodeFacts],
     servers: &[Server],
+    robot: Option<&[Server]>,
     selected: &[(String, Vec<&Server>, bool)],
 ) -> Vec<Check> {
-    let ids: BTreeSet<i64> = servers.iter().map(|s| s.id).collect();
-    let names: BTreeSet<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+    let every = servers.iter().chain(robot.unwrap_or_default());
+    let ids: BTreeSet<i64> = every.clone().map(|s| s.id).collect();
+    let names: BTreeSet<&str> = every.map(|s| s.name.as_str()).collect();
     let mut checks = Vec::new();
     for node in nodes {
         match node.server_id {
+            Some(id) if id < 0 && robot.is_none() => {}
+            Some(id) if id < 0 && !ids.contains(&id) => checks.push(Check::warning(
+                format!(
+                    "Node {}: its providerID hrobot://{} is no Robot server of this account",
+                    node.name, -id
+                ),
+                "the server was cancelled (remove the Node) or belongs to another Robot account \
+                 (the webservice user's)",
+            )),
             Some(id) if !ids.contains(&id) => checks.push(Check::warning(
                 format!(
                     "Node {}: its providerID hcloud://{id} is no server of this project",

@@ -162,6 +162,9 @@ async fn hetzner(settings: &Settings) -> (Vec<Check>, Option<(Listing, Vec<Serve
                 listed.1.len(),
                 listed.0.servers.len()
             )));
+            if let Some(robot) = robot(settings, &listed.0.robot).await {
+                checks.push(robot);
+            }
             (checks, Some(listed))
         }
         Err(error) => {
@@ -175,6 +178,42 @@ async fn hetzner(settings: &Settings) -> (Vec<Check>, Option<(Listing, Vec<Serve
             (checks, None)
         }
     }
+}
+
+/// The Robot webservice user, when one is configured: judged from the
+/// listing the pools need, or (no pool takes Robot servers) from one
+/// `GET /ip`, the list with the largest hourly allowance.
+async fn robot(settings: &Settings, read: &crate::robot::RobotRead) -> Option<Check> {
+    use crate::robot::{RobotClient, RobotRead};
+    let robot = settings.robot.as_ref()?;
+    let answer = match read {
+        RobotRead::Listed(listing) => Ok(format!("{} Robot server(s)", listing.servers.len())),
+        RobotRead::Failed(error) => Err(error.clone()),
+        RobotRead::NotNeeded => {
+            let probe =
+                async {
+                    let credentials = robot.credentials().await.map_err(|e| {
+                        crate::robot::RobotError::Client {
+                            reason: e.to_string(),
+                        }
+                    })?;
+                    RobotClient::new(
+                        &settings.robot_endpoint,
+                        &credentials,
+                        settings.hcloud_timeout,
+                    )?
+                    .ips()
+                    .await
+                };
+            probe.await.map(|ips| {
+                format!(
+                    "{} additional IP(s); no pool takes Robot servers",
+                    ips.len()
+                )
+            })
+        }
+    };
+    Some(judge::robot(answer.as_ref().map(String::as_str)))
 }
 
 /// Probes the write scope on the first Floating IP a failover pool selects.
@@ -444,7 +483,11 @@ fn node_checks(
     } else {
         Vec::new()
     };
-    judge::nodes(nodes, all, &selected)
+    let robot = match &listing.robot {
+        crate::robot::RobotRead::Listed(robot) => Some(robot.servers.as_slice()),
+        _ => None,
+    };
+    judge::nodes(nodes, all, robot, &selected)
 }
 
 async fn leader(settings: &Settings, env: &HashMap<String, String>, client: &Client) -> Vec<Check> {

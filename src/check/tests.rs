@@ -221,6 +221,7 @@ fn nodes_without_servers_and_servers_without_nodes_warn() {
     let all_fine = judge::nodes(
         &[node("one", Some(1)), node("two", None)],
         &servers,
+        None,
         &[("p".into(), servers.iter().collect(), true)],
     );
     assert_eq!(statuses(&all_fine), [Status::Pass]);
@@ -232,6 +233,7 @@ fn nodes_without_servers_and_servers_without_nodes_warn() {
             node("elsewhere", None),
         ],
         &servers,
+        None,
         &[("p".into(), servers.iter().collect(), true)],
     );
     assert_eq!(statuses(&checks), [Status::Warning; 3]);
@@ -252,11 +254,30 @@ fn nodes_without_servers_and_servers_without_nodes_warn() {
     let checks = judge::nodes(
         &[node("one", Some(1))],
         &servers,
+        None,
         &[("p".into(), servers.iter().collect(), false)],
     );
     let hint = checks[0].hint.as_deref().unwrap();
     assert!(!hint.contains("gives no address"), "{hint}");
     assert!(hint.contains("RequireNode"), "{hint}");
+    // A Robot server's Node: judged only when Robot was listed.
+    let robot = [server(Server::robot_id(321), "server1")];
+    let robot_nodes = [
+        node("dedicated", Some(Server::robot_id(321))),
+        node("cancelled", Some(Server::robot_id(999))),
+        node("server1", None),
+    ];
+    let checks = judge::nodes(&robot_nodes, &servers, None, &[]);
+    assert_eq!(statuses(&checks), [Status::Warning], "{checks:?}");
+    assert!(checks[0].description.contains("Node server1"), "{checks:?}");
+    let checks = judge::nodes(&robot_nodes, &servers, Some(&robot), &[]);
+    assert_eq!(statuses(&checks), [Status::Warning], "{checks:?}");
+    assert!(
+        checks[0]
+            .description
+            .contains("hrobot://999 is no Robot server"),
+        "{checks:?}"
+    );
 }
 
 #[test]
@@ -358,4 +379,24 @@ fn only_canada_kaktus_metrics_tell_when_pools_last_succeeded() {
     assert_eq!(found.get("edge"), Some(&1_764_000_000.5));
     // Another program on the port: nothing is read from it.
     assert_eq!(super::read::last_success_in("up 1\n"), None);
+}
+
+#[test]
+fn the_robot_user_is_judged_from_its_answer() {
+    use crate::robot::RobotError;
+    assert_eq!(judge::robot(Ok("2 Robot server(s)")).result, Status::Pass);
+    let refused = judge::robot(Err(&RobotError::Unauthorized {
+        code: "UNAUTHORIZED".into(),
+    }));
+    assert_eq!(refused.result, Status::Failure);
+    assert!(refused.hint.as_deref().unwrap().contains("10 minutes"));
+    let limited = judge::robot(Err(&RobotError::RateLimited {
+        list: "server",
+        max_requests: Some(200),
+        interval: Some(3600),
+    }));
+    assert_eq!(limited.result, Status::Warning);
+    let down = judge::robot(Err(&RobotError::Unavailable));
+    assert_eq!(down.result, Status::Failure);
+    assert!(down.hint.as_deref().unwrap().contains("robot_unavailable"));
 }

@@ -69,7 +69,10 @@ impl Refused {
 /// One server the pool's selector matched.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServerAnswer {
+    /// The Cloud server's ID, or the Robot server's number.
     pub id: i64,
+    /// A Robot (dedicated) server.
+    pub robot: bool,
     pub name: String,
     pub lines: Vec<Line>,
 }
@@ -259,8 +262,9 @@ fn answer(
     ctx: &Context<'_>,
     filter: &Filter,
 ) -> (Vec<ServerAnswer>, Vec<Line>) {
+    // A Robot server's key is its number negated (`Server::robot_id`).
     let shown = |server: &(i64, String)| match &filter.server {
-        Some(wanted) => *wanted == server.1 || *wanted == server.0.to_string(),
+        Some(wanted) => *wanted == server.1 || *wanted == server.0.abs().to_string(),
         None => true,
     };
     // Under --server, a failover pool's Floating IPs that server holds.
@@ -288,7 +292,8 @@ fn answer(
             Some(server) if shown(server) => servers
                 .entry(server.0)
                 .or_insert_with(|| ServerAnswer {
-                    id: server.0,
+                    id: server.0.abs(),
+                    robot: server.0 < 0,
                     name: server.1.clone(),
                     lines: Vec::new(),
                 })
@@ -441,7 +446,11 @@ impl Explanation {
                 ));
             }
             for server in &pool.servers {
-                out.push_str(&format!("  server {} ({})\n", server.name, server.id));
+                let robot = if server.robot { "robot " } else { "" };
+                out.push_str(&format!(
+                    "  server {} ({robot}{})\n",
+                    server.name, server.id
+                ));
                 for line in &server.lines {
                     out.push_str(&format!("    {}\n", shown(line)));
                 }

@@ -514,3 +514,78 @@ async fn a_blocked_floating_ip_of_a_failover_pool_keeps_its_holder_in_the_detail
     assert!(detail.contains("assigned to server 1"), "{detail}");
     assert!(detail.contains("blocked"), "{detail}");
 }
+
+#[tokio::test]
+async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
+    let settings = settings_with(
+        serde_json::json!([
+            {"Name": "dedicated", "Robot": {"Servers": [321]},
+             "Addresses": ["public-ipv4", "robot-failover-ip", "private-ipv4"]},
+        ]),
+        &[
+            ("CANADA_KAKTUS_ROBOT_USER", "#ws+x"),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD", "p"),
+        ],
+    );
+    let robot = crate::robot::as_servers(
+        vec![crate::robot::RobotServer {
+            number: 321,
+            name: "server1".into(),
+            ipv4: Some("198.51.100.1".parse().unwrap()),
+            ipv6: None,
+            status: crate::robot::RobotStatus::Ready,
+            cancelled: false,
+            dc: "FSN1-DC10".into(),
+        }],
+        &[],
+        &[],
+    );
+    let listing = Listing {
+        // A Cloud server whose ID is the Robot server's number.
+        servers: vec![server(321, Some("203.0.113.1"), false)],
+        robot: crate::robot::RobotRead::Listed(std::sync::Arc::new(crate::robot::RobotListing {
+            servers: robot,
+            requests: 2,
+            with_ips: false,
+            with_failovers: true,
+        })),
+        ..Listing::default()
+    };
+    let state = State {
+        settings: &settings,
+        listing: &listing,
+        nodes: &NodeView::new([], true),
+        pools: &[],
+    };
+    let filter = Filter {
+        pool: None,
+        server: Some("321".into()),
+    };
+    let answer = explain(&state, &filter).await;
+    let servers = &answer.pools[0].servers;
+    assert_eq!(
+        servers.len(),
+        1,
+        "the pool takes no Cloud server: {servers:?}"
+    );
+    assert_eq!((servers[0].id, servers[0].robot), (321, true));
+    let mut reasons: Vec<(&str, &str, &str)> = servers[0]
+        .lines
+        .iter()
+        .map(|l| (l.kind.unwrap_or("-"), l.reason, l.detail.as_str()))
+        .collect();
+    reasons.sort_unstable();
+    assert_eq!(
+        reasons.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(),
+        [
+            ("private-ipv4", "no_address"),
+            ("public-ipv4", "in"),
+            ("robot-failover-ip", "no_address")
+        ]
+    );
+    assert!(
+        reasons[2].2.contains("no_failover_ip_routed"),
+        "{reasons:?}"
+    );
+    assert!(answer.text().contains("server server1 (robot 321)"));
+}
