@@ -417,6 +417,7 @@ fn render_without_cluster(
         members,
         desired,
         verdict,
+        ..
     } in rendered
     {
         if let Err(e) = verdict {

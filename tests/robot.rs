@@ -484,4 +484,40 @@ mod cycle {
         assert!(!said.contains(wrong) && !said.contains(USER), "{said}");
         assert!(said.contains("refused the credentials"), "{said}");
     }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn a_held_robot_removal_is_confirmed_only_by_a_newer_robot_listing() {
+        let (hetzner, robot, kube) = setup().await;
+        let settings = settings(&hetzner, &robot, PASSWORD);
+        reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        assert_eq!(cidrs(&kube, "dedicated").len(), 3);
+        // Server 421 and 321's additional IP leave the account: two of
+        // three addresses, which the shrink guard holds.
+        robot.set_document(
+            "server",
+            Some(
+                r#"[{"server": {"server_number": 321, "server_name": "server1",
+                    "server_ip": "123.123.123.123", "status": "ready", "cancelled": false,
+                    "dc": "NBG1-DC1"}}]"#
+                    .to_owned(),
+            ),
+        );
+        robot.set_document("ip", None);
+        let mut reconciler = reconciler(&hetzner, &kube);
+        reconciler.set_confirm_after(std::time::Duration::from_millis(1));
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        let report = outcome(&outcomes, "dedicated").result.as_ref().unwrap();
+        assert!(report.held.is_some(), "{report:?}");
+        // The next cycle comes within the minute: it has no newer Robot
+        // listing, so it cannot confirm what the last one said.
+        // Past the confirmation delay: time itself is the condition here.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        let report = outcome(&outcomes, "dedicated").result.as_ref().unwrap();
+        assert!(report.confirmed.is_none(), "{report:?}");
+        assert!(report.held.is_some(), "{report:?}");
+        assert_eq!(cidrs(&kube, "dedicated").len(), 3);
+        assert_eq!(robot.requests("server"), 2, "one listing per Reconciler");
+    }
 }

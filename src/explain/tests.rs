@@ -545,6 +545,7 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
         servers: vec![server(321, Some("203.0.113.1"), false)],
         robot: crate::robot::RobotRead::Listed(std::sync::Arc::new(crate::robot::RobotListing {
             servers: robot,
+            listed_at: tokio::time::Instant::now(),
             requests: 2,
             with_ips: false,
             with_failovers: true,

@@ -38,6 +38,8 @@ pub struct Listed<'a> {
     /// The Robot (dedicated) servers; none when no pool takes them or
     /// their listing failed (then those pools are not written).
     pub robot: &'a [Server],
+    /// The Robot listing failed: its servers are unknown, not gone.
+    pub robot_failed: bool,
     pub prefiltered: bool,
     pub floating_ips: &'a [FloatingIp],
     pub networks: &'a [Network],
@@ -252,6 +254,15 @@ fn split_listing(
             .filter(|fip| owners.get(&fip.id) == Some(&index));
         split.hold_failover_ips(pools, index, owned, policy, &mut members);
         result.push(members);
+        // Robot servers a failed listing did not show are unknown, not
+        // gone: their clocks stay.
+        if listed.robot_failed && pool.robot.is_some() {
+            let kept = unhealthy.tracked(&pool.name).filter(|id| *id < 0);
+            health_seen
+                .entry(pool.name.as_str())
+                .or_default()
+                .extend(kept);
+        }
     }
     unhealthy.retain(&health_seen);
     result

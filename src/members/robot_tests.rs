@@ -2,7 +2,7 @@
 //! their Node's labels, with their own kinds of address, under the same
 //! node rules and one-pool-per-address split as Cloud servers.
 
-use super::tests::{ips, listed, pool, server, split};
+use super::tests::{ips, listed, pool, server, split, split_checked};
 use super::*;
 use crate::config::{RobotMembers, RobotRef};
 use crate::robot::{as_servers, RobotFailover, RobotIp, RobotServer, RobotStatus};
@@ -271,4 +271,39 @@ fn a_cloud_node_selector_narrows_the_label_selector_by_node_labels() {
     );
     assert_eq!(got[0].addresses, ips(&["192.0.2.1"]));
     assert_eq!(got[0].servers_matched, 1);
+}
+
+#[test]
+fn a_failed_robot_listing_keeps_the_robot_servers_health_clocks() {
+    let mut busy = robot_server(321, "server1", "203.0.113.1");
+    busy.status = RobotStatus::InProcess;
+    let robot = as_servers(vec![busy], &[], &[]);
+    let mut pools = [robot_pool("d", None, vec![RobotRef::Number(321)])];
+    let after = std::time::Duration::from_secs(60);
+    pools[0].nodes.exclude_unhealthy_after = Some(after);
+    let mut clocks = Unhealthy::default();
+    let t0 = Instant::now();
+    let with = Listed {
+        robot: &robot,
+        ..listed(&[])
+    };
+    let policy = BlockedAddresses::Keep;
+    let nodes = NodeView::default();
+    let got = split_checked(&pools, with, &nodes, policy, &mut clocks, t0);
+    assert!(got[0].excluded.is_empty(), "the clock starts");
+    let out = t0 + after;
+    let got = split_checked(&pools, with, &nodes, policy, &mut clocks, out);
+    assert_eq!(got[0].excluded[0].reason, Exclusion::Unhealthy);
+    // Robot does not answer once: the server is not listed, and not gone.
+    let failed = Listed {
+        robot_failed: true,
+        ..listed(&[])
+    };
+    split_checked(&pools, failed, &nodes, policy, &mut clocks, out);
+    let got = split_checked(&pools, with, &nodes, policy, &mut clocks, out);
+    assert_eq!(
+        got[0].excluded.first().map(|e| e.reason),
+        Some(Exclusion::Unhealthy),
+        "still out: its clock was kept"
+    );
 }

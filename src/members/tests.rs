@@ -87,6 +87,7 @@ pub(super) fn listed(servers: &[Server]) -> Listed<'_> {
     Listed {
         servers,
         robot: &[],
+        robot_failed: false,
         prefiltered: false,
         floating_ips: &[],
         networks: &[],

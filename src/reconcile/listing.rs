@@ -43,6 +43,7 @@ impl Listing {
         Listed {
             servers: &self.servers,
             robot: self.robot.servers(),
+            robot_failed: self.robot.error().is_some(),
             prefiltered: self.prefiltered,
             floating_ips: &self.floating_ips,
             networks: &self.networks,
@@ -149,6 +150,10 @@ pub struct RenderedPool {
     pub members: Members,
     pub desired: DesiredPool,
     pub verdict: Result<(), ReconcileError>,
+    /// A pool with Robot servers: when they were listed. The Robot answer
+    /// may be reused for a minute, so the shrink guard confirms a held
+    /// removal only with a Robot listing newer than the hold.
+    pub robot_listed: Option<Instant>,
 }
 
 pub(super) fn render_recording(
@@ -226,6 +231,7 @@ fn render_members(
                 members,
                 desired,
                 verdict,
+                robot_listed: pool.robot.as_ref().and(listing.robot.listed_at()),
             }
         })
         .collect()

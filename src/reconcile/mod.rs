@@ -331,6 +331,7 @@ impl Reconciler {
                     members,
                     desired,
                     verdict,
+                    robot_listed: None,
                 }
             })
             .collect();

@@ -93,6 +93,7 @@ fn plan_pool(
         members,
         desired,
         verdict,
+        robot_listed,
     } = rendered;
     let live = take_pool(all, &pool.name);
     let mut plan = PoolPlan {
@@ -116,12 +117,15 @@ fn plan_pool(
         return plan;
     }
     let held = state.get(&pool.name).and_then(|s| s.held.as_ref());
+    // A listing is as new as its oldest part: a reused Robot answer cannot
+    // confirm a removal held after it.
+    let listed = robot_listed.map_or(ctx.now, |at| at.min(ctx.now));
     let shrunk = shrink(
         pool,
         desired,
         &plan.live_addresses,
         held,
-        ctx.now,
+        listed,
         ctx.confirm_after,
     );
     plan.report.held = shrunk.held.clone();

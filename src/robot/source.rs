@@ -38,6 +38,14 @@ impl RobotRead {
         }
     }
 
+    /// When the Robot servers were listed, if they were.
+    pub fn listed_at(&self) -> Option<Instant> {
+        match self {
+            RobotRead::Listed(listing) => Some(listing.listed_at),
+            _ => None,
+        }
+    }
+
     pub fn error(&self) -> Option<&RobotError> {
         match self {
             RobotRead::Failed(e) => Some(e),
@@ -50,6 +58,8 @@ impl RobotRead {
 #[derive(Debug, Clone)]
 pub struct RobotListing {
     pub servers: Vec<Server>,
+    /// When it was taken: a held removal is confirmed only by a newer one.
+    pub listed_at: Instant,
     /// Requests it sent.
     pub requests: u32,
     /// It holds the additional IPs (`GET /ip`) and the failover IPs.
@@ -173,6 +183,7 @@ impl RobotSource {
         };
         Ok(RobotListing {
             servers: as_servers(servers, &ips, &failovers),
+            listed_at: Instant::now(),
             requests,
             with_ips,
             with_failovers,

@@ -44,6 +44,7 @@ fn desired(pool: &str, addresses: &[&str]) -> DesiredPool {
 
 fn rendered(pool: &str, addresses: &[&str]) -> RenderedPool {
     RenderedPool {
+        robot_listed: None,
         members: Members {
             pool: pool.to_owned(),
             servers_matched: addresses.len(),
