@@ -383,6 +383,13 @@ impl ControlLoop {
     }
 
     fn on_node_change(&mut self, st: &mut Running, change: nodes::NodeChange) -> Flow {
+        if change.what == nodes::LABELS_CHANGED
+            && !self.settings.pools.iter().any(|p| p.reads_node_labels())
+        {
+            // No pool reads Node labels: not worth a listing.
+            debug!(node = %change.node, "node labels changed; no pool has a NodeSelector");
+            return Flow::Go;
+        }
         if st.schedule.leading() {
             self.decide_moves(st);
         }

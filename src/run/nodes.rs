@@ -9,7 +9,8 @@
 //! the loop applies it to the pools without a Hetzner request.
 //!
 //! Only those changes count; the frequent status updates (images,
-//! heartbeats) are ignored. The loop debounces the notices and keeps a
+//! heartbeats) are ignored. A change of labels alone is told apart: only a
+//! pool with a `NodeSelector` reads them. The loop debounces the notices and keeps a
 //! minimum gap between node-triggered listings (see `run`).
 
 use std::collections::BTreeMap;
@@ -28,6 +29,9 @@ use tracing::{debug, info, warn};
 
 /// The change the watch's first list is: no address was added before it.
 pub const FIRST_LIST: &str = "listed for the first time";
+/// A Node's labels changed and nothing else the rules read: it matters
+/// only to a pool with a `NodeSelector` (the loop ignores it otherwise).
+pub const LABELS_CHANGED: &str = "labels changed";
 
 /// What the loop is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,10 +122,20 @@ fn fold(
                     node: name,
                     what: "addresses changed",
                 }),
-                Some(before) if before.1 != now.1 => Some(NodeChange {
-                    node: name,
-                    what: "state changed",
-                }),
+                Some(before) if before.1 != now.1 => {
+                    let labels_only = NodeFacts {
+                        labels: now.1.labels.clone(),
+                        ..before.1.clone()
+                    } == now.1;
+                    Some(NodeChange {
+                        node: name,
+                        what: if labels_only {
+                            LABELS_CHANGED
+                        } else {
+                            "state changed"
+                        },
+                    })
+                }
                 Some(_) => None,
             }
         }

@@ -58,3 +58,26 @@ fn only_additions_removals_and_address_changes_count() {
     assert_eq!(fold(Event::InitApply(node("c", &["192.0.2.4"]))), None);
     assert_eq!(fold(Event::InitDone).map(|c| c.node), Some("c".to_owned()));
 }
+
+#[test]
+fn a_change_of_labels_alone_is_its_own_kind_of_change() {
+    let (mut known, mut relist, mut init) = (Known::new(), None, false);
+    let mut fold = |e| fold(e, &mut known, &mut relist, &mut init);
+    fold(Event::Init);
+    fold(Event::InitApply(node("a", &["192.0.2.1"])));
+    fold(Event::InitDone);
+    let mut labelled = node("a", &["192.0.2.1"]);
+    labelled.metadata.labels = Some([("role".to_owned(), "edge".to_owned())].into());
+    assert_eq!(
+        fold(Event::Apply(labelled.clone())).map(|c| c.what),
+        Some(LABELS_CHANGED),
+        "only a pool with a NodeSelector cares"
+    );
+    // The exclude label is a node rule's: a change of state.
+    labelled.metadata.labels =
+        Some([(crate::members::EXCLUDE_LABEL.to_owned(), String::new())].into());
+    assert_eq!(
+        fold(Event::Apply(labelled)).map(|c| c.what),
+        Some("state changed")
+    );
+}
