@@ -186,7 +186,7 @@ impl Loader {
             self.check_robot_pools(pools, robot.is_some());
         }
         if let Some(endpoint) = &hcloud.endpoint {
-            self.check_plain_http(endpoint, hcloud.allow_http);
+            self.check_plain_http(&HCLOUD_ENDPOINT, endpoint, hcloud.allow_http);
         }
 
         match (
@@ -314,26 +314,36 @@ impl Loader {
         }
     }
 
-    /// Plain http carries the token unencrypted: a warning where allowed
+    /// Plain http carries the credentials of `setting`'s endpoint (the
+    /// token, the Robot user) unencrypted: a warning where allowed
     /// (loopback, or `HcloudAllowHttp`), else a problem.
-    fn check_plain_http(&mut self, endpoint: &str, allowed: bool) {
+    pub(super) fn check_plain_http(
+        &mut self,
+        setting: &'static Setting,
+        endpoint: &str,
+        allowed: bool,
+    ) {
         if !endpoint.to_ascii_lowercase().starts_with("http://") {
             return;
         }
+        let (what, travels) = if setting.key == HCLOUD_ENDPOINT.key {
+            ("the API token", "travels")
+        } else {
+            ("the Robot credentials", "travel")
+        };
         if allowed || !crate::hetzner::is_plain_http_off_host(endpoint) {
             self.warnings.push(format!(
-                "{} uses plain http, so the API token travels unencrypted; use https outside \
-                 tests",
-                HCLOUD_ENDPOINT.label()
+                "{} uses plain http, so {what} {travels} unencrypted; use https outside tests",
+                setting.label()
             ));
             return;
         }
-        let origin = self.origin_of(&HCLOUD_ENDPOINT);
+        let origin = self.origin_of(setting);
         self.problem(
-            Some(&HCLOUD_ENDPOINT),
+            Some(setting),
             format!(
                 "{} (from {origin}) uses plain http to a host that is not a loopback address, \
-                 so the API token would travel unencrypted; use https, or set {} to true for a \
+                 so {what} would travel unencrypted; use https, or set {} to true for a \
                  trusted proxy",
                 quote(endpoint),
                 HCLOUD_ALLOW_HTTP.label()

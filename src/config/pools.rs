@@ -233,19 +233,7 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
     let fields = Fields::of(object, POOL_KEYS, problems);
     let before = problems.len();
     let name = parse_name(&fields, problems);
-    let robot = fields
-        .get("Robot")
-        .and_then(|value| parse_robot(value, problems));
-    let has_robot = fields.get("Robot").is_some();
-    let label_selector = parse_label_selector(&fields, has_robot, problems);
-    let node_selector = fields.parsed("NodeSelector", parse_selector, problems);
-    if node_selector.is_some() && label_selector.is_none() {
-        problems.push(
-            "NodeSelector is set, but LabelSelector is not; NodeSelector narrows the Cloud \
-             servers LabelSelector chooses (Robot servers have Robot.NodeSelector)"
-                .to_owned(),
-        );
-    }
+    let choice = ServerChoice::parse(&fields, problems);
     let addresses = match fields.get("Addresses") {
         None => vec![AddressKind::PublicIpv4],
         Some(value) => parse_kinds(value, problems),
@@ -273,33 +261,15 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
         options.floating_ip_selector.is_some(),
         problems,
     );
-    if failover.is_some() && robot.is_some() {
-        problems.push(
-            "FloatingIpFailover and Robot are both set; failover moves Cloud Floating IPs, \
-             which a dedicated server cannot hold: put the Robot servers into a pool of their \
-             own"
-            .to_owned(),
-        );
-    }
-    for kind in addresses.iter().filter(|k| k.robot_only()) {
-        if !has_robot {
-            problems.push(format!(
-                "Addresses has {kind}, but the pool has no Robot servers; add Robot or remove \
-                 {kind}"
-            ));
-        }
-    }
-    if failover.is_some() && label_selector.is_none() {
-        problems.push("FloatingIpFailover needs LabelSelector (its Cloud servers)".to_owned());
-    }
+    choice.check_use(&addresses, failover.is_some(), problems);
     if problems.len() > before {
         return None;
     }
     Some(PoolConfig {
         name: name?,
-        label_selector,
-        node_selector,
-        robot,
+        label_selector: choice.label_selector,
+        node_selector: choice.node_selector,
+        robot: choice.robot,
         addresses,
         ipv6_host_part: options.ipv6_host_part,
         private_network: options.private_network,
@@ -312,6 +282,60 @@ fn parse_pool(entry: &serde_json::Value, problems: &mut Vec<String>) -> Option<P
         nodes,
         failover,
     })
+}
+
+/// How a pool chooses its servers: Cloud servers by `LabelSelector` (and
+/// `NodeSelector`), Robot servers by `Robot`.
+struct ServerChoice {
+    label_selector: Option<LabelSelector>,
+    node_selector: Option<LabelSelector>,
+    robot: Option<RobotMembers>,
+    /// `Robot` is set (valid or not).
+    has_robot: bool,
+}
+
+impl ServerChoice {
+    fn parse(fields: &Fields<'_>, problems: &mut Vec<String>) -> Self {
+        let robot = fields
+            .get("Robot")
+            .and_then(|value| parse_robot(value, problems));
+        let has_robot = fields.get("Robot").is_some();
+        let label_selector = parse_label_selector(fields, has_robot, problems);
+        let node_selector = fields.parsed("NodeSelector", parse_selector, problems);
+        if node_selector.is_some() && label_selector.is_none() {
+            problems.push(
+                "NodeSelector is set, but LabelSelector is not; NodeSelector narrows the Cloud \
+                 servers LabelSelector chooses (Robot servers have Robot.NodeSelector)"
+                    .to_owned(),
+            );
+        }
+        Self {
+            label_selector,
+            node_selector,
+            robot,
+            has_robot,
+        }
+    }
+
+    /// What the kinds of address and failover need of the servers.
+    fn check_use(&self, addresses: &[AddressKind], failover: bool, problems: &mut Vec<String>) {
+        if failover && self.has_robot {
+            problems.push(
+                "FloatingIpFailover and Robot are both set; failover moves Cloud Floating IPs, \
+                 which a dedicated server cannot hold: put the Robot servers into a pool of \
+                 their own"
+                    .to_owned(),
+            );
+        }
+        for kind in addresses.iter().filter(|k| k.robot_only()) {
+            if !self.has_robot {
+                problems.push(format!(
+                    "Addresses has {kind}, but the pool has no Robot servers; add Robot or \
+                     remove {kind}"
+                ));
+            }
+        }
+    }
 }
 
 /// `FloatingIpFailover` and its two settings: only on a pool that takes

@@ -4,9 +4,8 @@
 
 use super::loader::Loader;
 use super::token::MAX_TOKEN_FILE_BYTES;
-use super::{HCLOUD_ALLOW_HTTP, ROBOT_ENDPOINT, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER};
+use super::{ROBOT_ENDPOINT, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER};
 use crate::robot::RobotCredentials;
-use crate::vocab::quote::quote;
 use crate::vocab::SecretString;
 use std::io::Read;
 use std::path::PathBuf;
@@ -192,35 +191,7 @@ impl Loader {
     /// `RobotEndpoint`, checked like `HcloudEndpoint`.
     pub(super) fn robot_endpoint(&mut self, allow_http: bool) -> Option<String> {
         let endpoint = self.parse(&ROBOT_ENDPOINT, crate::hetzner::check_endpoint)?;
-        self.check_robot_http(&endpoint, allow_http);
+        self.check_plain_http(&ROBOT_ENDPOINT, &endpoint, allow_http);
         Some(endpoint)
-    }
-
-    /// Plain http would carry the Robot credentials unencrypted: allowed
-    /// to a loopback address or with `HcloudAllowHttp` (warned), else a
-    /// problem.
-    fn check_robot_http(&mut self, endpoint: &str, allowed: bool) {
-        if !endpoint.to_ascii_lowercase().starts_with("http://") {
-            return;
-        }
-        if allowed || !crate::hetzner::is_plain_http_off_host(endpoint) {
-            self.warnings.push(format!(
-                "{} uses plain http, so the Robot credentials travel unencrypted; use https \
-                 outside tests",
-                ROBOT_ENDPOINT.label()
-            ));
-            return;
-        }
-        let origin = self.origin_of(&ROBOT_ENDPOINT);
-        self.problem(
-            Some(&ROBOT_ENDPOINT),
-            format!(
-                "{} (from {origin}) uses plain http to a host that is not a loopback address, \
-                 so the Robot credentials would travel unencrypted; use https, or set {} to \
-                 true for a trusted proxy",
-                quote(endpoint),
-                HCLOUD_ALLOW_HTTP.label()
-            ),
-        );
     }
 }

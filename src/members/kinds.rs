@@ -104,16 +104,10 @@ pub(super) fn addresses_of(
                 Err(reason) => gather.none(at, kind, reason.as_str()),
             },
             AddressKind::PublicIpv6 => match server.ipv6 {
-                Some(net) => gather.take(
-                    at,
-                    kind,
-                    (
-                        IpAddr::V6(net.host(pool.ipv6_host_part)),
-                        net.blocked,
-                        false,
-                    ),
-                    policy,
-                ),
+                Some(net) => {
+                    let address = IpAddr::V6(net.host(pool.ipv6_host_part));
+                    gather.take(at, kind, (address, net.blocked, false), policy)
+                }
                 None => gather.none(at, kind, "no_public_ipv6"),
             },
             AddressKind::PrivateIpv4 => match attachment(server, network, gather.members) {
@@ -149,34 +143,9 @@ pub(super) fn addresses_of(
                     gather.none(at, kind, "no_floating_ip_selected");
                 }
             }
-            AddressKind::RobotAdditionalIp => match server.robot.as_deref() {
-                Some(robot) => {
-                    for (ip, locked) in &robot.additional {
-                        gather.take(at, kind, (IpAddr::V4(*ip), *locked, false), policy);
-                    }
-                    if gather.found.len() == before {
-                        gather.none(at, kind, "no_additional_ip");
-                    }
-                }
-                None => gather.none(at, kind, "not_a_robot_server"),
-            },
-            // Routed elsewhere, a failover IP moves like a Floating IP: a
-            // Node change does not take it away (see `Contributions`).
-            AddressKind::RobotFailoverIp => match server.robot.as_deref() {
-                Some(robot) => {
-                    for routed in &robot.failover {
-                        let address = match routed {
-                            FloatingAddress::V4(ip) => IpAddr::V4(*ip),
-                            FloatingAddress::V6(net) => IpAddr::V6(net.host(pool.ipv6_host_part)),
-                        };
-                        gather.take(at, kind, (address, false, true), policy);
-                    }
-                    if gather.found.len() == before {
-                        gather.none(at, kind, "no_failover_ip_routed");
-                    }
-                }
-                None => gather.none(at, kind, "not_a_robot_server"),
-            },
+            AddressKind::RobotAdditionalIp | AddressKind::RobotFailoverIp => {
+                robot_addresses(server, pool, kind, policy, gather)
+            }
             AddressKind::FloatingIp => note(&mut gather.trace, |t| {
                 t.note(
                     &pool.name,
@@ -187,6 +156,46 @@ pub(super) fn addresses_of(
                 )
             }),
         }
+    }
+}
+
+/// A Robot server's addresses of a Robot-only kind: its additional IPs, or
+/// the failover IPs routed to it (an IPv6 one with the pool's host part).
+fn robot_addresses(
+    server: &Server,
+    pool: &PoolConfig,
+    kind: AddressKind,
+    policy: BlockedAddresses,
+    gather: &mut Gather<'_>,
+) {
+    let at = (pool, server);
+    let Some(robot) = server.robot.as_deref() else {
+        gather.none(at, kind, "not_a_robot_server");
+        return;
+    };
+    let before = gather.found.len();
+    if kind == AddressKind::RobotAdditionalIp {
+        for (ip, locked) in &robot.additional {
+            gather.take(at, kind, (IpAddr::V4(*ip), *locked, false), policy);
+        }
+    } else {
+        // Routed elsewhere, a failover IP moves like a Floating IP: a Node
+        // change does not take it away (see `Contributions`).
+        for routed in &robot.failover {
+            let address = match routed {
+                FloatingAddress::V4(ip) => IpAddr::V4(*ip),
+                FloatingAddress::V6(net) => IpAddr::V6(net.host(pool.ipv6_host_part)),
+            };
+            gather.take(at, kind, (address, false, true), policy);
+        }
+    }
+    if gather.found.len() == before {
+        let why = if kind == AddressKind::RobotAdditionalIp {
+            "no_additional_ip"
+        } else {
+            "no_failover_ip_routed"
+        };
+        gather.none(at, kind, why);
     }
 }
 

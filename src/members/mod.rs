@@ -209,12 +209,7 @@ fn split_listing(
     let mut health_seen: HashMap<&str, BTreeSet<i64>> = HashMap::new();
     for (index, pool) in pools.iter().enumerate() {
         let (mut members, network) = start_pool(pool, listed.networks);
-        let cloud = listed
-            .servers
-            .iter()
-            .filter(|s| takes_cloud(pool, s, listed.prefiltered, nodes));
-        let robot = listed.robot.iter().filter(|s| takes_robot(pool, s, nodes));
-        for server in cloud.chain(robot) {
+        for server in pool_servers(pool, listed, nodes) {
             members.servers_matched += 1;
             let node = nodes.node_of(server.id, &server.name);
             let verdict = exclusion(server.id, server.status, node, pool, unhealthy, now);
@@ -254,18 +249,44 @@ fn split_listing(
             .filter(|fip| owners.get(&fip.id) == Some(&index));
         split.hold_failover_ips(pools, index, owned, policy, &mut members);
         result.push(members);
-        // Robot servers a failed listing did not show are unknown, not
-        // gone: their clocks stay.
         if listed.robot_failed && pool.robot.is_some() {
-            let kept = unhealthy.tracked(&pool.name).filter(|id| *id < 0);
-            health_seen
-                .entry(pool.name.as_str())
-                .or_default()
-                .extend(kept);
+            keep_robot_clocks(pool, unhealthy, &mut health_seen);
         }
     }
     unhealthy.retain(&health_seen);
     result
+}
+
+/// Robot servers a failed listing did not show are unknown, not gone: the
+/// pool's clocks of them stay.
+fn keep_robot_clocks<'p>(
+    pool: &'p PoolConfig,
+    unhealthy: &Unhealthy,
+    health_seen: &mut HashMap<&'p str, BTreeSet<i64>>,
+) {
+    let kept = unhealthy.tracked(&pool.name).filter(|id| *id < 0);
+    health_seen
+        .entry(pool.name.as_str())
+        .or_default()
+        .extend(kept);
+}
+
+/// The servers of the listing that are the pool's: its Cloud servers, then
+/// its Robot servers.
+fn pool_servers<'l>(
+    pool: &'l PoolConfig,
+    listed: Listed<'l>,
+    nodes: &'l NodeView,
+) -> impl Iterator<Item = &'l Server> {
+    let cloud = listed
+        .servers
+        .iter()
+        .filter(move |s| takes_cloud(pool, s, listed.prefiltered, nodes));
+    let robot = listed
+        .robot
+        .iter()
+        .filter(move |s| takes_robot(pool, s, nodes));
+    cloud.chain(robot)
 }
 
 /// Whether Cloud server `server` is the pool's: its labels match

@@ -112,6 +112,19 @@ impl Reconciler {
         self.robot_due = due;
     }
 
+    /// The cycle's listing: Hetzner Cloud, and the Robot servers as the
+    /// source knows them.
+    async fn list(
+        &mut self,
+        hetzner: &HetznerClient,
+        settings: &Settings,
+    ) -> Result<Listing, ReconcileError> {
+        let robot = self.read_robot(settings).await;
+        let mut listing = list_cloud(hetzner, settings).await?;
+        listing.robot = robot;
+        Ok(listing)
+    }
+
     /// What this cycle knows of the Robot servers (see `RobotSource`).
     async fn read_robot(&mut self, settings: &Settings) -> RobotRead {
         let observer = self.robot_observer.clone();
@@ -202,9 +215,8 @@ impl Reconciler {
         // Both listings of the cycle share one time limit.
         let hetzner = self.hetzner.for_cycle();
         let started = Instant::now();
-        let robot = self.read_robot(settings).await;
-        let mut listing = list_cloud(&hetzner, settings).await?;
-        listing.robot = robot.clone();
+        let listing = self.list(&hetzner, settings).await?;
+        let robot = listing.robot.clone();
         let resource = self
             .pools
             .refresh_resource(settings.cilium_api_version)
