@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use tracing::{error, info, warn};
 
-use crate::config::{self, NodeRules, Settings};
+use crate::config::{self, NodeRules, RobotRef, Settings};
 use crate::members::{NodeView, Unhealthy};
 use crate::pool::{candidate_versions, DesiredPool, PoolClient};
 use crate::reconcile::{self, shared_selector, Reconciler};
@@ -397,12 +397,31 @@ fn render_without_cluster(
     settings: &Settings,
     listing: &reconcile::Listing,
 ) -> Option<Vec<DesiredPool>> {
-    // Without a cluster there are no Nodes: the node rules are not applied.
+    // Without a cluster there are no Nodes: the node rules are not applied,
+    // nor a selector on Node labels (the pool shows every server its other
+    // selectors choose; for Robot.NodeSelector every Robot server).
     let mut unbound = settings.clone();
     for pool in &mut unbound.pools {
         if pool.nodes != NodeRules::default() {
             info!(pool = %pool.name, "dry run: the pool's node rules are not applied (no cluster)");
             pool.nodes = NodeRules::default();
+        }
+        if pool.reads_node_labels() {
+            info!(
+                pool = %pool.name,
+                "dry run: NodeSelector is not applied (no cluster): the pool shows every server \
+                 its other selectors choose"
+            );
+            pool.node_selector = None;
+        }
+        if let Some(robot) = pool.robot.as_mut().filter(|r| r.node_selector.is_some()) {
+            robot.node_selector = None;
+            robot.servers = listing
+                .robot
+                .servers()
+                .iter()
+                .filter_map(|s| s.robot_number().map(RobotRef::Number))
+                .collect();
         }
     }
     let rendered = reconcile::render_pools(

@@ -1348,9 +1348,11 @@ fn a_pool_of_robot_servers_needs_no_label_selector_and_names_servers_by_number_o
         vec![
             config::RobotRef::Number(321),
             config::RobotRef::Name("db-1".into()),
-            config::RobotRef::Number(421)
+            config::RobotRef::Name("421".into())
         ]
     );
+    let text = &robot.servers[2];
+    assert!(text.names(421, "server2") && text.names(7, "421") && !text.names(7, "x"));
     assert_eq!(
         robot.node_selector.as_ref().map(ToString::to_string),
         Some("role=edge".to_owned())

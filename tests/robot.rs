@@ -426,8 +426,14 @@ mod cycle {
     #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn dry_run_prints_the_robot_members_and_a_refusal_without_the_password() {
         let (hetzner, robot, _) = setup().await;
-        let config: Value = serde_json::from_str(&format!("{{\"Pools\": {POOLS}}}")).unwrap();
-        let pools = config["Pools"].to_string();
+        // Without a cluster no selector on Node labels applies: the pools
+        // show every server their other selectors choose.
+        let pools = r#"[
+            {"Name": "cloud", "LabelSelector": "kops.k8s.io/instance-role=Node",
+             "NodeSelector": "zone=a"},
+            {"Name": "dedicated", "Robot": {"NodeSelector": "role=edge"},
+             "Addresses": ["public-ipv4", "robot-additional-ip"]}]"#
+            .to_owned();
         let run = |password: &'static str| {
             let (hetzner, robot, pools) = (hetzner.endpoint(), robot.endpoint(), pools.clone());
             let dir = tempfile::tempdir().unwrap();
@@ -474,6 +480,16 @@ mod cycle {
                 {"cidr": "124.124.124.124/32"}
             ])
         );
+        let cloud = printed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["metadata"]["name"] == "cloud")
+            .unwrap();
+        assert_eq!(
+            cloud["spec"]["blocks"],
+            serde_json::json!([{"cidr": "192.0.2.1/32"}])
+        );
         let wrong = "not-the-password-either";
         let out = run(wrong).await;
         let said = format!(
@@ -519,5 +535,61 @@ mod cycle {
         assert!(report.held.is_some(), "{report:?}");
         assert_eq!(cidrs(&kube, "dedicated").len(), 3);
         assert_eq!(robot.requests("server"), 2, "one listing per Reconciler");
+        // A newer Robot listing that still lacks them confirms the removal.
+        reconciler.set_robot_min_gap(std::time::Duration::ZERO);
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        let report = outcome(&outcomes, "dedicated").result.as_ref().unwrap();
+        assert!(report.confirmed.is_some(), "{report:?}");
+        assert_eq!(cidrs(&kube, "dedicated"), ["123.123.123.123/32"]);
+        assert_eq!(robot.requests("server"), 3);
+    }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn listings_after_a_refusal_send_no_login_until_the_password_changes() {
+        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        let (hetzner, robot, _) = setup().await;
+        let wrong = settings(&hetzner, &robot, "not-the-password");
+        let mut source = RobotSource::new(robot.endpoint(), std::time::Duration::from_secs(5))
+            .with_min_gap(std::time::Duration::ZERO);
+        for _ in 0..3 {
+            let read = source.read(&wrong, RobotDue::List).await;
+            assert!(matches!(read, RobotRead::Failed(_)), "{read:?}");
+        }
+        assert_eq!(
+            robot.all_requests(),
+            1,
+            "one failed login in three listings"
+        );
+        // A new password (a rotated Secret) is tried, once.
+        let right = settings(&hetzner, &robot, PASSWORD);
+        let read = source.read(&right, RobotDue::List).await;
+        assert!(matches!(read, RobotRead::Listed(_)), "{read:?}");
+        assert_eq!(robot.requests("server"), 2);
+    }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn a_list_held_by_its_rate_limit_costs_the_other_lists_nothing() {
+        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        let (hetzner, robot, _) = setup().await;
+        robot.set_list_limit("ip", 0);
+        let settings = settings(&hetzner, &robot, PASSWORD);
+        let mut source = RobotSource::new(robot.endpoint(), std::time::Duration::from_secs(5))
+            .with_min_gap(std::time::Duration::ZERO);
+        let read = source.read(&settings, RobotDue::List).await;
+        let RobotRead::Failed(e) = read else {
+            panic!("{read:?}")
+        };
+        assert_eq!(e.metric_label(), "robot_rate_limited");
+        assert_eq!((robot.requests("server"), robot.requests("ip")), (1, 1));
+        // Within the interval the answer named, no list is asked at all.
+        let read = source.read(&settings, RobotDue::List).await;
+        assert!(matches!(read, RobotRead::Failed(_)), "{read:?}");
+        assert_eq!(
+            robot.all_requests(),
+            2,
+            "no GET /server for a listing that cannot finish"
+        );
     }
 }

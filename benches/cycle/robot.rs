@@ -81,8 +81,10 @@ pub(super) fn print_robot(result: &RobotResult) {
     println!(
         "Robot members (a Cloud pool and a pool of 2 dedicated servers, Interval 1s): the \
          first cycle sent GET /server {}, /ip {}, /failover {}; the next {} cycles ({:.0} s) \
-         sent {:?}. Per hour at the default interval (15m): {} GET /server (limit 200/h), {} \
-         GET /ip (5000/h), {} GET /failover (100/h); at most 60 per list whatever the interval.",
+         sent {:?}. Per hour at the default interval (15m), computed from one listing per \
+         periodic cycle (Node-triggered cycles send none, retries none within a minute): {} GET \
+         /server (limit 200/h), {} GET /ip (5000/h), {} GET /failover (100/h); at most 60 per \
+         list whatever the interval.",
         result.first[0],
         result.first[1],
         result.first[2],

@@ -98,10 +98,12 @@ pub enum RobotRef {
 }
 
 impl RobotRef {
+    /// Whether this names Robot server `number` called `name`: a number
+    /// that number; a text that name, or the number written as text.
     pub fn names(&self, number: i64, name: &str) -> bool {
         match self {
             RobotRef::Number(n) => *n == number,
-            RobotRef::Name(n) => n == name,
+            RobotRef::Name(text) => text == name || *text == number.to_string(),
         }
     }
 }
@@ -478,11 +480,7 @@ fn parse_robot(value: &serde_json::Value, problems: &mut Vec<String>) -> Option<
                         _ => nested.push(format!("Servers: {n} is not a server number")),
                     },
                     serde_json::Value::String(text) if !text.trim().is_empty() => {
-                        let text = text.trim();
-                        servers.push(match text.parse::<i64>() {
-                            Ok(number) if number > 0 => RobotRef::Number(number),
-                            _ => RobotRef::Name(text.to_owned()),
-                        });
+                        servers.push(RobotRef::Name(text.trim().to_owned()));
                     }
                     other => nested.push(format!(
                         "Servers holds a JSON {}; each entry is a server number or name",

@@ -519,7 +519,7 @@ async fn a_blocked_floating_ip_of_a_failover_pool_keeps_its_holder_in_the_detail
 async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
     let settings = settings_with(
         serde_json::json!([
-            {"Name": "dedicated", "Robot": {"Servers": [321]},
+            {"Name": "dedicated", "LabelSelector": "role=edge", "Robot": {"Servers": [321]},
              "Addresses": ["public-ipv4", "robot-failover-ip", "private-ipv4"]},
         ]),
         &[
@@ -542,12 +542,11 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
     );
     let listing = Listing {
         // A Cloud server whose ID is the Robot server's number.
-        servers: vec![server(321, Some("203.0.113.1"), false)],
+        servers: vec![labelled(server(321, Some("203.0.113.1"), false), "edge")],
         robot: crate::robot::RobotRead::Listed(std::sync::Arc::new(crate::robot::RobotListing {
             servers: robot,
             listed_at: tokio::time::Instant::now(),
             requests: 2,
-            with_ips: false,
             with_failovers: true,
         })),
         ..Listing::default()
@@ -564,13 +563,12 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
     };
     let answer = explain(&state, &filter).await;
     let servers = &answer.pools[0].servers;
-    assert_eq!(
-        servers.len(),
-        1,
-        "the pool takes no Cloud server: {servers:?}"
-    );
-    assert_eq!((servers[0].id, servers[0].robot), (321, true));
-    let mut reasons: Vec<(&str, &str, &str)> = servers[0]
+    assert_eq!(servers.len(), 2, "--server 321 is both: {servers:?}");
+    let robot = servers.iter().find(|s| s.robot).unwrap();
+    let cloud = servers.iter().find(|s| !s.robot).unwrap();
+    assert_eq!((robot.id, cloud.id), (321, 321));
+    assert_eq!(cloud.name, "node-321");
+    let mut reasons: Vec<(&str, &str, &str)> = robot
         .lines
         .iter()
         .map(|l| (l.kind.unwrap_or("-"), l.reason, l.detail.as_str()))

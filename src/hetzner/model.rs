@@ -117,15 +117,6 @@ impl Server {
         self.robot.as_ref().map(|r| r.number)
     }
 
-    /// How logs, Events and `explain` name the server's ID: `321` for a
-    /// Cloud server, `robot 321` for a dedicated one.
-    pub fn shown_id(&self) -> String {
-        match self.robot_number() {
-            Some(number) => format!("robot {number}"),
-            None => self.id.to_string(),
-        }
-    }
-
     /// A running server with a usable public IPv4 and nothing else; for tests
     /// and benchmarks.
     pub fn with_public_ipv4(id: i64, name: impl Into<String>, ipv4: Ipv4Addr) -> Self {

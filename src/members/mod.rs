@@ -536,7 +536,8 @@ fn note_public_ipv4(pool: &PoolConfig, server: &Server, gave_nothing: bool, memb
         if gave_nothing {
             tracing::warn!(
                 pool = %pool.name,
-                server_id = server.id,
+                server_id = server.robot_number().unwrap_or(server.id),
+                robot = server.robot.is_some(),
                 server_name = %server.name,
                 reason = %reason,
                 "skipping Hetzner server without a usable public IPv4"

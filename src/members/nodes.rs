@@ -339,8 +339,6 @@ impl Unhealthy {
             .min()
     }
 
-    /// Keeps only the servers `seen` listed for each pool (and only those
-    /// pools).
     /// The servers of `pool` that are out or whose clock runs.
     pub fn tracked(&self, pool: &str) -> impl Iterator<Item = i64> + '_ {
         self.pools
@@ -349,6 +347,8 @@ impl Unhealthy {
             .flat_map(|servers| servers.keys().copied())
     }
 
+    /// Keeps only the servers `seen` listed for each pool (and only those
+    /// pools).
     pub fn retain(&mut self, seen: &HashMap<&str, BTreeSet<i64>>) {
         self.pools
             .retain(|pool, servers| match seen.get(pool.as_str()) {

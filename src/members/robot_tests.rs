@@ -307,3 +307,62 @@ fn a_failed_robot_listing_keeps_the_robot_servers_health_clocks() {
         "still out: its clock was kept"
     );
 }
+
+#[test]
+fn a_locked_main_ip_is_blocked_and_a_cloud_id_is_no_robot_number() {
+    let robot = as_servers(
+        vec![robot_server(321, "server1", "203.0.113.1")],
+        &[RobotIp {
+            ip: "203.0.113.1".parse().unwrap(),
+            server_number: 321,
+            locked: true,
+        }],
+        &[],
+    );
+    assert!(robot[0].public_ipv4_blocked, "/ip lists the main IP locked");
+    assert!(robot[0].robot.as_ref().unwrap().additional.is_empty());
+    // Cloud server 321's Node is labelled for the pool, Robot server 321's
+    // is not: the Robot server is not the pool's.
+    let cloud = [server(321, Some("192.0.2.1"))];
+    let nodes = NodeView::new(
+        [
+            node("cloud", Some("hcloud://321"), &[("role", "edge")]),
+            node("dedicated", Some("hrobot://321"), &[("role", "db")]),
+        ],
+        true,
+    );
+    let mut mixed = robot_pool("edge", Some("role=edge"), vec![]);
+    mixed.label_selector = Some("x".parse().unwrap());
+    mixed.node_selector = Some("role=edge".parse().unwrap());
+    let got = split(
+        &[mixed],
+        Listed {
+            robot: &robot,
+            prefiltered: true,
+            ..listed(&cloud)
+        },
+        &nodes,
+    );
+    assert_eq!(got[0].addresses, ips(&["192.0.2.1"]));
+    // And the other way round.
+    let nodes = NodeView::new(
+        [
+            node("cloud", Some("hcloud://321"), &[("role", "db")]),
+            node("dedicated", Some("hrobot://321"), &[("role", "edge")]),
+        ],
+        true,
+    );
+    let mut mixed = robot_pool("edge", Some("role=edge"), vec![]);
+    mixed.label_selector = Some("x".parse().unwrap());
+    mixed.node_selector = Some("role=edge".parse().unwrap());
+    let got = split(
+        &[mixed],
+        Listed {
+            robot: &robot,
+            prefiltered: true,
+            ..listed(&cloud)
+        },
+        &nodes,
+    );
+    assert_eq!(got[0].addresses, ips(&["203.0.113.1"]));
+}

@@ -67,6 +67,8 @@ pub struct Reconciler {
     robot_observer: Option<Arc<dyn RobotObserver>>,
     /// Whether the next full cycle lists Robot or uses the last listing.
     robot_due: RobotDue,
+    /// The least gap between two Robot listings (`robot::MIN_GAP`).
+    robot_min_gap: Duration,
 }
 
 /// The failover pools as one complete listing showed them.
@@ -97,7 +99,15 @@ impl Reconciler {
             robot: None,
             robot_observer: None,
             robot_due: RobotDue::List,
+            robot_min_gap: crate::robot::MIN_GAP,
         }
+    }
+
+    /// Another least gap between two Robot listings, for tests that need a
+    /// second listing at once (the controller keeps `robot::MIN_GAP`).
+    pub fn set_robot_min_gap(&mut self, min_gap: Duration) {
+        self.robot_min_gap = min_gap;
+        self.robot = None;
     }
 
     /// Tells `observer` about every Robot request (metrics).
@@ -119,8 +129,11 @@ impl Reconciler {
         hetzner: &HetznerClient,
         settings: &Settings,
     ) -> Result<Listing, ReconcileError> {
-        let robot = self.read_robot(settings).await;
-        let mut listing = list_cloud(hetzner, settings).await?;
+        // Side by side: a slow webservice does not delay the Cloud listing
+        // (the Robot listing has a time limit of its own).
+        let (robot, listing) =
+            tokio::join!(self.read_robot(settings), list_cloud(hetzner, settings));
+        let mut listing = listing?;
         listing.robot = robot;
         Ok(listing)
     }
@@ -128,14 +141,18 @@ impl Reconciler {
     /// What this cycle knows of the Robot servers (see `RobotSource`).
     async fn read_robot(&mut self, settings: &Settings) -> RobotRead {
         let observer = self.robot_observer.clone();
+        let min_gap = self.robot_min_gap;
         let source = self.robot.get_or_insert_with(|| {
-            let source = RobotSource::new(&settings.robot_endpoint, settings.hcloud_timeout);
+            let source = RobotSource::new(&settings.robot_endpoint, settings.hcloud_timeout)
+                .with_min_gap(min_gap);
             match observer {
                 Some(observer) => source.with_observer(observer),
                 None => source,
             }
         });
-        source.read(settings, self.robot_due).await
+        // `Reuse` holds for the one cycle Node changes brought forward.
+        let due = std::mem::replace(&mut self.robot_due, RobotDue::List);
+        source.read(settings, due).await
     }
 
     pub fn set_confirm_after(&mut self, confirm_after: Duration) {

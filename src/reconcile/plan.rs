@@ -117,16 +117,21 @@ fn plan_pool(
         return plan;
     }
     let held = state.get(&pool.name).and_then(|s| s.held.as_ref());
-    // A listing is as new as its oldest part: a reused Robot answer cannot
-    // confirm a removal held after it.
-    let listed = robot_listed.map_or(ctx.now, |at| at.min(ctx.now));
+    // The Robot answer may be reused for a minute: one the hold already
+    // saw cannot confirm it, whatever the time.
+    let robot_seen = matches!((robot_listed, held), (Some(at), Some(h)) if at <= h.since);
+    let confirm_after = if robot_seen {
+        Duration::MAX
+    } else {
+        ctx.confirm_after
+    };
     let shrunk = shrink(
         pool,
         desired,
         &plan.live_addresses,
         held,
-        listed,
-        ctx.confirm_after,
+        ctx.now,
+        confirm_after,
     );
     plan.report.held = shrunk.held.clone();
     plan.report.confirmed = shrunk.confirmed;

@@ -147,7 +147,7 @@ impl RobotClient {
 
     /// What the rules say of asking `list` now: nothing, or the error
     /// that stands.
-    fn forbidden(&self, list: RobotList) -> Option<RobotError> {
+    pub fn forbidden(&self, list: RobotList) -> Option<RobotError> {
         let rules = lock(&self.rules);
         if let Some(code) = &rules.refused {
             return Some(RobotError::Unauthorized { code: code.clone() });

@@ -5,9 +5,10 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RobotError {
     #[error(
-        "the Robot webservice refused the credentials (401 {code}): no Robot request is sent \
-         until CANADA_KAKTUS_ROBOT_USER / CANADA_KAKTUS_ROBOT_PASSWORD change (three failed \
-         logins block this IP for 10 minutes); use a webservice user from Robot's settings"
+        "the Robot webservice refused the credentials (401 {code}): this process sends no Robot \
+         request until CANADA_KAKTUS_ROBOT_USER or the password (CANADA_KAKTUS_ROBOT_PASSWORD \
+         or its file) change (three failed logins block this IP for 10 minutes); use a \
+         webservice user from Robot's settings"
     )]
     Unauthorized { code: String },
 
@@ -43,6 +44,12 @@ pub enum RobotError {
 
     #[error("the Robot client cannot be built: {reason}")]
     Client { reason: String },
+
+    #[error(
+        "the Robot webservice did not answer every list within {seconds}s; the Robot members \
+         stay as they were"
+    )]
+    TimedOut { seconds: u64 },
 }
 
 fn limit_text(max_requests: Option<u64>, interval: Option<u64>) -> String {
@@ -70,6 +77,7 @@ impl RobotError {
             RobotError::Decode { .. } => "robot_decode",
             RobotError::Transport { .. } => "robot_transport",
             RobotError::Client { .. } => "robot_client",
+            RobotError::TimedOut { .. } => "robot_timeout",
         }
     }
 }

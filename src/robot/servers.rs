@@ -36,7 +36,11 @@ pub fn as_servers(
                 })
                 .collect();
             let mut own = additional.remove(&server.number).unwrap_or_default();
-            // The main IP is public-ipv4, not an additional one.
+            // The main IP is public-ipv4, not an additional one; `/ip`
+            // lists it too, with whether Hetzner locked it.
+            let main_locked = own
+                .iter()
+                .any(|(ip, locked)| Some(*ip) == server.ipv4 && *locked);
             own.retain(|(ip, _)| Some(*ip) != server.ipv4);
             Server {
                 id: Server::robot_id(server.number),
@@ -46,7 +50,7 @@ pub fn as_servers(
                     RobotStatus::Other => ServerStatus::Unknown,
                 },
                 public_ipv4: server.ipv4.ok_or(SkipReason::NoPublicIpv4),
-                public_ipv4_blocked: false,
+                public_ipv4_blocked: main_locked,
                 ipv6: server.ipv6,
                 private_net: Vec::new(),
                 labels: Default::default(),

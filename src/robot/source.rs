@@ -9,13 +9,19 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{as_servers, RobotClient, RobotCredentials, RobotError};
+use super::{as_servers, RobotClient, RobotCredentials, RobotError, RobotList};
+use crate::config::RobotRef;
 use crate::config::{AddressKind, Settings};
 use crate::hetzner::Server;
 
 /// The least time between two Robot listings: at most 60 of each list an
 /// hour, whatever the interval and however often cycles are retried.
 pub const MIN_GAP: Duration = Duration::from_secs(60);
+
+/// The longest a Robot listing (every list it needs) may take: it runs
+/// beside the Cloud listing, so a stalled webservice fails the pools with
+/// Robot servers and holds back no other.
+pub const TIME_LIMIT: Duration = Duration::from_secs(60);
 
 /// What a cycle knows of the Robot servers.
 #[derive(Debug, Clone, Default)]
@@ -62,34 +68,27 @@ pub struct RobotListing {
     pub listed_at: Instant,
     /// Requests it sent.
     pub requests: u32,
-    /// It holds the additional IPs (`GET /ip`) and the failover IPs.
-    pub with_ips: bool,
+    /// It holds the failover IPs (`GET /failover`).
     pub with_failovers: bool,
 }
 
 /// Why a cycle runs, as far as the Robot listing cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RobotDue {
-    /// A periodic, retried, reloaded or new-leader cycle: list (unless the
-    /// last listing is younger than [`MIN_GAP`]).
+    /// A periodic, retried, reloaded, new-leader or health-clock cycle:
+    /// list (unless the last listing is younger than the least gap).
     List,
-    /// Node changes brought the cycle forward: use the last listing.
+    /// Node changes brought the cycle forward: use the last answer.
     Reuse,
 }
 
 /// Whether a cycle lists Robot again, given when the last listing (or
-/// failure) was and how old a listing a Node-triggered cycle may reuse.
-pub fn list_due(due: RobotDue, last: Option<Instant>, max_reuse: Duration, now: Instant) -> bool {
-    let Some(last) = last else {
-        return true;
-    };
-    let age = now.saturating_duration_since(last);
-    if age < MIN_GAP {
-        return false;
-    }
-    match due {
-        RobotDue::List => true,
-        RobotDue::Reuse => age >= max_reuse,
+/// failure) was, if any.
+pub fn list_due(due: RobotDue, last: Option<Instant>, min_gap: Duration, now: Instant) -> bool {
+    match last {
+        None => true,
+        Some(_) if due == RobotDue::Reuse => false,
+        Some(last) => now.saturating_duration_since(last) >= min_gap,
     }
 }
 
@@ -98,6 +97,7 @@ pub fn list_due(due: RobotDue, last: Option<Instant>, max_reuse: Duration, now: 
 pub struct RobotSource {
     endpoint: String,
     timeout: Duration,
+    min_gap: Duration,
     /// The client, and the credentials it was built with: a 401 stops it
     /// for good, so new credentials get a new client.
     client: Option<(RobotCredentials, RobotClient)>,
@@ -116,10 +116,18 @@ impl RobotSource {
         Self {
             endpoint: endpoint.into(),
             timeout,
+            min_gap: MIN_GAP,
             client: None,
             last: None,
             observer: None,
         }
+    }
+
+    /// Another least gap between two listings ([`MIN_GAP`] unless set):
+    /// for tests that need a second listing at once.
+    pub fn with_min_gap(mut self, min_gap: Duration) -> Self {
+        self.min_gap = min_gap;
+        self
     }
 
     /// Tells `observer` about every Robot request (metrics).
@@ -136,47 +144,55 @@ impl RobotSource {
             return RobotRead::NotNeeded;
         }
         let now = Instant::now();
-        let max_reuse = 2 * settings.interval.max(MIN_GAP);
-        let wants = |kind| settings.pools.iter().any(|p| p.wants(kind));
-        let (ips, failovers) = (
-            wants(AddressKind::RobotAdditionalIp),
-            wants(AddressKind::RobotFailoverIp),
-        );
+        let failovers = settings
+            .pools
+            .iter()
+            .any(|p| p.wants(AddressKind::RobotFailoverIp));
         if let Some((at, read)) = &self.last {
             // A reload may ask for a list the last listing did not hold.
             let complete = match read {
-                RobotRead::Listed(l) => (l.with_ips || !ips) && (l.with_failovers || !failovers),
+                RobotRead::Listed(l) => l.with_failovers || !failovers,
                 _ => true,
             };
-            if complete && !list_due(due, Some(*at), max_reuse, now) {
+            if complete && !list_due(due, Some(*at), self.min_gap, now) {
                 return read.clone();
             }
         }
-        let read = match self.list(settings, ips, failovers).await {
-            Ok(listing) => RobotRead::Listed(Arc::new(listing)),
-            Err(e) => RobotRead::Failed(e),
+        let listing = tokio::time::timeout(TIME_LIMIT, self.list(settings, failovers));
+        let read = match listing.await {
+            Ok(Ok(listing)) => {
+                warn_unknown(settings, &listing.servers);
+                RobotRead::Listed(Arc::new(listing))
+            }
+            Ok(Err(e)) => RobotRead::Failed(e),
+            Err(_) => RobotRead::Failed(RobotError::TimedOut {
+                seconds: TIME_LIMIT.as_secs(),
+            }),
         };
         self.last = Some((now, read.clone()));
         read
     }
 
+    /// One listing: `/server` and `/ip` (whose `locked` also tells of the
+    /// main IPs), and `/failover` when a pool takes failover IPs. Nothing
+    /// is sent while the webservice's rules hold back any list it needs: a
+    /// listing that cannot finish spends no request.
     async fn list(
         &mut self,
         settings: &Settings,
-        with_ips: bool,
         with_failovers: bool,
     ) -> Result<RobotListing, RobotError> {
         let client = self.client_for(settings).await?;
-        let mut requests = 1;
+        let mut lists = vec![RobotList::Servers, RobotList::Ips];
+        if with_failovers {
+            lists.push(RobotList::Failovers);
+        }
+        if let Some(error) = lists.iter().find_map(|list| client.forbidden(*list)) {
+            return Err(error);
+        }
         let servers = client.servers().await?;
-        let ips = if with_ips {
-            requests += 1;
-            client.ips().await?
-        } else {
-            Vec::new()
-        };
+        let ips = client.ips().await?;
         let failovers = if with_failovers {
-            requests += 1;
             client.failovers().await?
         } else {
             Vec::new()
@@ -184,8 +200,7 @@ impl RobotSource {
         Ok(RobotListing {
             servers: as_servers(servers, &ips, &failovers),
             listed_at: Instant::now(),
-            requests,
-            with_ips,
+            requests: u32::try_from(lists.len()).unwrap_or(u32::MAX),
             with_failovers,
         })
     }
@@ -209,5 +224,30 @@ impl RobotSource {
             .with_observer(self.observer.clone());
         self.client = Some((credentials, client.clone()));
         Ok(client)
+    }
+}
+
+/// Warns about each `Robot.Servers` entry that names no server of the
+/// account (a typo, or a server cancelled): it gives its pool nothing.
+fn warn_unknown(settings: &Settings, servers: &[Server]) {
+    for pool in &settings.pools {
+        let Some(robot) = &pool.robot else { continue };
+        for wanted in &robot.servers {
+            let known = servers.iter().any(|s| {
+                s.robot_number()
+                    .is_some_and(|number| wanted.names(number, &s.name))
+            });
+            if !known {
+                let wanted = match wanted {
+                    RobotRef::Number(n) => n.to_string(),
+                    RobotRef::Name(name) => name.clone(),
+                };
+                tracing::warn!(
+                    pool = %pool.name,
+                    server = %wanted,
+                    "Robot.Servers names no server of the Robot account; it gives the pool nothing"
+                );
+            }
+        }
     }
 }

@@ -318,12 +318,15 @@ impl ControlLoop {
     async fn full_cycle(&mut self, st: &mut Running) -> Flow {
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
-        // Node changes never cost a Robot request.
-        self.reconciler.set_robot_due(if trigger == Trigger::Node {
-            RobotDue::Reuse
-        } else {
-            RobotDue::List
-        });
+        // Node changes never cost a Robot request; a health clock's listing
+        // needs the Robot servers' status as it is now.
+        let health_flip = st.schedule.take_health_flip();
+        self.reconciler
+            .set_robot_due(if trigger == Trigger::Node && !health_flip {
+                RobotDue::Reuse
+            } else {
+                RobotDue::List
+            });
         self.reconciler
             .set_confirm_after(st.schedule.clocks().confirm_after());
         // Nothing is added before the Nodes are listed: wait for that list

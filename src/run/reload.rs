@@ -113,7 +113,7 @@ impl ControlLoop {
             new.hcloud_endpoint = self.settings.hcloud_endpoint.clone();
             new.hcloud_allow_http = self.settings.hcloud_allow_http;
         }
-        // The same for the Robot credentials.
+        // The same for the Robot endpoint (the credentials may change).
         if new.robot_endpoint != self.settings.robot_endpoint {
             warn!(
                 settings = "RobotEndpoint",

@@ -120,6 +120,9 @@ pub struct Schedule {
     decided_without_nodes: bool,
     /// When the last listing that Nodes brought forward started.
     last_node_listing: Option<Instant>,
+    /// A clock of `Nodes.ExcludeUnhealthyAfter` brought the next listing
+    /// forward: it needs fresh server status (the Robot servers' too).
+    health_flip: bool,
 }
 
 impl Schedule {
@@ -139,6 +142,7 @@ impl Schedule {
             repairs: BTreeMap::new(),
             decided_without_nodes: false,
             last_node_listing: None,
+            health_flip: false,
         }
     }
 
@@ -242,8 +246,16 @@ impl Schedule {
         (at < self.next_full).then(|| {
             self.next_full = at;
             self.trigger = Trigger::Node;
+            self.health_flip = true;
             at
         })
+    }
+
+    /// Whether a health clock brought the full cycle starting now forward
+    /// (asked once per full cycle, after [`Schedule::start_full`]): then
+    /// it lists Robot too, where a Node change alone reuses the last answer.
+    pub fn take_health_flip(&mut self) -> bool {
+        std::mem::take(&mut self.health_flip)
     }
 
     /// The waiting repairs run at `now`: the pools to repair.

@@ -25,6 +25,8 @@ struct State {
     maintenance: bool,
     /// Overrides the documented hourly limit of every list.
     limit: Option<usize>,
+    /// Overrides the limit of one list.
+    list_limits: HashMap<String, usize>,
     /// The `interval` a rate-limit error names (3600 unless set).
     interval: Option<u64>,
 }
@@ -70,7 +72,10 @@ impl Respond for Responder {
         if state.maintenance {
             return ResponseTemplate::new(503).set_body_string("<html>maintenance</html>");
         }
-        let limit = state.limit.unwrap_or_else(|| hourly_limit(&list));
+        let limit = match state.list_limits.get(&list) {
+            Some(limit) => *limit,
+            None => state.limit.unwrap_or_else(|| hourly_limit(&list)),
+        };
         if count > limit {
             return ResponseTemplate::new(403).set_body_json(json!({"error": {
                 "status": 403, "code": "RATE_LIMIT_EXCEEDED", "message": "Rate limit exceeded",
@@ -135,6 +140,11 @@ impl FakeRobot {
     /// Every list allows `limit` requests (instead of the documented ones).
     pub fn set_limit(&self, limit: usize) {
         lock(&self.state).limit = Some(limit);
+    }
+
+    /// `list` allows `limit` requests (the others keep theirs).
+    pub fn set_list_limit(&self, list: &str, limit: usize) {
+        lock(&self.state).list_limits.insert(list.to_owned(), limit);
     }
 
     /// The interval the rate-limit error names, in seconds.

@@ -281,3 +281,52 @@ fn a_refusal_outside_a_swap_stands_as_it_is_and_names_its_pool() {
         ReconcileError::Refused(Refusal::NothingToWrite)
     ));
 }
+
+/// One plan of pool `edge` (live: two addresses; the listing: one) whose
+/// Robot servers were listed at `robot_listed`, with `state` kept.
+fn plan_robot_pool(
+    settings: &Settings,
+    state: &mut BTreeMap<String, PoolState>,
+    robot_listed: Instant,
+    now: Instant,
+) -> PoolPlan {
+    let mut all = vec![crate::pool::Pool::from_json(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("edge".into()),
+            ..Default::default()
+        },
+        serde_json::json!({"spec": {"blocks": [{"cidr": "192.0.2.1/32"}, {"cidr": "192.0.2.2/32"}]}}),
+    )];
+    let mut listed = rendered("edge", &["192.0.2.1"]);
+    listed.robot_listed = Some(robot_listed);
+    plan_pools(
+        settings,
+        vec![listed],
+        &mut all,
+        state,
+        ctx(CycleKind::Full, now),
+    )
+    .pop()
+    .unwrap()
+}
+
+#[test]
+fn a_robot_pool_confirms_a_held_removal_after_the_delay_and_with_a_newer_robot_listing() {
+    let settings = settings(&["edge"]);
+    let mut state = BTreeMap::new();
+    let t0 = Instant::now() + Duration::from_secs(3600);
+    let s = Duration::from_secs;
+    // Held in a cycle that reused a Robot answer 100 s old.
+    let plan = plan_robot_pool(&settings, &mut state, t0 - s(100), t0);
+    assert!(plan.report.held.is_some());
+    // A fresh Robot listing 2 s later: newer than the hold, but the delay
+    // (60 s) has not passed.
+    let plan = plan_robot_pool(&settings, &mut state, t0 + s(1), t0 + s(2));
+    assert!(plan.report.confirmed.is_none(), "{:?}", plan.report);
+    // The delay passed, but the Robot answer is the one the hold saw.
+    let plan = plan_robot_pool(&settings, &mut state, t0 - s(100), t0 + s(70));
+    assert!(plan.report.confirmed.is_none(), "{:?}", plan.report);
+    // Both: confirmed.
+    let plan = plan_robot_pool(&settings, &mut state, t0 + s(65), t0 + s(70));
+    assert!(plan.report.confirmed.is_some(), "{:?}", plan.report);
+}

@@ -261,6 +261,16 @@ fn a_health_clock_brings_the_listing_forward_only_when_sooner() {
     assert_eq!(s.on_health_flip(t0 + S(100)), Some(t0 + S(100)));
     assert_eq!(s.on_health_flip(t0 + S(200)), None);
     assert_eq!(s.start_full(t0 + S(100)), Trigger::Node);
+    assert!(s.take_health_flip(), "its listing needs fresh status");
+    assert!(!s.take_health_flip(), "asked once");
+    // A Node change alone brings a listing without that need.
+    s.end_full(ok(), t0 + S(100));
+    assert!(matches!(
+        s.on_node_change(false, t0 + S(200)),
+        NodeChangeAnswer::ListEarly(_)
+    ));
+    assert_eq!(s.start_full(t0 + S(230)), Trigger::Node);
+    assert!(!s.take_health_flip());
 }
 
 #[test]
