@@ -592,4 +592,28 @@ mod cycle {
             "no GET /server for a listing that cannot finish"
         );
     }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn a_stalled_webservice_fails_the_robot_pool_and_the_cloud_pool_goes_on() {
+        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        let (hetzner, robot, kube) = setup().await;
+        robot.set_delay(std::time::Duration::from_secs(30));
+        // Each request gives up after HcloudTimeout (1 s here).
+        let mut settings = settings(&hetzner, &robot, PASSWORD);
+        settings.hcloud_timeout = std::time::Duration::from_secs(1);
+        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
+        assert_eq!(e.metric_label(), "robot_transport", "{e}");
+        assert!(kube.pool("dedicated").is_none());
+        assert_eq!(cidrs(&kube, "cloud"), ["192.0.2.1/32"]);
+        // However many lists, one listing has a limit of its own.
+        let mut source = RobotSource::new(robot.endpoint(), std::time::Duration::from_secs(60))
+            .with_time_limit(std::time::Duration::from_millis(300));
+        let read = source.read(&settings, RobotDue::List).await;
+        let RobotRead::Failed(e) = read else {
+            panic!("{read:?}")
+        };
+        assert_eq!(e.metric_label(), "robot_timeout", "{e}");
+    }
 }

@@ -98,6 +98,7 @@ pub struct RobotSource {
     endpoint: String,
     timeout: Duration,
     min_gap: Duration,
+    time_limit: Duration,
     /// The client, and the credentials it was built with: a 401 stops it
     /// for good, so new credentials get a new client.
     client: Option<(RobotCredentials, RobotClient)>,
@@ -117,10 +118,18 @@ impl RobotSource {
             endpoint: endpoint.into(),
             timeout,
             min_gap: MIN_GAP,
+            time_limit: TIME_LIMIT,
             client: None,
             last: None,
             observer: None,
         }
+    }
+
+    /// Another time limit for a listing ([`TIME_LIMIT`] unless set): for
+    /// tests of a stalled webservice.
+    pub fn with_time_limit(mut self, time_limit: Duration) -> Self {
+        self.time_limit = time_limit;
+        self
     }
 
     /// Another least gap between two listings ([`MIN_GAP`] unless set):
@@ -158,7 +167,8 @@ impl RobotSource {
                 return read.clone();
             }
         }
-        let listing = tokio::time::timeout(TIME_LIMIT, self.list(settings, failovers));
+        let limit = self.time_limit;
+        let listing = tokio::time::timeout(limit, self.list(settings, failovers));
         let read = match listing.await {
             Ok(Ok(listing)) => {
                 warn_unknown(settings, &listing.servers);
@@ -166,7 +176,7 @@ impl RobotSource {
             }
             Ok(Err(e)) => RobotRead::Failed(e),
             Err(_) => RobotRead::Failed(RobotError::TimedOut {
-                seconds: TIME_LIMIT.as_secs(),
+                seconds: limit.as_secs(),
             }),
         };
         self.last = Some((now, read.clone()));

@@ -27,6 +27,8 @@ struct State {
     limit: Option<usize>,
     /// Overrides the limit of one list.
     list_limits: HashMap<String, usize>,
+    /// Every answer comes this late (a stalled webservice).
+    delay: Option<std::time::Duration>,
     /// The `interval` a rate-limit error names (3600 unless set).
     interval: Option<u64>,
 }
@@ -58,6 +60,9 @@ impl Respond for Responder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let list = request.url.path().trim_matches('/').to_owned();
         let mut state = lock(&self.state);
+        if let Some(delay) = state.delay {
+            return ResponseTemplate::new(503).set_delay(delay);
+        }
         let count = state.requests.entry(list.clone()).or_default();
         *count += 1;
         let count = *count;
@@ -140,6 +145,12 @@ impl FakeRobot {
     /// Every list allows `limit` requests (instead of the documented ones).
     pub fn set_limit(&self, limit: usize) {
         lock(&self.state).limit = Some(limit);
+    }
+
+    /// Every answer comes `delay` late (a 503 once it comes): a stalled
+    /// webservice. Such requests are not counted.
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        lock(&self.state).delay = Some(delay);
     }
 
     /// `list` allows `limit` requests (the others keep theirs).
