@@ -432,16 +432,33 @@ fn render_without_cluster(
         tokio::time::Instant::now(),
     );
     let mut pools = Vec::with_capacity(rendered.len());
-    for reconcile::RenderedPool {
-        members,
-        desired,
-        verdict,
-        ..
-    } in rendered
+    for (
+        reconcile::RenderedPool {
+            members,
+            desired,
+            verdict,
+            ..
+        },
+        pool,
+    ) in rendered.into_iter().zip(&settings.pools)
     {
-        if let Err(e) = verdict {
-            error!(pool = %desired.name, error = %e, cause = e.metric_label(), "dry run failed");
-            return None;
+        match verdict {
+            // Without its Node-label selector the pool may lose every
+            // server to an earlier pool: no answer, not a failure.
+            Err(e) if pool.reads_node_labels() => {
+                warn!(
+                    pool = %desired.name,
+                    error = %e,
+                    "dry run: the pool is not shown; without the Nodes its NodeSelector cannot \
+                     choose (explain, with a cluster, shows it)"
+                );
+                continue;
+            }
+            Err(e) => {
+                error!(pool = %desired.name, error = %e, cause = e.metric_label(), "dry run failed");
+                return None;
+            }
+            Ok(()) => {}
         }
         info!(
             pool = %desired.name,

@@ -1352,7 +1352,10 @@ fn a_pool_of_robot_servers_needs_no_label_selector_and_names_servers_by_number_o
         ]
     );
     let text = &robot.servers[2];
-    assert!(text.names(421, "server2") && text.names(7, "421") && !text.names(7, "x"));
+    assert!(
+        text.names(7, "421") && !text.names(421, "server2"),
+        "a text is a name"
+    );
     assert_eq!(
         robot.node_selector.as_ref().map(ToString::to_string),
         Some("role=edge".to_owned())

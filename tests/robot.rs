@@ -432,7 +432,8 @@ mod cycle {
             {"Name": "cloud", "LabelSelector": "kops.k8s.io/instance-role=Node",
              "NodeSelector": "zone=a"},
             {"Name": "dedicated", "Robot": {"NodeSelector": "role=edge"},
-             "Addresses": ["public-ipv4", "robot-additional-ip"]}]"#
+             "Addresses": ["public-ipv4", "robot-additional-ip"]},
+            {"Name": "second", "Robot": {"NodeSelector": "role=db"}}]"#
             .to_owned();
         let run = |password: &'static str| {
             let (hetzner, robot, pools) = (hetzner.endpoint(), robot.endpoint(), pools.clone());
@@ -486,6 +487,9 @@ mod cycle {
             .iter()
             .find(|p| p["metadata"]["name"] == "cloud")
             .unwrap();
+        // The second Robot pool gets nothing the first took: not shown, and
+        // the dry run still succeeds.
+        assert_eq!(printed.as_array().unwrap().len(), 2, "{printed:#}");
         assert_eq!(
             cloud["spec"]["blocks"],
             serde_json::json!([{"cidr": "192.0.2.1/32"}])
@@ -615,5 +619,32 @@ mod cycle {
             panic!("{read:?}")
         };
         assert_eq!(e.metric_label(), "robot_timeout", "{e}");
+    }
+
+    #[tokio::test]
+    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
+    async fn a_listing_cut_off_in_the_middle_counts_toward_the_least_gap() {
+        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        let (hetzner, robot, _) = setup().await;
+        robot.set_delay(std::time::Duration::from_secs(30));
+        let settings = settings(&hetzner, &robot, PASSWORD);
+        let mut source = RobotSource::new(robot.endpoint(), std::time::Duration::from_secs(60));
+        // The cycle timeout drops the read while GET /server waits.
+        let dropped = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            source.read(&settings, RobotDue::List),
+        )
+        .await;
+        assert!(dropped.is_err(), "the read was cut off");
+        let read = source.read(&settings, RobotDue::List).await;
+        let RobotRead::Failed(e) = read else {
+            panic!("{read:?}")
+        };
+        assert_eq!(e.metric_label(), "robot_timeout");
+        assert_eq!(
+            robot.all_requests(),
+            1,
+            "the retry within the minute asks nothing"
+        );
     }
 }

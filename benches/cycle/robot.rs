@@ -82,7 +82,8 @@ pub(super) fn print_robot(result: &RobotResult) {
         "Robot members (a Cloud pool and a pool of 2 dedicated servers, Interval 1s): the \
          first cycle sent GET /server {}, /ip {}, /failover {}; the next {} cycles ({:.0} s) \
          sent {:?}. Per hour at the default interval (15m), computed from one listing per \
-         periodic cycle (Node-triggered cycles send none, retries none within a minute): {} GET \
+         periodic cycle (Node-triggered cycles reuse an answer younger than the interval, retries \
+         ask nothing within a minute): {} GET \
          /server (limit 200/h), {} GET /ip (5000/h), {} GET /failover (100/h); at most 60 per \
          list whatever the interval.",
         result.first[0],

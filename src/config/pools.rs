@@ -99,11 +99,12 @@ pub enum RobotRef {
 
 impl RobotRef {
     /// Whether this names Robot server `number` called `name`: a number
-    /// that number; a text that name, or the number written as text.
+    /// that number, a text that name (never a number: a server may be
+    /// named like another's number).
     pub fn names(&self, number: i64, name: &str) -> bool {
         match self {
             RobotRef::Number(n) => *n == number,
-            RobotRef::Name(text) => text == name || *text == number.to_string(),
+            RobotRef::Name(text) => text == name,
         }
     }
 }

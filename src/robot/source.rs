@@ -2,7 +2,8 @@
 //! cycles. `GET /server` allows 200 requests an hour and `GET /failover`
 //! 100, so a cycle lists each list it needs at most once, never sooner
 //! than [`MIN_GAP`] after the last listing, and a cycle that Node changes
-//! brought forward uses the last listing rather than asking again.
+//! brought forward uses the last answer while it is younger than the
+//! interval.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,12 +84,22 @@ pub enum RobotDue {
 }
 
 /// Whether a cycle lists Robot again, given when the last listing (or
-/// failure) was, if any.
-pub fn list_due(due: RobotDue, last: Option<Instant>, min_gap: Duration, now: Instant) -> bool {
-    match last {
-        None => true,
-        Some(_) if due == RobotDue::Reuse => false,
-        Some(last) => now.saturating_duration_since(last) >= min_gap,
+/// failure) was, if any. A Node-triggered cycle reuses an answer younger
+/// than `max_reuse` (the interval): Node changes that keep coming take the
+/// periodic cycle's place, and then list as it would have.
+pub fn list_due(
+    due: RobotDue,
+    last: Option<Instant>,
+    (min_gap, max_reuse): (Duration, Duration),
+    now: Instant,
+) -> bool {
+    let Some(last) = last else {
+        return true;
+    };
+    let age = now.saturating_duration_since(last);
+    match due {
+        RobotDue::Reuse => age >= max_reuse.max(min_gap),
+        RobotDue::List => age >= min_gap,
     }
 }
 
@@ -163,11 +174,18 @@ impl RobotSource {
                 RobotRead::Listed(l) => l.with_failovers || !failovers,
                 _ => true,
             };
-            if complete && !list_due(due, Some(*at), self.min_gap, now) {
+            let gaps = (self.min_gap, settings.interval);
+            if complete && !list_due(due, Some(*at), gaps, now) {
                 return read.clone();
             }
         }
+        // Until it finishes, this listing counts as a failed one: a cycle
+        // cut off in the middle does not let the next one ask at once.
         let limit = self.time_limit;
+        let cut_off = RobotRead::Failed(RobotError::TimedOut {
+            seconds: limit.as_secs(),
+        });
+        self.last = Some((now, cut_off));
         let listing = tokio::time::timeout(limit, self.list(settings, failovers));
         let read = match listing.await {
             Ok(Ok(listing)) => {

@@ -32,10 +32,8 @@ use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
 use crate::pool::{other_spec_writers, Pool};
 use crate::reconcile::{event_needs_repair, CycleKind, Reconciler};
-use crate::robot::RobotDue;
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
-use crate::serve::metrics::Trigger;
 use crate::serve::telemetry::LogControl;
 use cycle::Work;
 use events::Target;
@@ -318,15 +316,9 @@ impl ControlLoop {
     async fn full_cycle(&mut self, st: &mut Running) -> Flow {
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
-        // Node changes never cost a Robot request; a health clock's listing
-        // needs the Robot servers' status as it is now.
         let health_flip = st.schedule.take_health_flip();
         self.reconciler
-            .set_robot_due(if trigger == Trigger::Node && !health_flip {
-                RobotDue::Reuse
-            } else {
-                RobotDue::List
-            });
+            .set_robot_due(schedule::robot_due(trigger, health_flip));
         self.reconciler
             .set_confirm_after(st.schedule.clocks().confirm_after());
         // Nothing is added before the Nodes are listed: wait for that list

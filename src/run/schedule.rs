@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::pool::RepairLimiter;
+use crate::robot::RobotDue;
 use crate::run::leader::Term;
 use crate::serve::metrics::Trigger;
 
@@ -39,6 +40,17 @@ impl Clocks {
     /// the confirm delay, never longer than the interval.
     pub fn confirm_after(&self) -> Duration {
         self.confirm_delay.min(self.interval)
+    }
+}
+
+/// Whether a full cycle lists Robot: one that Node changes brought forward
+/// uses the last answer (Node changes cost no Robot request), one that a
+/// health clock brought forward needs the servers' status as it is now.
+pub fn robot_due(trigger: Trigger, health_flip: bool) -> RobotDue {
+    if trigger == Trigger::Node && !health_flip {
+        RobotDue::Reuse
+    } else {
+        RobotDue::List
     }
 }
 

@@ -60,12 +60,12 @@ impl Respond for Responder {
     fn respond(&self, request: &Request) -> ResponseTemplate {
         let list = request.url.path().trim_matches('/').to_owned();
         let mut state = lock(&self.state);
-        if let Some(delay) = state.delay {
-            return ResponseTemplate::new(503).set_delay(delay);
-        }
         let count = state.requests.entry(list.clone()).or_default();
         *count += 1;
         let count = *count;
+        if let Some(delay) = state.delay {
+            return ResponseTemplate::new(503).set_delay(delay);
+        }
         let expected = format!("Basic {}", base64_of(&format!("{USER}:{PASSWORD}")));
         let sent = request
             .headers
@@ -148,7 +148,7 @@ impl FakeRobot {
     }
 
     /// Every answer comes `delay` late (a 503 once it comes): a stalled
-    /// webservice. Such requests are not counted.
+    /// webservice. Such requests are counted when they arrive.
     pub fn set_delay(&self, delay: std::time::Duration) {
         lock(&self.state).delay = Some(delay);
     }

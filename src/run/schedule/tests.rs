@@ -274,6 +274,21 @@ fn a_health_clock_brings_the_listing_forward_only_when_sooner() {
 }
 
 #[test]
+fn node_changes_reuse_the_robot_answer_and_everything_else_lists() {
+    use crate::robot::RobotDue;
+    use crate::run::schedule::robot_due;
+    assert_eq!(robot_due(Trigger::Node, false), RobotDue::Reuse);
+    assert_eq!(
+        robot_due(Trigger::Node, true),
+        RobotDue::List,
+        "a health clock"
+    );
+    for trigger in [Trigger::Interval, Trigger::Config, Trigger::Leadership] {
+        assert_eq!(robot_due(trigger, false), RobotDue::List);
+    }
+}
+
+#[test]
 fn conflicts_are_remembered_until_a_repair_of_that_pool_succeeds() {
     let t0 = Instant::now();
     let mut s = Schedule::new(clocks(), leading(), t0);
