@@ -16,26 +16,14 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_several_pools, cluster, edit_role_rules, phases, pools, record_history_of, repo,
-    several_pools_overlay, several_pools_server as server, start_several_pools,
+    apply_several_pools, cidrs, cluster, edit_role_rules, phases, pools, record_history_of, repo,
+    set, several_pools_overlay, several_pools_server as server, start_several_pools,
     start_several_pools_with, wait_event, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer, DEFAULT_NETWORK};
 use support::nodes::{node, set_ready};
 
 const WITHIN: Duration = Duration::from_secs(30);
-
-fn cidrs(pool: Option<&DynamicObject>) -> BTreeSet<String> {
-    pool.and_then(|p| p.data["spec"]["blocks"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
-        .collect()
-}
-
-fn set(items: &[&str]) -> BTreeSet<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
 
 const EDGE_ALL: [&str; 4] = [
     "198.51.100.1/32",

@@ -10,16 +10,16 @@
 
 mod support;
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_several_pools, checks_with, cluster, pools, run_command, several_pools_server as server,
-    start_with_config, wait_event, wait_named_pool, Controller, TOKEN,
+    apply_several_pools, checks_with, cidrs, cluster, pools, run_command, set,
+    several_pools_server as server, start_with_config, wait_event, wait_named_pool, Controller,
+    TOKEN,
 };
 use support::fake_hetzner::FakeHetzner;
 use support::fake_robot::{FakeRobot, PASSWORD, USER};
@@ -36,18 +36,6 @@ const CONFIG: &str = r#"{"Pools": [
 const ROBOT_ONLY: &str = r#"{"Pools": [
     {"Name": "edge", "Robot": {"NodeSelector": "role=edge", "Servers": ["server2"]}},
     {"Name": "internal", "LabelSelector": "role=internal"}]}"#;
-
-fn cidrs(pool: Option<&DynamicObject>) -> BTreeSet<String> {
-    pool.and_then(|p| p.data["spec"]["blocks"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
-        .collect()
-}
-
-fn set(items: &[&str]) -> BTreeSet<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
 
 async fn fakes() -> (FakeHetzner, FakeRobot) {
     let hetzner = FakeHetzner::start().await;
@@ -87,6 +75,19 @@ async fn wait_listings(hetzner: &FakeHetzner, controller: &mut Controller, count
     }
 }
 
+/// The cluster with `deploy/` and the component's RBAC, and a Node for
+/// each Robot server number with its `role` label.
+async fn with_robot_nodes(roles: &[(i64, &str)]) -> (TestCluster, Api<Node>) {
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    for (number, role) in roles {
+        let node = robot_node(*number, json!({ "role": role }));
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    (cluster, nodes)
+}
+
 async fn start(
     cluster: &TestCluster,
     hetzner: &FakeHetzner,
@@ -113,23 +114,7 @@ async fn start(
 async fn a_labelled_hrobot_node_brings_its_server_and_the_node_rules_take_it_out() {
     let started = Instant::now();
     let (hetzner, robot) = fakes().await;
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    nodes
-        .create(
-            &PostParams::default(),
-            &robot_node(321, json!({"role": "edge"})),
-        )
-        .await
-        .unwrap();
-    nodes
-        .create(
-            &PostParams::default(),
-            &robot_node(421, json!({"role": "db"})),
-        )
-        .await
-        .unwrap();
+    let (cluster, nodes) = with_robot_nodes(&[(321, "edge"), (421, "db")]).await;
     let mut controller = start(&cluster, &hetzner, &robot, CONFIG, PASSWORD).await;
     let api = pools(&cluster, "v2");
     wait_named_pool(&api, "edge", WITHIN, "Cloud and Robot members", |p| {
@@ -185,16 +170,7 @@ async fn a_labelled_hrobot_node_brings_its_server_and_the_node_rules_take_it_out
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn refused_credentials_and_a_rate_limit_leave_the_robot_pool_unchanged() {
     let (hetzner, robot) = fakes().await;
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    nodes
-        .create(
-            &PostParams::default(),
-            &robot_node(321, json!({"role": "edge"})),
-        )
-        .await
-        .unwrap();
+    let (cluster, _nodes) = with_robot_nodes(&[(321, "edge")]).await;
     let api = pools(&cluster, "v2");
     let filled = set(&["123.123.123.123/32", "123.123.123.124/32"]);
     {

@@ -321,48 +321,27 @@ fn a_locked_main_ip_is_blocked_and_a_cloud_id_is_no_robot_number() {
     );
     assert!(robot[0].public_ipv4_blocked, "/ip lists the main IP locked");
     assert!(robot[0].robot.as_ref().unwrap().additional.is_empty());
-    // Cloud server 321's Node is labelled for the pool, Robot server 321's
-    // is not: the Robot server is not the pool's.
+    // Cloud server 321 and Robot server 321, each with a Node; the pool
+    // takes whichever Node carries its label, never the other by its ID.
     let cloud = [server(321, Some("192.0.2.1"))];
-    let nodes = NodeView::new(
-        [
-            node("cloud", Some("hcloud://321"), &[("role", "edge")]),
-            node("dedicated", Some("hrobot://321"), &[("role", "db")]),
-        ],
-        true,
-    );
-    let mut mixed = robot_pool("edge", Some("role=edge"), vec![]);
-    mixed.label_selector = Some("x".parse().unwrap());
-    mixed.node_selector = Some("role=edge".parse().unwrap());
-    let got = split(
-        &[mixed],
-        Listed {
+    let split_by = |cloud_role: &str, robot_role: &str| {
+        let nodes = NodeView::new(
+            [
+                node("cloud", Some("hcloud://321"), &[("role", cloud_role)]),
+                node("dedicated", Some("hrobot://321"), &[("role", robot_role)]),
+            ],
+            true,
+        );
+        let mut mixed = robot_pool("edge", Some("role=edge"), vec![]);
+        mixed.label_selector = Some("x".parse().unwrap());
+        mixed.node_selector = Some("role=edge".parse().unwrap());
+        let listed = Listed {
             robot: &robot,
             prefiltered: true,
             ..listed(&cloud)
-        },
-        &nodes,
-    );
-    assert_eq!(got[0].addresses, ips(&["192.0.2.1"]));
-    // And the other way round.
-    let nodes = NodeView::new(
-        [
-            node("cloud", Some("hcloud://321"), &[("role", "db")]),
-            node("dedicated", Some("hrobot://321"), &[("role", "edge")]),
-        ],
-        true,
-    );
-    let mut mixed = robot_pool("edge", Some("role=edge"), vec![]);
-    mixed.label_selector = Some("x".parse().unwrap());
-    mixed.node_selector = Some("role=edge".parse().unwrap());
-    let got = split(
-        &[mixed],
-        Listed {
-            robot: &robot,
-            prefiltered: true,
-            ..listed(&cloud)
-        },
-        &nodes,
-    );
-    assert_eq!(got[0].addresses, ips(&["203.0.113.1"]));
+        };
+        split(&[mixed], listed, &nodes).remove(0).addresses
+    };
+    assert_eq!(split_by("edge", "db"), ips(&["192.0.2.1"]));
+    assert_eq!(split_by("db", "edge"), ips(&["203.0.113.1"]));
 }

@@ -311,6 +311,20 @@ pub fn pools(cluster: &TestCluster, version: &str) -> Api<DynamicObject> {
     Api::all_with(cluster.admin_client(), &resource)
 }
 
+/// The CIDRs of a pool's `spec.blocks` (none for no pool).
+pub fn cidrs(pool: Option<&DynamicObject>) -> BTreeSet<String> {
+    pool.and_then(|p| p.data["spec"]["blocks"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|b| b["cidr"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `items` as a set of strings, to compare with [`cidrs`].
+pub fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
 pub fn blocks_of(pool: &DynamicObject) -> Value {
     pool.data["spec"]["blocks"].clone()
 }
