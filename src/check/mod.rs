@@ -190,21 +190,16 @@ async fn robot(settings: &Settings, read: &crate::robot::RobotRead) -> Option<Ch
         RobotRead::Listed(listing) => Ok(format!("{} Robot server(s)", listing.servers.len())),
         RobotRead::Failed(error) => Err(error.clone()),
         RobotRead::NotNeeded => {
-            let probe =
-                async {
-                    let credentials = robot.credentials().await.map_err(|e| {
-                        crate::robot::RobotError::Client {
-                            reason: e.to_string(),
-                        }
-                    })?;
-                    RobotClient::new(
-                        &settings.robot_endpoint,
-                        &credentials,
-                        settings.hcloud_timeout,
-                    )?
-                    .ips()
-                    .await
-                };
+            let probe = async {
+                let credentials = robot.credentials().await?;
+                RobotClient::new(
+                    &settings.robot_endpoint,
+                    &credentials,
+                    settings.hcloud_timeout,
+                )?
+                .ips()
+                .await
+            };
             probe.await.map(|ips| {
                 format!(
                     "{} additional IP(s); no pool takes Robot servers",

@@ -3,11 +3,10 @@
 //! and the endpoint. No problem ever quotes the user or the password.
 
 use super::loader::Loader;
-use super::token::MAX_TOKEN_FILE_BYTES;
+use super::token::{read_secret_file, SecretFileError};
 use super::{ROBOT_ENDPOINT, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER};
 use crate::robot::RobotCredentials;
 use crate::vocab::SecretString;
-use std::io::Read;
 use std::path::PathBuf;
 
 /// The webservice user and where its password comes from.
@@ -69,22 +68,16 @@ impl RobotSettings {
 /// The password in a file: its text less one line end.
 pub fn read_password_file(path: &std::path::Path) -> Result<SecretString, RobotPasswordError> {
     let shown = path.display().to_string();
-    let unreadable = |e: std::io::Error| RobotPasswordError::Unreadable {
-        path: shown.clone(),
-        reason: e.to_string(),
-    };
-    let file = std::fs::File::open(path).map_err(unreadable)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_TOKEN_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
     let not = || RobotPasswordError::NotAPassword {
         path: shown.clone(),
     };
-    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
-        return Err(not());
-    }
-    let text = String::from_utf8(bytes).map_err(|_| not())?;
+    let text = read_secret_file(path).map_err(|e| match e {
+        SecretFileError::Unreadable(e) => RobotPasswordError::Unreadable {
+            path: shown.clone(),
+            reason: e.to_string(),
+        },
+        SecretFileError::TooLarge | SecretFileError::NotText => not(),
+    })?;
     let password = text.trim_end_matches(['\n', '\r']);
     if password.is_empty() {
         return Err(not());

@@ -85,24 +85,41 @@ impl TokenSource {
         match self {
             TokenSource::Inline(secret) => check_token(secret.expose(), None),
             TokenSource::File(path) => {
-                let unreadable = |error| TokenError::Unreadable {
-                    path: path.clone(),
-                    error,
-                };
-                let file = std::fs::File::open(path).map_err(unreadable)?;
-                let mut bytes = Vec::new();
-                file.take(MAX_TOKEN_FILE_BYTES + 1)
-                    .read_to_end(&mut bytes)
-                    .map_err(unreadable)?;
-                if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
-                    return Err(TokenError::TooLarge { path: path.clone() });
-                }
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| TokenError::NotText { path: path.clone() })?;
+                let text = read_secret_file(path).map_err(|e| match e {
+                    SecretFileError::Unreadable(error) => TokenError::Unreadable {
+                        path: path.clone(),
+                        error,
+                    },
+                    SecretFileError::TooLarge => TokenError::TooLarge { path: path.clone() },
+                    SecretFileError::NotText => TokenError::NotText { path: path.clone() },
+                })?;
                 check_token(&text, Some(path))
             }
         }
     }
+}
+
+/// Why a file holding a secret (the token, the Robot password) cannot be
+/// read; never holds its content.
+pub(super) enum SecretFileError {
+    Unreadable(std::io::Error),
+    /// Over [`MAX_TOKEN_FILE_BYTES`]: the wrong file (or /dev/zero).
+    TooLarge,
+    NotText,
+}
+
+/// The text of a file holding a secret, read no further than
+/// [`MAX_TOKEN_FILE_BYTES`].
+pub(super) fn read_secret_file(path: &Path) -> Result<String, SecretFileError> {
+    let file = std::fs::File::open(path).map_err(SecretFileError::Unreadable)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(SecretFileError::Unreadable)?;
+    if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(SecretFileError::TooLarge);
+    }
+    String::from_utf8(bytes).map_err(|_| SecretFileError::NotText)
 }
 
 pub(super) fn check_token(raw: &str, path: Option<&Path>) -> Result<SecretString, TokenError> {

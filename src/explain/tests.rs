@@ -546,7 +546,6 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
         robot: crate::robot::RobotRead::Listed(std::sync::Arc::new(crate::robot::RobotListing {
             servers: robot,
             listed_at: tokio::time::Instant::now(),
-            requests: 2,
             with_failovers: true,
         })),
         ..Listing::default()

@@ -151,7 +151,12 @@ impl Ipv6Net {
             Some((address, prefix)) => (address, prefix.parse::<u8>().ok()?),
             None => (text, 128),
         };
-        let address: Ipv6Addr = address.parse().ok()?;
+        Self::new(address.parse().ok()?, prefix, blocked)
+    }
+
+    /// The network of `prefix` bits that holds `address`; `None` for an
+    /// unspecified address or a prefix over 128.
+    pub fn new(address: Ipv6Addr, prefix: u8, blocked: bool) -> Option<Self> {
         if prefix > 128 || address.is_unspecified() {
             return None;
         }

@@ -30,9 +30,7 @@ pub fn as_servers(
                 .filter(|f| f.active_server_ip.is_some_and(|to| routed_to(&server, to)))
                 .filter_map(|f| match f.ip {
                     IpAddr::V4(ip) => Some(FloatingAddress::V4(ip)),
-                    IpAddr::V6(ip) => {
-                        Ipv6Net::parse(&format!("{ip}/64"), false).map(FloatingAddress::V6)
-                    }
+                    IpAddr::V6(ip) => Ipv6Net::new(ip, 64, false).map(FloatingAddress::V6),
                 })
                 .collect();
             let mut own = additional.remove(&server.number).unwrap_or_default();
@@ -72,7 +70,7 @@ fn routed_to(server: &RobotServer, to: IpAddr) -> bool {
     match to {
         IpAddr::V4(ip) => server.ipv4 == Some(ip),
         IpAddr::V6(ip) => server.ipv6.is_some_and(|net| {
-            Ipv6Net::parse(&format!("{ip}/64"), false).is_some_and(|n| n.network == net.network)
+            Ipv6Net::new(ip, 64, false).is_some_and(|n| n.network == net.network)
         }),
     }
 }

@@ -67,8 +67,6 @@ pub struct RobotListing {
     pub servers: Vec<Server>,
     /// When it was taken: a held removal is confirmed only by a newer one.
     pub listed_at: Instant,
-    /// Requests it sent.
-    pub requests: u32,
     /// It holds the failover IPs (`GET /failover`).
     pub with_failovers: bool,
 }
@@ -228,7 +226,6 @@ impl RobotSource {
         Ok(RobotListing {
             servers: as_servers(servers, &ips, &failovers),
             listed_at: Instant::now(),
-            requests: u32::try_from(lists.len()).unwrap_or(u32::MAX),
             with_failovers,
         })
     }
@@ -240,9 +237,7 @@ impl RobotSource {
                 reason: "no Robot webservice user is configured".to_owned(),
             });
         };
-        let credentials = robot.credentials().await.map_err(|e| RobotError::Client {
-            reason: e.to_string(),
-        })?;
+        let credentials = robot.credentials().await?;
         if let Some((known, client)) = &self.client {
             if known.user == credentials.user && known.password == credentials.password {
                 return Ok(client.clone());
