@@ -120,7 +120,9 @@ pub fn server_of_provider_id(provider_id: &str) -> Option<i64> {
 /// Every Node the watch knows, by server ID and by name.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeView {
-    by_id: HashMap<i64, NodeFacts>,
+    /// Server ID → the name of its Node (the facts are kept once, by name:
+    /// with their labels they are not small).
+    by_id: HashMap<i64, String>,
     by_name: HashMap<String, NodeFacts>,
     /// The watch has completed a first list: a server without a Node then
     /// really has none.
@@ -135,7 +137,7 @@ impl NodeView {
         };
         for node in nodes {
             if let Some(id) = node.server_id {
-                view.by_id.insert(id, node.clone());
+                view.by_id.insert(id, node.name.clone());
             }
             view.by_name.insert(node.name.clone(), node);
         }
@@ -149,7 +151,8 @@ impl NodeView {
         if self.by_name.is_empty() {
             return None;
         }
-        self.by_id.get(&id).or_else(|| {
+        let by_id = self.by_id.get(&id).and_then(|name| self.by_name.get(name));
+        by_id.or_else(|| {
             self.by_name
                 .get(name)
                 .filter(|node| node.server_id.is_none())
