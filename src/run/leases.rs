@@ -77,7 +77,7 @@ fn absorb<E: std::fmt::Display>(
 ) {
     match item {
         Ok(event) => {
-            if *failing {
+            if *failing && super::watch::answered(&event) {
                 info!("watching the Node Leases works again");
                 *failing = false;
                 if !matches!(event, Event::Init | Event::InitApply(_)) {
@@ -88,7 +88,9 @@ fn absorb<E: std::fmt::Display>(
         }
         Err(error) => {
             renewals.set_current(false);
-            if !*failing {
+            if *failing {
+                debug!(%error, "watching the Node Leases still fails; retrying with backoff");
+            } else {
                 warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
                                ServiceAccount needs list and watch on leases there, \
                                deploy/rbac.yaml); Floating IP failover waits for NotReady \

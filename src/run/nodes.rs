@@ -197,14 +197,16 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
             let Some(item) = item else { return };
             let event = match item {
                 Ok(event) => {
-                    if failing {
+                    if failing && super::watch::answered(&event) {
                         info!("watching Nodes works again");
                         failing = false;
                     }
                     event
                 }
                 Err(error) => {
-                    if !failing {
+                    if failing {
+                        debug!(%error, "watching Nodes still fails; retrying with backoff");
+                    } else {
                         warn!(%error, "watching Nodes failed (the ServiceAccount needs list and \
                                        watch on nodes, deploy/rbac.yaml); retrying with backoff");
                         failing = true;

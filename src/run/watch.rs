@@ -79,6 +79,13 @@ pub async fn follow_one<K, F>(
     }
 }
 
+/// Whether a watch event shows the API server answered: kube's watcher
+/// hands out `Init` before it lists, so `Init` alone proves nothing (an
+/// unreachable API server gives `Init`, then the error, again and again).
+pub(super) fn answered<K>(event: &watcher::Event<K>) -> bool {
+    !matches!(event, watcher::Event::Init)
+}
+
 /// A pool event from a watch: the pool's name, and the object or `None`
 /// when it is gone.
 pub(super) type PoolWatchEvent = (String, Option<Pool>);

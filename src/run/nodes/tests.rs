@@ -81,3 +81,62 @@ fn a_change_of_labels_alone_is_its_own_kind_of_change() {
         Some("state changed")
     );
 }
+
+/// Everything logged on this thread while `run` runs (a current-thread
+/// runtime keeps the watch's task on it).
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        crate::sync::lock(&self.0).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&crate::sync::lock(&self.0)).into_owned()
+    }
+}
+
+/// An API server that never answers (nothing listens on loopback port 1):
+/// the watch fails again and again, and never says it works again (kube's
+/// watcher announces each relist with `Init` before it asks anything).
+#[tokio::test]
+async fn an_unreachable_api_server_is_never_said_to_work_again() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+    let client = Client::try_from(config).unwrap();
+    let (_changes, _view) = start(client);
+    let attempts = |text: &str| {
+        text.matches("watching Nodes failed").count()
+            + text.matches("watching Nodes still fails").count()
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while attempts(&captured.text()) < 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            captured.text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let text = captured.text();
+    assert_eq!(text.matches("works again").count(), 0, "{text}");
+    assert_eq!(
+        text.matches("watching Nodes failed").count(),
+        1,
+        "one warning per streak: {text}"
+    );
+}
