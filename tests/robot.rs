@@ -18,7 +18,7 @@ use canada_kaktus::robot::{
     read_failovers, read_ips, read_servers, RobotClient, RobotCredentials, RobotError, RobotStatus,
 };
 use canada_kaktus::vocab::SecretString;
-use support::fake_robot::{FakeRobot, PASSWORD, USER};
+use support::fake_robot::{authorization, FakeRobot, PASSWORD, USER};
 
 const SAMPLES_ENV: &str = "CANADA_KAKTUS_ROBOT_SAMPLES_DIR";
 
@@ -271,6 +271,134 @@ async fn a_transport_error_names_neither_user_nor_password() {
     }
 }
 
+/// Every form of the credentials an echoing answer could carry: the
+/// header as sent, its base64 alone, the user and the password.
+fn credential_forms() -> Vec<String> {
+    let header = authorization();
+    let basic = header.trim_start_matches("Basic ").to_owned();
+    vec![header, basic, USER.to_owned(), PASSWORD.to_owned()]
+}
+
+/// Asserts that no form of the credentials is in `shown`.
+fn assert_no_credentials(shown: &str) {
+    for form in credential_forms() {
+        assert!(!shown.contains(&form), "{form:?} is shown in: {shown}");
+    }
+}
+
+/// Answers that echo the request's `Authorization` header (a proxy, a WAF
+/// page, a misdirected endpoint) into every field a Robot answer has:
+/// (list, status, body). `{authorization}` is the header.
+const ECHOES: &[(&str, u16, &str)] = &[
+    // Error documents: the code and the message, under every status.
+    (
+        "server",
+        400,
+        r#"{"error":{"status":400,"code":"{authorization}","message":"{authorization}"}}"#,
+    ),
+    (
+        "server",
+        401,
+        r#"{"error":{"status":401,"code":"{authorization}","message":"x"}}"#,
+    ),
+    (
+        "server",
+        403,
+        r#"{"error":{"status":403,"code":"{authorization}","message":"{authorization}"}}"#,
+    ),
+    (
+        "server",
+        404,
+        r#"{"error":{"status":404,"code":"{authorization}","message":"{authorization}"}}"#,
+    ),
+    (
+        "ip",
+        500,
+        r#"{"error":{"status":500,"code":"{authorization}","message":"{authorization}"}}"#,
+    ),
+    (
+        "failover",
+        409,
+        r#"{"error":{"status":409,"code":"{authorization}","message":"{authorization}"}}"#,
+    ),
+    // A value of the wrong type: serde quotes it in its message.
+    (
+        "server",
+        200,
+        r#"[{"server":{"server_number":"{authorization}"}}]"#,
+    ),
+    (
+        "server",
+        200,
+        r#"[{"server":{"server_number":1,"cancelled":"{authorization}"}}]"#,
+    ),
+    (
+        "ip",
+        200,
+        r#"[{"ip":{"ip":"{authorization}","server_number":1}}]"#,
+    ),
+    (
+        "ip",
+        200,
+        r#"[{"ip":{"ip":"192.0.2.7","server_number":"{authorization}"}}]"#,
+    ),
+    (
+        "ip",
+        200,
+        r#"[{"ip":{"ip":"192.0.2.7","server_number":1,"locked":"{authorization}"}}]"#,
+    ),
+    (
+        "failover",
+        200,
+        r#"[{"failover":{"ip":"{authorization}","server_number":1}}]"#,
+    ),
+    (
+        "failover",
+        200,
+        r#"[{"failover":{"ip":"192.0.2.8","server_number":1,"active_server_ip":"{authorization}"}}]"#,
+    ),
+    // Not a list at all.
+    ("server", 200, r#"{"{authorization}":1}"#),
+    // Texts the controller keeps: the name and data center, and fields it parses.
+    (
+        "server",
+        200,
+        r#"[{"server":{"server_number":1,"server_name":"{authorization} #ws+robot-user robot-password-5e1f",
+        "dc":"{authorization}","status":"{authorization}","server_ip":"{authorization}",
+        "server_ipv6_net":"{authorization}"}}]"#,
+    ),
+];
+
+#[tokio::test]
+async fn answers_that_echo_the_credentials_never_show_them() {
+    assert!(
+        ECHOES[ECHOES.len() - 1].2.contains(USER) && ECHOES[ECHOES.len() - 1].2.contains(PASSWORD)
+    );
+    for (list, status, body) in ECHOES {
+        let robot = FakeRobot::serving(None, None, None).await;
+        robot.set_answer(list, *status, body);
+        let client = client_for(&robot, PASSWORD);
+        let text = match *list {
+            "server" => shown(client.servers().await),
+            "ip" => shown(client.ips().await),
+            _ => shown(client.failovers().await),
+        };
+        assert_eq!(robot.requests(list), 1, "{list} {status} {body}: {text}");
+        assert_no_credentials(&text);
+        // What the client learned (a refusal) shows none either.
+        assert_no_credentials(&shown(client.servers().await));
+    }
+}
+
+/// An answer as it could be shown: the error as text and as debugged, or
+/// the list as debugged.
+fn shown<T: std::fmt::Debug>(answer: Result<T, RobotError>) -> String {
+    match answer {
+        Ok(list) => format!("{list:?}"),
+        Err(error) => format!("{error} {error:?}"),
+    }
+}
+
 mod cycle {
     //! One full cycle of pools with Robot members, against the fake
     //! webservice, a fake Hetzner Cloud API and an in-memory Kubernetes API.
@@ -297,6 +425,16 @@ mod cycle {
          "Addresses": ["public-ipv4", "robot-additional-ip"]}]"#;
 
     fn settings(hetzner: &FakeHetzner, robot: &FakeRobot, password: &str) -> Settings {
+        settings_with(hetzner, robot, password, &[])
+    }
+
+    /// Like [`settings`], with more variables (later ones win).
+    fn settings_with(
+        hetzner: &FakeHetzner,
+        robot: &FakeRobot,
+        password: &str,
+        extra: &[(&str, &str)],
+    ) -> Settings {
         let env: HashMap<String, String> = [
             ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
             ("CANADA_KAKTUS_HCLOUD_ENDPOINT", &hetzner.endpoint()),
@@ -306,6 +444,7 @@ mod cycle {
             ("CANADA_KAKTUS_POOLS", POOLS),
         ]
         .into_iter()
+        .chain(extra.iter().copied())
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         support::isolate_working_directory();
@@ -646,5 +785,89 @@ mod cycle {
             1,
             "the retry within the minute asks nothing"
         );
+    }
+
+    /// `GET /server` of this project's own: 321 (`server1`) and, with
+    /// `both`, 421 (`server2`), each with its main IP.
+    fn servers_document(both: bool) -> String {
+        let server = |number: i64, name: &str, ip: &str| {
+            format!(
+                r#"{{"server":{{"server_number":{number},"server_name":"{name}","server_ip":"{ip}",
+                "server_ipv6_net":"2a01:4f8:111:4221::","status":"ready","cancelled":false,"dc":"FSN1-DC1"}}}}"#
+            )
+        };
+        let mut servers = vec![server(321, "server1", "203.0.113.21")];
+        if both {
+            servers.push(server(421, "server2", "203.0.113.42"));
+        }
+        format!("[{}]", servers.join(","))
+    }
+
+    /// A replica that led, listed Robot, lost the Lease and leads again
+    /// within the minute does not decide from that listing: another replica
+    /// may have written since (here: a new server's address, which a Service
+    /// may hold already). It waits for the least gap and writes nothing.
+    #[tokio::test]
+    async fn a_new_term_never_decides_from_a_robot_answer_of_an_earlier_term() {
+        let hetzner = FakeHetzner::start().await;
+        hetzner.expect_token(TOKEN);
+        hetzner.set_servers(vec![FakeServer::new(1, "192.0.2.1")]);
+        let robot = FakeRobot::serving(Some(servers_document(false)), None, None).await;
+        let kube = FakeKube::new(&["v2"]);
+        let settings = settings_with(
+            &hetzner,
+            &robot,
+            PASSWORD,
+            &[(
+                "CANADA_KAKTUS_POOLS",
+                r#"[{"Name": "cloud", "LabelSelector": "kops.k8s.io/instance-role=Node"},
+                    {"Name": "dedicated", "Robot": {"Servers": [321, 421]}, "MaxRemovalRatio": 1}]"#,
+            )],
+        );
+        // Replica A leads and lists Robot: only 321.
+        let mut a = reconciler(&hetzner, &kube);
+        a.full(&settings).await.unwrap();
+        assert_eq!(cidrs(&kube, "dedicated"), ["203.0.113.21/32"]);
+        // A loses the Lease; B leads, lists Robot anew and writes 421 too.
+        a.new_term();
+        robot.set_document("server", Some(servers_document(true)));
+        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        assert!(outcome(&outcomes, "dedicated").result.is_ok());
+        assert_eq!(
+            cidrs(&kube, "dedicated"),
+            ["203.0.113.21/32", "203.0.113.42/32"]
+        );
+        let (writes, requests) = (kube.writes().len(), robot.requests("server"));
+        // A leads again within the minute: its answer (no 421) is of an
+        // earlier term, and the least gap forbids a new listing yet.
+        a.new_term();
+        let outcomes = a.full(&settings).await.unwrap();
+        let error = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
+        assert_eq!(error.metric_label(), "robot_waiting", "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("before this leadership term began"),
+            "{error}"
+        );
+        assert_eq!(
+            cidrs(&kube, "dedicated"),
+            ["203.0.113.21/32", "203.0.113.42/32"],
+            "421's address stays"
+        );
+        assert_eq!(
+            robot.requests("server"),
+            requests,
+            "nothing asked within the gap"
+        );
+        assert!(
+            outcome(&outcomes, "cloud").result.is_ok(),
+            "Cloud pools go on"
+        );
+        let dedicated_writes = kube.writes()[writes..]
+            .iter()
+            .filter(|w| w.path.contains("dedicated"))
+            .count();
+        assert_eq!(dedicated_writes, 0);
     }
 }

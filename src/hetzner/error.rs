@@ -354,7 +354,7 @@ pub(super) fn scrub(text: &str, secret: &str) -> String {
 /// (at most 40 characters of `a-z`, `_`). What is left names the problem
 /// and where it is (`invalid type: string "…", expected i64 at line 1
 /// column 42`).
-pub(super) fn without_values(message: &str) -> String {
+pub(crate) fn without_values(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
     let mut chars = message.chars();
     while let Some(c) = chars.next() {

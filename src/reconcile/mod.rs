@@ -169,16 +169,26 @@ impl Reconciler {
         self.nodes = nodes;
     }
 
-    /// Forgets every listing and held removal. Called when a leadership
-    /// term begins or ends, and when the configuration changes what a
-    /// listing means (selector, pool template, guard): another leader may
-    /// have written since, so nothing from before may be re-applied or
-    /// confirm a removal. The next write needs a fresh, successful listing.
+    /// Forgets every listing and held removal. Called when the
+    /// configuration changes what a listing means (selector, pool template,
+    /// guard), and by [`Reconciler::new_term`]: nothing from before may be
+    /// re-applied or confirm a removal. The next write needs a fresh,
+    /// successful listing.
     pub fn forget(&mut self) {
         self.state.clear();
         self.last_listing = None;
         self.unhealthy.clear();
         self.failover = None;
+    }
+
+    /// A leadership term began or ended: [`Reconciler::forget`], and the
+    /// Robot answer is not used again either (another replica may have
+    /// written the pools since it was read).
+    pub fn new_term(&mut self) {
+        self.forget();
+        if let Some(robot) = &mut self.robot {
+            robot.new_term();
+        }
     }
 
     /// The failover pools of the last complete listing, once.

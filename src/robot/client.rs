@@ -15,8 +15,8 @@ use reqwest::Url;
 use tokio::time::Instant;
 
 use super::{
-    error_of, read_failovers, read_ips, read_servers, RobotError, RobotFailover, RobotIp,
-    RobotList, RobotServer,
+    error_of, read_failovers, read_ips, read_servers, unpadded, Redactor, RobotError,
+    RobotFailover, RobotIp, RobotList, RobotServer,
 };
 use crate::sync::lock;
 use crate::vocab::SecretString;
@@ -63,6 +63,8 @@ pub struct RobotClient {
     http: reqwest::Client,
     base: Url,
     credentials: RobotCredentials,
+    /// Scrubs the credentials from every text an answer carries on.
+    redact: Redactor,
     rules: Arc<Mutex<Rules>>,
     /// The credentials were accepted once (an answer other than 401).
     accepted: Arc<AtomicBool>,
@@ -108,6 +110,7 @@ impl RobotClient {
             http,
             base,
             credentials: credentials.clone(),
+            redact: Redactor::new(credentials),
             rules: Arc::default(),
             accepted: Arc::default(),
             first: Arc::default(),
@@ -127,22 +130,38 @@ impl RobotClient {
         }
     }
 
-    /// `GET /server`; an empty account is an empty list.
+    /// `GET /server`; an empty account is an empty list. Names are
+    /// scrubbed of the credentials, as is every error.
     pub async fn servers(&self) -> Result<Vec<RobotServer>, RobotError> {
-        let (status, body) = self.get(RobotList::Servers).await?;
-        read_servers(status, &body)
+        let servers = self.read(RobotList::Servers, read_servers).await?;
+        Ok(servers
+            .into_iter()
+            .map(|server| self.redact.server(server))
+            .collect())
     }
 
     /// `GET /ip`.
     pub async fn ips(&self) -> Result<Vec<RobotIp>, RobotError> {
-        let (status, body) = self.get(RobotList::Ips).await?;
-        read_ips(status, &body)
+        self.read(RobotList::Ips, read_ips).await
     }
 
     /// `GET /failover`.
     pub async fn failovers(&self) -> Result<Vec<RobotFailover>, RobotError> {
-        let (status, body) = self.get(RobotList::Failovers).await?;
-        read_failovers(status, &body)
+        self.read(RobotList::Failovers, read_failovers).await
+    }
+
+    /// One GET of `list`, read by `document`; every error that leaves the
+    /// client is scrubbed of the credentials here.
+    async fn read<T>(
+        &self,
+        list: RobotList,
+        document: fn(u16, &[u8]) -> Result<T, RobotError>,
+    ) -> Result<T, RobotError> {
+        let answer = match self.get(list).await {
+            Ok((status, body)) => document(status, &body),
+            Err(error) => Err(error),
+        };
+        answer.map_err(|error| self.redact.error(error))
     }
 
     /// What the rules say of asking `list` now: nothing, or the error
@@ -150,10 +169,15 @@ impl RobotClient {
     pub fn forbidden(&self, list: RobotList) -> Option<RobotError> {
         let rules = lock(&self.rules);
         if let Some(code) = &rules.refused {
-            return Some(RobotError::Unauthorized { code: code.clone() });
+            return Some(
+                self.redact
+                    .error(RobotError::Unauthorized { code: code.clone() }),
+            );
         }
         match rules.limited.get(list.path()) {
-            Some((until, error)) if Instant::now() < *until => Some(error.clone()),
+            Some((until, error)) if Instant::now() < *until => {
+                Some(self.redact.error(error.clone()))
+            }
             _ => None,
         }
     }
@@ -246,20 +270,14 @@ impl RobotClient {
 
     /// A transport error, without the URL and without the credentials.
     fn transport(&self, list: RobotList, error: &reqwest::Error) -> RobotError {
-        let mut reason = if error.is_timeout() {
+        let reason = if error.is_timeout() {
             "no answer in time".to_owned()
         } else {
             crate::hetzner::error_chain(error)
         };
-        for secret in [&self.credentials.user, &self.credentials.password] {
-            let secret = unpadded(secret);
-            if !secret.is_empty() {
-                reason = reason.replace(secret, "[redacted]");
-            }
-        }
         RobotError::Transport {
             list: list.path(),
-            reason,
+            reason: self.redact.text(&reason),
         }
     }
 }
@@ -274,10 +292,4 @@ async fn read_body(mut response: reqwest::Response) -> Result<Option<Vec<u8>>, r
         body.extend_from_slice(&chunk);
     }
     Ok(Some(body))
-}
-
-/// A credential as sent: without the line end a file or Secret often
-/// adds (spaces are kept: they may be part of a password).
-fn unpadded(secret: &SecretString) -> &str {
-    secret.expose().trim_end_matches(['\n', '\r'])
 }

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::{RobotError, RobotFailover, RobotIp, RobotServer, RobotStatus};
-use crate::hetzner::Ipv6Net;
+use crate::hetzner::{shown_value, without_values, Ipv6Net};
 
 /// One list endpoint: its path, what its elements are wrapped in, and how
 /// its error messages name it.
@@ -133,10 +133,12 @@ fn elements<T: DeserializeOwned>(
             }),
         };
     }
+    // serde quotes the value it could not read, and a 200 body can hold
+    // anything (an echoed Authorization header): the reason keeps none.
     let wrapped: Vec<Wrapped<T>> =
         serde_json::from_slice(body).map_err(|error| RobotError::Decode {
             list: list.name(),
-            reason: error.to_string(),
+            reason: without_values(&error.to_string()),
         })?;
     Ok(wrapped.into_iter().map(|w| w.inner).collect())
 }
@@ -154,7 +156,7 @@ pub fn error_of(list: RobotList, status: u16, body: &[u8]) -> Option<RobotError>
             code: if code.is_empty() {
                 "UNAUTHORIZED".into()
             } else {
-                code
+                shown_code(&code)
             },
         }),
         // Without a document a 403 is taken as the rate limit too (as
@@ -172,9 +174,24 @@ pub fn error_of(list: RobotList, status: u16, body: &[u8]) -> Option<RobotError>
         _ => document.map(|d| RobotError::Status {
             list: list.name(),
             status,
-            code: d.error.code,
-            message: crate::hetzner::shown_value(&d.error.message),
+            code: shown_code(&d.error.code),
+            message: shown_value(&d.error.message),
         }),
+    }
+}
+
+/// An error document's `code` as it may be shown: the webservice's codes
+/// are words in capitals (`SERVER_NOT_FOUND`); anything else could be an
+/// echo of the request and is only measured.
+fn shown_code(code: &str) -> String {
+    let code_like = code.len() <= 64
+        && code
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if code_like {
+        code.to_owned()
+    } else {
+        format!("{} characters, not shown", code.chars().count())
     }
 }
 

@@ -50,6 +50,13 @@ pub enum RobotError {
          stay as they were"
     )]
     TimedOut { seconds: u64 },
+
+    #[error(
+        "the Robot webservice was last listed before this leadership term began; another \
+         replica may have written since, and Robot is listed at most once a minute, so the \
+         next listing comes in {seconds}s; the Robot members stay as they were"
+    )]
+    Waiting { seconds: u64 },
 }
 
 fn limit_text(max_requests: Option<u64>, interval: Option<u64>) -> String {
@@ -87,6 +94,7 @@ impl RobotError {
             RobotError::Transport { .. } => "robot_transport",
             RobotError::Client { .. } => "robot_client",
             RobotError::TimedOut { .. } => "robot_timeout",
+            RobotError::Waiting { .. } => "robot_waiting",
         }
     }
 }

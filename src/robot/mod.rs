@@ -9,6 +9,8 @@
 //! - `client.rs`: the requests, with HTTP Basic auth, and the
 //!   webservice's rules kept on this side (no request after a 401 with the
 //!   same credentials; none to a list before its rate limit's interval).
+//! - `redact.rs`: the user, the password and their Basic form scrubbed
+//!   from every text an answer carries on.
 //! - `servers.rs`: a listing's servers as pool members (pure).
 //! - `source.rs`: when a cycle lists Robot and what it keeps between
 //!   cycles.
@@ -17,6 +19,7 @@ mod client;
 mod documents;
 mod error;
 mod model;
+mod redact;
 mod servers;
 mod source;
 
@@ -24,6 +27,7 @@ pub use client::*;
 pub use documents::*;
 pub use error::*;
 pub use model::*;
+pub use redact::*;
 pub use servers::*;
 pub use source::*;
 

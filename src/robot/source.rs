@@ -111,7 +111,10 @@ pub struct RobotSource {
     /// The client, and the credentials it was built with: a 401 stops it
     /// for good, so new credentials get a new client.
     client: Option<(RobotCredentials, RobotClient)>,
-    last: Option<(Instant, RobotRead)>,
+    /// When the last listing started, and its answer: `None` once a new
+    /// leadership term began (the answer is not used in it, but the time
+    /// still keeps the least gap).
+    last: Option<(Instant, Option<RobotRead>)>,
     observer: Option<Arc<dyn super::RobotObserver>>,
 }
 
@@ -154,9 +157,21 @@ impl RobotSource {
         self
     }
 
+    /// A new leadership term began (or this one ended): the last answer is
+    /// not used again, since another replica may have written the pools
+    /// since it was read. The client (its 401 and rate limits) and the time
+    /// of the last listing stay: the next listing still waits the least gap.
+    pub fn new_term(&mut self) {
+        if let Some((_, answer)) = &mut self.last {
+            *answer = None;
+        }
+    }
+
     /// What this cycle knows of the Robot servers: the last read when it is
     /// recent enough for `due`, else a new listing (which replaces it,
     /// failed or not: a failure is never hidden behind an older listing).
+    /// In a new term, nothing until the least gap since the last listing
+    /// is over.
     pub async fn read(&mut self, settings: &Settings, due: RobotDue) -> RobotRead {
         if !settings.pools.iter().any(|p| p.robot.is_some()) {
             return RobotRead::NotNeeded;
@@ -166,16 +181,28 @@ impl RobotSource {
             .pools
             .iter()
             .any(|p| p.wants(AddressKind::RobotFailoverIp));
-        if let Some((at, read)) = &self.last {
-            // A reload may ask for a list the last listing did not hold.
-            let complete = match read {
-                RobotRead::Listed(l) => l.with_failovers || !failovers,
-                _ => true,
-            };
-            let gaps = (self.min_gap, settings.interval);
-            if complete && !list_due(due, Some(*at), gaps, now) {
-                return read.clone();
+        match &self.last {
+            Some((at, None)) => {
+                let age = now.saturating_duration_since(*at);
+                if age < self.min_gap {
+                    let wait = self.min_gap - age;
+                    return RobotRead::Failed(RobotError::Waiting {
+                        seconds: wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                    });
+                }
             }
+            Some((at, Some(read))) => {
+                // A reload may ask for a list the last listing did not hold.
+                let complete = match read {
+                    RobotRead::Listed(l) => l.with_failovers || !failovers,
+                    _ => true,
+                };
+                let gaps = (self.min_gap, settings.interval);
+                if complete && !list_due(due, Some(*at), gaps, now) {
+                    return read.clone();
+                }
+            }
+            None => {}
         }
         // Until it finishes, this listing counts as a failed one: a cycle
         // cut off in the middle does not let the next one ask at once.
@@ -183,7 +210,7 @@ impl RobotSource {
         let cut_off = RobotRead::Failed(RobotError::TimedOut {
             seconds: limit.as_secs(),
         });
-        self.last = Some((now, cut_off));
+        self.last = Some((now, Some(cut_off)));
         let listing = tokio::time::timeout(limit, self.list(settings, failovers));
         let read = match listing.await {
             Ok(Ok(listing)) => {
@@ -195,7 +222,7 @@ impl RobotSource {
                 seconds: limit.as_secs(),
             }),
         };
-        self.last = Some((now, read.clone()));
+        self.last = Some((now, Some(read.clone())));
         read
     }
 

@@ -151,3 +151,70 @@ fn robot_is_listed_at_most_once_a_minute_and_node_changes_reuse_an_answer_younge
         "never sooner than the least gap"
     );
 }
+
+/// A password that looks like an error code (capitals and digits) passes
+/// the documents' shape rule; the client's redactor still takes it out, as
+/// it takes the user and the Basic form out of every text.
+#[test]
+fn the_redactor_takes_every_form_of_the_credentials_out_of_every_text() {
+    let credentials = RobotCredentials {
+        user: crate::vocab::SecretString::new("#ws+user1"),
+        password: crate::vocab::SecretString::new("CODELIKE_PASSWORD\n"),
+    };
+    let redact = Redactor::new(&credentials);
+    // base64("#ws+user1:CODELIKE_PASSWORD"), without its padding.
+    let basic = "I3dzK3VzZXIxOkNPREVMSUtFX1BBU1NXT1JE";
+    let status = |code: &str, message: &str| RobotError::Status {
+        list: "GET /server",
+        status: 400,
+        code: code.into(),
+        message: message.into(),
+    };
+    let error = redact.error(status("CODELIKE_PASSWORD", &format!("Basic {basic}==")));
+    assert_eq!(error, status(REDACTED, &format!("Basic {REDACTED}==")));
+    let error = error_of(
+        RobotList::Servers,
+        401,
+        br#"{"error":{"code":"CODELIKE_PASSWORD"}}"#,
+    );
+    assert_eq!(
+        redact.error(error.unwrap()),
+        RobotError::Unauthorized {
+            code: REDACTED.into()
+        }
+    );
+    let server = RobotServer {
+        number: 1,
+        name: "web-#ws+user1".into(),
+        ipv4: None,
+        ipv6: None,
+        status: RobotStatus::Ready,
+        cancelled: false,
+        dc: basic.into(),
+    };
+    let server = redact.server(server);
+    assert_eq!(
+        (server.name.as_str(), server.dc.as_str()),
+        ("web-[redacted]", REDACTED)
+    );
+}
+
+/// The documents keep no value of their own: a decode error names the
+/// problem and where, a code that is no word in capitals is only measured.
+#[test]
+fn decode_errors_and_odd_codes_keep_no_value() {
+    let wrong_type = br#"[{"server":{"server_number":"secret-value"}}]"#;
+    let error = read_servers(200, wrong_type).unwrap_err();
+    assert!(!error.to_string().contains("secret-value"), "{error}");
+    assert!(error.to_string().contains("invalid type"), "{error}");
+    let odd = br#"{"error":{"status":400,"code":"Basic abc=","message":"x"}}"#;
+    assert_eq!(
+        read_ips(400, odd),
+        Err(RobotError::Status {
+            list: "GET /ip",
+            status: 400,
+            code: "10 characters, not shown".into(),
+            message: "1 characters, not shown".into(),
+        })
+    );
+}

@@ -288,7 +288,7 @@ impl ControlLoop {
         self.metrics.set_leader(leading);
         // A new term starts from a fresh listing: while we did not lead,
         // another replica may have written the pool.
-        self.reconciler.forget();
+        self.reconciler.new_term();
         st.mover.reset();
         self.health.set_floating_ips(st.mover.holders());
         if leading {

@@ -31,6 +31,10 @@ struct State {
     delay: Option<std::time::Duration>,
     /// The `interval` a rate-limit error names (3600 unless set).
     interval: Option<u64>,
+    /// Per list, an answer given instead of the document to requests with
+    /// the right credentials: its status and body, in which `{authorization}`
+    /// stands for the request's `Authorization` header (an echoing proxy).
+    answers: HashMap<String, (u16, String)>,
 }
 
 pub struct FakeRobot {
@@ -66,13 +70,17 @@ impl Respond for Responder {
         if let Some(delay) = state.delay {
             return ResponseTemplate::new(503).set_delay(delay);
         }
-        let expected = format!("Basic {}", base64_of(&format!("{USER}:{PASSWORD}")));
+        let expected = authorization();
         let sent = request
             .headers
             .get("authorization")
             .and_then(|v| v.to_str().ok());
         if sent != Some(expected.as_str()) {
             return error(401, "UNAUTHORIZED", "Unauthorized");
+        }
+        if let Some((status, body)) = state.answers.get(&list) {
+            let body = body.replace("{authorization}", &expected);
+            return ResponseTemplate::new(*status).set_body_raw(body, "application/json");
         }
         if state.maintenance {
             return ResponseTemplate::new(503).set_body_string("<html>maintenance</html>");
@@ -106,13 +114,23 @@ impl FakeRobot {
             std::fs::read_to_string(std::path::Path::new(&dir).join(name))
                 .unwrap_or_else(|e| panic!("{dir}/{name}: {e}"))
         };
+        Self::serving(
+            Some(read("server_list.json")),
+            Some(read("ip_list.json")),
+            Some(read("failover_list.json")),
+        )
+        .await
+    }
+
+    /// Serves the given documents of `/server`, `/ip` and `/failover`
+    /// (`None`: an empty list, a 404).
+    pub async fn serving(
+        server: Option<String>,
+        ip: Option<String>,
+        failover: Option<String>,
+    ) -> Self {
         let state = State {
-            documents: [
-                ("server", Some(read("server_list.json"))),
-                ("ip", Some(read("ip_list.json"))),
-                ("failover", Some(read("failover_list.json"))),
-            ]
-            .into(),
+            documents: [("server", server), ("ip", ip), ("failover", failover)].into(),
             ..State::default()
         };
         let fake = Self {
@@ -136,6 +154,14 @@ impl FakeRobot {
     /// Replaces a list's document (`None`: an empty list, a 404).
     pub fn set_document(&self, list: &'static str, body: Option<String>) {
         lock(&self.state).documents.insert(list, body);
+    }
+
+    /// `list` answers `status` and `body` to requests with the right
+    /// credentials (`{authorization}` in it: their `Authorization` header).
+    pub fn set_answer(&self, list: &str, status: u16, body: &str) {
+        lock(&self.state)
+            .answers
+            .insert(list.to_owned(), (status, body.to_owned()));
     }
 
     pub fn set_maintenance(&self, on: bool) {
@@ -172,6 +198,11 @@ impl FakeRobot {
     pub fn requests(&self, list: &str) -> usize {
         lock(&self.state).requests.get(list).copied().unwrap_or(0)
     }
+}
+
+/// The `Authorization` header of the right credentials.
+pub fn authorization() -> String {
+    format!("Basic {}", base64_of(&format!("{USER}:{PASSWORD}")))
 }
 
 /// Standard base64, to check the Basic auth header the client sends.
