@@ -2,16 +2,24 @@
 //! replicas exactly one lists Hetzner and writes the pool.
 //!
 //! Built on kube-lease-manager (`LeaseManager::changed` acquires a free or
-//! expired Lease and renews a held one two thirds into its duration) plus a
-//! watch on the same Lease, which adds what the library lacks:
+//! expired Lease and renews a held one two thirds into its duration), which
+//! says who holds the Lease but not when a renewal went through. The
+//! election adds what the library lacks:
 //!
-//! - **Fast takeover**: a standby sleeps until the Lease it saw expires; when
-//!   the watch shows the Lease released (the leader shut down) it starts
-//!   over at once and acquires it, instead of waiting out the old duration.
+//! - **Terms from renewals read**: while the manager holds the Lease, the
+//!   election reads it (a GET) a little after each renewal is due; a term
+//!   starts only when a renewal of ours is read still valid (a new manager
+//!   says it holds a Lease that merely names it, expired or not) and lasts
+//!   while renewals are read (`held.rs`). The watch is not needed for that.
 //! - **Fencing**: the leader steps down as soon as a renewal fails, the
-//!   Lease shows another holder, or its own last renewal seen on the watch is
-//!   about to expire (a hung API call), so it stops writing before a standby
-//!   may take over.
+//!   Lease shows another holder or none, or its newest renewal read is
+//!   about to run out (a hung API call), so it stops writing before a
+//!   standby may take over.
+//! - **Fast takeover** (with the watch on the Lease): a standby sleeps
+//!   until the Lease it saw expires; when the watch shows the Lease
+//!   released (the leader shut down) it starts over at once and acquires
+//!   it, instead of waiting out the old duration. While the watch delivers,
+//!   it also spares the leader its reads.
 //!
 //! On shutdown the caller stops its writers first, then calls
 //! [`LeaderElection::stop`], which releases the Lease if held.
@@ -28,6 +36,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::pool::Fence;
+use held::{Clocks, Held, LeaseView, Seen};
+
+mod held;
 
 /// Where the Lease is and who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +121,11 @@ impl LeaderElection {
             view_tx,
         ));
         let election = Election {
-            margin: Duration::from_millis(config.grace_secs() * 500),
+            clocks: Clocks {
+                margin: Duration::from_millis(config.grace_secs() * 500),
+                grace: Duration::from_secs(config.grace_secs()),
+            },
+            read_failing: false,
             client,
             config,
             tx,
@@ -161,36 +176,6 @@ impl LeaderElection {
     }
 }
 
-/// The Lease as the watch last saw it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct LeaseView {
-    holder: Option<String>,
-    /// renewTime + leaseDurationSeconds.
-    expires: Option<SystemTime>,
-}
-
-impl LeaseView {
-    fn of(lease: &Lease) -> Self {
-        let spec = lease.spec.clone().unwrap_or_default();
-        let expires = match (spec.renew_time, spec.lease_duration_seconds) {
-            (Some(renew), Some(seconds)) => {
-                let renew: SystemTime = renew.0.into();
-                renew.checked_add(Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
-            }
-            _ => None,
-        };
-        Self {
-            holder: spec.holder_identity.filter(|h| !h.is_empty()),
-            expires,
-        }
-    }
-
-    /// Free to take: released, or not renewed in time.
-    fn is_free(&self) -> bool {
-        self.holder.is_none() || self.expires.is_none_or(|e| e <= SystemTime::now())
-    }
-}
-
 /// What the election does when it is done with a manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -210,31 +195,17 @@ struct Election {
     writes: Fence,
     stop: CancellationToken,
     views: watch::Receiver<LeaseView>,
-    /// How long before the Lease as seen runs out the leader stops writing.
-    margin: Duration,
+    /// How long before our last renewal runs out the leader stops writing
+    /// (`margin`), and before it the manager renews (`grace`).
+    clocks: Clocks,
+    /// Reading the Lease failed last time (warned once per streak).
+    read_failing: bool,
     /// Failed attempts in a row: the wait before the next one doubles.
     failures: u32,
 }
 
-/// Leadership under one manager.
-struct Held {
-    leader: bool,
-    /// Until when our Lease is certainly ours: renewTime + duration of the
-    /// last renewal we saw.
-    valid_until: SystemTime,
-}
-
-impl Held {
-    /// When a leader steps down unless a renewal comes first: `margin`
-    /// before the Lease runs out. `None` while standing by.
-    fn step_down(&self, margin: Duration) -> Option<SystemTime> {
-        if !self.leader {
-            return None;
-        }
-        let until = self.valid_until;
-        Some(until.checked_sub(margin).unwrap_or(until))
-    }
-}
+/// The longest a read of the Lease may take.
+const READ_LIMIT: Duration = Duration::from_secs(5);
 
 impl Election {
     /// The election task: takes part until stopped, then releases the
@@ -270,25 +241,25 @@ impl Election {
     }
 
     /// Follows the Lease with `manager` until it has to start over or is
-    /// stopped: publishes each term, keeps the fence at the Lease as seen,
-    /// steps down in time, and releases the Lease when stopped leading.
+    /// stopped: reads the Lease after each renewal is due (the watch spares
+    /// those reads while it delivers), publishes a term once a renewal of
+    /// ours is read, keeps the fence at the newest one, steps down in time,
+    /// and releases the Lease when stopped leading.
     async fn follow(&mut self, manager: LeaseManager) -> Next {
-        let mut held = Held {
-            leader: false,
-            valid_until: SystemTime::now(),
-        };
+        let mut held = Held::default();
         self.views.borrow_and_update();
         // Kept across iterations: re-creating it on every Lease event could
         // interrupt a renewal and make the manager renew again at once.
         let mut pending = Box::pin(manager.changed());
         loop {
-            let step_down = held.step_down(self.margin);
+            let step_down = held.step_down(self.clocks.margin);
+            let read = held.read_due();
             let next = tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => {
                     // It may hold the manager's state lock, which release needs.
                     drop(pending);
-                    if held.leader {
+                    if held.claimed {
                         self.release(&manager).await;
                     }
                     return Next::Stop;
@@ -296,20 +267,23 @@ impl Election {
                 changed = &mut pending => match changed {
                     Ok(now) => {
                         pending = Box::pin(manager.changed());
-                        self.leadership_changed(&mut held, now);
-                        None
+                        self.leadership_changed(&mut held, now)
                     }
                     Err(error) => {
-                        self.lease_failed(error, held.leader);
+                        self.lease_failed(error, held.leading);
                         Some(self.retry().await)
                     }
                 },
-                Ok(()) = self.views.changed() => self.lease_seen(&mut held),
+                Ok(()) = self.views.changed() => {
+                    let view = self.views.borrow_and_update().clone();
+                    self.lease_seen(&mut held, &view, false)
+                }
                 _ = sleep_until(step_down) => {
                     warn!("the leader Lease was not renewed in time; standing by");
                     self.publish(false);
                     Some(Next::Restart)
                 }
+                _ = sleep_until(read) => self.read_lease(&mut held).await,
             };
             if let Some(next) = next {
                 return next;
@@ -317,65 +291,103 @@ impl Election {
         }
     }
 
-    /// The manager took the Lease (`now`) or lost it.
-    fn leadership_changed(&mut self, held: &mut Held, now: bool) {
+    /// The manager took the Lease (`now`) or lost it. A term starts only
+    /// once a renewal of ours is read: a new manager says it holds the
+    /// Lease as soon as the Lease names it, renewed or not.
+    fn leadership_changed(&mut self, held: &mut Held, now: bool) -> Option<Next> {
         self.report(None);
         self.failures = 0;
-        held.leader = now;
         if now {
-            held.valid_until = SystemTime::now() + self.config.duration;
-            // A new manager says we lead when the Lease names us, without
-            // renewing it first: writes go out only as long as the Lease as
-            // seen lasts.
-            self.writes.allow_until(write_deadline(
-                &self.views.borrow(),
-                &self.config.identity,
-                Some(held.valid_until),
-                self.margin,
-            ));
-            info!(identity = %self.config.identity, lease = %self.config.name, "became the leader");
+            let view = self.views.borrow().clone();
+            held.claim(&view, &self.config.identity, SystemTime::now(), self.clocks);
+            self.lead_while_valid(held);
         } else {
-            info!(identity = %self.config.identity, "lost the leader Lease; standing by");
-        }
-        self.publish(now);
-    }
-
-    /// The watch shows the Lease changed: a leader follows its renewals and
-    /// stands by when the Lease names another holder; a standby takes a
-    /// free Lease at once. `Some` when the election has to start over.
-    fn lease_seen(&mut self, held: &mut Held) -> Option<Next> {
-        let view = self.views.borrow_and_update().clone();
-        if held.leader {
-            match view.holder.as_deref() {
-                Some(holder) if holder == self.config.identity => {
-                    if let Some(expires) = view.expires {
-                        held.valid_until = expires;
-                    }
-                    self.writes.allow_until(write_deadline(
-                        &view,
-                        &self.config.identity,
-                        None,
-                        self.margin,
-                    ));
-                }
-                Some(other) => {
-                    warn!(
-                        holder = other,
-                        "the leader Lease has another holder; standing by"
-                    );
-                    self.publish(false);
-                    return Some(Next::Restart);
-                }
-                // Released or deleted under us: the manager takes it again
-                // on its next renewal; until the watch shows that, a standby
-                // may take it, so nothing is written.
-                None => self.writes.allow_until(None),
+            if held.leading {
+                info!(identity = %self.config.identity, "lost the leader Lease; standing by");
             }
-        } else if view.is_free() {
-            debug!(holder = ?view.holder, "the leader Lease is free; taking over now");
-            return Some(Next::Restart);
+            held.unclaim();
+            self.publish(false);
         }
         None
+    }
+
+    /// Reads the Lease (a GET, bounded): whether our last renewal went
+    /// through, without the watch.
+    async fn read_lease(&mut self, held: &mut Held) -> Option<Next> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
+        let now = SystemTime::now();
+        // Never past the moment a leader would step down anyway.
+        let limit = held
+            .step_down(self.clocks.margin)
+            .and_then(|at| at.duration_since(now).ok())
+            .unwrap_or(READ_LIMIT)
+            .clamp(Duration::from_millis(200), READ_LIMIT);
+        match tokio::time::timeout(limit, api.get(&self.config.name)).await {
+            Ok(Ok(lease)) => {
+                self.read_failing = false;
+                self.lease_seen(held, &LeaseView::of(&lease), true)
+            }
+            failed => {
+                let error = match failed {
+                    Ok(Err(error)) => error.to_string(),
+                    _ => format!("no answer within {limit:?}"),
+                };
+                if !std::mem::replace(&mut self.read_failing, true) {
+                    warn!(%error, lease = %self.config.name,
+                        "cannot read the leader Lease (the ServiceAccount needs get on \
+                         coordination.k8s.io leases, deploy/rbac.yaml); retrying");
+                }
+                held.read_at = Some(SystemTime::now() + self.clocks.margin / 4);
+                None
+            }
+        }
+    }
+
+    /// The Lease as read (`read`: by a GET) or as the watch shows it: a
+    /// renewal of ours extends the term (or starts it), another holder or
+    /// none ends it; a standby takes a free Lease at once. `Some` when the
+    /// election has to start over.
+    fn lease_seen(&mut self, held: &mut Held, view: &LeaseView, read: bool) -> Option<Next> {
+        if !held.claimed {
+            if view.is_free() {
+                debug!(holder = ?view.holder, "the leader Lease is free; taking over now");
+                return Some(Next::Restart);
+            }
+            return None;
+        }
+        let now = SystemTime::now();
+        match held.saw(view, &self.config.identity, now, self.clocks, read) {
+            Seen::Same => None,
+            Seen::Renewed => {
+                self.lead_while_valid(held);
+                None
+            }
+            Seen::Taken(other) => {
+                warn!(holder = %other, "the leader Lease has another holder; standing by");
+                self.publish(false);
+                Some(Next::Restart)
+            }
+            Seen::Gone => {
+                warn!("the leader Lease was released or deleted under us; standing by");
+                self.publish(false);
+                Some(Next::Restart)
+            }
+        }
+    }
+
+    /// Opens the fence up to `margin` before our newest renewal read runs
+    /// out, and starts a term if none runs; a renewal that ran out already
+    /// starts none.
+    fn lead_while_valid(&mut self, held: &mut Held) {
+        let Some(deadline) = held.write_deadline(SystemTime::now(), self.clocks.margin) else {
+            return;
+        };
+        self.writes.allow_until(Some(deadline));
+        if !held.leading {
+            held.leading = true;
+            info!(identity = %self.config.identity, lease = %self.config.name, "became the leader");
+            self.publish(true);
+        }
     }
 
     /// Building a manager failed: the Lease cannot be used (RBAC, API
@@ -457,24 +469,6 @@ async fn sleep_until(step_down: Option<SystemTime>) {
     }
 }
 
-/// Until when a leader named `identity` may write, by the Lease as last
-/// seen: its last renewal plus its duration, less `margin`. When the view
-/// does not show us holding it, `fallback`: right after taking the Lease
-/// the watch may not have caught up (now + duration), while leading there
-/// is none (released, deleted or taken: writes stop).
-fn write_deadline(
-    view: &LeaseView,
-    identity: &str,
-    fallback: Option<SystemTime>,
-    margin: Duration,
-) -> Option<SystemTime> {
-    let until = match view.holder.as_deref() {
-        Some(holder) if holder == identity => view.expires.or(fallback),
-        _ => fallback,
-    }?;
-    Some(until.checked_sub(margin).unwrap_or(until))
-}
-
 /// The wait after `failures` failed Lease attempts in a row: 0.5 s,
 /// doubling up to 15 s.
 fn retry_wait(failures: u32) -> Duration {
@@ -494,7 +488,9 @@ async fn sleep_or_stop(duration: Duration, stop: &CancellationToken) -> bool {
 }
 
 /// Watches the one Lease (a field selector on its name, so `resourceNames`
-/// in the Role can restrict list and watch to it).
+/// in the Role can restrict list and watch to it). A leader does not need
+/// it (it reads the Lease after each renewal); a standby takes over a
+/// released Lease at once only with it.
 async fn watch_lease(
     client: Client,
     namespace: String,
@@ -502,10 +498,26 @@ async fn watch_lease(
     views: watch::Sender<LeaseView>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let on_error = |error: &kube::runtime::watcher::Error| {
-        debug!(%error, "watching the leader Lease failed; retrying");
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let on_error = {
+        let failing = failing.clone();
+        let (name, namespace) = (name.clone(), namespace.clone());
+        move |error: &kube::runtime::watcher::Error| {
+            if failing.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                debug!(%error, "watching the leader Lease still fails; retrying with backoff");
+            } else {
+                warn!(%error, lease = %name, %namespace,
+                    "watching the leader Lease failed: the ServiceAccount needs get, list, watch \
+                     and patch on coordination.k8s.io leases named {name} in {namespace} \
+                     (deploy/rbac.yaml); the leader renews without the watch, but a standby \
+                     takes over a released Lease only once it expires; retrying with backoff");
+            }
+        }
     };
     super::watch::follow_one(api, &name, on_error, |state| {
+        if failing.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            info!("watching the leader Lease works again");
+        }
         views.send_replace(state.as_ref().map(LeaseView::of).unwrap_or_default());
         std::future::ready(true)
     })

@@ -44,26 +44,117 @@ fn identity_prefers_the_pod_name() {
     assert!(own.ends_with(&format!("-{}", std::process::id())), "{own}");
 }
 
+const CLOCKS: Clocks = Clocks {
+    margin: Duration::from_millis(2500),
+    grace: Duration::from_secs(5),
+};
+
+/// The Lease renewed `ago` by `holder`, for 15 s.
+fn view(holder: Option<&str>, ago: Duration) -> LeaseView {
+    LeaseView::of(&lease(holder, ago, 15))
+}
+
 #[test]
-fn writes_stop_where_the_lease_as_seen_runs_out() {
-    let margin = Duration::from_secs(1);
-    let fallback = SystemTime::now() + Duration::from_secs(15);
-    // Our own Lease, renewed 13 s ago for 15 s: not the fresh 15 s a new
-    // manager's "you lead" suggests (it only checks the holder).
-    let stale = LeaseView::of(&lease(Some("me"), Duration::from_secs(13), 15));
-    let until = write_deadline(&stale, "me", Some(fallback), margin).unwrap();
-    assert!(
-        until < SystemTime::now() + Duration::from_secs(2),
-        "{until:?}"
+fn a_lease_that_names_us_but_ran_out_starts_no_term_until_a_renewal_is_read() {
+    let now = SystemTime::now();
+    let mut held = Held::default();
+    // A new manager says it holds the Lease: it names us, renewed 14 s ago
+    // for 15 s (a term would end in 1 s, less the margin: already over).
+    held.claim(
+        &view(Some("me"), Duration::from_secs(14)),
+        "me",
+        now,
+        CLOCKS,
     );
-    // Just taken over: the watch still shows the old holder, or none.
-    let old = LeaseView::of(&lease(Some("other"), Duration::from_secs(20), 15));
+    assert_eq!(held.write_deadline(now, CLOCKS.margin), None);
     assert_eq!(
-        write_deadline(&old, "me", Some(fallback), margin),
-        fallback.checked_sub(margin)
+        held.read_due(),
+        Some(now + CLOCKS.grace / 8),
+        "read again soon"
     );
-    // While leading: released or deleted under us, or taken, closes it.
-    let released = LeaseView::of(&lease(None, Duration::ZERO, 15));
-    assert_eq!(write_deadline(&released, "me", None, margin), None);
-    assert_eq!(write_deadline(&old, "me", None, margin), None);
+    // The manager renews; the read shows it: writes until 15 s less the margin.
+    let seen = held.saw(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS, true);
+    assert_eq!(seen, Seen::Renewed);
+    let deadline = held
+        .write_deadline(now, CLOCKS.margin)
+        .expect("a valid renewal");
+    let left = deadline.duration_since(now).unwrap();
+    assert!(
+        left > Duration::from_secs(12) && left < Duration::from_secs(13),
+        "{left:?}"
+    );
+}
+
+#[test]
+fn a_leader_reads_the_lease_after_each_renewal_and_steps_down_without_one() {
+    let now = SystemTime::now();
+    let mut held = Held::default();
+    held.claim(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS);
+    held.leading = true;
+    let valid_until = held.valid_until.unwrap();
+    // The manager renews 5 s (grace) before the end: read 1.25 s after that.
+    let renewal = valid_until - CLOCKS.grace;
+    assert_eq!(held.read_due(), Some(renewal + CLOCKS.grace / 4));
+    // That read shows no newer renewal: read again a step later, and the
+    // leader steps down at the margin unless one comes.
+    let later = renewal + CLOCKS.grace / 4;
+    assert_eq!(
+        held.saw(
+            &view(Some("me"), Duration::from_secs(10)),
+            "me",
+            later,
+            CLOCKS,
+            true
+        ),
+        Seen::Same
+    );
+    assert_eq!(held.read_due(), Some(later + CLOCKS.grace / 8));
+    assert_eq!(
+        held.step_down(CLOCKS.margin),
+        Some(valid_until - CLOCKS.margin)
+    );
+    // An older renewal (a late watch event) never shortens the term.
+    held.saw(
+        &view(Some("me"), Duration::from_secs(3)),
+        "me",
+        later,
+        CLOCKS,
+        false,
+    );
+    assert_eq!(held.valid_until, Some(valid_until));
+}
+
+#[test]
+fn another_holder_or_none_ends_the_hold_and_a_standby_reads_nothing() {
+    let now = SystemTime::now();
+    let mut held = Held::default();
+    assert_eq!(held.read_due(), None, "a standby does not read the Lease");
+    assert_eq!(
+        held.saw(
+            &view(Some("other"), Duration::ZERO),
+            "me",
+            now,
+            CLOCKS,
+            false
+        ),
+        Seen::Same
+    );
+    held.claim(&view(None, Duration::ZERO), "me", now, CLOCKS);
+    assert_eq!(
+        held.saw(
+            &view(Some("other"), Duration::ZERO),
+            "me",
+            now,
+            CLOCKS,
+            true
+        ),
+        Seen::Taken("other".into())
+    );
+    assert_eq!(
+        held.saw(&view(None, Duration::ZERO), "me", now, CLOCKS, true),
+        Seen::Gone
+    );
+    held.unclaim();
+    assert_eq!(held.write_deadline(now, CLOCKS.margin), None);
+    assert_eq!(held.step_down(CLOCKS.margin), None);
 }

@@ -1,0 +1,183 @@
+//! What a replica knows of its own hold on the Lease, decided without I/O:
+//! a term starts only once a read of the Lease (the watch or a GET) shows
+//! this replica's renewal still valid, lasts while renewals are read, and
+//! ends `margin` before the last one read runs out. The watch is not
+//! needed: while the manager holds the Lease the election reads it itself
+//! right after each renewal is due.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::coordination::v1::Lease;
+
+/// The Lease as last read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct LeaseView {
+    pub(super) holder: Option<String>,
+    /// renewTime + leaseDurationSeconds.
+    pub(super) expires: Option<SystemTime>,
+}
+
+impl LeaseView {
+    pub(super) fn of(lease: &Lease) -> Self {
+        let spec = lease.spec.clone().unwrap_or_default();
+        let expires = match (spec.renew_time, spec.lease_duration_seconds) {
+            (Some(renew), Some(seconds)) => {
+                let renew: SystemTime = renew.0.into();
+                renew.checked_add(Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
+            }
+            _ => None,
+        };
+        Self {
+            holder: spec.holder_identity.filter(|h| !h.is_empty()),
+            expires,
+        }
+    }
+
+    /// Free to take: released, or not renewed in time.
+    pub(super) fn is_free(&self) -> bool {
+        self.holder.is_none() || self.expires.is_none_or(|e| e <= SystemTime::now())
+    }
+}
+
+/// The clocks of holding: how long before the last renewal runs out writes
+/// stop (`margin`), and how long before it the manager renews (`grace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Clocks {
+    pub(super) margin: Duration,
+    pub(super) grace: Duration,
+}
+
+impl Clocks {
+    /// Between two reads of the Lease while a renewal is awaited.
+    fn step(self) -> Duration {
+        (self.grace / 8).max(Duration::from_millis(100))
+    }
+}
+
+/// What a read of the Lease means for the holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Seen {
+    /// Nothing changes (an older or the same renewal, or not claimed).
+    Same,
+    /// A newer renewal of ours: the term may go on (or start) until the
+    /// new deadline.
+    Renewed,
+    /// Another replica holds it: stand by and start over.
+    Taken(String),
+    /// Released or deleted under us: stand by and start over (a new
+    /// manager takes a free Lease at once).
+    Gone,
+}
+
+/// This replica's hold under one manager.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Held {
+    /// The manager says it holds the Lease.
+    pub(super) claimed: bool,
+    /// A term is published.
+    pub(super) leading: bool,
+    /// renewTime + duration of the newest renewal of ours read while
+    /// claimed; `None` until one is read.
+    pub(super) valid_until: Option<SystemTime>,
+    /// When the election reads the Lease next (while claimed).
+    pub(super) read_at: Option<SystemTime>,
+}
+
+impl Held {
+    /// The manager took the Lease at `now`: it is read at once unless
+    /// `view` (the watch) already shows a renewal of ours.
+    pub(super) fn claim(
+        &mut self,
+        view: &LeaseView,
+        identity: &str,
+        now: SystemTime,
+        clocks: Clocks,
+    ) {
+        *self = Held {
+            claimed: true,
+            leading: false,
+            valid_until: None,
+            read_at: Some(now),
+        };
+        self.saw(view, identity, now, clocks, false);
+    }
+
+    /// The manager let the Lease go.
+    pub(super) fn unclaim(&mut self) {
+        *self = Held::default();
+    }
+
+    /// The Lease as read at `now`, by a GET of the election (`read`) or the
+    /// watch: keeps the newest renewal of ours, and when to read next.
+    pub(super) fn saw(
+        &mut self,
+        view: &LeaseView,
+        identity: &str,
+        now: SystemTime,
+        clocks: Clocks,
+        read: bool,
+    ) -> Seen {
+        if !self.claimed {
+            return Seen::Same;
+        }
+        let seen = match view.holder.as_deref() {
+            Some(holder) if holder == identity => match view.expires {
+                Some(expires) if self.valid_until.is_none_or(|v| expires > v) => {
+                    self.valid_until = Some(expires);
+                    Seen::Renewed
+                }
+                _ => Seen::Same,
+            },
+            Some(other) => Seen::Taken(other.to_owned()),
+            None => Seen::Gone,
+        };
+        if read || seen == Seen::Renewed {
+            self.read_at = Some(self.next_read(now, clocks));
+        }
+        seen
+    }
+
+    /// After a read at `now`: a quarter of the grace after the next
+    /// renewal is due, or a step later while it is overdue (or none was
+    /// read yet).
+    fn next_read(&self, now: SystemTime, clocks: Clocks) -> SystemTime {
+        let step = now + clocks.step();
+        let Some(valid_until) = self.valid_until else {
+            return step;
+        };
+        let due = valid_until
+            .checked_sub(clocks.grace)
+            .map_or(step, |renewal| renewal + clocks.grace / 4);
+        due.max(step)
+    }
+
+    /// When the election reads the Lease next; `None` while not claimed.
+    pub(super) fn read_due(&self) -> Option<SystemTime> {
+        if self.claimed {
+            self.read_at
+        } else {
+            None
+        }
+    }
+
+    /// Until when this replica may write: `margin` before its newest
+    /// renewal read runs out; `None` when it may not (not claimed, no
+    /// renewal read, or it has run out by `now`).
+    pub(super) fn write_deadline(&self, now: SystemTime, margin: Duration) -> Option<SystemTime> {
+        if !self.claimed {
+            return None;
+        }
+        let until = self.valid_until?;
+        let deadline = until.checked_sub(margin).unwrap_or(until);
+        (deadline > now).then_some(deadline)
+    }
+
+    /// When a leader steps down unless a renewal is read first.
+    pub(super) fn step_down(&self, margin: Duration) -> Option<SystemTime> {
+        if !self.leading {
+            return None;
+        }
+        let until = self.valid_until?;
+        Some(until.checked_sub(margin).unwrap_or(until))
+    }
+}
