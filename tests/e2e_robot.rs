@@ -368,6 +368,26 @@ async fn a_robot_answer_that_echoes_the_credentials_shows_them_nowhere() {
     }
     drop(controller);
 
+    // A value of the wrong type, which serde quotes in its message.
+    robot.set_answer(
+        "server",
+        200,
+        r#"[{"server":{"server_number":"{authorization}"}}]"#,
+    );
+    let mut controller = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
+    controller
+        .wait_health(503, |b| {
+            b["pools"][0]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("could not be read"))
+        })
+        .await;
+    wait_event(&cluster, "edge", "ReconcileFailed", "robot_decode").await;
+    for (what, shown) in outputs(&cluster, &hetzner, &robot, &controller).await {
+        assert_no_credentials(what, &shown);
+    }
+    drop(controller);
+
     // The listing goes through, with the header in 321's name and data
     // center: the pool is written, and the name is shown scrubbed.
     robot.set_answer(

@@ -825,8 +825,13 @@ mod cycle {
             )],
         );
         // Replica A leads and lists Robot: only 321.
+        // The least gap is 5 s here (a minute in the controller), so the
+        // test can see the listing that ends the wait.
+        let gap = std::time::Duration::from_secs(5);
         let mut a = reconciler(&hetzner, &kube);
+        a.set_robot_min_gap(gap);
         a.full(&settings).await.unwrap();
+        let listed = tokio::time::Instant::now();
         assert_eq!(cidrs(&kube, "dedicated"), ["203.0.113.21/32"]);
         // A loses the Lease; B leads, lists Robot anew and writes 421 too.
         a.new_term();
@@ -869,5 +874,27 @@ mod cycle {
             .filter(|w| w.path.contains("dedicated"))
             .count();
         assert_eq!(dedicated_writes, 0);
+        assert!(
+            listed.elapsed() < gap,
+            "the test was too slow to see the wait"
+        );
+        // Once the gap is over, A lists Robot anew: 421 stays, the pool is
+        // written from that listing.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let outcomes = a.full(&settings).await.unwrap();
+            match &outcome(&outcomes, "dedicated").result {
+                Ok(_) => break,
+                Err(e) => assert_eq!(e.metric_label(), "robot_waiting", "{e}"),
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never listed again");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        assert!(listed.elapsed() >= gap, "listed within the gap");
+        assert_eq!(robot.requests("server"), requests + 1);
+        assert_eq!(
+            cidrs(&kube, "dedicated"),
+            ["203.0.113.21/32", "203.0.113.42/32"]
+        );
     }
 }

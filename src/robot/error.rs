@@ -54,7 +54,7 @@ pub enum RobotError {
     #[error(
         "the Robot webservice was last listed before this leadership term began; another \
          replica may have written since, and Robot is listed at most once a minute, so the \
-         next listing comes in {seconds}s; the Robot members stay as they were"
+         next listing may come in {seconds}s; the Robot members stay as they were"
     )]
     Waiting { seconds: u64 },
 }

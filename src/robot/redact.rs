@@ -17,8 +17,12 @@ use crate::vocab::SecretString;
 /// What stands in for a credential in a text.
 pub const REDACTED: &str = "[redacted]";
 
+/// The shortest part of a credential's form that counts as an echo of it
+/// (a shorter form counts only whole).
+pub const MIN_PART: usize = 8;
+
 /// The forms of one webservice user's credentials an answer could echo:
-/// the Basic form, the password and the user, longest first.
+/// the Basic form, the password and the user.
 #[derive(Clone, Default)]
 pub struct Redactor {
     forms: Vec<String>,
@@ -34,25 +38,45 @@ impl Redactor {
     pub fn new(credentials: &RobotCredentials) -> Self {
         let user = unpadded(&credentials.user);
         let password = unpadded(&credentials.password);
-        // Without the padding: a cut-off echo still starts with it.
+        // Without the padding, which says nothing of the credentials.
         let basic = STANDARD_NO_PAD.encode(format!("{user}:{password}"));
         let mut forms: Vec<String> = [basic, password.to_owned(), user.to_owned()]
             .into_iter()
             .filter(|form| !form.is_empty())
             .collect();
-        forms.sort_by_key(|form| std::cmp::Reverse(form.len()));
+        forms.dedup();
         Self { forms }
     }
 
-    /// `text` with every form of the credentials replaced.
+    /// `text` with every form of the credentials replaced, and every part
+    /// of one at least [`MIN_PART`] characters long (an echo cut short, or
+    /// the base64 of a header shifted by a character): each run of such
+    /// characters becomes one [`REDACTED`].
     pub fn text(&self, text: &str) -> String {
-        self.forms.iter().fold(text.to_owned(), |text, form| {
-            if text.contains(form.as_str()) {
-                text.replace(form.as_str(), REDACTED)
-            } else {
-                text
+        let chars: Vec<char> = text.chars().collect();
+        let mut hidden = vec![false; chars.len()];
+        for form in &self.forms {
+            let form: Vec<char> = form.chars().collect();
+            let part = MIN_PART.min(form.len());
+            if chars.len() < part {
+                continue;
             }
-        })
+            for start in 0..=chars.len() - part {
+                let window = &chars[start..start + part];
+                if form.windows(part).any(|w| w == window) {
+                    hidden[start..start + part].fill(true);
+                }
+            }
+        }
+        let mut out = String::with_capacity(text.len());
+        for (i, c) in chars.iter().enumerate() {
+            match (hidden[i], i > 0 && hidden[i - 1]) {
+                (false, _) => out.push(*c),
+                (true, false) => out.push_str(REDACTED),
+                (true, true) => {}
+            }
+        }
+        out
     }
 
     /// `error` with every text it carries scrubbed.

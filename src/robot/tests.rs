@@ -197,6 +197,12 @@ fn the_redactor_takes_every_form_of_the_credentials_out_of_every_text() {
         (server.name.as_str(), server.dc.as_str()),
         ("web-[redacted]", REDACTED)
     );
+    // An echo cut short, or a part of the password: gone as well.
+    let cut = format!("proxy says {} and more", &basic[..12]);
+    assert_eq!(redact.text(&cut), "proxy says [redacted] and more");
+    assert_eq!(redact.text("x LIKE_PASSWORD y"), "x [redacted] y");
+    // Shorter than MIN_PART characters of a form is no echo of it.
+    assert_eq!(redact.text("CODELIK"), "CODELIK");
 }
 
 /// The documents keep no value of their own: a decode error names the

@@ -204,8 +204,9 @@ struct Election {
     failures: u32,
 }
 
-/// The longest a read of the Lease may take.
-const READ_LIMIT: Duration = Duration::from_secs(5);
+/// The longest a read of the Lease may take (well within the 5 s a
+/// shutdown gives the release).
+const READ_LIMIT: Duration = Duration::from_secs(3);
 
 impl Election {
     /// The election task: takes part until stopped, then releases the
@@ -251,9 +252,11 @@ impl Election {
         // Kept across iterations: re-creating it on every Lease event could
         // interrupt a renewal and make the manager renew again at once.
         let mut pending = Box::pin(manager.changed());
+        // A read of the Lease in flight, polled beside everything else.
+        let mut reading: Option<LeaseRead> = None;
         loop {
             let step_down = held.step_down(self.clocks.margin);
-            let read = held.read_due();
+            let read = held.read_due().filter(|_| reading.is_none());
             let next = tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => {
@@ -283,7 +286,14 @@ impl Election {
                     self.publish(false);
                     Some(Next::Restart)
                 }
-                _ = sleep_until(read) => self.read_lease(&mut held).await,
+                _ = sleep_until(read) => {
+                    reading = Some(self.read_lease(&held));
+                    None
+                }
+                answer = finish(&mut reading) => {
+                    reading = None;
+                    self.lease_read(&mut held, answer)
+                }
             };
             if let Some(next) = next {
                 return next;
@@ -311,27 +321,39 @@ impl Election {
         None
     }
 
-    /// Reads the Lease (a GET, bounded): whether our last renewal went
+    /// A read of the Lease (a GET, bounded): whether our last renewal went
     /// through, without the watch.
-    async fn read_lease(&mut self, held: &mut Held) -> Option<Next> {
+    fn read_lease(&self, held: &Held) -> LeaseRead {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
-        let now = SystemTime::now();
+        let name = self.config.name.clone();
         // Never past the moment a leader would step down anyway.
         let limit = held
             .step_down(self.clocks.margin)
-            .and_then(|at| at.duration_since(now).ok())
+            .and_then(|at| at.duration_since(SystemTime::now()).ok())
             .unwrap_or(READ_LIMIT)
             .clamp(Duration::from_millis(200), READ_LIMIT);
-        match tokio::time::timeout(limit, api.get(&self.config.name)).await {
-            Ok(Ok(lease)) => {
-                self.read_failing = false;
-                self.lease_seen(held, &LeaseView::of(&lease), true)
+        Box::pin(async move {
+            match tokio::time::timeout(limit, api.get_opt(&name)).await {
+                // A deleted Lease holds nobody.
+                Ok(Ok(lease)) => Ok(lease.as_ref().map(LeaseView::of).unwrap_or_default()),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(_) => Err(format!("no answer within {limit:?}")),
             }
-            failed => {
-                let error = match failed {
-                    Ok(Err(error)) => error.to_string(),
-                    _ => format!("no answer within {limit:?}"),
-                };
+        })
+    }
+
+    /// What a read of the Lease brought: the Lease as it is, or a failure
+    /// (warned once per streak; the next read comes a step later, and a
+    /// leader steps down when none shows a renewal in time).
+    fn lease_read(&mut self, held: &mut Held, answer: Result<LeaseView, String>) -> Option<Next> {
+        match answer {
+            Ok(view) => {
+                if std::mem::replace(&mut self.read_failing, false) {
+                    info!("reading the leader Lease works again");
+                }
+                self.lease_seen(held, &view, true)
+            }
+            Err(error) => {
                 if !std::mem::replace(&mut self.read_failing, true) {
                     warn!(%error, lease = %self.config.name,
                         "cannot read the leader Lease (the ServiceAccount needs get on \
@@ -357,8 +379,8 @@ impl Election {
         }
         let now = SystemTime::now();
         match held.saw(view, &self.config.identity, now, self.clocks, read) {
-            Seen::Same => None,
-            Seen::Renewed => {
+            // The same renewal read again may settle a claim.
+            Seen::Same | Seen::Renewed => {
                 self.lead_while_valid(held);
                 None
             }
@@ -456,6 +478,19 @@ impl Election {
     }
 }
 
+/// A read of the Lease in flight: the Lease as read (a deleted one holds
+/// nobody), or why it failed.
+type LeaseRead =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<LeaseView, String>> + Send>>;
+
+/// The answer of the read in flight; never, while none is.
+async fn finish(reading: &mut Option<LeaseRead>) -> Result<LeaseView, String> {
+    match reading {
+        Some(read) => read.await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Sleeps until `step_down`, or for ever without one (standing by).
 async fn sleep_until(step_down: Option<SystemTime>) {
     match step_down {
@@ -505,12 +540,17 @@ async fn watch_lease(
         move |error: &kube::runtime::watcher::Error| {
             if failing.swap(true, std::sync::atomic::Ordering::Relaxed) {
                 debug!(%error, "watching the leader Lease still fails; retrying with backoff");
-            } else {
+            } else if forbidden(error) {
                 warn!(%error, lease = %name, %namespace,
                     "watching the leader Lease failed: the ServiceAccount needs get, list, watch \
                      and patch on coordination.k8s.io leases named {name} in {namespace} \
                      (deploy/rbac.yaml); the leader renews without the watch, but a standby \
                      takes over a released Lease only once it expires; retrying with backoff");
+            } else {
+                warn!(%error, lease = %name, %namespace,
+                    "watching the leader Lease failed; the leader renews without the watch, \
+                     a standby takes over a released Lease only once it expires meanwhile; \
+                     retrying with backoff");
             }
         }
     };
@@ -522,6 +562,18 @@ async fn watch_lease(
         std::future::ready(true)
     })
     .await;
+}
+
+/// Whether a watch failed because RBAC forbids it (403).
+fn forbidden(error: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error;
+    match error {
+        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(status) if status.is_forbidden())
+        }
+        Error::WatchError(status) => status.is_forbidden(),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

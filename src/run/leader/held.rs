@@ -1,7 +1,8 @@
 //! What a replica knows of its own hold on the Lease, decided without I/O:
-//! a term starts only once a read of the Lease (the watch or a GET) shows
-//! this replica's renewal still valid, lasts while renewals are read, and
-//! ends `margin` before the last one read runs out. The watch is not
+//! a term starts only once reads of the Lease (the watch or a GET) show
+//! this replica's renewal still valid twice, a settle time apart; it lasts
+//! while renewals are read, and ends `margin` before the last one read
+//! runs out. The watch is not
 //! needed: while the manager holds the Lease the election reads it itself
 //! right after each renewal is due.
 
@@ -52,6 +53,14 @@ impl Clocks {
     fn step(self) -> Duration {
         (self.grace / 8).max(Duration::from_millis(100))
     }
+
+    /// How long after the first renewal of a claim is read a second read
+    /// must still show it before a term starts: a standby that saw the
+    /// Lease run out under its last holder releases it by force (without
+    /// looking again), and that release may land just after our renewal.
+    fn settle(self) -> Duration {
+        (self.grace / 4).max(Duration::from_millis(250))
+    }
 }
 
 /// What a read of the Lease means for the holder.
@@ -81,6 +90,11 @@ pub(super) struct Held {
     pub(super) valid_until: Option<SystemTime>,
     /// When the election reads the Lease next (while claimed).
     pub(super) read_at: Option<SystemTime>,
+    /// A claim's first renewal read must be read again, still ours, at or
+    /// after this moment before a term starts (`None`: not read yet).
+    settle_until: Option<SystemTime>,
+    /// The claim has not settled yet.
+    settling: bool,
 }
 
 impl Held {
@@ -98,6 +112,8 @@ impl Held {
             leading: false,
             valid_until: None,
             read_at: Some(now),
+            settle_until: None,
+            settling: true,
         };
         self.saw(view, identity, now, clocks, false);
     }
@@ -128,19 +144,42 @@ impl Held {
                 }
                 _ => Seen::Same,
             },
-            Some(other) => Seen::Taken(other.to_owned()),
-            None => Seen::Gone,
+            Some(other) => return Seen::Taken(other.to_owned()),
+            None => return Seen::Gone,
         };
+        self.settle(now, clocks);
         if read || seen == Seen::Renewed {
             self.read_at = Some(self.next_read(now, clocks));
         }
         seen
     }
 
+    /// A read at `now` still shows a valid renewal of ours: the first one
+    /// of a claim sets when to read it again; one at or after that settles
+    /// the claim.
+    fn settle(&mut self, now: SystemTime, clocks: Clocks) {
+        let valid = self
+            .valid_until
+            .is_some_and(|until| until.checked_sub(clocks.margin).is_some_and(|d| d > now));
+        if !self.settling || !valid {
+            return;
+        }
+        match self.settle_until {
+            None => self.settle_until = Some(now + clocks.settle()),
+            Some(until) if now >= until => self.settling = false,
+            Some(_) => {}
+        }
+    }
+
     /// After a read at `now`: a quarter of the grace after the next
     /// renewal is due, or a step later while it is overdue (or none was
     /// read yet).
     fn next_read(&self, now: SystemTime, clocks: Clocks) -> SystemTime {
+        if self.settling {
+            if let Some(until) = self.settle_until {
+                return until.max(now);
+            }
+        }
         let step = now + clocks.step();
         let Some(valid_until) = self.valid_until else {
             return step;
@@ -164,7 +203,7 @@ impl Held {
     /// renewal read runs out; `None` when it may not (not claimed, no
     /// renewal read, or it has run out by `now`).
     pub(super) fn write_deadline(&self, now: SystemTime, margin: Duration) -> Option<SystemTime> {
-        if !self.claimed {
+        if !self.claimed || self.settling {
             return None;
         }
         let until = self.valid_until?;

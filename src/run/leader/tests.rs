@@ -54,8 +54,18 @@ fn view(holder: Option<&str>, ago: Duration) -> LeaseView {
     LeaseView::of(&lease(holder, ago, 15))
 }
 
+/// Claims and reads the Lease renewed just now, then again after the
+/// settle time: a term may start.
+fn settled(now: SystemTime) -> Held {
+    let mut held = Held::default();
+    held.claim(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS);
+    let again = held.read_due().unwrap();
+    held.saw(&view(Some("me"), Duration::ZERO), "me", again, CLOCKS, true);
+    held
+}
+
 #[test]
-fn a_lease_that_names_us_but_ran_out_starts_no_term_until_a_renewal_is_read() {
+fn a_lease_that_names_us_but_ran_out_starts_no_term_until_a_renewal_is_read_twice() {
     let now = SystemTime::now();
     let mut held = Held::default();
     // A new manager says it holds the Lease: it names us, renewed 14 s ago
@@ -72,12 +82,23 @@ fn a_lease_that_names_us_but_ran_out_starts_no_term_until_a_renewal_is_read() {
         Some(now + CLOCKS.grace / 8),
         "read again soon"
     );
-    // The manager renews; the read shows it: writes until 15 s less the margin.
+    // The manager renews; a read shows it. A standby that saw the Lease run
+    // out may still be releasing it: read it again a settle time later.
     let seen = held.saw(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS, true);
     assert_eq!(seen, Seen::Renewed);
-    let deadline = held
-        .write_deadline(now, CLOCKS.margin)
-        .expect("a valid renewal");
+    assert_eq!(held.write_deadline(now, CLOCKS.margin), None);
+    let settle = now + CLOCKS.grace / 4;
+    assert_eq!(held.read_due(), Some(settle));
+    // Still ours then: writes until 15 s after the renewal, less the margin.
+    let seen = held.saw(
+        &view(Some("me"), Duration::ZERO),
+        "me",
+        settle,
+        CLOCKS,
+        true,
+    );
+    assert!(matches!(seen, Seen::Same | Seen::Renewed), "{seen:?}");
+    let deadline = held.write_deadline(settle, CLOCKS.margin).expect("settled");
     let left = deadline.duration_since(now).unwrap();
     assert!(
         left > Duration::from_secs(12) && left < Duration::from_secs(13),
@@ -86,10 +107,44 @@ fn a_lease_that_names_us_but_ran_out_starts_no_term_until_a_renewal_is_read() {
 }
 
 #[test]
-fn a_leader_reads_the_lease_after_each_renewal_and_steps_down_without_one() {
+fn a_release_that_lands_after_our_renewal_is_seen_before_any_write() {
     let now = SystemTime::now();
     let mut held = Held::default();
+    held.claim(
+        &view(Some("me"), Duration::from_secs(20)),
+        "me",
+        now,
+        CLOCKS,
+    );
+    held.saw(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS, true);
+    let settle = held.read_due().unwrap();
+    // The standby's forced release: nobody holds it at the second read.
+    assert_eq!(
+        held.saw(&view(None, Duration::ZERO), "me", settle, CLOCKS, true),
+        Seen::Gone
+    );
+    assert_eq!(held.write_deadline(settle, CLOCKS.margin), None);
+    // Or it took it already.
+    let mut held = Held::default();
     held.claim(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS);
+    let settle = held.read_due().unwrap();
+    assert_eq!(
+        held.saw(
+            &view(Some("standby"), Duration::ZERO),
+            "me",
+            settle,
+            CLOCKS,
+            true
+        ),
+        Seen::Taken("standby".into())
+    );
+    assert_eq!(held.write_deadline(settle, CLOCKS.margin), None);
+}
+
+#[test]
+fn a_leader_reads_the_lease_after_each_renewal_and_steps_down_without_one() {
+    let now = SystemTime::now();
+    let mut held = settled(now);
     held.leading = true;
     let valid_until = held.valid_until.unwrap();
     // The manager renews 5 s (grace) before the end: read 1.25 s after that.
@@ -98,16 +153,8 @@ fn a_leader_reads_the_lease_after_each_renewal_and_steps_down_without_one() {
     // That read shows no newer renewal: read again a step later, and the
     // leader steps down at the margin unless one comes.
     let later = renewal + CLOCKS.grace / 4;
-    assert_eq!(
-        held.saw(
-            &view(Some("me"), Duration::from_secs(10)),
-            "me",
-            later,
-            CLOCKS,
-            true
-        ),
-        Seen::Same
-    );
+    let old = view(Some("me"), Duration::from_secs(10));
+    assert_eq!(held.saw(&old, "me", later, CLOCKS, true), Seen::Same);
     assert_eq!(held.read_due(), Some(later + CLOCKS.grace / 8));
     assert_eq!(
         held.step_down(CLOCKS.margin),
@@ -129,25 +176,11 @@ fn another_holder_or_none_ends_the_hold_and_a_standby_reads_nothing() {
     let now = SystemTime::now();
     let mut held = Held::default();
     assert_eq!(held.read_due(), None, "a standby does not read the Lease");
+    let other = view(Some("other"), Duration::ZERO);
+    assert_eq!(held.saw(&other, "me", now, CLOCKS, false), Seen::Same);
+    let mut held = settled(now);
     assert_eq!(
-        held.saw(
-            &view(Some("other"), Duration::ZERO),
-            "me",
-            now,
-            CLOCKS,
-            false
-        ),
-        Seen::Same
-    );
-    held.claim(&view(None, Duration::ZERO), "me", now, CLOCKS);
-    assert_eq!(
-        held.saw(
-            &view(Some("other"), Duration::ZERO),
-            "me",
-            now,
-            CLOCKS,
-            true
-        ),
+        held.saw(&other, "me", now, CLOCKS, true),
         Seen::Taken("other".into())
     );
     assert_eq!(
