@@ -330,8 +330,10 @@ async fn scenario_9_hetzner_failure_or_zero_servers_leave_the_pool_unchanged() {
 
     env.hetzner
         .set_fault(Some(support::fake_hetzner::Fault::status(503)));
+    // Five retries 1, 2, 4, 8 and 16 s apart, each spread by jitter: the
+    // cycle fails after about 31 s, sometimes more than 30.
     env.controller
-        .wait_health(503, |b| b["state"] == "failing")
+        .wait_health_within(Duration::from_secs(60), 503, |b| b["state"] == "failing")
         .await;
     set_ips(&env.hetzner, &[]);
     env.hetzner.set_fault(None);

@@ -268,7 +268,8 @@ impl RobotClient {
         }
     }
 
-    /// A transport error, without the URL and without the credentials.
+    /// A transport error, without the credentials (the URL carries none:
+    /// they go in the header, and the endpoint may hold no user info).
     fn transport(&self, list: RobotList, error: &reqwest::Error) -> RobotError {
         let reason = if error.is_timeout() {
             "no answer in time".to_owned()

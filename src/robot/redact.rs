@@ -8,6 +8,8 @@
 //! errors, codes only as codes, messages only as addresses); this scrubs
 //! what is left, as the Cloud side scrubs the token.
 
+use std::collections::HashSet;
+
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;
 
@@ -22,10 +24,17 @@ pub const REDACTED: &str = "[redacted]";
 pub const MIN_PART: usize = 8;
 
 /// The forms of one webservice user's credentials an answer could echo:
-/// the Basic form, the password and the user.
+/// the Basic form, the password and the user, whole and in parts.
 #[derive(Clone, Default)]
 pub struct Redactor {
-    forms: Vec<String>,
+    /// Each form, whole.
+    whole: Vec<String>,
+    /// Every run of [`MIN_PART`] characters of every form.
+    parts: HashSet<[char; MIN_PART]>,
+    /// Those of the Basic form alone: a server's name may share a run with
+    /// the user or the password by chance (and is matched against Nodes),
+    /// hardly with base64.
+    basic_parts: HashSet<[char; MIN_PART]>,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -34,18 +43,34 @@ impl std::fmt::Debug for Redactor {
     }
 }
 
+/// Every run of [`MIN_PART`] characters of `form`.
+fn runs(form: &str) -> impl Iterator<Item = [char; MIN_PART]> + '_ {
+    let chars: Vec<char> = form.chars().collect();
+    (0..chars.len().saturating_sub(MIN_PART - 1)).map(move |start| {
+        let mut run = ['\0'; MIN_PART];
+        run.copy_from_slice(&chars[start..start + MIN_PART]);
+        run
+    })
+}
+
 impl Redactor {
     pub fn new(credentials: &RobotCredentials) -> Self {
         let user = unpadded(&credentials.user);
         let password = unpadded(&credentials.password);
         // Without the padding, which says nothing of the credentials.
         let basic = STANDARD_NO_PAD.encode(format!("{user}:{password}"));
-        let mut forms: Vec<String> = [basic, password.to_owned(), user.to_owned()]
+        let basic_parts: HashSet<_> = runs(&basic).collect();
+        let mut parts = basic_parts.clone();
+        parts.extend(runs(password).chain(runs(user)));
+        let whole = [basic, password.to_owned(), user.to_owned()]
             .into_iter()
             .filter(|form| !form.is_empty())
             .collect();
-        forms.dedup();
-        Self { forms }
+        Self {
+            whole,
+            parts,
+            basic_parts,
+        }
     }
 
     /// `text` with every form of the credentials replaced, and every part
@@ -53,23 +78,35 @@ impl Redactor {
     /// the base64 of a header shifted by a character): each run of such
     /// characters becomes one [`REDACTED`].
     pub fn text(&self, text: &str) -> String {
-        let chars: Vec<char> = text.chars().collect();
+        self.hide(text, &self.parts)
+    }
+
+    /// A server's name or data center: every form whole, and parts of the
+    /// Basic form only (see `basic_parts`).
+    pub fn name(&self, text: &str) -> String {
+        self.hide(text, &self.basic_parts)
+    }
+
+    fn hide(&self, text: &str, parts: &HashSet<[char; MIN_PART]>) -> String {
+        let chars: Vec<(usize, char)> = text.char_indices().collect();
         let mut hidden = vec![false; chars.len()];
-        for form in &self.forms {
-            let form: Vec<char> = form.chars().collect();
-            let part = MIN_PART.min(form.len());
-            if chars.len() < part {
-                continue;
-            }
-            for start in 0..=chars.len() - part {
-                let window = &chars[start..start + part];
-                if form.windows(part).any(|w| w == window) {
-                    hidden[start..start + part].fill(true);
+        for form in &self.whole {
+            for (at, found) in text.match_indices(form.as_str()) {
+                let end = at + found.len();
+                for (i, (byte, _)) in chars.iter().enumerate() {
+                    if (at..end).contains(byte) {
+                        hidden[i] = true;
+                    }
                 }
             }
         }
+        for (start, run) in runs(text).enumerate() {
+            if parts.contains(&run) {
+                hidden[start..start + MIN_PART].fill(true);
+            }
+        }
         let mut out = String::with_capacity(text.len());
-        for (i, c) in chars.iter().enumerate() {
+        for (i, (_, c)) in chars.iter().enumerate() {
             match (hidden[i], i > 0 && hidden[i - 1]) {
                 (false, _) => out.push(*c),
                 (true, false) => out.push_str(REDACTED),
@@ -117,8 +154,8 @@ impl Redactor {
     /// `server` with its name and data center scrubbed (they are logged,
     /// shown by `explain` and put into Events).
     pub fn server(&self, mut server: RobotServer) -> RobotServer {
-        server.name = self.text(&server.name);
-        server.dc = self.text(&server.dc);
+        server.name = self.name(&server.name);
+        server.dc = self.name(&server.dc);
         server
     }
 }

@@ -203,6 +203,25 @@ fn the_redactor_takes_every_form_of_the_credentials_out_of_every_text() {
     assert_eq!(redact.text("x LIKE_PASSWORD y"), "x [redacted] y");
     // Shorter than MIN_PART characters of a form is no echo of it.
     assert_eq!(redact.text("CODELIK"), "CODELIK");
+    // Characters of several bytes around an echo stay whole.
+    assert_eq!(redact.text("ä€CODELIKE_PASSWORD€ä"), "ä€[redacted]€ä");
+}
+
+/// A server's name that shares a run with the password by chance keeps it
+/// (it is matched against Nodes and `Robot.Servers`); the Basic form and
+/// the whole password or user still go.
+#[test]
+fn a_name_keeps_what_it_shares_with_the_password_by_chance() {
+    let credentials = RobotCredentials {
+        user: crate::vocab::SecretString::new("#ws+user1"),
+        password: crate::vocab::SecretString::new("hetzner-robot-pw"),
+    };
+    let redact = Redactor::new(&credentials);
+    assert_eq!(redact.name("hetzner-robot-1"), "hetzner-robot-1");
+    assert_eq!(redact.text("hetzner-robot-1"), "[redacted]1");
+    assert_eq!(redact.name("x hetzner-robot-pw"), "x [redacted]");
+    let basic = "I3dzK3VzZXIxOmhldHpuZXItcm9ib3QtcHc";
+    assert_eq!(redact.name(&format!("n-{}", &basic[3..15])), "n-[redacted]");
 }
 
 /// The documents keep no value of their own: a decode error names the

@@ -270,6 +270,8 @@ impl Election {
                 changed = &mut pending => match changed {
                     Ok(now) => {
                         pending = Box::pin(manager.changed());
+                        // A read sent before this claim tells nothing of it.
+                        reading = None;
                         self.leadership_changed(&mut held, now)
                     }
                     Err(error) => {
@@ -279,7 +281,7 @@ impl Election {
                 },
                 Ok(()) = self.views.changed() => {
                     let view = self.views.borrow_and_update().clone();
-                    self.lease_seen(&mut held, &view, false)
+                    self.lease_seen(&mut held, &view, None)
                 }
                 _ = sleep_until(step_down) => {
                     warn!("the leader Lease was not renewed in time; standing by");
@@ -290,9 +292,9 @@ impl Election {
                     reading = Some(self.read_lease(&held));
                     None
                 }
-                answer = finish(&mut reading) => {
+                (sent, answer) = finish(&mut reading) => {
                     reading = None;
-                    self.lease_read(&mut held, answer)
+                    self.lease_read(&mut held, sent, answer)
                 }
             };
             if let Some(next) = next {
@@ -333,31 +335,47 @@ impl Election {
             .unwrap_or(READ_LIMIT)
             .clamp(Duration::from_millis(200), READ_LIMIT);
         Box::pin(async move {
-            match tokio::time::timeout(limit, api.get_opt(&name)).await {
+            let sent = SystemTime::now();
+            let answer = match tokio::time::timeout(limit, api.get_opt(&name)).await {
                 // A deleted Lease holds nobody.
                 Ok(Ok(lease)) => Ok(lease.as_ref().map(LeaseView::of).unwrap_or_default()),
-                Ok(Err(error)) => Err(error.to_string()),
-                Err(_) => Err(format!("no answer within {limit:?}")),
-            }
+                Ok(Err(error)) => Err(error),
+                Err(_) => Err(kube::Error::Service(
+                    format!("no answer within {limit:?}").into(),
+                )),
+            };
+            (sent, answer)
         })
     }
 
     /// What a read of the Lease brought: the Lease as it is, or a failure
     /// (warned once per streak; the next read comes a step later, and a
     /// leader steps down when none shows a renewal in time).
-    fn lease_read(&mut self, held: &mut Held, answer: Result<LeaseView, String>) -> Option<Next> {
+    fn lease_read(
+        &mut self,
+        held: &mut Held,
+        sent: SystemTime,
+        answer: Result<LeaseView, kube::Error>,
+    ) -> Option<Next> {
         match answer {
             Ok(view) => {
                 if std::mem::replace(&mut self.read_failing, false) {
                     info!("reading the leader Lease works again");
                 }
-                self.lease_seen(held, &view, true)
+                self.lease_seen(held, &view, Some(sent))
             }
             Err(error) => {
-                if !std::mem::replace(&mut self.read_failing, true) {
+                let forbidden = matches!(&error, kube::Error::Api(status) if status.is_forbidden());
+                if std::mem::replace(&mut self.read_failing, true) {
+                    debug!(%error, "reading the leader Lease still fails; retrying");
+                } else if forbidden {
                     warn!(%error, lease = %self.config.name,
                         "cannot read the leader Lease (the ServiceAccount needs get on \
                          coordination.k8s.io leases, deploy/rbac.yaml); retrying");
+                } else {
+                    warn!(%error, lease = %self.config.name,
+                        "cannot read the leader Lease; retrying (a leader that reads no renewal \
+                         of its own in time stands by)");
                 }
                 held.read_at = Some(SystemTime::now() + self.clocks.margin / 4);
                 None
@@ -365,11 +383,16 @@ impl Election {
         }
     }
 
-    /// The Lease as read (`read`: by a GET) or as the watch shows it: a
-    /// renewal of ours extends the term (or starts it), another holder or
-    /// none ends it; a standby takes a free Lease at once. `Some` when the
-    /// election has to start over.
-    fn lease_seen(&mut self, held: &mut Held, view: &LeaseView, read: bool) -> Option<Next> {
+    /// The Lease as read (by a GET sent at `read`) or as the watch shows
+    /// it: a renewal of ours extends the term (or starts it), another
+    /// holder or none ends it; a standby takes a free Lease at once. `Some`
+    /// when the election has to start over.
+    fn lease_seen(
+        &mut self,
+        held: &mut Held,
+        view: &LeaseView,
+        read: Option<SystemTime>,
+    ) -> Option<Next> {
         if !held.claimed {
             if view.is_free() {
                 debug!(holder = ?view.holder, "the leader Lease is free; taking over now");
@@ -385,12 +408,20 @@ impl Election {
                 None
             }
             Seen::Taken(other) => {
-                warn!(holder = %other, "the leader Lease has another holder; standing by");
+                if held.leading {
+                    warn!(holder = %other, "the leader Lease has another holder; standing by");
+                } else {
+                    debug!(holder = %other, "the Lease just taken has another holder; starting over");
+                }
                 self.publish(false);
                 Some(Next::Restart)
             }
             Seen::Gone => {
-                warn!("the leader Lease was released or deleted under us; standing by");
+                if held.leading {
+                    warn!("the leader Lease was released or deleted under us; standing by");
+                } else {
+                    debug!("the Lease just taken holds nobody; starting over");
+                }
                 self.publish(false);
                 Some(Next::Restart)
             }
@@ -445,10 +476,26 @@ impl Election {
         Next::Restart
     }
 
-    /// Stopped while leading: writers have stopped (the caller stops them
-    /// first); says so before the Lease goes, then releases it.
+    /// Stopped while holding: writers have stopped (the caller stops them
+    /// first); says so before the Lease goes, then releases it, only when
+    /// a fresh read still shows it ours (the library's release does not
+    /// look again, and would wipe a hold another replica took since).
     async fn release(&self, manager: &LeaseManager) {
         self.publish(false);
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.config.namespace);
+        let read = tokio::time::timeout(Duration::from_secs(2), api.get_opt(&self.config.name));
+        let ours = match read.await {
+            Ok(Ok(lease)) => {
+                let view = lease.as_ref().map(LeaseView::of).unwrap_or_default();
+                view.holder.as_deref() == Some(self.config.identity.as_str())
+            }
+            _ => false,
+        };
+        if !ours {
+            info!(lease = %self.config.name,
+                "not releasing the leader Lease: it could not be read or is no longer ours");
+            return;
+        }
         match manager.release().await {
             Ok(()) => info!(lease = %self.config.name, "released the leader Lease"),
             Err(error) => warn!(%error, "cannot release the leader Lease; it expires on its own"),
@@ -478,13 +525,14 @@ impl Election {
     }
 }
 
-/// A read of the Lease in flight: the Lease as read (a deleted one holds
-/// nobody), or why it failed.
-type LeaseRead =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<LeaseView, String>> + Send>>;
+/// A read of the Lease in flight: when it was sent, and the Lease as read
+/// (a deleted one holds nobody) or why it failed.
+type LeaseRead = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (SystemTime, Result<LeaseView, kube::Error>)> + Send>,
+>;
 
 /// The answer of the read in flight; never, while none is.
-async fn finish(reading: &mut Option<LeaseRead>) -> Result<LeaseView, String> {
+async fn finish(reading: &mut Option<LeaseRead>) -> (SystemTime, Result<LeaseView, kube::Error>) {
     match reading {
         Some(read) => read.await,
         None => std::future::pending().await,

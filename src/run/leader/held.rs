@@ -115,7 +115,7 @@ impl Held {
             settle_until: None,
             settling: true,
         };
-        self.saw(view, identity, now, clocks, false);
+        self.saw(view, identity, now, clocks, None);
     }
 
     /// The manager let the Lease go.
@@ -123,15 +123,17 @@ impl Held {
         *self = Held::default();
     }
 
-    /// The Lease as read at `now`, by a GET of the election (`read`) or the
-    /// watch: keeps the newest renewal of ours, and when to read next.
+    /// The Lease as seen at `now`: by a GET of the election sent at `read`,
+    /// or (`None`) by the watch. Keeps the newest renewal of ours and when
+    /// to read next; only a GET sent at or after the settle time settles a
+    /// claim (a late answer or watch event may show the Lease as it was).
     pub(super) fn saw(
         &mut self,
         view: &LeaseView,
         identity: &str,
         now: SystemTime,
         clocks: Clocks,
-        read: bool,
+        read: Option<SystemTime>,
     ) -> Seen {
         if !self.claimed {
             return Seen::Same;
@@ -147,26 +149,32 @@ impl Held {
             Some(other) => return Seen::Taken(other.to_owned()),
             None => return Seen::Gone,
         };
-        self.settle(now, clocks);
-        if read || seen == Seen::Renewed {
+        self.settle(now, read, clocks);
+        if read.is_some() || seen == Seen::Renewed {
             self.read_at = Some(self.next_read(now, clocks));
         }
         seen
     }
 
-    /// A read at `now` still shows a valid renewal of ours: the first one
-    /// of a claim sets when to read it again; one at or after that settles
-    /// the claim.
-    fn settle(&mut self, now: SystemTime, clocks: Clocks) {
+    /// The Lease seen at `now` (by a GET sent at `read`) shows a valid
+    /// renewal of ours: the first one of a claim sets when to read it
+    /// again; a GET sent at or after that settles the claim.
+    fn settle(&mut self, now: SystemTime, read: Option<SystemTime>, clocks: Clocks) {
         let valid = self
             .valid_until
             .is_some_and(|until| until.checked_sub(clocks.margin).is_some_and(|d| d > now));
-        if !self.settling || !valid {
+        if !self.settling {
+            return;
+        }
+        if !valid {
+            // The renewal read ran out before the claim settled: the next
+            // one read starts the settle afresh.
+            self.settle_until = None;
             return;
         }
         match self.settle_until {
             None => self.settle_until = Some(now + clocks.settle()),
-            Some(until) if now >= until => self.settling = false,
+            Some(until) if read.is_some_and(|sent| sent >= until) => self.settling = false,
             Some(_) => {}
         }
     }
@@ -175,12 +183,12 @@ impl Held {
     /// renewal is due, or a step later while it is overdue (or none was
     /// read yet).
     fn next_read(&self, now: SystemTime, clocks: Clocks) -> SystemTime {
+        let step = now + clocks.step();
         if self.settling {
-            if let Some(until) = self.settle_until {
-                return until.max(now);
+            if let Some(until) = self.settle_until.filter(|until| *until > now) {
+                return until;
             }
         }
-        let step = now + clocks.step();
         let Some(valid_until) = self.valid_until else {
             return step;
         };

@@ -60,7 +60,13 @@ fn settled(now: SystemTime) -> Held {
     let mut held = Held::default();
     held.claim(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS);
     let again = held.read_due().unwrap();
-    held.saw(&view(Some("me"), Duration::ZERO), "me", again, CLOCKS, true);
+    held.saw(
+        &view(Some("me"), Duration::ZERO),
+        "me",
+        again,
+        CLOCKS,
+        Some(again),
+    );
     held
 }
 
@@ -84,7 +90,13 @@ fn a_lease_that_names_us_but_ran_out_starts_no_term_until_a_renewal_is_read_twic
     );
     // The manager renews; a read shows it. A standby that saw the Lease run
     // out may still be releasing it: read it again a settle time later.
-    let seen = held.saw(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS, true);
+    let seen = held.saw(
+        &view(Some("me"), Duration::ZERO),
+        "me",
+        now,
+        CLOCKS,
+        Some(now),
+    );
     assert_eq!(seen, Seen::Renewed);
     assert_eq!(held.write_deadline(now, CLOCKS.margin), None);
     let settle = now + CLOCKS.grace / 4;
@@ -95,7 +107,7 @@ fn a_lease_that_names_us_but_ran_out_starts_no_term_until_a_renewal_is_read_twic
         "me",
         settle,
         CLOCKS,
-        true,
+        Some(settle),
     );
     assert!(matches!(seen, Seen::Same | Seen::Renewed), "{seen:?}");
     let deadline = held.write_deadline(settle, CLOCKS.margin).expect("settled");
@@ -116,11 +128,23 @@ fn a_release_that_lands_after_our_renewal_is_seen_before_any_write() {
         now,
         CLOCKS,
     );
-    held.saw(&view(Some("me"), Duration::ZERO), "me", now, CLOCKS, true);
+    held.saw(
+        &view(Some("me"), Duration::ZERO),
+        "me",
+        now,
+        CLOCKS,
+        Some(now),
+    );
     let settle = held.read_due().unwrap();
     // The standby's forced release: nobody holds it at the second read.
     assert_eq!(
-        held.saw(&view(None, Duration::ZERO), "me", settle, CLOCKS, true),
+        held.saw(
+            &view(None, Duration::ZERO),
+            "me",
+            settle,
+            CLOCKS,
+            Some(settle)
+        ),
         Seen::Gone
     );
     assert_eq!(held.write_deadline(settle, CLOCKS.margin), None);
@@ -134,7 +158,7 @@ fn a_release_that_lands_after_our_renewal_is_seen_before_any_write() {
             "me",
             settle,
             CLOCKS,
-            true
+            Some(settle)
         ),
         Seen::Taken("standby".into())
     );
@@ -154,7 +178,7 @@ fn a_leader_reads_the_lease_after_each_renewal_and_steps_down_without_one() {
     // leader steps down at the margin unless one comes.
     let later = renewal + CLOCKS.grace / 4;
     let old = view(Some("me"), Duration::from_secs(10));
-    assert_eq!(held.saw(&old, "me", later, CLOCKS, true), Seen::Same);
+    assert_eq!(held.saw(&old, "me", later, CLOCKS, Some(later)), Seen::Same);
     assert_eq!(held.read_due(), Some(later + CLOCKS.grace / 8));
     assert_eq!(
         held.step_down(CLOCKS.margin),
@@ -166,7 +190,7 @@ fn a_leader_reads_the_lease_after_each_renewal_and_steps_down_without_one() {
         "me",
         later,
         CLOCKS,
-        false,
+        None,
     );
     assert_eq!(held.valid_until, Some(valid_until));
 }
@@ -177,17 +201,87 @@ fn another_holder_or_none_ends_the_hold_and_a_standby_reads_nothing() {
     let mut held = Held::default();
     assert_eq!(held.read_due(), None, "a standby does not read the Lease");
     let other = view(Some("other"), Duration::ZERO);
-    assert_eq!(held.saw(&other, "me", now, CLOCKS, false), Seen::Same);
+    assert_eq!(held.saw(&other, "me", now, CLOCKS, None), Seen::Same);
     let mut held = settled(now);
     assert_eq!(
-        held.saw(&other, "me", now, CLOCKS, true),
+        held.saw(&other, "me", now, CLOCKS, Some(now)),
         Seen::Taken("other".into())
     );
     assert_eq!(
-        held.saw(&view(None, Duration::ZERO), "me", now, CLOCKS, true),
+        held.saw(&view(None, Duration::ZERO), "me", now, CLOCKS, Some(now)),
         Seen::Gone
     );
     held.unclaim();
     assert_eq!(held.write_deadline(now, CLOCKS.margin), None);
     assert_eq!(held.step_down(CLOCKS.margin), None);
+}
+
+/// A renewal read while settling that runs out before the settle read:
+/// the next renewal read starts the settle afresh (it may have revived a
+/// Lease a standby is releasing), and reads stay a step apart meanwhile.
+#[test]
+fn a_renewal_that_runs_out_while_settling_settles_nothing() {
+    let now = SystemTime::now();
+    let mut held = Held::default();
+    // Renewed 12 s ago for 15 s: valid for 0.5 s more (less the margin).
+    let old = view(Some("me"), Duration::from_secs(12));
+    held.claim(&old, "me", now, CLOCKS);
+    assert_eq!(held.read_due(), Some(now + CLOCKS.grace / 4), "settle read");
+    // The settle read comes after that renewal ran out (no newer one yet).
+    let late = now + Duration::from_secs(2);
+    assert_eq!(held.saw(&old, "me", late, CLOCKS, Some(late)), Seen::Same);
+    assert_eq!(held.write_deadline(late, CLOCKS.margin), None);
+    assert_eq!(
+        held.read_due(),
+        Some(late + CLOCKS.grace / 8),
+        "a step, not at once"
+    );
+    // The renewal comes: it is read twice, a settle time apart, first.
+    let fresh = view(Some("me"), Duration::ZERO);
+    let later = late + Duration::from_millis(300);
+    assert_eq!(
+        held.saw(&fresh, "me", later, CLOCKS, Some(later)),
+        Seen::Renewed
+    );
+    assert_eq!(
+        held.write_deadline(later, CLOCKS.margin),
+        None,
+        "not settled yet"
+    );
+    let settle = held.read_due().unwrap();
+    assert_eq!(settle, later + CLOCKS.grace / 4);
+    held.saw(&fresh, "me", settle, CLOCKS, Some(settle));
+    assert!(held.write_deadline(settle, CLOCKS.margin).is_some());
+}
+
+/// An answer to a GET sent before the settle time, or a watch event, shows
+/// the Lease as it may have been then: neither settles a claim.
+#[test]
+fn only_a_read_sent_after_the_settle_time_settles_a_claim() {
+    let now = SystemTime::now();
+    let mut held = Held::default();
+    let fresh = view(Some("me"), Duration::ZERO);
+    held.claim(&fresh, "me", now, CLOCKS);
+    let settle = held.read_due().unwrap();
+    let after = settle + Duration::from_millis(10);
+    held.saw(
+        &fresh,
+        "me",
+        after,
+        CLOCKS,
+        Some(settle - Duration::from_millis(1)),
+    );
+    assert_eq!(
+        held.write_deadline(after, CLOCKS.margin),
+        None,
+        "sent too early"
+    );
+    held.saw(&fresh, "me", after, CLOCKS, None);
+    assert_eq!(
+        held.write_deadline(after, CLOCKS.margin),
+        None,
+        "a watch event"
+    );
+    held.saw(&fresh, "me", after, CLOCKS, Some(settle));
+    assert!(held.write_deadline(after, CLOCKS.margin).is_some());
 }
