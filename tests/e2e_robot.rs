@@ -2,8 +2,8 @@
 //! and etcd (RBAC on), installed with `deploy/` and the `deploy/several-pools`
 //! component's RBAC (pools `edge` and `internal`), the controller running
 //! as the shipped ServiceAccount, with a fake Hetzner Cloud API and a fake
-//! Robot webservice (the hrobot-go v0.2.7 samples: servers 321 and 421) on
-//! loopback. Every pool assertion reads the API server.
+//! Robot webservice (the project's own documents, tests/fixtures/robot:
+//! servers 321 and 421) on loopback. Every pool assertion reads the API server.
 //!
 //! `#[ignore]`d (counted as ignored by a plain `cargo test`); the README's
 //! test command runs them.
@@ -118,7 +118,7 @@ async fn a_labelled_hrobot_node_brings_its_server_and_the_node_rules_take_it_out
     let mut controller = start(&cluster, &hetzner, &robot, CONFIG, PASSWORD).await;
     let api = pools(&cluster, "v2");
     wait_named_pool(&api, "edge", WITHIN, "Cloud and Robot members", |p| {
-        cidrs(p) == set(&["198.51.100.1/32", "198.51.100.3/32", "123.123.123.123/32"])
+        cidrs(p) == set(&["198.51.100.1/32", "198.51.100.3/32", "203.0.113.21/32"])
     })
     .await;
     wait_named_pool(&api, "internal", WITHIN, "Cloud only", |p| {
@@ -172,7 +172,7 @@ async fn refused_credentials_and_a_rate_limit_leave_the_robot_pool_unchanged() {
     let (hetzner, robot) = fakes().await;
     let (cluster, _nodes) = with_robot_nodes(&[(321, "edge")]).await;
     let api = pools(&cluster, "v2");
-    let filled = set(&["123.123.123.123/32", "123.123.123.124/32"]);
+    let filled = set(&["203.0.113.21/32", "203.0.113.42/32"]);
     {
         let _first = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
         wait_named_pool(&api, "edge", WITHIN, "the Robot servers", |p| {
@@ -393,13 +393,13 @@ async fn a_robot_answer_that_echoes_the_credentials_shows_them_nowhere() {
     robot.set_answer(
         "server",
         200,
-        r#"[{"server":{"server_number":321,"server_name":"{authorization}","server_ip":"123.123.123.123",
+        r#"[{"server":{"server_number":321,"server_name":"{authorization}","server_ip":"203.0.113.21",
             "status":"ready","cancelled":false,"dc":"{authorization}"}}]"#,
     );
     let controller = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
     let api = pools(&cluster, "v2");
     wait_named_pool(&api, "edge", WITHIN, "321 from the echoing answer", |p| {
-        cidrs(p).contains("123.123.123.123/32")
+        cidrs(p).contains("203.0.113.21/32")
     })
     .await;
     let shown = outputs(&cluster, &hetzner, &robot, &controller).await;

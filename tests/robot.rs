@@ -1,12 +1,14 @@
-//! The Robot webservice's own sample documents, read as the controller
-//! reads its answers: `test/response/*.json` of the Go module
-//! github.com/syself/hrobot-go v0.2.7 (MIT), which scripts/robot-samples.sh
-//! fetches from the Go module proxy (`CANADA_KAKTUS_ROBOT_SAMPLES_DIR`);
-//! and the client against a fake webservice that serves them with the
-//! documented errors and per-list limits.
+//! The Robot webservice's answers as the controller reads them: the client
+//! and full cycles against a fake webservice (`support::fake_robot`) that
+//! serves the project's own list documents (`tests/fixtures/robot/`) with
+//! the documented errors and per-list limits, and echoing answers; plus,
+//! as the outside check, the sample documents of the Go module
+//! github.com/syself/hrobot-go v0.2.7 (`test/response/*.json`), which
+//! scripts/robot-samples.sh fetches from the Go module proxy
+//! (`CANADA_KAKTUS_ROBOT_SAMPLES_DIR`).
 //!
-//! `#[ignore]`d (counted as ignored by a plain `cargo test`); the README's
-//! test command runs them.
+//! Only the three sample tests are `#[ignore]`d (counted as ignored by a
+//! plain `cargo test`); the README's test command runs them.
 
 mod support;
 
@@ -110,7 +112,6 @@ fn client_for(robot: &FakeRobot, password: &str) -> RobotClient {
 }
 
 #[tokio::test]
-#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
 async fn the_client_reads_every_list_and_an_empty_one() {
     let robot = FakeRobot::start().await;
     let client = client_for(&robot, PASSWORD);
@@ -128,7 +129,6 @@ async fn the_client_reads_every_list_and_an_empty_one() {
 }
 
 #[tokio::test]
-#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
 async fn refused_credentials_stop_every_request_and_are_never_shown() {
     let robot = FakeRobot::start().await;
     let wrong = "not-the-robot-password";
@@ -158,7 +158,6 @@ async fn refused_credentials_stop_every_request_and_are_never_shown() {
 }
 
 #[tokio::test]
-#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
 async fn a_rate_limited_list_waits_the_interval_the_error_names() {
     let robot = FakeRobot::start().await;
     robot.set_limit(2);
@@ -183,7 +182,6 @@ async fn a_rate_limited_list_waits_the_interval_the_error_names() {
 }
 
 #[tokio::test]
-#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
 async fn maintenance_is_its_own_error_and_ends() {
     let robot = FakeRobot::start().await;
     robot.set_maintenance(true);
@@ -194,7 +192,6 @@ async fn maintenance_is_its_own_error_and_ends() {
 }
 
 #[tokio::test]
-#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
 async fn wrong_credentials_are_tried_once_even_by_concurrent_requests() {
     let robot = FakeRobot::start().await;
     let client = client_for(&robot, "not-the-robot-password");
@@ -215,7 +212,6 @@ async fn wrong_credentials_are_tried_once_even_by_concurrent_requests() {
 }
 
 #[tokio::test]
-#[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
 async fn a_list_is_asked_again_once_the_named_interval_is_over() {
     let robot = FakeRobot::start().await;
     robot.set_limit(1);
@@ -483,7 +479,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn robot_servers_named_by_number_and_name_join_the_pool_with_one_listing() {
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
@@ -492,11 +487,7 @@ mod cycle {
         assert!(outcome(&outcomes, "dedicated").result.is_ok());
         assert_eq!(
             cidrs(&kube, "dedicated"),
-            [
-                "123.123.123.123/32",
-                "123.123.123.124/32",
-                "124.124.124.124/32"
-            ],
+            ["198.51.100.21/32", "203.0.113.21/32", "203.0.113.42/32"],
             "both main IPs and 321's additional IP"
         );
         assert_eq!(cidrs(&kube, "cloud"), ["192.0.2.1/32"]);
@@ -517,7 +508,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn refused_credentials_leave_the_robot_pool_alone_and_the_cloud_pool_written() {
         let (hetzner, robot, kube) = setup().await;
         let wrong = "not-the-password";
@@ -539,7 +529,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn a_robot_outage_or_rate_limit_removes_nothing_from_a_pool_it_filled() {
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
@@ -562,7 +551,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn dry_run_prints_the_robot_members_and_a_refusal_without_the_password() {
         let (hetzner, robot, _) = setup().await;
         // Without a cluster no selector on Node labels applies: the pools
@@ -615,9 +603,9 @@ mod cycle {
         assert_eq!(
             dedicated["spec"]["blocks"],
             serde_json::json!([
-                {"cidr": "123.123.123.123/32"},
-                {"cidr": "123.123.123.124/32"},
-                {"cidr": "124.124.124.124/32"}
+                {"cidr": "198.51.100.21/32"},
+                {"cidr": "203.0.113.21/32"},
+                {"cidr": "203.0.113.42/32"}
             ])
         );
         let cloud = printed
@@ -645,7 +633,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn a_held_robot_removal_is_confirmed_only_by_a_newer_robot_listing() {
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
@@ -657,7 +644,7 @@ mod cycle {
             "server",
             Some(
                 r#"[{"server": {"server_number": 321, "server_name": "server1",
-                    "server_ip": "123.123.123.123", "status": "ready", "cancelled": false,
+                    "server_ip": "203.0.113.21", "status": "ready", "cancelled": false,
                     "dc": "NBG1-DC1"}}]"#
                     .to_owned(),
             ),
@@ -683,12 +670,11 @@ mod cycle {
         let outcomes = reconciler.full(&settings).await.unwrap();
         let report = outcome(&outcomes, "dedicated").result.as_ref().unwrap();
         assert!(report.confirmed.is_some(), "{report:?}");
-        assert_eq!(cidrs(&kube, "dedicated"), ["123.123.123.123/32"]);
+        assert_eq!(cidrs(&kube, "dedicated"), ["203.0.113.21/32"]);
         assert_eq!(robot.requests("server"), 3);
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn listings_after_a_refusal_send_no_login_until_the_password_changes() {
         use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, _) = setup().await;
@@ -712,7 +698,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn a_list_held_by_its_rate_limit_costs_the_other_lists_nothing() {
         use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, _) = setup().await;
@@ -737,7 +722,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn a_stalled_webservice_fails_the_robot_pool_and_the_cloud_pool_goes_on() {
         use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, kube) = setup().await;
@@ -761,7 +745,6 @@ mod cycle {
     }
 
     #[tokio::test]
-    #[ignore = "needs the hrobot-go samples (scripts/robot-samples.sh): scripts/test runs it"]
     async fn a_listing_cut_off_in_the_middle_counts_toward_the_least_gap() {
         use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, _) = setup().await;
@@ -793,7 +776,7 @@ mod cycle {
         let server = |number: i64, name: &str, ip: &str| {
             format!(
                 r#"{{"server":{{"server_number":{number},"server_name":"{name}","server_ip":"{ip}",
-                "server_ipv6_net":"2a01:4f8:111:4221::","status":"ready","cancelled":false,"dc":"FSN1-DC1"}}}}"#
+                "server_ipv6_net":"2001:db8:4221::","status":"ready","cancelled":false,"dc":"FSN1-DC1"}}}}"#
             )
         };
         let mut servers = vec![server(321, "server1", "203.0.113.21")];

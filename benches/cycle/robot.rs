@@ -1,5 +1,5 @@
 //! What Robot members cost the Robot webservice (issue 24): a Cloud pool
-//! and a pool of the hrobot-go samples' two dedicated servers, cycling
+//! and a pool of the two dedicated servers of tests/fixtures/robot, cycling
 //! every second against the fake webservice. The first cycle asks each
 //! list the pools need once; the cycles within the next minute ask
 //! nothing. Per hour at the default interval (15m) that is four requests

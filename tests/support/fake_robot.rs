@@ -1,6 +1,6 @@
 //! A fake Robot webservice on loopback: `GET /server`, `/ip` and
-//! `/failover` answer the documents it is given (by default the samples of
-//! github.com/syself/hrobot-go, `CANADA_KAKTUS_ROBOT_SAMPLES_DIR`), with
+//! `/failover` answer the documents it is given (by default the project's
+//! own, `tests/fixtures/robot/`), with
 //! HTTP Basic auth, the documented per-list hourly limits (then
 //! `403 RATE_LIMIT_EXCEEDED` with `max_request` and `interval`), `404` for
 //! an empty list, `401 UNAUTHORIZED` for other credentials and `503` in
@@ -104,15 +104,14 @@ impl Respond for Responder {
 }
 
 impl FakeRobot {
-    /// Serves the hrobot-go samples: two servers (321, 421), two IPs of
-    /// 321, one failover IP.
+    /// Serves the project's own list documents (`tests/fixtures/robot/`):
+    /// two servers (321, 421), two IPs of 321, one failover IP of 321
+    /// routed to a server outside the account. Needs no download.
     pub async fn start() -> Self {
-        let dir = std::env::var("CANADA_KAKTUS_ROBOT_SAMPLES_DIR").unwrap_or_else(|_| {
-            panic!("CANADA_KAKTUS_ROBOT_SAMPLES_DIR is not set: run scripts/test, or set it to what scripts/robot-samples.sh prints")
-        });
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/robot");
         let read = |name: &str| {
-            std::fs::read_to_string(std::path::Path::new(&dir).join(name))
-                .unwrap_or_else(|e| panic!("{dir}/{name}: {e}"))
+            std::fs::read_to_string(dir.join(name))
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.join(name).display()))
         };
         Self::serving(
             Some(read("server_list.json")),
