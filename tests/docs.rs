@@ -637,3 +637,99 @@ fn the_command_line_section_is_the_short_help() {
     let help = canada_kaktus::cli::Cli::command().render_help().to_string();
     assert_eq!(block[start..end].trim_end(), help.trim_end());
 }
+
+/// The test files: every test binary under `tests/` and every unit-test
+/// file under `src/` (`tests.rs`, `*_tests.rs`), relative to the crate.
+fn test_files() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let relative = |path: &std::path::Path| {
+        path.strip_prefix(root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/")
+    };
+    let mut files: Vec<String> = source_files()
+        .iter()
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name == "tests.rs" || name.ends_with("_tests.rs")
+        })
+        .map(|path| relative(path))
+        .collect();
+    for entry in std::fs::read_dir(root.join("tests")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            files.push(relative(&path));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Whether `file` matches `pattern`, in which `**/` stands for any
+/// folders (none included) and `*` for any characters but `/`.
+fn path_matches(pattern: &str, file: &str) -> bool {
+    if let Some((before, after)) = pattern.split_once("**/") {
+        let Some(rest) = file.strip_prefix(before) else {
+            return false;
+        };
+        return rest
+            .match_indices('/')
+            .map(|(at, _)| &rest[at + 1..])
+            .chain([rest])
+            .any(|tail| path_matches(after, tail));
+    }
+    match pattern.split_once('*') {
+        Some((before, after)) => file.strip_prefix(before).is_some_and(|rest| {
+            rest.strip_suffix(after)
+                .is_some_and(|middle| !middle.contains('/'))
+        }),
+        None => pattern == file,
+    }
+}
+
+/// The test map (README "Testing") names every test file (a pattern
+/// counts), and every Rust file it names exists (a pattern matches one).
+#[test]
+fn the_test_map_names_every_test_file_and_only_files_that_exist() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let map = section(&readme, "### Testing");
+    let named: std::collections::BTreeSet<&str> = map
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quoted| {
+            (quoted.starts_with("src/") || quoted.starts_with("tests/")) && quoted.ends_with(".rs")
+        })
+        .collect();
+    let files = test_files();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = Vec::new();
+    for name in &named {
+        let exists = if name.contains('*') {
+            files.iter().any(|file| path_matches(name, file))
+        } else {
+            root.join(name).exists()
+        };
+        if !exists {
+            problems.push(format!("the test map names {name}, which does not exist"));
+        }
+    }
+    for file in &files {
+        if !named.iter().any(|name| path_matches(name, file)) {
+            problems.push(format!("{file} is not in the test map (README, Testing)"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(path_matches(
+        "src/hetzner/**/tests.rs",
+        "src/hetzner/tests.rs"
+    ));
+    assert!(path_matches(
+        "src/hetzner/**/tests.rs",
+        "src/hetzner/budget/tests.rs"
+    ));
+    assert!(path_matches("tests/e2e_*.rs", "tests/e2e_pools.rs"));
+    assert!(!path_matches("tests/e2e_*.rs", "tests/pools.rs"));
+}
