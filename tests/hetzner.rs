@@ -1245,3 +1245,160 @@ async fn a_listing_locked_without_a_body_stays_an_unexpected_status() {
         "{error}"
     );
 }
+
+/// One answer of the fake: its status and JSON body.
+async fn fake_answer(
+    fake: &FakeHetzner,
+    method: reqwest::Method,
+    path: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut request = reqwest::Client::new()
+        .request(method, format!("{}{path}", fake.endpoint()))
+        .bearer_auth(token);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// Every document the fake Hetzner serves (servers, Floating IPs, networks,
+/// locations, a server, a Floating IP and its update, an assignment and its
+/// Action, error documents) is what Hetzner's OpenAPI document describes for
+/// that answer, with objects taken as closed: no field, type or enum value
+/// the schema lacks (a removed `datacenter` included), no required field
+/// missing.
+#[tokio::test]
+async fn every_document_the_fake_serves_is_what_the_openapi_document_describes() {
+    use reqwest::Method;
+    use support::fake_hetzner::{FakeFloatingIp, FakePrivateNet, DEFAULT_NETWORK};
+    let spec = support::openapi::Spec::load();
+    let fake = fake_with(vec![
+        FakeServer::new(1, "192.0.2.1").with_label("role", "edge"),
+        FakeServer::new(2, "192.0.2.2")
+            .with_ipv6(Some("2001:db8:2::/64"))
+            .with_private_net(vec![FakePrivateNet {
+                network: DEFAULT_NETWORK,
+                ip: "10.0.0.2".into(),
+                alias_ips: vec!["10.0.1.2".into()],
+            }]),
+        FakeServer::without_ipv4(3),
+        FakeServer::new(4, "192.0.2.4").with_status("off").blocked(),
+    ])
+    .await;
+    fake.set_floating_ips(vec![
+        FakeFloatingIp::new(10, "192.0.2.100", Some(1)),
+        FakeFloatingIp::new(11, "2001:db8:ff::/64", None),
+    ]);
+    fake.set_networks(vec![(DEFAULT_NETWORK, "private".into())]);
+    let mut answers = Vec::new();
+    for (method, schema_path, path, status) in [
+        (Method::GET, "/servers", "/servers".to_owned(), "200"),
+        (
+            Method::GET,
+            "/floating_ips",
+            "/floating_ips".to_owned(),
+            "200",
+        ),
+        (Method::GET, "/networks", "/networks".to_owned(), "200"),
+        (Method::GET, "/locations", "/locations".to_owned(), "200"),
+        (Method::GET, "/servers/{id}", "/servers/2".to_owned(), "200"),
+        (
+            Method::GET,
+            "/floating_ips/{id}",
+            "/floating_ips/10".to_owned(),
+            "200",
+        ),
+    ] {
+        let (code, body) = fake_answer(&fake, method.clone(), &path, TOKEN, None).await;
+        assert_eq!(code.to_string(), status, "{method} {path}: {body}");
+        answers.push((method.as_str().to_lowercase(), schema_path, status, body));
+    }
+    let (code, body) = fake_answer(
+        &fake,
+        Method::PUT,
+        "/floating_ips/10",
+        TOKEN,
+        Some(serde_json::json!({})),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    answers.push(("put".into(), "/floating_ips/{id}", "200", body));
+    let assign = serde_json::json!({"server": 2});
+    let (code, body) = fake_answer(
+        &fake,
+        Method::POST,
+        "/floating_ips/10/actions/assign",
+        TOKEN,
+        Some(assign),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let action = body["action"]["id"].as_i64().expect("an Action");
+    answers.push((
+        "post".into(),
+        "/floating_ips/{id}/actions/assign",
+        "201",
+        body,
+    ));
+    let (code, body) = fake_answer(
+        &fake,
+        Method::GET,
+        &format!("/actions/{action}"),
+        TOKEN,
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    answers.push(("get".into(), "/actions/{id}", "200", body));
+    // Errors: a wrong token, a wrong path, the API in trouble.
+    let (code, body) = fake_answer(&fake, Method::GET, "/servers", "another-token", None).await;
+    assert_eq!(code, 401, "{body}");
+    answers.push(("get".into(), "/servers", "4xx", body));
+    let (code, body) = fake_answer(&fake, Method::GET, "/server_types", TOKEN, None).await;
+    assert_eq!(code, 404, "{body}");
+    answers.push(("get".into(), "/servers", "4xx", body));
+    fake.set_fault(Some(Fault::status(503)));
+    let (code, body) = fake_answer(&fake, Method::GET, "/servers", TOKEN, None).await;
+    assert_eq!(code, 503, "{body}");
+    answers.push(("get".into(), "/servers", "5xx", body));
+
+    let mut problems = Vec::new();
+    for (method, path, status, body) in &answers {
+        for problem in spec.problems(spec.response(method, path, status), body) {
+            problems.push(format!("{method} {path} {status}: {problem}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The checker itself: a removed field, a missing required one, a wrong
+/// type and an unknown enum value are each found.
+#[tokio::test]
+async fn the_openapi_check_finds_a_removed_field_and_a_missing_one() {
+    let spec = support::openapi::Spec::load();
+    let fake = fake_with(vec![FakeServer::new(1, "192.0.2.1")]).await;
+    let (_, mut body) = fake_answer(&fake, reqwest::Method::GET, "/servers/1", TOKEN, None).await;
+    let schema = spec.response("get", "/servers/{id}", "200");
+    assert_eq!(spec.problems(schema, &body), Vec::<String>::new());
+    let server = body["server"].as_object_mut().unwrap();
+    server.insert("datacenter".into(), serde_json::json!({"id": 1}));
+    server.remove("name");
+    server.insert("id".into(), serde_json::json!("1"));
+    server.insert("status".into(), serde_json::json!("sleeping"));
+    let problems = spec.problems(schema, &body);
+    for needle in [
+        "$.server.datacenter: not in the schema",
+        "$.server.name: required but missing",
+        "$.server.id: \"1\" is not of type",
+        "$.server.status: \"sleeping\" is not one of",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.starts_with(needle)),
+            "{needle}: {problems:#?}"
+        );
+    }
+}

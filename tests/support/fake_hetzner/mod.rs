@@ -768,12 +768,14 @@ impl Respond for LocationsResponder {
                 return error_response(401, Some("unauthorized"), &message, None).apply(&rate);
             }
         }
-        let locations: Vec<_> = [(1, "fsn1"), (2, "nbg1"), (3, "hel1")]
+        let locations: Vec<_> = render::LOCATIONS
             .iter()
-            .map(|(id, name)| serde_json::json!({"id": id, "name": name, "network_zone": "eu-central"}))
+            .map(render::render_location)
             .collect();
+        let meta = serde_json::json!({"pagination": {"page": 1, "per_page": 25,
+            "previous_page": null, "next_page": null, "last_page": 1, "total_entries": 3}});
         ResponseTemplate::new(200)
-            .set_body_json(serde_json::json!({ "locations": locations }))
+            .set_body_json(serde_json::json!({ "locations": locations, "meta": meta }))
             .apply(&rate)
     }
 }

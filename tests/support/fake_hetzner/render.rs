@@ -51,29 +51,28 @@ pub(super) const LOCATIONS: [Location; 3] = [
     },
 ];
 
+/// A Location object as `/locations` and a server's `location` show it.
+pub(super) fn render_location(location: &Location) -> serde_json::Value {
+    json!({
+        "id": location.id,
+        "name": location.name,
+        "description": location.description,
+        "country": location.country,
+        "city": location.city,
+        "latitude": location.latitude,
+        "longitude": location.longitude,
+        "network_zone": location.network_zone,
+    })
+}
+
+/// Today's shape (since Hetzner removed `datacenter` from servers on
+/// 2026-07-01): the server's `location`, and its type's `locations`.
 pub(super) fn render_server(server: &FakeServer) -> String {
     let id = server.id;
     let n = id.unsigned_abs();
-    let Location {
-        id: location_id,
-        name: location,
-        description,
-        country,
-        city,
-        latitude,
-        longitude,
-        network_zone: zone,
-    } = LOCATIONS[usize::try_from(n % 3).unwrap_or(0)];
-    let location_object = json!({
-        "id": location_id,
-        "name": location,
-        "description": description,
-        "country": country,
-        "city": city,
-        "latitude": latitude,
-        "longitude": longitude,
-        "network_zone": zone,
-    });
+    let here = &LOCATIONS[usize::try_from(n % 3).unwrap_or(0)];
+    let location = here.name;
+    let location_object = render_location(here);
     let ipv4 = server.ipv4.as_ref().map(|ip| {
         json!({
             "id": 40_000_000 + id,
@@ -134,17 +133,11 @@ pub(super) fn render_server(server: &FakeServer) -> String {
             "cpu_type": "shared",
             "architecture": "x86",
             "deprecation": null,
-        },
-        "datacenter": {
-            "id": location_id + 10,
-            "name": format!("{location}-dc{}", 10 + location_id),
-            "description": format!("{city} virtual DC {}", 10 + location_id),
-            "location": location_object.clone(),
-            "server_types": {
-                "supported": [1, 3, 5, 7, 9, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96, 97, 98],
-                "available": [1, 3, 5, 7, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96],
-                "available_for_migration": [1, 3, 5, 7, 9, 22, 23, 24, 25, 26, 45, 93, 94, 95, 96, 97, 98],
-            },
+            "locations": LOCATIONS
+                .iter()
+                .map(|l| json!({"id": l.id, "name": l.name, "deprecation": null,
+                    "available": true, "recommended": true}))
+                .collect::<Vec<_>>(),
         },
         "location": location_object,
         "image": {
