@@ -1344,16 +1344,25 @@ async fn every_document_the_fake_serves_is_what_the_openapi_document_describes()
         "201",
         body,
     ));
-    let (code, body) = fake_answer(
-        &fake,
-        Method::GET,
-        &format!("/actions/{action}"),
-        TOKEN,
-        None,
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
-    answers.push(("get".into(), "/actions/{id}", "200", body));
+    // The Action running, then over.
+    for state in ["running", "success"] {
+        let (code, body) = fake_answer(
+            &fake,
+            Method::GET,
+            &format!("/actions/{action}"),
+            TOKEN,
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["action"]["status"], state, "{body}");
+        assert_eq!(
+            body["action"]["finished"].is_string(),
+            state == "success",
+            "{body}"
+        );
+        answers.push(("get".into(), "/actions/{id}", "200", body));
+    }
     // Errors: a wrong token, a wrong path, the API in trouble.
     let (code, body) = fake_answer(&fake, Method::GET, "/servers", "another-token", None).await;
     assert_eq!(code, 401, "{body}");

@@ -97,7 +97,8 @@ fn action_body(id: i64, status: &str, error: Option<&(String, String)>) -> serde
         "status": status,
         "progress": if status == "running" { 50 } else { 100 },
         "started": "2026-11-25T00:00:00+00:00",
-        "finished": null,
+        // Set once the Action is over, as the API documents it.
+        "finished": if status == "running" { None } else { Some("2026-11-25T00:00:01+00:00") },
         "resources": [],
         "error": error.map(|(code, message)| json!({"code": code, "message": message})),
     }})
