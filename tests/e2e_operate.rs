@@ -20,8 +20,8 @@ use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     blocks, blocks_of, cluster, edit_blocks, established, hetzner_with, lease_holder, phases,
-    pools, record_pool_history, replica, set_ips, set_of, wait_cycles, wait_history_ends_with,
-    wait_pool, Controller, POOL,
+    pools, record_pool_history, replace_rules, replica, set_ips, set_of, wait_cycles,
+    wait_history_ends_with, wait_pool, Controller, POOL,
 };
 use support::fake_hetzner::{FakeHetzner, Fault};
 use tokio::time::Instant;
@@ -712,26 +712,39 @@ async fn a_new_node_refreshes_the_pool_within_5s_and_a_node_storm_is_bounded() {
 /// The leader-election Role of older RBAC: get, patch and create on the
 /// Lease, no list or watch (as the admin; `apply_deploy` restores it).
 fn leader_role_without_watch(cluster: &TestCluster) {
-    let patch = json!([{"op": "replace", "path": "/rules", "value": [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-         "resourceNames": ["canada-kaktus"], "verbs": ["get", "patch"]},
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-    ]}]);
-    let out = cluster.kubectl(&[
-        "-n",
-        "canada-kaktus",
-        "patch",
+    let rules = vec![
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+               "resourceNames": ["canada-kaktus"], "verbs": ["get", "patch"]}),
+        json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}),
+    ];
+    replace_rules(
+        cluster,
+        Some("canada-kaktus"),
         "role",
         "canada-kaktus-leader-election",
-        "--type=json",
-        "-p",
-        &patch.to_string(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        rules,
     );
+}
+
+/// Waits (a minute at most) until the Lease has been renewed `count` more
+/// times, as the admin reads it.
+async fn wait_renewals(cluster: &TestCluster, count: usize, log: impl Fn() -> String) {
+    let mut renewals = 0;
+    let mut last = lease_renewed(cluster).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while renewals < count {
+        assert!(
+            Instant::now() < deadline,
+            "the Lease was renewed {renewals} times:\n{}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = lease_renewed(cluster).await;
+        if now != last {
+            renewals += 1;
+            last = now;
+        }
+    }
 }
 
 /// The Lease's renewTime as the admin reads it.
@@ -815,22 +828,7 @@ async fn a_leader_without_the_lease_watch_keeps_one_term_and_confirms_a_held_rem
     .await;
     // Six renewals of the 4 s Lease (about 18 s, five old terms): still
     // the one term.
-    let mut renewals = 0;
-    let mut last = lease_renewed(&cluster).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while renewals < 6 {
-        assert!(
-            Instant::now() < deadline,
-            "the Lease was renewed {renewals} times:\n{}",
-            a.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = lease_renewed(&cluster).await;
-        if now != last {
-            renewals += 1;
-            last = now;
-        }
-    }
+    wait_renewals(&cluster, 6, || a.log_text()).await;
     let log = a.log_text();
     assert_eq!(log.matches("became the leader").count(), 1, "{log}");
     assert!(!log.contains("not renewed in time"), "{log}");
@@ -869,21 +867,7 @@ async fn during_a_rolling_upgrade_the_new_replica_waits_for_the_old_one() {
     new.wait_health(200, |body| body["state"] == "standby")
         .await;
     // Four renewals of the old replica (about 12 s, three Lease durations).
-    let mut renewals = 0;
-    let mut last = lease_renewed(&cluster).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while renewals < 4 {
-        assert!(
-            Instant::now() < deadline,
-            "the old replica stopped renewing"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let now = lease_renewed(&cluster).await;
-        if now != last {
-            renewals += 1;
-            last = now;
-        }
-    }
+    wait_renewals(&cluster, 4, || new.log_text()).await;
     assert_eq!(lease_holder(&cluster).await.as_deref(), Some("replica-old"));
     assert!(
         api.get_opt(POOL).await.unwrap().is_none(),

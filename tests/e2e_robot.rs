@@ -349,44 +349,37 @@ async fn outputs(
 async fn a_robot_answer_that_echoes_the_credentials_shows_them_nowhere() {
     let (hetzner, robot) = fakes().await;
     let (cluster, _nodes) = with_robot_nodes(&[(321, "edge")]).await;
-    robot.set_answer(
-        "server",
-        400,
-        r#"{"error":{"status":400,"code":"{authorization}","message":"{authorization}"}}"#,
-    );
-    let mut controller = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
-    controller
-        .wait_health(503, |b| {
-            b["pools"][0]["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains("answered 400"))
-        })
-        .await;
-    wait_event(&cluster, "edge", "ReconcileFailed", "robot_status").await;
-    for (what, shown) in outputs(&cluster, &hetzner, &robot, &controller).await {
-        assert_no_credentials(what, &shown);
+    // An error document that echoes the header into its code and message,
+    // then a value of the wrong type, which serde quotes in its message.
+    let failing = [
+        (
+            400,
+            r#"{"error":{"status":400,"code":"{authorization}","message":"{authorization}"}}"#,
+            "answered 400",
+            "robot_status",
+        ),
+        (
+            200,
+            r#"[{"server":{"server_number":"{authorization}"}}]"#,
+            "could not be read",
+            "robot_decode",
+        ),
+    ];
+    for (status, body, said, cause) in failing {
+        robot.set_answer("server", status, body);
+        let mut controller = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
+        controller
+            .wait_health(503, |b| {
+                b["pools"][0]["last_error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains(said))
+            })
+            .await;
+        wait_event(&cluster, "edge", "ReconcileFailed", cause).await;
+        for (what, shown) in outputs(&cluster, &hetzner, &robot, &controller).await {
+            assert_no_credentials(what, &shown);
+        }
     }
-    drop(controller);
-
-    // A value of the wrong type, which serde quotes in its message.
-    robot.set_answer(
-        "server",
-        200,
-        r#"[{"server":{"server_number":"{authorization}"}}]"#,
-    );
-    let mut controller = start(&cluster, &hetzner, &robot, ROBOT_ONLY, PASSWORD).await;
-    controller
-        .wait_health(503, |b| {
-            b["pools"][0]["last_error"]
-                .as_str()
-                .is_some_and(|e| e.contains("could not be read"))
-        })
-        .await;
-    wait_event(&cluster, "edge", "ReconcileFailed", "robot_decode").await;
-    for (what, shown) in outputs(&cluster, &hetzner, &robot, &controller).await {
-        assert_no_credentials(what, &shown);
-    }
-    drop(controller);
 
     // The listing goes through, with the header in 321's name and data
     // center: the pool is written, and the name is shown scrubbed.

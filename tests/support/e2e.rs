@@ -480,15 +480,23 @@ pub fn edit_role_rules(cluster: &TestCluster, edit: impl FnOnce(&[Value]) -> Vec
     );
     let role: Value = serde_json::from_slice(&out.stdout).unwrap();
     let rules = edit(role["rules"].as_array().unwrap());
-    let patch = json!([{"op": "replace", "path": "/rules", "value": rules}]);
-    let out = cluster.kubectl(&[
-        "patch",
-        "clusterrole",
-        "canada-kaktus",
-        "--type=json",
-        "-p",
-        &patch.to_string(),
-    ]);
+    replace_rules(cluster, None, "clusterrole", "canada-kaktus", rules);
+}
+
+/// Replaces the rules of the `kind` (`clusterrole`, or `role` in
+/// `namespace`) named `name` with `rules`, as the admin (a JSON patch);
+/// `apply_deploy` restores the shipped ones.
+pub fn replace_rules(
+    cluster: &TestCluster,
+    namespace: Option<&str>,
+    kind: &str,
+    name: &str,
+    rules: Vec<Value>,
+) {
+    let patch = json!([{"op": "replace", "path": "/rules", "value": rules}]).to_string();
+    let mut args: Vec<&str> = namespace.map_or_else(Vec::new, |ns| vec!["-n", ns]);
+    args.extend(["patch", kind, name, "--type=json", "-p", &patch]);
+    let out = cluster.kubectl(&args);
     assert!(
         out.status.success(),
         "{}",
