@@ -205,10 +205,12 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits (30 s at most) until `/health` answers `status` and its body
-    /// passes `check`.
+    /// Waits (60 s at most) until `/health` answers `status` and its body
+    /// passes `check`. A cycle against a failing Hetzner API fails only after
+    /// five retries 1, 2, 4, 8 and 16 s apart, each spread by jitter: about
+    /// 31 s, sometimes more, so 30 s was too short for a failure to show.
     pub async fn wait_health(&mut self, status: u16, check: impl Fn(&Value) -> bool) -> Value {
-        self.wait_health_within(Duration::from_secs(30), status, check)
+        self.wait_health_within(Duration::from_secs(60), status, check)
             .await
     }
 
