@@ -37,8 +37,10 @@ use tracing::{debug, info, warn};
 
 use crate::pool::Fence;
 use held::{Clocks, Held, LeaseView, Seen};
+use lease_watch::watch_lease;
 
 mod held;
+mod lease_watch;
 
 /// Where the Lease is and who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -567,60 +569,6 @@ async fn sleep_or_stop(duration: Duration, stop: &CancellationToken) -> bool {
     tokio::select! {
         _ = stop.cancelled() => true,
         _ = tokio::time::sleep(duration) => false,
-    }
-}
-
-/// Watches the one Lease (a field selector on its name, so `resourceNames`
-/// in the Role can restrict list and watch to it). A leader does not need
-/// it (it reads the Lease after each renewal); a standby takes over a
-/// released Lease at once only with it.
-async fn watch_lease(
-    client: Client,
-    namespace: String,
-    name: String,
-    views: watch::Sender<LeaseView>,
-) {
-    let api: Api<Lease> = Api::namespaced(client, &namespace);
-    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let on_error = {
-        let failing = failing.clone();
-        let (name, namespace) = (name.clone(), namespace.clone());
-        move |error: &kube::runtime::watcher::Error| {
-            if failing.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                debug!(%error, "watching the leader Lease still fails; retrying with backoff");
-            } else if forbidden(error) {
-                warn!(%error, lease = %name, %namespace,
-                    "watching the leader Lease failed: the ServiceAccount needs get, list, watch \
-                     and patch on coordination.k8s.io leases named {name} in {namespace} \
-                     (deploy/rbac.yaml); the leader renews without the watch, but a standby \
-                     takes over a released Lease only once it expires; retrying with backoff");
-            } else {
-                warn!(%error, lease = %name, %namespace,
-                    "watching the leader Lease failed; the leader renews without the watch, \
-                     a standby takes over a released Lease only once it expires meanwhile; \
-                     retrying with backoff");
-            }
-        }
-    };
-    super::watch::follow_one(api, &name, on_error, |state| {
-        if failing.swap(false, std::sync::atomic::Ordering::Relaxed) {
-            info!("watching the leader Lease works again");
-        }
-        views.send_replace(state.as_ref().map(LeaseView::of).unwrap_or_default());
-        std::future::ready(true)
-    })
-    .await;
-}
-
-/// Whether a watch failed because RBAC forbids it (403).
-fn forbidden(error: &kube::runtime::watcher::Error) -> bool {
-    use kube::runtime::watcher::Error;
-    match error {
-        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => {
-            matches!(e, kube::Error::Api(status) if status.is_forbidden())
-        }
-        Error::WatchError(status) => status.is_forbidden(),
-        _ => false,
     }
 }
 

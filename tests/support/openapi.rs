@@ -66,17 +66,10 @@ impl Spec {
                 );
             }
         }
-        self.check_typed(schema, value, at, true, problems);
+        self.check_typed(schema, value, at, problems);
     }
 
-    fn check_typed(
-        &self,
-        schema: &Value,
-        value: &Value,
-        at: &str,
-        closed: bool,
-        problems: &mut Vec<String>,
-    ) {
+    fn check_typed(&self, schema: &Value, value: &Value, at: &str, problems: &mut Vec<String>) {
         if !type_fits(schema.get("type"), value) {
             problems.push(format!("{at}: {value} is not of type {}", schema["type"]));
             return;
@@ -129,7 +122,7 @@ impl Spec {
             }
         }
         if let Some(object) = value.as_object() {
-            self.check_object(schema, object, at, closed, problems);
+            self.check_object(schema, object, at, problems);
         }
     }
 
@@ -138,7 +131,6 @@ impl Spec {
         schema: &Value,
         object: &serde_json::Map<String, Value>,
         at: &str,
-        closed: bool,
         problems: &mut Vec<String>,
     ) {
         for name in schema
@@ -164,7 +156,7 @@ impl Spec {
                 }
                 (None, Some(other)) => self.check(other, field, &path, problems),
                 // Closed where the schema lists its properties.
-                (None, None) if closed && properties.is_some() => {
+                (None, None) if properties.is_some() => {
                     problems.push(format!("{path}: not in the schema"))
                 }
                 (None, None) => {}
