@@ -795,10 +795,28 @@ async fn soak(release: Release) {
         soak.replicas.start(cluster, hetzner, config).await;
     }
     // One Service of each kind from the start, so that every step has
-    // addresses in use to take.
+    // addresses in use to take: made once the pools hold the starting world
+    // (two edge servers, so both IPv6 Services find an address), and each
+    // holding one before the first step can take it away. Without the wait
+    // a first step that leaves out an edge server could beat the first
+    // write, and the IPv6 Service lost the race for the one IPv6 left.
+    wait_until(Duration::from_secs(60), || soak.settled()).await;
     for kind in 0..4 {
         soak.service(kind).await;
     }
+    let starters = ["svc-1", "svc-2", "svc-3", "svc-4"];
+    wait_until(Duration::from_secs(60), || {
+        let history = service_log.lock().unwrap();
+        match starters.iter().find(|name| {
+            history
+                .get(**name)
+                .is_none_or(|states| states.last().is_none_or(|s| s.is_empty()))
+        }) {
+            Some(name) => Err(format!("{name} has no address yet: {history:?}")),
+            None => Ok(()),
+        }
+    })
+    .await;
     // How many states each Service had when each step ended: a change of
     // its address is dated by the step it came in.
     let mut marks: Vec<BTreeMap<String, usize>> = Vec::new();
@@ -830,14 +848,7 @@ async fn soak(release: Release) {
     }
     // The pools as the last step left them, within 30 s (a server on its
     // way back into edge waits out ExcludeUnhealthyAfter, 10 s).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while let Err(problem) = soak.settled() {
-        assert!(
-            Instant::now() < deadline,
-            "the pools never settled: {problem} (seed {seed})"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until(Duration::from_secs(30), || soak.settled()).await;
     pool_task.abort();
     conflict_task.abort();
     service_task.abort();
@@ -915,19 +926,18 @@ async fn soak(release: Release) {
     );
     // The run judged something: pools were written and Services served.
     assert!(log.states > steps / 2, "only {} pool states", log.states);
-    // Each of the four made before the first step (edge IPv4, dual-stack,
-    // IPv6, internal) had addresses to lose.
-    for service in ["svc-1", "svc-2", "svc-3", "svc-4"] {
-        assert!(
-            history
-                .get(service)
-                .is_some_and(|states| states.iter().any(|s| !s.is_empty())),
-            "{service} never got an address: {:?}",
-            history.get(service)
-        );
-    }
     soak.replicas.assert_running();
     drop(lbipam);
+}
+
+/// Waits for `check` to pass, looking at the watch histories it reads
+/// every 200 ms; panics with its last complaint after `limit`.
+async fn wait_until(limit: Duration, check: impl Fn() -> Result<(), String>) {
+    let deadline = Instant::now() + limit;
+    while let Err(problem) = check() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {problem}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]
