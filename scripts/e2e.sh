@@ -2,7 +2,7 @@
 # End-to-end tests against a real kube-apiserver + etcd (RBAC on).
 #
 # Builds the control-plane binaries on first use (scripts/k8s-bins.sh, cached
-# afterwards), then runs every tests/e2e_*.rs test binary. Extra arguments go
+# afterwards), then runs the tests/e2e/ tier. Extra arguments go
 # to the test binaries, e.g. `scripts/e2e.sh rbac` to filter by name.
 set -euo pipefail
 
@@ -14,4 +14,4 @@ echo "e2e: using control-plane binaries from $CANADA_KAKTUS_K8S_BIN_DIR" >&2
 
 # One test at a time: each starts its own kube-apiserver, and the machine has
 # two cores.
-exec cargo test --locked --test 'e2e_*' -- --test-threads=1 --include-ignored "$@"
+exec cargo test --locked --test e2e -- --test-threads=1 --include-ignored "$@"

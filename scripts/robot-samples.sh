@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints the directory of the Robot webservice's sample documents that the
-# test suite reads (tests/robot.rs): test/response/*.json of the Go module
+# test suite reads (tests/hermetic/robot.rs): test/response/*.json of the Go module
 # github.com/syself/hrobot-go (MIT, (c) 2019 newsletter2go.com), fetched
 # from the Go module proxy into Go's module cache and read there; nothing
 # of it is copied into this repository. The version is pinned here.

@@ -53,16 +53,55 @@ pub(super) struct Meta {
     pub(super) pagination: Pagination,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
+#[serde(from = "RawPagination")]
 pub(super) struct Pagination {
-    #[serde(default)]
     pub(super) per_page: Option<u32>,
-    #[serde(default)]
     pub(super) next_page: Option<u32>,
-    #[serde(default)]
     pub(super) last_page: Option<u32>,
-    #[serde(default)]
     pub(super) total_entries: Option<u64>,
+    /// The first number that is no page number or count (Hetzner's
+    /// document allows any `int64`): the paging makes no sense, and the
+    /// listing fails with cause `pagination`, as any other paging that
+    /// does not add up.
+    pub(super) out_of_range: Option<String>,
+}
+
+/// `meta.pagination` as sent.
+#[derive(Deserialize)]
+struct RawPagination {
+    #[serde(default)]
+    per_page: Option<i64>,
+    #[serde(default)]
+    next_page: Option<i64>,
+    #[serde(default)]
+    last_page: Option<i64>,
+    #[serde(default)]
+    total_entries: Option<i64>,
+}
+
+impl From<RawPagination> for Pagination {
+    fn from(raw: RawPagination) -> Self {
+        let mut out_of_range = None;
+        let mut number = |name: &str, value: Option<i64>| -> Option<u64> {
+            let value = value?;
+            let fits = u64::try_from(value)
+                .ok()
+                .filter(|v| name == "total_entries" || u32::try_from(*v).is_ok());
+            if fits.is_none() && out_of_range.is_none() {
+                out_of_range = Some(format!("{name} is {value}, not a page number or count"));
+            }
+            fits
+        };
+        let page = |v: Option<u64>| v.and_then(|v| u32::try_from(v).ok());
+        Pagination {
+            per_page: page(number("per_page", raw.per_page)),
+            next_page: page(number("next_page", raw.next_page)),
+            last_page: page(number("last_page", raw.last_page)),
+            total_entries: number("total_entries", raw.total_entries),
+            out_of_range,
+        }
+    }
 }
 
 /// Checks a listing's pages against what `meta.pagination` promises, so a
@@ -86,6 +125,9 @@ impl PagingCheck {
         entries: usize,
     ) -> Result<(), HetznerError> {
         let inconsistent = |reason: String| HetznerError::Pagination { page, reason };
+        if let Some(reason) = &pagination.out_of_range {
+            return Err(inconsistent(reason.clone()));
+        }
         // We ask for PER_PAGE; a page may announce less, never more.
         let per_page = pagination.per_page.unwrap_or(PER_PAGE).min(PER_PAGE);
         if entries > per_page as usize {

@@ -398,10 +398,9 @@ fn decode_errors_name_the_page() {
 #[test]
 fn paging_must_advance_one_page_at_a_time() {
     let pagination = |next_page, last_page| Pagination {
-        per_page: None,
         next_page,
         last_page,
-        total_entries: None,
+        ..Pagination::default()
     };
     assert_eq!(next_page(1, &pagination(None, Some(1)), 1).unwrap(), None);
     assert_eq!(
@@ -554,4 +553,30 @@ fn an_odd_home_location_does_not_fail_the_floating_ip_listing() {
         .floating_ips
         .iter()
         .all(|f| f.home_location.is_none()));
+}
+
+/// Hetzner's document allows any `int64` in `meta.pagination`; a number
+/// that is no page number or count (negative, or past `u32` for a page)
+/// fails the listing as paging that does not add up, never as a decode
+/// error.
+#[test]
+fn a_paging_number_out_of_range_is_a_paging_error() {
+    for (field, value) in [
+        ("per_page", "-3"),
+        ("next_page", "4294967296"),
+        ("last_page", "-1"),
+        ("total_entries", "-7"),
+    ] {
+        let mut body = serde_json::json!({"servers": [], "meta": {"pagination": {
+            "page": 1, "per_page": 50, "previous_page": null, "next_page": null,
+            "last_page": 1, "total_entries": 0}}});
+        body["meta"]["pagination"][field] = serde_json::from_str(value).unwrap();
+        let body = body.to_string();
+        let error = parse_servers_page(1, body.as_bytes()).unwrap_err();
+        assert_eq!(error.metric_label(), "pagination", "{field}: {error}");
+        assert!(
+            error.to_string().contains(&format!("{field} is {value}")),
+            "{field}: {error}"
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! Cilium's own LB IPAM for the allocator suites (tests/cilium.rs and
-//! tests/cilium_soak.rs): the releases scripts/cilium-bins.sh builds, the
+//! Cilium's own LB IPAM for the allocator suites (tests/cilium/allocator.rs and
+//! tests/cilium/soak.rs): the releases scripts/cilium-bins.sh builds, the
 //! allocator as a process, and what the suites read from Services and
 //! pools.
 

@@ -1,4 +1,4 @@
-//! Helpers shared by the real API server suites (tests/e2e_*.rs): a cluster
+//! Helpers shared by the real API server suites (tests/e2e/, tests/cilium/): a cluster
 //! with deploy/ applied, the controller binary as a separate process running
 //! as the shipped ServiceAccount, and polling helpers that read the API
 //! server (never our logs).

@@ -3,7 +3,7 @@
 //! watch that stays open. Side traffic (an empty Node list, Event creation,
 //! metadata-only GETs) is answered without being recorded, so request
 //! assertions see only the pool traffic; Events are kept for [`FakeKube::events`]. It records every request so tests can assert what
-//! was sent. The real API server suite (tests/e2e_*.rs) proves the semantics.
+//! was sent. The real API server suite (tests/e2e/) proves the semantics.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

@@ -8,6 +8,7 @@ pub mod fake_hetzner;
 pub mod fake_kube;
 pub mod fake_robot;
 pub mod in_process;
+pub mod logs;
 pub mod nodes;
 pub mod openapi;
 pub mod relay;

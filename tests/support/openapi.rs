@@ -165,6 +165,175 @@ impl Spec {
     }
 }
 
+/// Makes documents the schema allows, at random: every type a field may
+/// have (`null` where allowed), optional fields present or absent, every
+/// enum value, numbers within their bounds. `strings` may give a field's
+/// value by its JSON path (`$.servers[].public_net.ipv4.ip`), so that
+/// addresses are addresses often enough; `None` falls back to the schema.
+pub struct Generator<'a, R> {
+    pub rng: &'a mut R,
+    pub strings: &'a dyn Fn(&str, &mut R) -> Option<Value>,
+    /// Most items an array gets.
+    pub most_items: usize,
+}
+
+impl<R: rand::Rng> Generator<'_, R> {
+    pub fn value(&mut self, schema: &Value, at: &str) -> Value {
+        for keyword in schema.as_object().into_iter().flat_map(|o| o.keys()) {
+            assert!(
+                CHECKED.contains(&keyword.as_str())
+                    || ANNOTATIONS.contains(&keyword.as_str())
+                    || keyword.starts_with("x-"),
+                "the OpenAPI generator does not know {keyword:?} (at {at}): teach it first"
+            );
+        }
+        let kinds: Vec<&str> = match schema.get("type") {
+            Some(Value::String(kind)) => vec![kind.as_str()],
+            Some(Value::Array(kinds)) => kinds.iter().filter_map(Value::as_str).collect(),
+            _ => vec!["null"],
+        };
+        // An enum is the whole choice (`null` only when it lists `null`,
+        // whatever `type` says).
+        if let Some(allowed) = schema.get("enum").and_then(Value::as_array) {
+            return allowed[self.rng.random_range(0..allowed.len())].clone();
+        }
+        let nullable = kinds.contains(&"null");
+        let kinds: Vec<&str> = kinds.into_iter().filter(|k| *k != "null").collect();
+        if kinds.is_empty() || (nullable && self.rng.random_bool(0.25)) {
+            return Value::Null;
+        }
+        let kind = kinds[self.rng.random_range(0..kinds.len())];
+        match kind {
+            "object" => self.object(schema, at),
+            "array" => {
+                let count = self.rng.random_range(0..=self.most_items);
+                let items = &schema["items"];
+                let at = format!("{at}[]");
+                Value::Array((0..count).map(|_| self.value(items, &at)).collect())
+            }
+            "string" => match (self.strings)(at, self.rng) {
+                Some(value) => value,
+                None => self.string(schema),
+            },
+            "integer" => self.integer(schema).into(),
+            "number" => {
+                let low = schema
+                    .get("minimum")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(-1e6);
+                let high = schema.get("maximum").and_then(Value::as_f64).unwrap_or(1e6);
+                serde_json::json!(self.rng.random_range(low..=high))
+            }
+            "boolean" => self.rng.random_bool(0.5).into(),
+            other => panic!("the OpenAPI generator does not know type {other:?} (at {at})"),
+        }
+    }
+
+    fn object(&mut self, schema: &Value, at: &str) -> Value {
+        let required: Vec<&str> = (schema.get("required").and_then(Value::as_array))
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let mut object = serde_json::Map::new();
+        if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+            for (name, property) in properties {
+                if required.contains(&name.as_str()) || self.rng.random_bool(0.7) {
+                    let value = self.value(property, &format!("{at}.{name}"));
+                    object.insert(name.clone(), value);
+                }
+            }
+        }
+        if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+            for _ in 0..self.rng.random_range(0..3) {
+                let key = self.text(1, 12);
+                let value = self.value(extra, &format!("{at}{{*}}"));
+                object.insert(key, value);
+            }
+        }
+        Value::Object(object)
+    }
+
+    fn integer(&mut self, schema: &Value) -> i64 {
+        let int32 = schema.get("format").is_some_and(|f| f == "int32");
+        let (floor, ceiling) = if int32 {
+            (i64::from(i32::MIN), i64::from(i32::MAX))
+        } else {
+            (i64::MIN, i64::MAX)
+        };
+        let low = schema
+            .get("minimum")
+            .and_then(Value::as_i64)
+            .unwrap_or(floor);
+        let high = schema
+            .get("maximum")
+            .and_then(Value::as_i64)
+            .unwrap_or(ceiling);
+        // Mostly small, as IDs and page numbers are; now and then any.
+        let small = low.max(-3)..=high.min(100);
+        if !small.is_empty() && self.rng.random_bool(0.8) {
+            self.rng.random_range(small)
+        } else {
+            self.rng.random_range(low..=high)
+        }
+    }
+
+    fn string(&mut self, schema: &Value) -> Value {
+        let format = schema.get("format").and_then(Value::as_str);
+        if format == Some("date-time") {
+            let (day, hour, minute) = (
+                self.rng.random_range(1..=28),
+                self.rng.random_range(0..24),
+                self.rng.random_range(0..60),
+            );
+            return format!("2026-07-{day:02}T{hour:02}:{minute:02}:00Z").into();
+        }
+        if format == Some("decimal") {
+            return format!(
+                "{}.{:04}",
+                self.rng.random_range(0..100),
+                self.rng.random_range(0..10_000)
+            )
+            .into();
+        }
+        if let Some(example) = schema.get("example").filter(|e| e.is_string()) {
+            if self.rng.random_bool(0.3) {
+                return example.clone();
+            }
+        }
+        let low = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let high = schema
+            .get("maxLength")
+            .and_then(Value::as_u64)
+            .unwrap_or(24) as usize;
+        if schema.get("pattern").is_some() {
+            // The patterns in use are lower-case words joined by dashes.
+            let word = self.text(low.max(1), high.min(12));
+            return word
+                .to_lowercase()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "a")
+                .into();
+        }
+        self.text(low, high).into()
+    }
+
+    /// `low..=high` characters: letters, digits, and now and then a
+    /// character that needs escaping or is not ASCII.
+    fn text(&mut self, low: usize, high: usize) -> String {
+        const ODD: &[char] = &['"', '\\', '/', '\n', 'é', '✓', '\u{0}', ' ', ':', '.'];
+        let length = self.rng.random_range(low..=high.max(low));
+        (0..length)
+            .map(|_| {
+                if self.rng.random_bool(0.1) {
+                    ODD[self.rng.random_range(0..ODD.len())]
+                } else {
+                    char::from(self.rng.random_range(b'a'..=b'z'))
+                }
+            })
+            .collect()
+    }
+}
+
 /// The keywords the checker enforces.
 const CHECKED: &[&str] = &[
     "type",

@@ -1,4 +1,4 @@
-//! The model behind tests/cilium_soak.rs: what the soak did to the world
+//! The model behind tests/cilium/soak.rs: what the soak did to the world
 //! (servers, their Nodes, Floating IPs), which addresses each pool should
 //! therefore hold, when each address left, and every state the pools went
 //! through as one watch saw them.

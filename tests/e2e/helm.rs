@@ -1,0 +1,654 @@
+//! The Helm chart (deploy/helm/canada-kaktus): linted, rendered with default
+//! and full values, compared object by object with what `kubectl kustomize
+//! deploy/` installs, refused by its schema when a value is wrong, and
+//! installed, upgraded and uninstalled on a real kube-apiserver, where the
+//! controller runs with the identity and configuration the chart produced.
+//!
+//! Helm and actionlint come from scripts/tool-bins.sh
+//! (`CANADA_KAKTUS_TOOL_BIN_DIR`), kubectl and the control plane from
+//! scripts/k8s-bins.sh (`CANADA_KAKTUS_K8S_BIN_DIR`). The tests that need them
+//! are `#[ignore]`d, like the other real API server tests; scripts/test runs
+//! them.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use canada_kaktus::config::SETTINGS;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use serde_json::{json, Value};
+use support::cluster::{CrdFixture, TestCluster, BIN_DIR_ENV};
+use support::e2e::{blocks, blocks_of, hetzner_with, pools, set_ips, Controller};
+
+const TOOL_DIR_ENV: &str = "CANADA_KAKTUS_TOOL_BIN_DIR";
+const RELEASE_NAMESPACE: &str = "canada-kaktus";
+
+/// Settings the chart manages itself, so its `config` value does not take
+/// them: the token and its file (token.*), the listen address (the probes
+/// use port 8080) and the Lease namespace (the release namespace).
+const MANAGED_BY_THE_CHART: &[&str] = &[
+    "HcloudToken",
+    "HcloudTokenFile",
+    "RobotUser",
+    "RobotPassword",
+    "RobotPasswordFile",
+    "ListenAddress",
+    "LeaseNamespace",
+];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    repo().join("deploy/helm/canada-kaktus")
+}
+
+fn tool(name: &str) -> PathBuf {
+    let dir = std::env::var_os(TOOL_DIR_ENV)
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            panic!("{TOOL_DIR_ENV} is not set: run scripts/test, or set it to what scripts/tool-bins.sh prints")
+        });
+    PathBuf::from(dir).join(name)
+}
+
+fn kubectl() -> PathBuf {
+    support::cluster::bin_dir(std::env::var_os(BIN_DIR_ENV)).join("kubectl")
+}
+
+fn run(command: &mut Command) -> Output {
+    command.output().expect("running a tool")
+}
+
+fn ok(command: &mut Command) -> String {
+    let output = run(command);
+    assert!(
+        output.status.success(),
+        "{command:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn helm(args: &[&str]) -> Command {
+    let mut command = Command::new(tool("helm"));
+    // No repositories, no cache in the user's home.
+    let home = std::env::temp_dir().join("canada-kaktus-helm-home");
+    command
+        .args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    command
+}
+
+fn template(extra: &[&str]) -> Output {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "canada-kaktus",
+        chart.to_str().unwrap(),
+        "--namespace",
+        RELEASE_NAMESPACE,
+    ];
+    args.extend_from_slice(extra);
+    run(&mut helm(&args))
+}
+
+/// Every object of a YAML stream by (kind, namespace, name).
+fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
+    let mut out = BTreeMap::new();
+    for document in serde_yaml_ng::Deserializer::from_str(yaml) {
+        let value: Value = serde::Deserialize::deserialize(document).expect("YAML");
+        if value.is_null() {
+            continue;
+        }
+        let key = (
+            value["kind"].as_str().unwrap().to_owned(),
+            value["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            value["metadata"]["name"].as_str().unwrap().to_owned(),
+        );
+        assert!(out.insert(key.clone(), value).is_none(), "{key:?} twice");
+    }
+    out
+}
+
+/// Removes what only Helm adds (its labels) and the image reference (the
+/// chart defaults the tag to its appVersion; kustomize sets it in
+/// kustomization.yaml), so the rest can be compared as it is.
+fn normalise(value: &mut Value) {
+    const HELM_LABELS: &[&str] = &[
+        "helm.sh/chart",
+        "app.kubernetes.io/managed-by",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/version",
+    ];
+    match value {
+        Value::Object(map) => {
+            if let Some(Value::Object(labels)) = map.get_mut("labels") {
+                for label in HELM_LABELS {
+                    labels.remove(*label);
+                }
+            }
+            if map.contains_key("image") && map.contains_key("name") {
+                map.insert("image".into(), json!("IMAGE"));
+                map.remove("imagePullPolicy");
+            }
+            for child in map.values_mut() {
+                normalise(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalise),
+        _ => {}
+    }
+}
+
+#[test]
+fn the_schema_takes_every_setting_the_chart_does_not_manage() {
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
+            .unwrap();
+    let in_schema: BTreeSet<&str> = schema["properties"]["config"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let expected: BTreeSet<&str> = SETTINGS
+        .iter()
+        .map(|s| s.key)
+        .filter(|key| !MANAGED_BY_THE_CHART.contains(key))
+        .collect();
+    assert_eq!(in_schema, expected);
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_chart_lints_strictly_with_default_and_full_values() {
+    let chart = chart();
+    let full = repo().join("tests/fixtures/helm/full-values.yaml");
+    ok(&mut helm(&["lint", "--strict", chart.to_str().unwrap()]));
+    ok(&mut helm(&[
+        "lint",
+        "--strict",
+        chart.to_str().unwrap(),
+        "--values",
+        full.to_str().unwrap(),
+    ]));
+}
+
+#[test]
+#[ignore = "needs helm and kubectl (scripts/tool-bins.sh, scripts/k8s-bins.sh): scripts/test runs it"]
+fn default_values_render_the_objects_deploy_installs() {
+    let rendered = template(&[]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let mut from_helm = objects(&String::from_utf8(rendered.stdout).unwrap());
+    let kustomized = ok(Command::new(kubectl())
+        .arg("kustomize")
+        .arg(repo().join("deploy")));
+    let mut from_kustomize = objects(&kustomized);
+    // Helm creates the release namespace (--create-namespace, or
+    // namespace.create); deploy/ ships it as an object.
+    assert!(from_kustomize
+        .remove(&("Namespace".into(), String::new(), RELEASE_NAMESPACE.into()))
+        .is_some());
+    assert_eq!(from_kustomize.len(), 11, "{:?}", from_kustomize.keys());
+    assert_eq!(
+        from_helm.keys().collect::<Vec<_>>(),
+        from_kustomize.keys().collect::<Vec<_>>(),
+        "the two install paths create different objects"
+    );
+    for (key, helm_object) in from_helm.iter_mut() {
+        let kustomize_object = from_kustomize.get_mut(key).unwrap();
+        normalise(helm_object);
+        normalise(kustomize_object);
+        assert_eq!(
+            helm_object, kustomize_object,
+            "{key:?} differs between helm template and kubectl kustomize"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn full_values_reach_every_object() {
+    let full = repo().join("tests/fixtures/helm/full-values.yaml");
+    let rendered = template(&["--values", full.to_str().unwrap()]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let objects = objects(&String::from_utf8(rendered.stdout).unwrap());
+    let get = |kind: &str, namespace: &str, name: &str| {
+        objects
+            .get(&(kind.into(), namespace.into(), name.into()))
+            .unwrap_or_else(|| panic!("no {kind} {namespace}/{name}: {:?}", objects.keys()))
+    };
+    let role = get("ClusterRole", "", "canada-kaktus");
+    assert_eq!(
+        role["rules"][0]["resourceNames"],
+        json!(null),
+        "lists every pool"
+    );
+    assert_eq!(role["rules"][0]["verbs"], json!(["list"]));
+    assert_eq!(role["rules"][1]["resourceNames"], json!(["edge-pool"]));
+    assert_eq!(
+        role["rules"][1]["verbs"],
+        json!(["get", "watch", "patch"]),
+        "reads, watches and writes only its pools"
+    );
+    assert_eq!(role["rules"][2]["resourceNames"], json!(["edge-pool"]));
+    let lease_role = get("Role", RELEASE_NAMESPACE, "canada-kaktus-leader-election");
+    assert_eq!(
+        lease_role["rules"][0]["resourceNames"],
+        json!(["edge-lease"])
+    );
+    let deployment = get("Deployment", RELEASE_NAMESPACE, "canada-kaktus");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        "registry.example.com/canada-kaktus@sha256:0000000000000000000000000000000000000000000000000000000000000001"
+    );
+    assert_eq!(container["imagePullPolicy"], "Always");
+    let env: BTreeMap<&str, &Value> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e))
+        .collect();
+    assert_eq!(env["CANADA_KAKTUS_POOL_NAME"]["value"], "edge-pool");
+    assert_eq!(env["RUST_BACKTRACE"]["value"], "1");
+    assert_eq!(
+        env["CANADA_KAKTUS_ROBOT_USER"]["valueFrom"]["secretKeyRef"],
+        json!({"name": "robot-credentials", "key": "user"})
+    );
+    assert_eq!(
+        env["CANADA_KAKTUS_ROBOT_PASSWORD_FILE"]["value"],
+        "/var/run/secrets/robot/password"
+    );
+    let robot_volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "robot-credentials")
+        .expect("the Robot password volume");
+    assert_eq!(
+        robot_volume["secret"]["items"],
+        json!([{"key": "password", "path": "password"}])
+    );
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["imagePullSecrets"][0]["name"], "registry-credentials");
+    assert_eq!(pod["tolerations"][0]["operator"], "Exists");
+    assert!(pod["affinity"]["nodeAffinity"].is_object());
+    assert_eq!(pod["nodeSelector"]["kubernetes.io/arch"], "arm64");
+    assert_eq!(
+        pod["volumes"][0]["secret"]["secretName"],
+        "canada-kaktus-token"
+    );
+    let secret = get("Secret", RELEASE_NAMESPACE, "canada-kaktus-token");
+    assert!(secret["data"]["token"].is_string());
+    let config = get("ConfigMap", RELEASE_NAMESPACE, "canada-kaktus-config");
+    let file: Value =
+        serde_json::from_str(config["data"]["config.json"].as_str().unwrap()).unwrap();
+    assert_eq!(file["LabelSelector"], "role=edge");
+    assert_eq!(file["PoolServiceSelector"]["ingress"], "true");
+    assert_eq!(
+        get("PodDisruptionBudget", RELEASE_NAMESPACE, "canada-kaktus")["spec"]["minAvailable"],
+        2
+    );
+    get("Namespace", "", RELEASE_NAMESPACE);
+    get("Service", RELEASE_NAMESPACE, "canada-kaktus-metrics");
+    assert_eq!(
+        get("ServiceMonitor", RELEASE_NAMESPACE, "canada-kaktus")["spec"]["endpoints"][0]
+            ["interval"],
+        "15s"
+    );
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn several_pools_name_the_rbac_and_replace_the_pool_name() {
+    let pools = r#"config.Pools=[{"Name":"edge","LabelSelector":"role=edge","Addresses":["public-ipv4","public-ipv6"]},{"Name":"internal","LabelSelector":"role=node","Addresses":["private-ipv4"],"PrivateNetwork":4711}]"#;
+    let rendered = template(&["--set-json", pools]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let objects = objects(&String::from_utf8(rendered.stdout).unwrap());
+    let get = |kind: &str, namespace: &str, name: &str| {
+        objects
+            .get(&(kind.into(), namespace.into(), name.into()))
+            .unwrap_or_else(|| panic!("no {kind} {namespace}/{name}: {:?}", objects.keys()))
+    };
+    let role = get("ClusterRole", "", "canada-kaktus");
+    assert_eq!(role["rules"][0]["resourceNames"], json!(null));
+    assert_eq!(
+        role["rules"][1]["resourceNames"],
+        json!(["edge", "internal"])
+    );
+    assert_eq!(
+        role["rules"][2]["resourceNames"],
+        json!(["edge", "internal"])
+    );
+    let deployment = get("Deployment", RELEASE_NAMESPACE, "canada-kaktus");
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"] != "CANADA_KAKTUS_POOL_NAME"),
+        "{env}"
+    );
+    // The ConfigMap's config.json is one the controller accepts.
+    let config = get("ConfigMap", RELEASE_NAMESPACE, "canada-kaktus-config");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, config["data"]["config.json"].as_str().unwrap()).unwrap();
+    let env = [("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".to_owned())].into();
+    let settings = canada_kaktus::config::load(Some(&path), &env).expect("valid config.json");
+    let names: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["edge", "internal"]);
+    // A pool without its required fields is refused by the schema.
+    let rendered = template(&["--set-json", r#"config.Pools=[{"Name":"edge"}]"#]);
+    assert!(!rendered.status.success(), "a pool without LabelSelector");
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_schema_refuses_wrong_types_and_unknown_keys() {
+    for (set, needle) in [
+        ("replicaCount=two", "replicaCount"),
+        ("config.Intervall=1m", "Intervall"),
+        ("config.HcloudToken=abc", "HcloudToken"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("colour=blue", "colour"),
+    ] {
+        let rendered = template(&["--set", set]);
+        let stderr = String::from_utf8_lossy(&rendered.stderr);
+        assert!(!rendered.status.success(), "--set {set} was accepted");
+        assert!(
+            stderr.contains("values don't meet the specifications of the schema")
+                && stderr.contains(needle),
+            "--set {set}: {stderr}"
+        );
+    }
+}
+
+/// What the kubelet would do with the chart's pod: the ConfigMap as
+/// config.json in the working directory, the Secret as the token file, the
+/// container's env (fieldRefs resolved); then the controller binary runs as
+/// the chart's ServiceAccount.
+async fn run_like_the_kubelet(
+    cluster: &TestCluster,
+    workdir: &tempfile::TempDir,
+    hetzner_endpoint: &str,
+) -> Controller {
+    let client = cluster.admin_client();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let deployment = deployments.get("canada-kaktus").await.unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("canada-kaktus"));
+    let container = &pod.containers[0];
+    let secret_volume = pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == "hetzner-credentials")
+        .and_then(|v| v.secret.clone())
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+    let secret = secrets
+        .get(secret_volume.secret_name.as_deref().unwrap())
+        .await
+        .unwrap();
+    let key = &secret_volume.items.as_ref().unwrap()[0].key;
+    let token = secret.data.unwrap()[key].0.clone();
+    let token_file = workdir.path().join("token");
+    std::fs::write(&token_file, token).unwrap();
+    sync_config(cluster, workdir).await;
+
+    let mut env: Vec<(String, String)> = Vec::new();
+    for var in container.env.as_ref().unwrap() {
+        let value = match (&var.value, &var.value_from) {
+            (Some(value), _) => value.clone(),
+            (None, Some(from)) => match from.field_ref.as_ref().unwrap().field_path.as_str() {
+                "metadata.name" => "canada-kaktus-helm-0".to_owned(),
+                "metadata.namespace" => RELEASE_NAMESPACE.to_owned(),
+                other => panic!("unexpected fieldRef {other}"),
+            },
+            (None, None) => String::new(),
+        };
+        let value = if var.name == "CANADA_KAKTUS_HCLOUD_TOKEN_FILE" {
+            token_file.display().to_string()
+        } else {
+            value
+        };
+        env.push((var.name.clone(), value));
+    }
+    // The fake Hetzner API on loopback, and a listing every second.
+    env.push((
+        "CANADA_KAKTUS_HCLOUD_ENDPOINT".into(),
+        hetzner_endpoint.to_owned(),
+    ));
+    env.push(("CANADA_KAKTUS_INTERVAL".into(), "1s".to_owned()));
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let kubeconfig = cluster
+        .service_account_kubeconfig(RELEASE_NAMESPACE, "canada-kaktus")
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    // The working directory is the ConfigMap mount.
+    let link = dir.path().join("config.json");
+    std::os::unix::fs::symlink(workdir.path().join("config.json"), &link).unwrap();
+    Controller::spawn_in(dir, &kubeconfig, &env, &[])
+}
+
+/// Copies the ConfigMap's config.json where the controller reads it, as the
+/// kubelet refreshes a ConfigMap volume (an atomic swap).
+async fn sync_config(cluster: &TestCluster, workdir: &tempfile::TempDir) {
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.admin_client(), RELEASE_NAMESPACE);
+    let text = maps
+        .get_opt("canada-kaktus-config")
+        .await
+        .unwrap()
+        .and_then(|m| m.data)
+        .and_then(|d| d.get("config.json").cloned())
+        .unwrap_or_else(|| "{}".to_owned());
+    let staged = workdir.path().join("config.json.new");
+    std::fs::write(&staged, text).unwrap();
+    std::fs::rename(&staged, workdir.path().join("config.json")).unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs helm and a real kube-apiserver: scripts/test runs it"]
+async fn helm_install_upgrade_and_uninstall_on_a_real_api_server() {
+    let cluster = TestCluster::start().await;
+    cluster.install_crd(CrdFixture::V2).await;
+    let hetzner = hetzner_with(&["203.0.113.30", "203.0.113.31"]).await;
+    hetzner.set_servers(
+        ["203.0.113.30", "203.0.113.31"]
+            .iter()
+            .enumerate()
+            .map(|(n, ip)| {
+                support::fake_hetzner::FakeServer::new(n as i64 + 1, ip)
+                    .with_label("role", "edge")
+                    .with_label("tier", "a")
+            })
+            .collect(),
+    );
+    let kubeconfig = cluster.admin_kubeconfig();
+    let chart = chart();
+    let helm_as_admin = |args: &[&str]| {
+        let mut command = helm(args);
+        command.env("KUBECONFIG", kubeconfig);
+        ok(&mut command)
+    };
+    let install = helm_as_admin(&[
+        "install",
+        "canada-kaktus",
+        chart.to_str().unwrap(),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "token.value=e2e-token-5e1f",
+        "--set",
+        "config.PoolName=helm-pool",
+        "--set",
+        "config.LabelSelector=role=edge",
+        "--wait=false",
+    ]);
+    assert!(
+        install.contains("kubectl describe ciliumloadbalancerippool helm-pool"),
+        "{install}"
+    );
+
+    // The controller as the chart's ServiceAccount with the chart's config:
+    // RBAC follows the pool name, so it may write helm-pool.
+    let workdir = tempfile::tempdir().unwrap();
+    let mut controller = run_like_the_kubelet(&cluster, &workdir, &hetzner.endpoint()).await;
+    let api = pools(&cluster, "v2");
+    let both = blocks(&["203.0.113.30", "203.0.113.31"]);
+    let pool = wait_pool_named(&api, "helm-pool", |p| {
+        p.is_some_and(|p| blocks_of(p) == both)
+    })
+    .await;
+    assert!(pool.is_some());
+    assert_eq!(hetzner.last_label_selector().as_deref(), Some("role=edge"));
+    controller.assert_running();
+
+    // An upgrade that changes a setting takes effect without a restart.
+    helm_as_admin(&[
+        "upgrade",
+        "canada-kaktus",
+        chart.to_str().unwrap(),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "config.LabelSelector=tier=a",
+    ]);
+    sync_config(&cluster, &workdir).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while hetzner.last_label_selector().as_deref() != Some("tier=a") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the upgrade did not take effect"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Uninstall removes the chart's objects, never the pool.
+    set_ips(&hetzner, &["203.0.113.30", "203.0.113.31"]);
+    controller.kill();
+    helm_as_admin(&[
+        "uninstall",
+        "canada-kaktus",
+        "--namespace",
+        RELEASE_NAMESPACE,
+    ]);
+    let left = api.get_opt("helm-pool").await.unwrap();
+    assert!(
+        left.is_some_and(|p| blocks_of(&p) == both),
+        "helm uninstall removed the pool"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(cluster.admin_client(), RELEASE_NAMESPACE);
+    assert!(deployments
+        .get_opt("canada-kaktus")
+        .await
+        .unwrap()
+        .is_none());
+}
+
+async fn wait_pool_named(
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+    check: impl Fn(Option<&kube::api::DynamicObject>) -> bool,
+) -> Option<kube::api::DynamicObject> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let pool = api.get_opt(name).await.unwrap();
+        if check(pool.as_ref()) {
+            return pool;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{name}: {pool:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+#[ignore = "needs actionlint (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_workflows_pass_actionlint() {
+    let workflows: Vec<PathBuf> = std::fs::read_dir(repo().join(".gitea/workflows"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(!workflows.is_empty());
+    let mut command = Command::new(tool("actionlint"));
+    command.arg("-no-color").args(&workflows);
+    ok(&mut command);
+}
+
+#[test]
+#[ignore = "needs helm and kubectl (scripts/tool-bins.sh, scripts/k8s-bins.sh): scripts/test runs it"]
+fn the_chart_and_the_kustomize_component_ship_the_same_alerts_and_dashboard() {
+    let full = repo().join("tests/fixtures/helm/full-values.yaml");
+    let rendered = template(&["--values", full.to_str().unwrap()]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let from_helm = objects(&String::from_utf8(rendered.stdout).unwrap());
+
+    // The component from an overlay of the operator's own, as the README
+    // tells.
+    // (kustomize takes relative paths only: the overlay sits in target/.)
+    let overlay = tempfile::tempdir_in(repo().join("target")).unwrap();
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/monitoring\n",
+    )
+    .unwrap();
+    let from_kustomize = objects(&ok(Command::new(kubectl())
+        .arg("kustomize")
+        .arg(overlay.path())));
+
+    let rule_file: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo().join("deploy/monitoring/prometheusrule.yaml")).unwrap(),
+    )
+    .unwrap();
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/monitoring/dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    for (source, objects, namespace) in [
+        ("helm", &from_helm, RELEASE_NAMESPACE),
+        ("kustomize", &from_kustomize, "canada-kaktus"),
+    ] {
+        let get = |kind: &str, name: &str| {
+            objects
+                .get(&(kind.into(), namespace.into(), name.into()))
+                .unwrap_or_else(|| panic!("{source}: no {kind} {name}: {:?}", objects.keys()))
+        };
+        let rule = get("PrometheusRule", "canada-kaktus");
+        assert_eq!(rule["spec"], rule_file["spec"], "{source}");
+        let map = get("ConfigMap", "canada-kaktus-dashboard");
+        assert_eq!(
+            map["metadata"]["labels"]["grafana_dashboard"], "1",
+            "{source}"
+        );
+        let shipped: Value =
+            serde_json::from_str(map["data"]["canada-kaktus.json"].as_str().unwrap()).unwrap();
+        assert_eq!(shipped, dashboard, "{source}");
+    }
+    let rule = &from_helm[&(
+        "PrometheusRule".to_owned(),
+        RELEASE_NAMESPACE.to_owned(),
+        "canada-kaktus".to_owned(),
+    )];
+    assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+}

@@ -1,0 +1,354 @@
+//! The Floating IP mover against the fake Hetzner API, without a loop:
+//! what it assigns for a given listing and Node view, and when it does not.
+
+use crate::support;
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use canada_kaktus::config::{self, Failover};
+use canada_kaktus::failover::Renewals;
+use canada_kaktus::failover::{Candidate, FailoverPool, PoolFloatingIp};
+use canada_kaktus::hetzner::{HetznerClient, Location, ServerStatus};
+use canada_kaktus::members::{NodeFacts, NodeView};
+use canada_kaktus::pool::Fence;
+use canada_kaktus::reconcile::FailoverListing;
+use canada_kaktus::run::failover::Mover;
+use canada_kaktus::run::leases::{renew_time, SharedRenewals};
+use canada_kaktus::serve::metrics::Metrics;
+use std::sync::{Arc, Mutex};
+use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner, FakeServer};
+use support::fake_kube::FakeKube;
+use support::in_process::{hcloud_env, quick_options};
+use tokio::time::Instant;
+
+const TOKEN: &str = "mover-token-77a1";
+
+fn fsn1() -> Location {
+    Location {
+        name: "fsn1".into(),
+        network_zone: "eu-central".into(),
+    }
+}
+
+fn listing(holder: Option<i64>) -> FailoverListing {
+    FailoverListing {
+        started: Instant::now(),
+        pools: vec![FailoverPool {
+            pool: "edge".into(),
+            selector: "kops.k8s.io/instance-role=Node".parse().unwrap(),
+            failover: Failover {
+                after: Duration::from_secs(20),
+                moves_per_minute: 10,
+            },
+            candidates: (1..=3)
+                .map(|id| Candidate {
+                    id,
+                    name: format!("node-{id}").into(),
+                    status: ServerStatus::Running,
+                    location: fsn1(),
+                })
+                .collect(),
+            floating_ips: vec![PoolFloatingIp {
+                id: 10,
+                name: "fip-10".into(),
+                address: "203.0.113.10".parse::<IpAddr>().unwrap(),
+                holder,
+                home: fsn1(),
+            }],
+        }],
+    }
+}
+
+fn nodes(deleting: &[i64]) -> NodeView {
+    NodeView::new(
+        (1..=3).map(|id| NodeFacts {
+            name: format!("node-{id}"),
+            server_id: Some(id),
+            ready: true,
+            deleting: deleting.contains(&id),
+            ..NodeFacts::default()
+        }),
+        true,
+    )
+}
+
+async fn setup() -> (FakeHetzner, Mover, config::Settings) {
+    let (fake, _kube, mover, settings) = setup_with(None).await;
+    (fake, mover, settings)
+}
+
+/// The fake Hetzner (servers 1 to 3, Floating IP 10 on server 1), the
+/// in-memory Kubernetes API the moves read Leases and Nodes from, and a
+/// mover reading `renewals`.
+async fn setup_with(
+    renewals: Option<SharedRenewals>,
+) -> (FakeHetzner, FakeKube, Mover, config::Settings) {
+    canada_kaktus::sync::install_crypto_provider();
+    let fake = FakeHetzner::start().await;
+    fake.set_servers((1..=3).map(|id| FakeServer::new(id, "192.0.2.1")).collect());
+    fake.set_floating_ips(vec![FakeFloatingIp::new(10, "203.0.113.10", Some(1))]);
+    support::isolate_working_directory();
+    let settings = config::load(None, &hcloud_env(TOKEN, fake.endpoint())).unwrap();
+    let client = HetznerClient::new(quick_options(fake.endpoint())).unwrap();
+    let kube = FakeKube::new(&["v2"]);
+    let mover = Mover::new(client, kube.client(), Fence::open(), renewals);
+    (fake, kube, mover, settings)
+}
+
+fn holder(fake: &FakeHetzner) -> Option<i64> {
+    fake.floating_ip_servers()
+        .into_iter()
+        .find(|(id, _)| *id == 10)
+        .and_then(|(_, server)| server)
+}
+
+#[tokio::test]
+async fn an_ip_whose_move_runs_is_not_moved_again_until_the_move_ended() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.set_action_plan(ActionPlan {
+        running_polls: 0,
+        error: None,
+        lasts: Duration::from_secs(2),
+    });
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    // Server 1's Node is being deleted: the IP goes to 2 or 3.
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    let first = mover.holders()[0].moving_to.clone().expect("a move runs");
+    let target: i64 = first.trim_start_matches("node-").parse().unwrap();
+    // While its Action runs, the target's Node is marked for deletion too:
+    // no second move of the same IP starts.
+    mover.decide(&settings, &nodes(&[1, target]), &metrics, Instant::now());
+    assert_eq!(
+        mover.holders()[0].moving_to.as_deref(),
+        Some(first.as_str())
+    );
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(holder(&fake), Some(target));
+    assert!(
+        published[0].1.note.contains(&format!("to {first}")),
+        "{:?}",
+        published
+    );
+    assert_eq!(fake.action_requests().0, 1, "one assignment so far");
+    // Now the IP moves on from the target, to the one member left.
+    mover.decide(&settings, &nodes(&[1, target]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the second move ends");
+    mover.finish(done, &metrics, Instant::now());
+    let last = 6 - 1 - target;
+    assert_eq!(holder(&fake), Some(last));
+    assert_eq!(fake.action_requests().0, 2);
+}
+
+#[tokio::test]
+async fn without_failover_pools_nothing_moves() {
+    let (fake, mut mover, settings) = setup().await;
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.set_listing(FailoverListing {
+        started: Instant::now(),
+        pools: Vec::new(),
+    });
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    assert!(mover.holders().is_empty());
+    assert_eq!(holder(&fake), Some(1));
+    assert_eq!(fake.action_requests().0, 0);
+}
+
+#[tokio::test]
+async fn a_holder_a_stale_node_view_shows_leaving_is_read_fresh_and_keeps_its_ip() {
+    // The Node watch fell behind: it still shows node-1 being deleted, but
+    // the API server has node-1 Ready and not leaving. Nothing is assigned.
+    let (fake, kube, mut mover, settings) = setup_with(None).await;
+    kube.set_node("node-1", 1, true);
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.action_requests().0, 0, "nothing assigned");
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="excluded",result="holder_back"} 1"#
+    ));
+    // The API server says NotReady now: after the backoff, it moves.
+    kube.set_node("node-1", 1, false);
+    mover.decide(
+        &settings,
+        &nodes(&[1]),
+        &metrics,
+        Instant::now() + Duration::from_secs(6),
+    );
+    let done = mover.next_done().await.expect("the second move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
+}
+
+#[tokio::test]
+async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retried_later() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.fail_assignments(&[(
+        401,
+        "token_readonly",
+        "token is only allowed to perform GET requests",
+    )]);
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    let now = Instant::now();
+    mover.decide(&settings, &nodes(&[1]), &metrics, now);
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    let (pool, event) = &published[0];
+    assert_eq!(
+        (pool.as_str(), event.reason),
+        ("edge", "FloatingIpMoveFailed")
+    );
+    assert!(event.note.contains("HcloudToken"), "{}", event.note);
+    assert!(!event.note.contains(TOKEN));
+    assert_eq!(holder(&fake), Some(1), "nothing moved");
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="excluded",result="failure"} 1"#
+    ));
+    // Not again at once: the retry waits (5 s, then longer).
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    assert_eq!(mover.holders()[0].moving_to, None);
+    assert!(mover
+        .wake_at()
+        .is_some_and(|at| at >= now + Duration::from_secs(4)));
+    assert_eq!(fake.action_requests().0, 1);
+}
+
+#[tokio::test]
+async fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.set_floating_ips(vec![FakeFloatingIp::new(10, "203.0.113.10", None)]);
+    let metrics = Metrics::new();
+    // Every Node is being deleted: nowhere to go. Said once, not per look.
+    mover.set_listing(listing(None));
+    let first = mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].1.reason, "FloatingIpStranded");
+    assert!(
+        first[0].1.note.contains("203.0.113.10"),
+        "{}",
+        first[0].1.note
+    );
+    let again = mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    assert!(again.is_empty(), "{again:?}");
+    assert!(metrics
+        .render()
+        .contains(r#"canada_kaktus_floating_ips_stranded{pool="edge"} 1"#));
+    assert!(mover.wake_at().is_some(), "looked at again while stranded");
+    assert_eq!(fake.action_requests().0, 0);
+    // A member is back: the IP is assigned.
+    mover.decide(&settings, &nodes(&[1, 3]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(holder(&fake), Some(2));
+    assert!(
+        published[0]
+            .1
+            .note
+            .contains("from no server to node-2 (it was unassigned)"),
+        "{}",
+        published[0].1.note
+    );
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="unassigned",result="success"} 1"#
+    ));
+}
+
+/// A Lease `renewTime` as the watch and the fresh read both give it.
+fn renewed(at: &str) -> String {
+    let lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "node-1"}, "spec": {"renewTime": at}
+    }))
+    .unwrap();
+    renew_time(&lease).unwrap()
+}
+
+#[tokio::test]
+async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
+    // The watch saw node-1's Lease last renewed 30 s ago (FailoverAfter
+    // 20 s): silent. But the Lease as the API server has it now was renewed
+    // since (the watch was stuck): nothing is assigned.
+    let past = Instant::now().checked_sub(Duration::from_secs(30)).unwrap();
+    let mut seen = Renewals::default();
+    seen.set_current_at(true, past);
+    seen.saw("node-1", Some(renewed("2026-11-25T03:00:00.000000Z")), past);
+    for node in ["node-2", "node-3"] {
+        seen.saw(
+            node,
+            Some(renewed("2026-11-25T03:00:29.000000Z")),
+            Instant::now(),
+        );
+    }
+    let shared: SharedRenewals = Arc::new(Mutex::new(seen));
+    let (fake, kube, mut mover, settings) = setup_with(Some(shared.clone())).await;
+    kube.set_lease("node-1", "2026-11-25T03:00:30.000000Z");
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    assert!(
+        mover.holders()[0].moving_to.is_some(),
+        "the view says silent"
+    );
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.action_requests().0, 0, "nothing assigned");
+    assert_eq!(holder(&fake), Some(1));
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="silent",result="holder_back"} 1"#
+    ));
+    // The watch stays stuck, node-1 renews no more: the renewal the fresh
+    // read found restarted its clock, so 20 s later it is silent again and
+    // the IP moves (the others renewed meanwhile).
+    let later = Instant::now() + Duration::from_secs(21);
+    for node in ["node-2", "node-3"] {
+        shared
+            .lock()
+            .unwrap()
+            .saw(node, Some(renewed("2026-11-25T03:00:50.000000Z")), later);
+    }
+    mover.decide(&settings, &nodes(&[]), &metrics, later);
+    let done = mover.next_done().await.expect("the second move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
+}
+
+#[tokio::test]
+async fn a_holder_a_listing_missed_is_read_fresh_and_keeps_its_ip_while_it_runs() {
+    // Offset paging hid server 1 from the listing: gone, by the listing.
+    // Hetzner says it runs: nothing is assigned.
+    let (fake, _kube, mut mover, settings) = setup_with(None).await;
+    let metrics = Metrics::new();
+    let mut missed = listing(Some(1));
+    missed.pools[0].candidates.retain(|c| c.id != 1);
+    mover.set_listing(missed);
+    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.server_requests(), 1);
+    assert_eq!(fake.action_requests().0, 0, "nothing assigned");
+    assert_eq!(holder(&fake), Some(1));
+}
+
+#[tokio::test]
+async fn a_holder_the_pool_no_longer_selects_gives_its_ip_up_though_it_runs() {
+    // Server 1 runs but lost the pool's label: not a member, so its IP goes.
+    let (fake, _kube, mut mover, settings) = setup_with(None).await;
+    fake.set_servers(vec![
+        FakeServer::new(1, "192.0.2.1").with_label("kops.k8s.io/instance-role", "Master"),
+        FakeServer::new(2, "192.0.2.2"),
+        FakeServer::new(3, "192.0.2.3"),
+    ]);
+    let metrics = Metrics::new();
+    let mut relabelled = listing(Some(1));
+    relabelled.pools[0].candidates.retain(|c| c.id != 1);
+    mover.set_listing(relabelled);
+    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
+}

@@ -1,0 +1,24 @@
+//! The hermetic tier: every test that needs nothing outside this process
+//! but fakes (a fake Hetzner, Robot and Kubernetes on loopback) and the
+//! built binary. One test binary, so `tests/support/` is compiled and linked
+//! once for all of them; `cargo test` runs it with no download and no tool.
+//! The few tests here that need an outside tool (promtool, or the hrobot-go
+//! sample documents) are `#[ignore]`d and say which; `scripts/test`
+//! provides them and runs those too.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod config;
+mod controller;
+mod docs;
+mod failover_mover;
+mod faults;
+mod hetzner;
+mod hetzner_actions;
+mod monitoring;
+mod pools;
+mod properties;
+mod reconcile;
+mod robot;
