@@ -5,6 +5,9 @@
 //! here. Each line keeps the name of the thread that wrote it: a
 //! `#[tokio::test]` runs its tasks on its own thread, which libtest names
 //! after the test, so a test can pick its own lines while others run.
+//! Lines from `spawn_blocking` or from a multi-thread runtime's workers
+//! carry the worker's name instead: `mine()` is for current-thread tests,
+//! and sees only what ran on the test's own thread.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
