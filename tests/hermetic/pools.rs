@@ -306,9 +306,16 @@ fn no_listing_node_change_or_failed_write_puts_an_address_in_two_pools() {
             },
         )
         .unwrap();
-    // The property saw real traffic: pools were written, often.
+    // The property saw real traffic: pools were written, often. Over 64
+    // random cases the writes came to 69–107 in 13 runs here (about 1.3 a
+    // case); more than one a case, the bar until now, failed one CI-mode
+    // run with 59. Half a write a case is far below any run seen and far
+    // above a harness that writes nothing.
     let total_writes = total_writes.get();
-    assert!(total_writes > cases as usize, "only {total_writes} writes");
+    assert!(
+        total_writes > cases as usize / 2,
+        "only {total_writes} writes"
+    );
 }
 
 /// An address that moves from a later pool to an earlier one is taken out
