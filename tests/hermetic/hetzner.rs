@@ -1248,7 +1248,7 @@ async fn fake_answer(
 async fn every_document_the_fake_serves_is_what_the_openapi_document_describes() {
     use reqwest::Method;
     use support::fake_hetzner::{FakeFloatingIp, FakePrivateNet, DEFAULT_NETWORK};
-    let spec = support::openapi::Spec::load();
+    let spec = support::openapi::Spec::shared();
     let fake = fake_with(vec![
         FakeServer::new(1, "192.0.2.1").with_label("role", "edge"),
         FakeServer::new(2, "192.0.2.2")
@@ -1361,7 +1361,7 @@ async fn every_document_the_fake_serves_is_what_the_openapi_document_describes()
 /// type and an unknown enum value are each found.
 #[tokio::test]
 async fn the_openapi_check_finds_a_removed_field_and_a_missing_one() {
-    let spec = support::openapi::Spec::load();
+    let spec = support::openapi::Spec::shared();
     let fake = fake_with(vec![FakeServer::new(1, "192.0.2.1")]).await;
     let (_, mut body) = fake_answer(&fake, reqwest::Method::GET, "/servers/1", TOKEN, None).await;
     let schema = spec.response("get", "/servers/{id}", "200");

@@ -751,11 +751,6 @@ proptest! {
 // ---------------------------------------------------------------------------
 // Documents Hetzner's OpenAPI document allows
 
-fn spec() -> &'static Spec {
-    static SPEC: std::sync::OnceLock<Spec> = std::sync::OnceLock::new();
-    SPEC.get_or_init(Spec::load)
-}
-
 /// Addresses where the document has them, most of the time (the schema
 /// says only `string`); otherwise the schema's own strings.
 fn address_strings(at: &str, rng: &mut StdRng) -> Option<Value> {
@@ -905,7 +900,7 @@ proptest! {
     /// README's "Complete listings only" says; the second property).
     #[test]
     fn a_page_the_openapi_document_allows_reads_as_described(seed in any::<u64>(), page in 1u32..5) {
-        let spec = spec();
+        let spec = Spec::shared();
         let schema = spec.response("get", "/servers", "200");
         let mut rng = StdRng::seed_from_u64(seed);
         let mut document = Generator { rng: &mut rng, strings: &address_strings, most_items: 6 }
@@ -948,7 +943,7 @@ proptest! {
     /// not past `last_page`), and otherwise refused with cause `pagination`.
     #[test]
     fn any_paging_the_openapi_document_allows_is_read_or_refused_as_paging(seed in any::<u64>(), page in 1u32..5) {
-        let spec = spec();
+        let spec = Spec::shared();
         let schema = spec.response("get", "/servers", "200");
         let mut rng = StdRng::seed_from_u64(seed);
         let mut document = Generator { rng: &mut rng, strings: &address_strings, most_items: 3 }
