@@ -42,6 +42,35 @@ pub(crate) struct PoolState {
     pub last_desired: Option<DesiredPool>,
     /// The removal the shrink guard is holding, awaiting confirmation.
     pub held: Option<HeldRemoval>,
+    /// What the latest full cycle of this term wanted the pool to hold
+    /// (before the gate): a repair never writes back an address it no
+    /// longer wants.
+    pub planned: Option<DesiredPool>,
+}
+
+impl PoolState {
+    /// What a repair writes back: the last write, less what the latest
+    /// plan no longer wants (after two pools swapped servers, the last
+    /// write would restore the swap); `None` when nothing is left.
+    fn repairable(&self) -> Option<DesiredPool> {
+        let last = self.last_desired.as_ref()?;
+        let Some(planned) = &self.planned else {
+            return Some(last.clone());
+        };
+        let kept: Vec<IpAddr> = last
+            .addresses
+            .iter()
+            .filter(|a| planned.addresses.contains(a))
+            .copied()
+            .collect();
+        if kept.is_empty() {
+            return None;
+        }
+        Some(DesiredPool {
+            addresses: kept,
+            ..last.clone()
+        })
+    }
 }
 
 /// Owns the clients and what each pool was last written with; driven by
@@ -53,6 +82,8 @@ pub struct Reconciler {
     /// What each server of the last complete listing of this term gave
     /// each pool, for Node changes.
     last_listing: Option<Contributions>,
+    /// When the listing of `last_listing` began.
+    listed_at: Option<Instant>,
     nodes: NodeView,
     unhealthy: Unhealthy,
     /// How long a held removal waits before a listing may confirm it.
@@ -89,6 +120,7 @@ impl Reconciler {
             pools,
             state: BTreeMap::new(),
             last_listing: None,
+            listed_at: None,
             // As with the Node watch off: no Node, and none to wait for. The
             // controller loop sets what its watch knows before each cycle.
             nodes: NodeView::new([], true),
@@ -177,6 +209,7 @@ impl Reconciler {
     pub fn forget(&mut self) {
         self.state.clear();
         self.last_listing = None;
+        self.listed_at = None;
         self.unhealthy.clear();
         self.failover = None;
     }
@@ -221,6 +254,12 @@ impl Reconciler {
         &self.pools
     }
 
+    /// When the last good listing of this term began (what Node changes
+    /// remove from), if there is one.
+    pub fn listed_at(&self) -> Option<Instant> {
+        self.listed_at
+    }
+
     /// What `pool` was last written with in this term, if anything.
     pub fn last_desired(&self, pool: &str) -> Option<&DesiredPool> {
         self.state.get(pool)?.last_desired.as_ref()
@@ -236,9 +275,8 @@ impl Reconciler {
     /// when nothing could be decided (the listing or discovery failed);
     /// otherwise one outcome per configured pool, in order.
     pub async fn full(&mut self, settings: &Settings) -> Result<Vec<PoolOutcome>, ReconcileError> {
-        // The last listing goes first: two of them at 10,000 servers would
-        // double the peak.
-        self.last_listing = None;
+        // The last good listing stays until this one has succeeded: while
+        // listings fail, Node changes still remove from it.
         // Both listings of the cycle share one time limit.
         let hetzner = self.hetzner.for_cycle();
         let started = Instant::now();
@@ -259,6 +297,8 @@ impl Reconciler {
             Some(&mut record),
         );
         warn_about(settings, &rendered);
+        self.last_listing = Some(record);
+        self.listed_at = Some(started);
         let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
         let mut failover = failover_pools(
             &settings.pools,
@@ -299,7 +339,6 @@ impl Reconciler {
                 CycleKind::Full,
             )
             .await?;
-        self.last_listing = Some(record);
         // The mover moves only what each pool holds after the write (not
         // what the gate withheld: a foreign pool's, or one a pool of ours
         // still has). Handed over also without failover pools: a reload
@@ -379,10 +418,11 @@ impl Reconciler {
             .map(Some)
     }
 
-    /// Re-applies what `pool` was last written with, through the gate and
-    /// a fresh read of every pool (an address a foreign pool covers now is
-    /// not written back); `None` when this term has no listing yet (the
-    /// caller then runs a full cycle).
+    /// Re-applies what `pool` was last written with, less what the latest
+    /// plan no longer wants, through the gate and a fresh read of every
+    /// pool (an address a foreign pool covers now is not written back);
+    /// `None` when this term has no listing yet, or the latest plan wants
+    /// none of it (the caller then runs a full cycle).
     pub async fn repair(
         &mut self,
         settings: &Settings,
@@ -390,7 +430,7 @@ impl Reconciler {
     ) -> Result<Option<CycleReport>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
         let (Some(desired), Some(index)) = (
-            self.last_desired(pool).cloned(),
+            self.state.get(pool).and_then(PoolState::repairable),
             managed.iter().position(|m| *m == pool),
         ) else {
             return Ok(None);

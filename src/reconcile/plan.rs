@@ -4,7 +4,8 @@
 //! writes that act on it are in `act.rs`; the gate they pass through is
 //! `pool::gate`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -116,28 +117,73 @@ fn plan_pool(
         plan.failed = Some(e);
         return plan;
     }
-    let held = state.get(&pool.name).and_then(|s| s.held.as_ref());
+    let previous = state.get(&pool.name).and_then(|s| s.held.clone());
+    let nodes_step = ctx.kind == CycleKind::Nodes;
     // The Robot answer may be reused for a minute: one the hold already
     // saw cannot confirm it, whatever the time.
-    let robot_seen = matches!((robot_listed, held), (Some(at), Some(h)) if at <= h.since);
+    let robot_seen = matches!((robot_listed, &previous), (Some(at), Some(h)) if at <= h.since);
     let confirm_after = if robot_seen {
         Duration::MAX
     } else {
         ctx.confirm_after
     };
+    // A Node step judges only its own removal (a listing's hold is still
+    // in what it writes) and never confirms one: that takes a listing.
     let shrunk = shrink(
         pool,
         desired,
         &plan.live_addresses,
-        held,
+        if nodes_step { None } else { previous.as_ref() },
         ctx.now,
         confirm_after,
     );
-    plan.report.held = shrunk.held.clone();
+    let held = if nodes_step {
+        carry_hold(previous, &shrunk, &plan.live_addresses.addresses)
+    } else {
+        shrunk.held
+    };
+    plan.report.held = held.clone();
     plan.report.confirmed = shrunk.confirmed;
-    state.entry(pool.name.clone()).or_default().held = shrunk.held;
+    let memory = state.entry(pool.name.clone()).or_default();
+    memory.held = held;
+    if ctx.kind == CycleKind::Full {
+        memory.planned = Some(shrunk.write.clone());
+    }
     plan.wanted = Some(shrunk.write);
     plan
+}
+
+/// The hold a pool keeps after a Node step. A listing's hold waits for a
+/// listing to confirm it, so Node changes in between leave it as it was
+/// (same addresses, same start), less what the Node step itself removes.
+/// When the Node step's own removal is held too, the two are one new hold
+/// from now: more going at once is judged afresh, as a listing that
+/// removes more would be.
+pub(super) fn carry_hold(
+    previous: Option<HeldRemoval>,
+    step: &Shrunk,
+    live: &BTreeSet<IpAddr>,
+) -> Option<HeldRemoval> {
+    match (previous, &step.held) {
+        (None, held) => held.clone(),
+        (Some(previous), None) => {
+            let removed: BTreeSet<IpAddr> = live
+                .difference(&step.write.addresses.iter().copied().collect())
+                .copied()
+                .collect();
+            let addresses: BTreeSet<IpAddr> =
+                previous.addresses.difference(&removed).copied().collect();
+            (!addresses.is_empty()).then_some(HeldRemoval {
+                addresses,
+                ..previous
+            })
+        }
+        (Some(previous), Some(held)) => Some(HeldRemoval {
+            addresses: previous.addresses.union(&held.addresses).copied().collect(),
+            pool_size: held.pool_size,
+            since: held.since,
+        }),
+    }
 }
 
 /// The report a pool's cycle starts from.

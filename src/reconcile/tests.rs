@@ -71,3 +71,29 @@ fn a_new_or_cleared_conflict_is_reported() {
     assert!(!event_needs_repair(Some(&live), &d, true));
     assert!(event_needs_repair(Some(&live_matching(&d)), &d, true));
 }
+
+#[test]
+fn a_repair_writes_the_last_write_less_what_the_latest_plan_no_longer_wants() {
+    let render = |addresses: &[&str]| {
+        crate::pool::render(
+            &crate::pool::PoolTemplate {
+                name: "a".to_owned(),
+                ..Default::default()
+            },
+            addresses.iter().map(|a| a.parse::<IpAddr>().unwrap()),
+        )
+    };
+    let mut state = PoolState {
+        last_desired: Some(render(&["192.0.2.1", "192.0.2.2"])),
+        ..PoolState::default()
+    };
+    // No plan of this term yet: the last write.
+    assert_eq!(state.repairable(), state.last_desired.clone());
+    state.planned = Some(render(&["192.0.2.2", "192.0.2.3"]));
+    assert_eq!(state.repairable(), Some(render(&["192.0.2.2"])));
+    // Two pools swapped servers: nothing of the last write is wanted.
+    state.planned = Some(render(&["192.0.2.3"]));
+    assert_eq!(state.repairable(), None);
+    state.last_desired = None;
+    assert_eq!(state.repairable(), None);
+}

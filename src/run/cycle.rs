@@ -99,11 +99,17 @@ impl ControlLoop {
         let work = async {
             match work {
                 Work::Full => self.reconciler.full(&settings).await,
-                Work::Nodes => Ok(self
-                    .reconciler
-                    .nodes_changed(&settings)
-                    .await?
-                    .unwrap_or_default()),
+                Work::Nodes => {
+                    let outcomes = self.reconciler.nodes_changed(&settings).await?;
+                    if outcomes.is_none() {
+                        info!(
+                            target: LOG_TARGET,
+                            "Nodes changed, but this leadership term has no good Hetzner \
+                             listing yet; the next listing applies the change"
+                        );
+                    }
+                    Ok(outcomes.unwrap_or_default())
+                }
                 Work::Repair(pools) => {
                     let mut outcomes = Vec::with_capacity(pools.len());
                     for pool in pools {

@@ -289,6 +289,7 @@ impl ControlLoop {
         // A new term starts from a fresh listing: while we did not lead,
         // another replica may have written the pool.
         self.reconciler.new_term();
+        self.show_listing();
         st.mover.reset();
         self.health.set_floating_ips(st.mover.holders());
         if leading {
@@ -337,6 +338,7 @@ impl ControlLoop {
             Err(flow) => return flow,
         };
         self.observe(st, CycleKind::Full, &result, started.elapsed());
+        self.show_listing();
         st.schedule
             .end_full(cycle::full_end(&result), Instant::now());
         self.list_when_health_flips(&mut st.schedule, started);
@@ -507,6 +509,17 @@ impl ControlLoop {
                 "a Nodes.ExcludeUnhealthyAfter clock runs out before the next listing; listing then"
             );
         }
+    }
+
+    /// Shows when the last good listing of this term began (`/health`,
+    /// the metrics): Node changes remove from it while listings fail.
+    fn show_listing(&self) {
+        let at = self.reconciler.listed_at();
+        self.health.set_last_listing(at);
+        let now = Instant::now();
+        self.metrics.set_last_listing(
+            at.map(|at| std::time::SystemTime::now() - now.saturating_duration_since(at)),
+        );
     }
 
     fn interval(&self) -> Duration {

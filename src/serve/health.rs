@@ -33,6 +33,16 @@ pub struct HealthReport {
     pub last_success: Option<OffsetDateTime>,
     pub last_error: Option<String>,
     pub pool_addresses: Option<usize>,
+    /// When the last good Hetzner listing of this leadership term began,
+    /// and how long ago: Node changes remove from it while listings fail
+    /// (absent when this term has none).
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_listing: Option<OffsetDateTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_listing_age_seconds: Option<u64>,
     /// A condition that is not a failure of ours but that an operator must
     /// know about, such as a change held back by a safety guard.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -96,6 +106,8 @@ struct Inner {
     pools: Vec<PoolHealth>,
     /// Show `pools` in the report (`Pools` is set).
     listed: bool,
+    /// When the last good listing of this term began.
+    listed_at: Option<Instant>,
 }
 
 /// Shared between the loop and the web server.
@@ -116,6 +128,8 @@ impl Health {
                     last_success: None,
                     last_error: None,
                     pool_addresses: None,
+                    last_listing: None,
+                    last_listing_age_seconds: None,
                     notice: None,
                     config_error: None,
                     pools: Vec::new(),
@@ -124,6 +138,7 @@ impl Health {
                 heartbeat: Instant::now(),
                 pools: Vec::new(),
                 listed: false,
+                listed_at: None,
             }),
             liveness_timeout,
         }
@@ -281,8 +296,22 @@ impl Health {
         self.write().heartbeat = Instant::now();
     }
 
+    /// When the last good listing of this term began (`None`: a new term
+    /// has none yet).
+    pub fn set_last_listing(&self, at: Option<Instant>) {
+        let mut inner = self.write();
+        if inner.listed_at == at {
+            return;
+        }
+        inner.listed_at = at;
+        inner.report.last_listing = at.map(|at| OffsetDateTime::now_utc() - at.elapsed());
+    }
+
     pub fn report(&self) -> HealthReport {
-        self.read().report.clone()
+        let inner = self.read();
+        let mut report = inner.report.clone();
+        report.last_listing_age_seconds = inner.listed_at.map(|at| at.elapsed().as_secs());
+        report
     }
 
     pub fn liveness(&self) -> LivenessReport {

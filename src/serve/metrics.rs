@@ -389,6 +389,14 @@ impl Metrics {
         }
     }
 
+    /// When the last good listing of this term began (`None`: it has none).
+    pub fn set_last_listing(&self, at: Option<std::time::SystemTime>) {
+        let seconds = at
+            .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |since| since.as_secs_f64());
+        self.cycles.last_listing.set(seconds);
+    }
+
     pub fn set_interval(&self, interval: Duration) {
         self.cycles.interval_seconds.set(interval.as_secs_f64());
     }

@@ -18,7 +18,9 @@ use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use support::fake_hetzner::{Directive, FakeFloatingIp, FakeHetzner, FakePrivateNet, FakeServer};
+use support::fake_hetzner::{
+    Directive, FakeFloatingIp, FakeHetzner, FakePrivateNet, FakeServer, Fault,
+};
 use support::fake_kube::FakeKube;
 use support::in_process::{quick_options, quick_retry};
 
@@ -1012,4 +1014,153 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
             .map(String::from)
             .collect()
     );
+}
+
+/// Node rules act while Hetzner fails (issue 34, finding 1): a failed full
+/// cycle keeps the last good listing of the term, so a Node change still
+/// removes from it (and adds nothing).
+#[tokio::test]
+async fn a_node_change_removes_while_every_listing_fails() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(
+        (1..=4)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    reconciler.set_nodes(deleting(&[]));
+    reconciler.full(&settings).await.unwrap();
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
+    assert_eq!(blocks(&kube).len(), 4);
+
+    hetzner.set_fault(Some(Fault::status(503)));
+    reconciler
+        .full(&settings)
+        .await
+        .expect_err("the listing answers 503");
+    reconciler.set_nodes(deleting(&[2]));
+    let outcomes = reconciler
+        .nodes_changed(&settings)
+        .await
+        .unwrap()
+        .expect("the last good listing of the term is kept through a failed cycle");
+    let report = outcomes[0].result.as_ref().unwrap();
+    assert_eq!(report.kind, CycleKind::Nodes);
+    assert_eq!(
+        blocks(&kube),
+        BTreeSet::from(["198.51.100.1/32", "198.51.100.3/32", "198.51.100.4/32"].map(String::from))
+    );
+
+    // A new term forgets it: nothing from before may be applied.
+    reconciler.new_term();
+    reconciler.set_nodes(deleting(&[2, 3]));
+    assert!(reconciler.nodes_changed(&settings).await.unwrap().is_none());
+    assert!(blocks(&kube).contains("198.51.100.3/32"));
+}
+
+/// Node churn keeps a held removal (issue 34, finding 2): a Node change
+/// that removes nothing from a pool leaves the removal the shrink guard
+/// holds as it was (same addresses, same start), so the listing after
+/// `confirm_after` confirms it however often Nodes change in between.
+#[tokio::test]
+async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 0.25}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    let servers = |ids: &[i64]| {
+        ids.iter()
+            .map(|id| FakeServer::new(*id, &format!("198.51.100.{id}")))
+            .collect::<Vec<_>>()
+    };
+    hetzner.set_servers(servers(&[1, 2, 3, 4]));
+    reconciler.set_nodes(deleting(&[]));
+    reconciler.full(&settings).await.unwrap();
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
+
+    // Servers 3 and 4 go: half the pool, held.
+    reconciler.set_confirm_after(Duration::from_secs(3600));
+    hetzner.set_servers(servers(&[1, 2]));
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    let held = outcomes[0]
+        .result
+        .as_ref()
+        .unwrap()
+        .held
+        .clone()
+        .expect("held");
+    assert_eq!(blocks(&kube).len(), 4);
+
+    // Nodes change (a Node that is no server of the pool flaps): the hold
+    // stays as it was, and the Node step reports it.
+    for flap in [true, false, true] {
+        let mut nodes: Vec<NodeFacts> = (1..=4)
+            .map(|id| NodeFacts {
+                name: format!("node-{id}"),
+                server_id: Some(id),
+                ready: true,
+                ..NodeFacts::default()
+            })
+            .collect();
+        nodes.push(NodeFacts {
+            name: "flapper".into(),
+            ready: flap,
+            ..NodeFacts::default()
+        });
+        reconciler.set_nodes(NodeView::new(nodes, true));
+        let outcomes = reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+        let report = outcomes[0].result.as_ref().unwrap();
+        assert_eq!(
+            report.held.as_ref(),
+            Some(&held),
+            "a Node change wiped the hold"
+        );
+    }
+    // The listing after the wait confirms the same removal.
+    reconciler.set_confirm_after(Duration::ZERO);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    let report = outcomes[0].result.as_ref().unwrap();
+    assert_eq!(report.confirmed.as_ref(), Some(&held), "{report:?}");
+    assert_eq!(
+        blocks(&kube),
+        BTreeSet::from(["198.51.100.1/32", "198.51.100.2/32"].map(String::from))
+    );
+}
+
+/// The way out of a swap (issue 34, finding 8): the refusal says to delete
+/// one of the two pools; the repair that the delete brings must not write
+/// it back from its last write, which the latest plan no longer wants (that
+/// would restore the swap). The next full cycle then ends it.
+#[tokio::test]
+async fn deleting_one_pool_of_a_swap_ends_it() {
+    let pools = json!([
+        {"Name": "a", "LabelSelector": "role=a", "MaxRemovalRatio": 1},
+        {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
+    ]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1").with_label("role", "a"),
+        FakeServer::new(2, "198.51.100.2").with_label("role", "b"),
+    ]);
+    reconciler.full(&settings).await.unwrap();
+    // The servers swap roles: both pools are refused.
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "198.51.100.1").with_label("role", "b"),
+        FakeServer::new(2, "198.51.100.2").with_label("role", "a"),
+    ]);
+    let outcomes = reconciler.full(&settings).await.unwrap();
+    assert!(outcomes.iter().all(|o| o.result.is_err()), "{outcomes:?}");
+
+    // The operator deletes pool a, as the message says.
+    kube.remove_pool("a");
+    kube.record_snapshots();
+    let _ = reconciler.repair(&settings, "a").await;
+    assert!(
+        !ever_in(&kube.take_snapshots(), "a").contains("198.51.100.1/32"),
+        "the repair wrote back an address the latest plan gives to pool b"
+    );
+    reconciler.full(&settings).await.unwrap();
+    let one = |pool| cidrs(&kube.pool(pool).unwrap()["spec"]["blocks"]);
+    assert_eq!(one("a"), BTreeSet::from(["198.51.100.2/32".to_owned()]));
+    assert_eq!(one("b"), BTreeSet::from(["198.51.100.1/32".to_owned()]));
 }

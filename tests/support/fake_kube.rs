@@ -120,6 +120,11 @@ impl FakeKube {
             .insert(name.to_owned(), object);
     }
 
+    /// Deletes pool `name`, as `kubectl delete` would.
+    pub fn remove_pool(&self, name: &str) {
+        self.state.lock().unwrap().pools.remove(name);
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.state.lock().unwrap().requests.clone()
     }

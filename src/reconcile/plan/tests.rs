@@ -175,7 +175,7 @@ fn a_node_change_skips_pools_not_written_in_this_term() {
         "edge".to_owned(),
         PoolState {
             last_desired: Some(desired("edge", &["192.0.2.1"])),
-            held: None,
+            ..PoolState::default()
         },
     );
     let plans = plan_pools(
@@ -329,4 +329,71 @@ fn a_robot_pool_confirms_a_held_removal_after_the_delay_and_with_a_newer_robot_l
     // Both: confirmed.
     let plan = plan_robot_pool(&settings, &mut state, t0 + s(65), t0 + s(70));
     assert!(plan.report.confirmed.is_some(), "{:?}", plan.report);
+}
+
+fn hold(addresses: &[&str], pool_size: usize, since: Instant) -> HeldRemoval {
+    HeldRemoval {
+        addresses: addresses.iter().map(|a| ip(a)).collect(),
+        pool_size,
+        since,
+    }
+}
+
+#[test]
+fn a_node_step_that_removes_nothing_keeps_the_hold_as_it_was() {
+    let t0 = Instant::now();
+    let previous = hold(&["192.0.2.3", "192.0.2.4"], 4, t0);
+    let all = ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"];
+    let step = Shrunk {
+        write: desired("edge", &all),
+        held: None,
+        confirmed: None,
+    };
+    let carried = carry_hold(Some(previous.clone()), &step, &live(&all).addresses);
+    assert_eq!(carried, Some(previous));
+}
+
+#[test]
+fn a_node_step_removal_leaves_the_rest_of_the_hold_with_its_start() {
+    let t0 = Instant::now();
+    let previous = hold(&["192.0.2.3", "192.0.2.4"], 4, t0);
+    let live = live(&["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"]);
+    // The Node of server 4 is deleted: the Node step removes its address.
+    let step = Shrunk {
+        write: desired("edge", &["192.0.2.1", "192.0.2.2", "192.0.2.3"]),
+        held: None,
+        confirmed: None,
+    };
+    let carried = carry_hold(Some(previous), &step, &live.addresses).unwrap();
+    assert_eq!(carried, hold(&["192.0.2.3"], 4, t0));
+    // And when that was all the hold had, none is left.
+    let step = Shrunk {
+        write: desired("edge", &["192.0.2.1", "192.0.2.2", "192.0.2.4"]),
+        ..step
+    };
+    let only = hold(&["192.0.2.3"], 4, t0);
+    assert_eq!(carry_hold(Some(only), &step, &live.addresses), None);
+}
+
+#[test]
+fn a_node_step_that_holds_more_starts_one_new_hold_of_both() {
+    let t0 = Instant::now();
+    let later = t0 + Duration::from_secs(30);
+    let previous = hold(&["192.0.2.4"], 4, t0);
+    let all = ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4"];
+    let step = Shrunk {
+        write: desired("edge", &all),
+        held: Some(hold(&["192.0.2.2", "192.0.2.3"], 4, later)),
+        confirmed: None,
+    };
+    let carried = carry_hold(Some(previous), &step, &live(&all).addresses);
+    assert_eq!(
+        carried,
+        Some(hold(&["192.0.2.2", "192.0.2.3", "192.0.2.4"], 4, later))
+    );
+    // Without an earlier hold, the step's own.
+    assert_eq!(
+        carry_hold(None, &step, &live(&all).addresses),
+        step.held.clone()
+    );
 }

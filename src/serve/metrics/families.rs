@@ -119,6 +119,7 @@ pub(super) struct CycleMetrics {
     pub full_cycles_total: Family<TriggerLabels, Counter>,
     pub last_success: Family<PoolLabels, Gauge<f64, AtomicU64>>,
     pub interval_seconds: Gauge<f64, AtomicU64>,
+    pub last_listing: Gauge<f64, AtomicU64>,
 }
 
 impl CycleMetrics {
@@ -161,6 +162,13 @@ impl CycleMetrics {
             "The configured time between two Hetzner listings (CANADA_KAKTUS_INTERVAL)",
             Gauge::<f64, AtomicU64>::default(),
         );
+        let last_listing = registered(
+            registry,
+            "last_listing_timestamp_seconds",
+            "UNIX time the last good Hetzner listing of this leadership term began: what Node \
+             changes remove from while listings fail (0 when this term has none)",
+            Gauge::<f64, AtomicU64>::default(),
+        );
         Self {
             reconcile_total,
             reconcile_errors_total,
@@ -168,6 +176,7 @@ impl CycleMetrics {
             full_cycles_total,
             last_success,
             interval_seconds,
+            last_listing,
         }
     }
 }
