@@ -281,30 +281,42 @@ pub(super) fn removals(rendered: &[RenderedPool], all: &[Pool]) -> Vec<Vec<IpAdd
         .collect()
 }
 
-/// Keeps in each pool what a second listing (`confirmation`) still wants
-/// of what the first would remove (`removing`, from [`removals`]): only a
-/// removal both listings agree on goes ahead.
+/// Keeps in each pool what it holds and a write from `rendered` would
+/// remove (`removing`, from [`removals`] on a fresh read of the pools)
+/// unless the read's second listing confirmed it is gone (`read`, per
+/// pool): only a removal both listings agree on goes ahead. One that arose
+/// after the read (nothing looked at it twice) waits for the next listing.
 pub(super) fn keep_unconfirmed(
     rendered: &mut [RenderedPool],
-    confirmation: &[RenderedPool],
     removing: Vec<Vec<IpAddr>>,
+    read: &[super::full::Removals],
 ) {
-    for ((RenderedPool { desired, .. }, again), removing) in
-        rendered.iter_mut().zip(confirmation).zip(removing)
+    for (i, (RenderedPool { desired, .. }, removing)) in
+        rendered.iter_mut().zip(removing).enumerate()
     {
-        let again = &again.desired;
-        let kept: Vec<IpAddr> = removing
+        let seen = read.get(i).cloned().unwrap_or_default();
+        let (shifted, unchecked): (Vec<IpAddr>, Vec<IpAddr>) = removing
             .into_iter()
-            .filter(|a| again.addresses.binary_search(a).is_ok())
-            .collect();
-        if !kept.is_empty() {
+            .filter(|a| !seen.confirmed.contains(a))
+            .partition(|a| seen.checked.contains(a));
+        if !shifted.is_empty() {
             tracing::info!(
                 pool = %desired.name,
-                addresses = %join(&kept),
+                addresses = %join(&shifted),
                 "a second listing still has these addresses; not removed (a listing whose pages \
                  shifted missed them)"
             );
-            desired.addresses.extend(kept);
+        }
+        if !unchecked.is_empty() {
+            tracing::info!(
+                pool = %desired.name,
+                addresses = %join(&unchecked),
+                "these removals arose after the listing was read (a Node or the pool changed \
+                 meanwhile); not removed before the next listing"
+            );
+        }
+        if !shifted.is_empty() || !unchecked.is_empty() {
+            desired.addresses.extend(shifted.into_iter().chain(unchecked));
             desired.addresses.sort_unstable();
             desired.addresses.dedup();
         }

@@ -5,6 +5,7 @@
 
 mod act;
 mod dry;
+mod full;
 mod listing;
 mod plan;
 mod report;
@@ -17,15 +18,16 @@ use kube::core::ApiResource;
 use tokio::time::Instant;
 
 use crate::config::Settings;
-use crate::failover::{failover_pools, FailoverPool};
+use crate::failover::FailoverPool;
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeView, Unhealthy};
 use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
-use crate::robot::{RobotDue, RobotObserver, RobotRead, RobotSource};
+use crate::robot::{RobotDue, RobotObserver, RobotSource};
 use std::sync::Arc;
 
 pub use dry::{dry_cycle, DryPool};
-use listing::{find_pool, keep_unconfirmed, removals, render_recording, server_counts, warn_about};
+pub use full::FullRead;
+use listing::{find_pool, server_counts};
 pub use listing::{
     list_cloud, list_hetzner, render_pools, render_traced, shared_selector, template_from, Listing,
     RenderedPool,
@@ -77,7 +79,7 @@ impl PoolState {
 /// the controller loop one call at a time.
 pub struct Reconciler {
     hetzner: HetznerClient,
-    pools: PoolClient,
+    pools: Arc<PoolClient>,
     state: BTreeMap<String, PoolState>,
     /// What each server of the last complete listing of this term gave
     /// each pool, for Node changes.
@@ -93,13 +95,28 @@ pub struct Reconciler {
     /// The failover pools of the last complete listing, until the loop
     /// takes them.
     failover: Option<FailoverListing>,
-    /// The Robot webservice, built at the first cycle that needs it.
-    robot: Option<RobotSource>,
-    robot_observer: Option<Arc<dyn RobotObserver>>,
-    /// Whether the next full cycle lists Robot or uses the last listing.
-    robot_due: RobotDue,
+    /// The Robot webservice, shared with the read of a full cycle.
+    robot: SharedRobot,
+}
+
+/// The Robot source, built at the first cycle that needs it, and how to
+/// build it; the read of a full cycle holds it while it lists.
+#[derive(Clone)]
+pub(crate) struct SharedRobot {
+    source: Arc<tokio::sync::Mutex<Option<RobotSource>>>,
     /// The least gap between two Robot listings (`robot::MIN_GAP`).
-    robot_min_gap: Duration,
+    min_gap: Duration,
+    observer: Option<Arc<dyn RobotObserver>>,
+}
+
+impl SharedRobot {
+    fn new(min_gap: Duration, observer: Option<Arc<dyn RobotObserver>>) -> Self {
+        Self {
+            source: Arc::new(tokio::sync::Mutex::new(None)),
+            min_gap,
+            observer,
+        }
+    }
 }
 
 /// The failover pools as one complete listing showed them.
@@ -117,7 +134,7 @@ impl Reconciler {
     pub fn new(hetzner: HetznerClient, pools: PoolClient) -> Self {
         Self {
             hetzner,
-            pools,
+            pools: Arc::new(pools),
             state: BTreeMap::new(),
             last_listing: None,
             listed_at: None,
@@ -128,63 +145,19 @@ impl Reconciler {
             confirm_after: Duration::ZERO,
             fence: Fence::open(),
             failover: None,
-            robot: None,
-            robot_observer: None,
-            robot_due: RobotDue::List,
-            robot_min_gap: crate::robot::MIN_GAP,
+            robot: SharedRobot::new(crate::robot::MIN_GAP, None),
         }
     }
 
     /// Another least gap between two Robot listings, for tests that need a
     /// second listing at once (the controller keeps `robot::MIN_GAP`).
     pub fn set_robot_min_gap(&mut self, min_gap: Duration) {
-        self.robot_min_gap = min_gap;
-        self.robot = None;
+        self.robot = SharedRobot::new(min_gap, self.robot.observer.clone());
     }
 
     /// Tells `observer` about every Robot request (metrics).
     pub fn set_robot_observer(&mut self, observer: Arc<dyn RobotObserver>) {
-        self.robot_observer = Some(observer);
-        self.robot = None;
-    }
-
-    /// Whether the next full cycle lists Robot ([`RobotDue::List`]) or uses
-    /// the last listing (a cycle that Node changes brought forward).
-    pub fn set_robot_due(&mut self, due: RobotDue) {
-        self.robot_due = due;
-    }
-
-    /// The cycle's listing: Hetzner Cloud, and the Robot servers as the
-    /// source knows them.
-    async fn list(
-        &mut self,
-        hetzner: &HetznerClient,
-        settings: &Settings,
-    ) -> Result<Listing, ReconcileError> {
-        // Side by side: a slow webservice does not delay the Cloud listing
-        // (the Robot listing has a time limit of its own).
-        let (robot, listing) =
-            tokio::join!(self.read_robot(settings), list_cloud(hetzner, settings));
-        let mut listing = listing?;
-        listing.robot = robot;
-        Ok(listing)
-    }
-
-    /// What this cycle knows of the Robot servers (see `RobotSource`).
-    async fn read_robot(&mut self, settings: &Settings) -> RobotRead {
-        let observer = self.robot_observer.clone();
-        let min_gap = self.robot_min_gap;
-        let source = self.robot.get_or_insert_with(|| {
-            let source = RobotSource::new(&settings.robot_endpoint, settings.hcloud_timeout)
-                .with_min_gap(min_gap);
-            match observer {
-                Some(observer) => source.with_observer(observer),
-                None => source,
-            }
-        });
-        // `Reuse` holds for the one cycle Node changes brought forward.
-        let due = std::mem::replace(&mut self.robot_due, RobotDue::List);
-        source.read(settings, due).await
+        self.robot = SharedRobot::new(self.robot.min_gap, Some(observer));
     }
 
     pub fn set_confirm_after(&mut self, confirm_after: Duration) {
@@ -219,8 +192,20 @@ impl Reconciler {
     /// written the pools since it was read).
     pub fn new_term(&mut self) {
         self.forget();
-        if let Some(robot) = &mut self.robot {
-            robot.new_term();
+        let renewed = match self.robot.source.try_lock() {
+            Ok(mut source) => {
+                if let Some(robot) = source.as_mut() {
+                    robot.new_term();
+                }
+                true
+            }
+            Err(_) => false,
+        };
+        if !renewed {
+            // A read of the old term still holds it (the loop drops that
+            // read first, so only a caller that kept one gets here): a new
+            // source, which has no answer to reuse.
+            self.robot = SharedRobot::new(self.robot.min_gap, self.robot.observer.clone());
         }
     }
 
@@ -260,6 +245,15 @@ impl Reconciler {
         self.listed_at
     }
 
+    /// Whether a repair of `pool` has something to write back: a write of
+    /// this term of which the latest plan still wants something.
+    pub fn can_repair(&self, pool: &str) -> bool {
+        self.state
+            .get(pool)
+            .and_then(PoolState::repairable)
+            .is_some()
+    }
+
     /// What `pool` was last written with in this term, if anything.
     pub fn last_desired(&self, pool: &str) -> Option<&DesiredPool> {
         self.state.get(pool)?.last_desired.as_ref()
@@ -270,89 +264,15 @@ impl Reconciler {
         self.pools.cached_resource()
     }
 
-    /// One full cycle: list Hetzner once for every pool, read the pools
-    /// (ours and every other one), and write each pool that differs. `Err`
-    /// when nothing could be decided (the listing or discovery failed);
-    /// otherwise one outcome per configured pool, in order.
+    /// One full cycle: list Hetzner once for every pool (twice when
+    /// something would be removed), read the pools (ours and every other
+    /// one), and write each pool that differs: [`Reconciler::read_full`]
+    /// (listing Robot), then [`Reconciler::apply_full`]. `Err` when nothing
+    /// could be decided (the listing or discovery failed); otherwise one
+    /// outcome per configured pool, in order.
     pub async fn full(&mut self, settings: &Settings) -> Result<Vec<PoolOutcome>, ReconcileError> {
-        // The last good listing stays until this one has succeeded: while
-        // listings fail, Node changes still remove from it.
-        // Both listings of the cycle share one time limit.
-        let hetzner = self.hetzner.for_cycle();
-        let started = Instant::now();
-        let listing = self.list(&hetzner, settings).await?;
-        let robot = listing.robot.clone();
-        let resource = self
-            .pools
-            .refresh_resource(settings.cilium_api_version)
-            .await?;
-        let mut record = Contributions::default();
-        let now = Instant::now();
-        let mut rendered = render_recording(
-            settings,
-            &listing,
-            &self.nodes,
-            &mut self.unhealthy,
-            now,
-            Some(&mut record),
-        );
-        warn_about(settings, &rendered);
-        self.last_listing = Some(record);
-        self.listed_at = Some(started);
-        let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
-        let mut failover = failover_pools(
-            &settings.pools,
-            &held,
-            &listing.servers,
-            listing.prefiltered,
-            &listing.floating_ips,
-        );
-        let mut requests = listing.requests;
-        drop(listing);
-        let mut all = self.pools.list_all(&resource).await?;
-        // Offset paging is not a snapshot: a server deleted on one page and
-        // another created before the next request shift the pages and hide
-        // a server, with the total unchanged. So a removal needs a second
-        // listing that agrees.
-        let removing = removals(&rendered, &all);
-        if removing.iter().any(|r| !r.is_empty()) {
-            // Robot's lists are no pages: the same read confirms.
-            let mut again = list_cloud(&hetzner, settings).await?;
-            again.robot = robot.clone();
-            requests += again.requests;
-            let mut scratch = self.unhealthy.clone();
-            let confirmation =
-                render_recording(settings, &again, &self.nodes, &mut scratch, now, None);
-            drop(again);
-            keep_unconfirmed(&mut rendered, &confirmation, removing);
-            // The writes are decided from a read after that listing, which
-            // may have taken a while: the pools may have changed.
-            all = self.pools.list_all(&resource).await?;
-        }
-        let outcomes = self
-            .converge_all(
-                settings,
-                &resource,
-                all,
-                rendered,
-                requests,
-                CycleKind::Full,
-            )
-            .await?;
-        // The mover moves only what each pool holds after the write (not
-        // what the gate withheld: a foreign pool's, or one a pool of ours
-        // still has). Handed over also without failover pools: a reload
-        // that turned failover off must stop it.
-        for pool in &mut failover {
-            let kept = self.last_desired(&pool.pool).map(|d| &d.addresses);
-            pool.floating_ips
-                .retain(|fip| kept.is_some_and(|kept| kept.contains(&fip.address)));
-        }
-        self.failover = Some(FailoverListing {
-            started,
-            pools: failover,
-        });
-        Ok(outcomes)
+        let read = self.read_full(settings, RobotDue::List).await?;
+        self.apply_full(settings, read).await
     }
 
     /// Applies a change of the Nodes to the last listing of this term:

@@ -11,7 +11,7 @@ use tracing::{error, info};
 use super::operate::while_leading;
 use super::{events, ControlLoop, Flow, Running};
 use crate::pool::gate::WithheldReason;
-use crate::reconcile::{join, CycleKind, CycleReport, PoolOutcome, ReconcileError};
+use crate::reconcile::{join, CycleKind, CycleReport, FullRead, PoolOutcome, ReconcileError};
 use crate::run::schedule::{FullCycleEnd, RepairEnd};
 
 /// The `target` of the `reconcile finished` and `reconcile failed` lines:
@@ -25,7 +25,7 @@ impl ControlLoop {
     /// Runs `work` in the schedule's term: the result, or how the loop goes
     /// on when the term ended first ([`Flow::Go`]: the term handler takes
     /// over) or the process shuts down ([`Flow::Stop`]).
-    pub(super) async fn lead(&mut self, st: &Running, work: Work) -> Result<CycleResult, Flow> {
+    pub(super) async fn lead(&mut self, st: &mut Running, work: Work) -> Result<CycleResult, Flow> {
         match while_leading(&st.leadership.term, st.schedule.term(), self.cycle(work)).await {
             None => Err(Flow::Go),
             Some(None) => Err(Flow::Stop),
@@ -93,12 +93,15 @@ impl ControlLoop {
     /// on shutdown (`None`).
     async fn cycle(&mut self, work: Work) -> Option<CycleResult> {
         let timeout = self.timings.cycle_timeout;
-        let started = Instant::now();
+        let started = match &work {
+            Work::Full { started, .. } => *started,
+            _ => Instant::now(),
+        };
         let settings = self.settings.clone();
         let shutdown = self.shutdown.clone();
         let work = async {
             match work {
-                Work::Full => self.reconciler.full(&settings).await,
+                Work::Full { read, .. } => self.reconciler.apply_full(&settings, (*read)?).await,
                 Work::Nodes => {
                     let outcomes = self.reconciler.nodes_changed(&settings).await?;
                     if outcomes.is_none() {
@@ -115,8 +118,9 @@ impl ControlLoop {
                     for pool in pools {
                         let result = match self.reconciler.repair(&settings, &pool).await {
                             Ok(Some(report)) => Ok(report),
-                            // No listing in this term: a full cycle instead.
-                            Ok(None) => return self.reconciler.full(&settings).await,
+                            // Nothing to repair from any more (the loop
+                            // asked before): the listing it planned decides.
+                            Ok(None) => continue,
                             Err(e) if settings.pools_listed => Err(ReconcileError::Pool {
                                 pool: pool.clone(),
                                 source: Box::new(e),
@@ -157,7 +161,11 @@ impl ControlLoop {
 
 /// What one run of [`ControlLoop::cycle`] does.
 pub(super) enum Work {
-    Full,
+    /// Decide and write from the read of a full cycle (begun at `started`).
+    Full {
+        read: Box<Result<FullRead, ReconcileError>>,
+        started: Instant,
+    },
     /// Re-apply these pools' last write.
     Repair(Vec<String>),
     /// Apply a Node change to the last listing.

@@ -10,6 +10,7 @@
 mod cycle;
 pub mod events;
 pub mod failover;
+mod full;
 pub mod leader;
 pub mod leases;
 pub mod nodes;
@@ -89,9 +90,6 @@ impl LoopTimings {
         self.cycle_timeout + self.heartbeat * 6
     }
 }
-
-/// How long a full cycle waits for the Node watch's first list.
-const NODE_LIST_WAIT: Duration = Duration::from_secs(10);
 
 /// The Hetzner client the settings describe: their endpoint, request
 /// timeout and request budget, with the default retry policy.
@@ -187,16 +185,21 @@ impl ControlLoop {
                 _ = self.shutdown.cancelled() => Flow::Stop,
                 Ok(()) = st.leadership.term.changed() => self.on_term(&mut st),
                 Ok(()) = st.leadership.problem.changed() => self.on_election_problem(&mut st),
-                _ = sleep_until(st.schedule.next_full()), if st.schedule.leading() => {
-                    self.full_cycle(&mut st).await
+                // A Node step due with a listing goes first: the listing
+                // then has nothing of that change left to remove (one
+                // listing, no confirming second one).
+                _ = sleep_until(st.schedule.nodes_at().unwrap_or_else(Instant::now)),
+                    if st.schedule.nodes_at().is_some() && st.schedule.leading() => {
+                    self.apply_nodes(&mut st).await
+                }
+                read = full::read_done(&mut st.listing) => self.finish_full(&mut st, read).await,
+                _ = sleep_until(st.schedule.next_full()),
+                    if st.schedule.leading() && st.listing.is_none() => {
+                    self.start_full(&mut st)
                 }
                 _ = sleep_until(st.schedule.repair_at().unwrap_or_else(Instant::now)),
                     if st.schedule.repair_at().is_some() && st.schedule.leading() => {
                     self.repair(&mut st).await
-                }
-                _ = sleep_until(st.schedule.nodes_at().unwrap_or_else(Instant::now)),
-                    if st.schedule.nodes_at().is_some() && st.schedule.leading() => {
-                    self.apply_nodes(&mut st).await
                 }
                 Some(change) = st.nodes.next_change() => self.on_node_change(&mut st, change),
                 Some(done) = st.mover.next_done() => self.on_move_done(&mut st, done),
@@ -270,6 +273,7 @@ impl ControlLoop {
             schedule: Schedule::new(self.clocks(), term, Instant::now()),
             pool_watches: BTreeMap::new(),
             pool_changes,
+            listing: None,
             config: ConfigWatch { path, snapshot },
             mover,
             leases: None,
@@ -287,7 +291,9 @@ impl ControlLoop {
         };
         self.metrics.set_leader(leading);
         // A new term starts from a fresh listing: while we did not lead,
-        // another replica may have written the pool.
+        // another replica may have written the pool. A read of the old
+        // term in flight is dropped first.
+        st.listing = None;
         self.reconciler.new_term();
         self.show_listing();
         st.mover.reset();
@@ -313,47 +319,23 @@ impl ControlLoop {
         Flow::Go
     }
 
-    /// The full cycle: list Hetzner, decide every pool, write.
-    async fn full_cycle(&mut self, st: &mut Running) -> Flow {
-        let trigger = st.schedule.start_full(Instant::now());
-        self.metrics.full_cycle_started(trigger);
-        let health_flip = st.schedule.take_health_flip();
-        self.reconciler
-            .set_robot_due(schedule::robot_due(trigger, health_flip));
-        self.reconciler
-            .set_confirm_after(st.schedule.clocks().confirm_after());
-        // Nothing is added before the Nodes are listed: wait for that list
-        // a little (then removals go on anyway, and the list, when it
-        // comes, brings a listing).
-        tokio::select! {
-            _ = st.nodes.listed(NODE_LIST_WAIT) => {}
-            _ = self.shutdown.cancelled() => return Flow::Stop,
-        }
-        let nodes = st.nodes.view();
-        st.schedule.nodes_seen(nodes.complete);
-        self.reconciler.set_nodes(nodes);
-        let started = Instant::now();
-        let result = match self.lead(st, Work::Full).await {
-            Ok(result) => result,
-            Err(flow) => return flow,
-        };
-        self.observe(st, CycleKind::Full, &result, started.elapsed());
-        self.show_listing();
-        st.schedule
-            .end_full(cycle::full_end(&result), Instant::now());
-        self.list_when_health_flips(&mut st.schedule, started);
-        self.ensure_pool_watches(&mut st.pool_watches, &st.pool_changes);
-        if let Some(listing) = self.reconciler.take_failover() {
-            st.mover.set_listing(listing);
-            self.decide_moves(st);
-        }
-        Flow::Go
-    }
-
     /// Re-applies the last listing to the pools someone changed.
     async fn repair(&mut self, st: &mut Running) -> Flow {
         let started = Instant::now();
-        let pools = st.schedule.take_repairs(started);
+        let (pools, unrepairable): (Vec<String>, Vec<String>) = st
+            .schedule
+            .take_repairs(started)
+            .into_iter()
+            .partition(|pool| self.reconciler.can_repair(pool));
+        if !unrepairable.is_empty() {
+            // Nothing of the last write that the latest plan still wants
+            // (or no write in this term): a listing decides.
+            debug!(pools = %unrepairable.join(","), "nothing to repair from; listing now");
+            st.schedule.list_now(started);
+        }
+        if pools.is_empty() {
+            return Flow::Go;
+        }
         let result = match self.lead(st, Work::Repair(pools)).await {
             Ok(result) => result,
             Err(flow) => return flow,
@@ -477,6 +459,9 @@ impl ControlLoop {
             let names: BTreeSet<String> =
                 self.settings.pools.iter().map(|p| p.name.clone()).collect();
             st.schedule.on_reload(self.clocks(), &names, Instant::now());
+            // The listing in flight read for the old settings; the reload
+            // lists anew at once.
+            st.listing = None;
             st.pool_watches.retain(|name, _| names.contains(name));
             // New pools or another API: moves wait for the listing the
             // reload brings. Any reload: later moves use the new client.
@@ -565,6 +550,8 @@ struct Running {
     pool_watches: BTreeMap<String, PoolWatch>,
     /// Where the pool watches send what they see.
     pool_changes: mpsc::Sender<PoolWatchEvent>,
+    /// The read of a full cycle, while it runs.
+    listing: Option<full::InFlight>,
     config: ConfigWatch,
     /// Floating IP failover (idle without failover pools).
     mover: failover::Mover,

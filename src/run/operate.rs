@@ -157,15 +157,17 @@ impl NodeFeed {
 
     /// Waits until the Node watch has listed the Nodes, at most `bound`,
     /// once: a cycle before that list adds nothing, so the first cycle
-    /// waits a little for it; later ones go on without (they remove what
-    /// they must, and the list brings a listing when it comes).
-    pub async fn listed(&mut self, bound: Duration) {
-        if std::mem::replace(&mut self.waited, true) {
-            return;
-        }
-        if let Some(view) = &self.view {
-            let mut view = view.clone();
-            let _ = tokio::time::timeout(bound, view.wait_for(|v| v.complete)).await;
+    /// waits a little for it (beside its listing); later ones go on without
+    /// (they remove what they must, and the list brings a listing when it
+    /// comes).
+    pub fn first_list(&mut self, bound: Duration) -> impl Future<Output = ()> + Send + 'static {
+        let view = (!std::mem::replace(&mut self.waited, true))
+            .then(|| self.view.clone())
+            .flatten();
+        async move {
+            if let Some(mut view) = view {
+                let _ = tokio::time::timeout(bound, view.wait_for(|v| v.complete)).await;
+            }
         }
     }
 }

@@ -214,11 +214,15 @@ impl Schedule {
     }
 
     /// A full cycle starts at `now`: why it runs.
+    /// The listing runs beside everything else; until it ends, the next
+    /// one is planned an interval out, so a Node change or a health clock
+    /// meanwhile brings it forward as when no listing runs.
     pub fn start_full(&mut self, now: Instant) -> Trigger {
         let trigger = std::mem::replace(&mut self.trigger, Trigger::Interval);
         if trigger == Trigger::Node {
             self.last_node_listing = Some(now);
         }
+        self.next_full = now + self.clocks.interval;
         trigger
     }
 
@@ -229,10 +233,13 @@ impl Schedule {
 
     /// A full cycle ended at `now`: the next one comes after the interval,
     /// sooner to confirm a held removal, or after the retry backoff.
+    /// A listing brought forward while this one ran (by a Node change, a
+    /// health clock or a reload) stays planned when it is sooner.
     pub fn end_full(&mut self, end: FullCycleEnd, now: Instant) {
         self.failures = if end.all_ok { 0 } else { self.failures + 1 };
         self.conflicts = end.conflicts;
         let interval = self.clocks.interval;
+        let brought_forward = (self.trigger != Trigger::Interval).then_some(self.next_full);
         self.next_full = now
             + if end.holding {
                 // Confirm (or drop) a held removal soon rather than leave
@@ -243,6 +250,15 @@ impl Schedule {
             } else {
                 retry_after(self.failures, self.clocks.retry_base, interval)
             };
+        if let Some(sooner) = brought_forward.filter(|at| *at < self.next_full) {
+            self.next_full = sooner;
+        }
+    }
+
+    /// A listing is needed now (a repair found nothing of the pool's last
+    /// write that the latest plan still wants).
+    pub fn list_now(&mut self, now: Instant) {
+        self.next_full = self.next_full.min(now);
     }
 
     /// Failed full cycles in a row.

@@ -526,7 +526,8 @@ async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
     let writes = kube.writes().len();
 
     hetzner.set_servers(numbered_servers(4));
-    kube.delete_pool_after_next_read("covidnetes-pool");
+    // The read's look at the pools, then the write's fresh one.
+    kube.delete_pool_after_reads("covidnetes-pool", 2);
     let report = single(reconciler.full(&settings).await).unwrap();
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     let after = kube.writes();

@@ -41,10 +41,10 @@ struct State {
     next_patch_lost: Option<u16>,
     /// Events created by the controller, oldest first.
     events: Vec<Value>,
-    /// Delete the pool right after serving the next GET of it (a delete
-    /// that lands between the controller's read and its write).
-    /// A pool deleted right after the next read (GET or LIST) is answered.
-    delete_after_read: Option<String>,
+    /// A pool deleted right after the Nth read of the pools from now (GET
+    /// or LIST) is answered: a delete that lands between the controller's
+    /// read and its write.
+    delete_after_read: Option<(String, usize)>,
     /// Node lists are answered 403 (the Node watch never lists).
     forbid_nodes: bool,
     /// How many Node lists were asked for.
@@ -61,6 +61,21 @@ struct State {
 #[derive(Clone)]
 pub struct FakeKube {
     state: Arc<Mutex<State>>,
+}
+
+impl State {
+    /// One read of the pools was answered: the pool waiting for its
+    /// delete goes once its reads are done.
+    fn count_read(&mut self) {
+        if let Some((name, reads)) = &mut self.delete_after_read {
+            *reads = reads.saturating_sub(1);
+            if *reads == 0 {
+                let name = name.clone();
+                self.pools.remove(&name);
+                self.delete_after_read = None;
+            }
+        }
+    }
 }
 
 impl FakeKube {
@@ -255,10 +270,11 @@ impl FakeKube {
         std::mem::take(&mut self.state.lock().unwrap().requests)
     }
 
-    /// The next read of the pools (a GET or a LIST) is answered, then pool
-    /// `name` is deleted: the controller's following write finds it gone.
-    pub fn delete_pool_after_next_read(&self, name: &str) {
-        self.state.lock().unwrap().delete_after_read = Some(name.to_owned());
+    /// The next `reads` reads of the pools (GETs or LISTs) are answered,
+    /// then pool `name` is deleted: the controller's following write finds
+    /// it gone.
+    pub fn delete_pool_after_reads(&self, name: &str, reads: usize) {
+        self.state.lock().unwrap().delete_after_read = Some((name.to_owned(), reads));
     }
 
     fn handle(&self, request: RecordedRequest) -> (StatusCode, Option<Value>) {
@@ -281,9 +297,7 @@ impl FakeKube {
             ("GET", ["apis", "cilium.io", _, "ciliumloadbalancerippools", name]) => {
                 match state.pools.get(*name).cloned() {
                     Some(pool) => {
-                        if let Some(gone) = state.delete_after_read.take() {
-                            state.pools.remove(&gone);
-                        }
+                        state.count_read();
                         (StatusCode::OK, Some(pool))
                     }
                     None => not_found(),
@@ -291,9 +305,7 @@ impl FakeKube {
             }
             ("GET", ["apis", "cilium.io", _, "ciliumloadbalancerippools"]) => {
                 let items: Vec<Value> = state.pools.values().cloned().collect();
-                if let Some(gone) = state.delete_after_read.take() {
-                    state.pools.remove(&gone);
-                }
+                state.count_read();
                 let rv = state.resource_version.to_string();
                 (
                     StatusCode::OK,

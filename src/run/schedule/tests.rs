@@ -331,3 +331,35 @@ fn a_reload_lists_at_once_with_the_new_clocks_and_keeps_repairs_of_kept_pools() 
     s.end_full(ok(), t1);
     assert_eq!(s.next_full(), t1 + S(60));
 }
+
+#[test]
+fn a_node_change_while_a_listing_runs_brings_the_next_one_forward() {
+    let t0 = Instant::now();
+    let mut s = Schedule::new(clocks(), leading(), t0);
+    assert_eq!(s.start_full(t0), Trigger::Interval);
+    // The listing runs (a large project: a minute); a Node changes at 10 s.
+    let t1 = t0 + S(10);
+    assert_eq!(
+        s.on_node_change(false, t1),
+        NodeChangeAnswer::ListEarly(t1 + S(2))
+    );
+    assert_eq!(s.nodes_at(), Some(t1 + S(2)), "the Node step does not wait");
+    // The listing ends later: the one the change asked for stays planned
+    // (at once, as it is overdue), not an interval out.
+    s.end_full(ok(), t0 + S(60));
+    assert_eq!(s.next_full(), t1 + S(2));
+    assert_eq!(s.start_full(t0 + S(60)), Trigger::Node);
+    // Without a change meanwhile, the interval.
+    s.end_full(ok(), t0 + S(70));
+    assert_eq!(s.next_full(), t0 + S(70) + S(900));
+}
+
+#[test]
+fn a_repair_with_nothing_left_to_write_lists_now() {
+    let t0 = Instant::now();
+    let mut s = Schedule::new(clocks(), leading(), t0);
+    s.start_full(t0);
+    s.end_full(ok(), t0);
+    s.list_now(t0 + S(5));
+    assert_eq!(s.next_full(), t0 + S(5));
+}

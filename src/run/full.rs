@@ -1,0 +1,96 @@
+//! The full cycle in the loop. Its read (the Hetzner and Robot listings,
+//! a second listing when something would be removed) runs beside every
+//! other part of the loop: Node steps, repairs, pool events and Floating IP
+//! moves go on while it is in flight. When it ends, the writes follow from
+//! it with the Nodes as they are then.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::cycle::{self, Work};
+use super::{schedule, ControlLoop, Flow, Running};
+use crate::reconcile::{CycleKind, FullRead, ReconcileError};
+
+/// How long a full cycle waits for the Node watch's first list.
+const NODE_LIST_WAIT: Duration = Duration::from_secs(10);
+
+/// What a read in flight ends with.
+type ReadResult = Result<FullRead, ReconcileError>;
+
+/// The read of a full cycle, in flight.
+pub(super) struct InFlight {
+    started: Instant,
+    read: Pin<Box<dyn Future<Output = ReadResult> + Send>>,
+}
+
+/// The end of the read in flight, if there is one (else never).
+pub(super) async fn read_done(listing: &mut Option<InFlight>) -> ReadResult {
+    match listing {
+        Some(in_flight) => in_flight.read.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl ControlLoop {
+    /// Starts the read of a full cycle; the loop goes on at once.
+    pub(super) fn start_full(&mut self, st: &mut Running) -> Flow {
+        let trigger = st.schedule.start_full(Instant::now());
+        self.metrics.full_cycle_started(trigger);
+        let health_flip = st.schedule.take_health_flip();
+        self.reconciler.set_nodes(st.nodes.view());
+        let read = self
+            .reconciler
+            .read_full(&self.settings, schedule::robot_due(trigger, health_flip));
+        // Nothing is added before the Nodes are listed: the first cycle
+        // waits for that list a little, beside its listing (then removals
+        // go on anyway, and the list, when it comes, brings a listing).
+        let first_list = st.nodes.first_list(NODE_LIST_WAIT);
+        let limit = self.timings.cycle_timeout;
+        let read = async move {
+            let (read, ()) = tokio::join!(tokio::time::timeout(limit, read), first_list);
+            read.unwrap_or(Err(ReconcileError::TimedOut {
+                seconds: limit.as_secs(),
+            }))
+        };
+        st.listing = Some(InFlight {
+            started: Instant::now(),
+            read: Box::pin(read),
+        });
+        Flow::Go
+    }
+
+    /// The read ended: decide and write every pool from it, then hand the
+    /// failover pools to the mover.
+    pub(super) async fn finish_full(&mut self, st: &mut Running, read: ReadResult) -> Flow {
+        let Some(InFlight { started, .. }) = st.listing.take() else {
+            return Flow::Go;
+        };
+        let nodes = st.nodes.view();
+        st.schedule.nodes_seen(nodes.complete);
+        self.reconciler.set_nodes(nodes);
+        self.reconciler
+            .set_confirm_after(st.schedule.clocks().confirm_after());
+        let work = Work::Full {
+            read: Box::new(read),
+            started,
+        };
+        let result = match self.lead(st, work).await {
+            Ok(result) => result,
+            Err(flow) => return flow,
+        };
+        self.observe(st, CycleKind::Full, &result, started.elapsed());
+        self.show_listing();
+        st.schedule
+            .end_full(cycle::full_end(&result), Instant::now());
+        self.list_when_health_flips(&mut st.schedule, started);
+        self.ensure_pool_watches(&mut st.pool_watches, &st.pool_changes);
+        if let Some(listing) = self.reconciler.take_failover() {
+            st.mover.set_listing(listing);
+            self.decide_moves(st);
+        }
+        Flow::Go
+    }
+}
