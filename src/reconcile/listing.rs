@@ -316,7 +316,9 @@ pub(super) fn keep_unconfirmed(
             );
         }
         if !shifted.is_empty() || !unchecked.is_empty() {
-            desired.addresses.extend(shifted.into_iter().chain(unchecked));
+            desired
+                .addresses
+                .extend(shifted.into_iter().chain(unchecked));
             desired.addresses.sort_unstable();
             desired.addresses.dedup();
         }

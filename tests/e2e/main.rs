@@ -16,5 +16,6 @@ mod failover;
 mod faults;
 mod helm;
 mod operate;
+mod parts;
 mod pools;
 mod robot;
