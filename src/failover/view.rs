@@ -43,6 +43,9 @@ pub struct FailoverPool {
     pub pool: String,
     /// The pool's `LabelSelector`: a holder must still match it.
     pub selector: LabelSelector,
+    /// The pool's `NodeSelector`: a member's Node must match it, as for
+    /// the pool's other addresses.
+    pub node_selector: Option<LabelSelector>,
     pub failover: Failover,
     pub candidates: Vec<Candidate>,
     pub floating_ips: Vec<PoolFloatingIp>,
@@ -51,6 +54,13 @@ pub struct FailoverPool {
 impl FailoverPool {
     pub fn candidate(&self, id: i64) -> Option<&Candidate> {
         self.candidates.iter().find(|c| c.id == id)
+    }
+
+    /// Whether the pool's `NodeSelector` (if any) matches `node`.
+    pub fn selects_node(&self, node: &NodeFacts) -> bool {
+        self.node_selector
+            .as_ref()
+            .is_none_or(|selector| selector.matches(&node.labels))
     }
 
     /// A server's name for logs and Events: its name when the pool matched
@@ -106,6 +116,7 @@ pub fn failover_pools(
             Some(FailoverPool {
                 pool: pool.name.clone(),
                 selector,
+                node_selector: pool.node_selector.clone(),
                 failover,
                 candidates,
                 floating_ips,
@@ -131,17 +142,20 @@ pub enum Departure {
     NotReady,
     /// Its Node's Lease was not renewed for `FailoverAfter`.
     Silent,
+    /// The pool's `NodeSelector` does not match its Node's labels.
+    NotSelected,
 }
 
 impl Departure {
     /// The `reason` label of the move metrics (with `unassigned`).
-    pub const LABELS: [&'static str; 6] = [
+    pub const LABELS: [&'static str; 7] = [
         "server_gone",
         "not_running",
         "no_node",
         "excluded",
         "not_ready",
         "silent",
+        "not_selected",
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -152,6 +166,7 @@ impl Departure {
             Departure::Excluded(_) => Self::LABELS[3],
             Departure::NotReady => Self::LABELS[4],
             Departure::Silent => Self::LABELS[5],
+            Departure::NotSelected => Self::LABELS[6],
         }
     }
 
@@ -166,6 +181,7 @@ impl Departure {
             Departure::Excluded(exclusion) => exclusion.describe().to_owned(),
             Departure::NotReady => "its Node was NotReady for FailoverAfter".to_owned(),
             Departure::Silent => "its Node's Lease was not renewed for FailoverAfter".to_owned(),
+            Departure::NotSelected => "the pool's NodeSelector does not match its Node".to_owned(),
         }
     }
 }
@@ -198,13 +214,32 @@ pub fn departure(
     if let Some(exclusion) = node.exclusion() {
         return Some(Departure::Excluded(exclusion));
     }
+    if !pool.selects_node(node) {
+        return Some(Departure::NotSelected);
+    }
     quiet(node)
 }
 
+/// Whether a Node may take a new Floating IP: it renewed its Lease
+/// recently (see [`TAKES_NEW_WITHIN`]).
+pub type Fresh<'a> = &'a dyn Fn(&NodeFacts) -> bool;
+
+/// A new holder must have renewed its Node's Lease within this long: one
+/// and a half kubelet periods (10 s). A Node late beyond it may be about to
+/// go silent (a location failing), and a move to it would be undone soon,
+/// each hop a real Action that spends the move budget.
+pub const TAKES_NEW_WITHIN: Duration = Duration::from_secs(15);
+
 /// The healthy members of `pool` now, for [`super::plan`]: those that keep
-/// their IPs. Only a running server whose Node is Ready now takes a new one
-/// (a Node NotReady for less than `FailoverAfter` keeps, but gets nothing).
-pub fn healthy_members(pool: &FailoverPool, nodes: &NodeView, quiet: Quiet<'_>) -> Vec<Member> {
+/// their IPs. Only a running server whose Node is Ready now and renewed its
+/// Lease lately (`fresh`) takes a new one (a Node NotReady, or late, for
+/// less than `FailoverAfter` keeps, but gets nothing).
+pub fn healthy_members(
+    pool: &FailoverPool,
+    nodes: &NodeView,
+    quiet: Quiet<'_>,
+    fresh: Fresh<'_>,
+) -> Vec<Member> {
     pool.candidates
         .iter()
         .filter(|c| departure(pool, c.id, nodes, quiet).is_none())
@@ -213,7 +248,9 @@ pub fn healthy_members(pool: &FailoverPool, nodes: &NodeView, quiet: Quiet<'_>) 
             location: c.location.name.clone(),
             network_zone: c.location.network_zone.clone(),
             takes_new: c.status == ServerStatus::Running
-                && nodes.node_of(c.id, &c.name).is_some_and(|n| n.ready),
+                && nodes
+                    .node_of(c.id, &c.name)
+                    .is_some_and(|n| n.ready && fresh(n)),
         })
         .collect()
 }

@@ -394,8 +394,8 @@ pub fn floating_ips_stranded(ips: &[String]) -> PoolEvent {
         "Failover",
         format!(
             "Floating IP(s) {} should move, but no server of the pool is a healthy member \
-             (running, a Ready Node renewing its Lease, left in by the node rules); they stay \
-             where they are",
+             (running, a Ready Node renewing its Lease, left in by the node rules and the \
+             NodeSelector); they stay where they are",
             ips.join(", ")
         ),
     )

@@ -366,3 +366,75 @@ async fn deleting_one_pool_of_a_swap_ends_it() {
     controller.wait_health(200, |_| true).await;
     controller.assert_running();
 }
+
+/// Finding 5: failover members follow the pool's `NodeSelector`. A holder
+/// whose Node stops matching gives its Floating IP to a member whose Node
+/// matches; when no such member is left, the IP is stranded and never goes
+/// to a server whose Node the selector leaves out.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn failover_follows_the_node_selector() {
+    let hetzner = edge_servers(&[1, 2, 3]).await;
+    hetzner.set_floating_ips(vec![
+        FakeFloatingIp::new(10, "203.0.113.10", Some(1)).with_label("pool", "edge")
+    ]);
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    let _kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
+    let label = |value: Option<&str>| json!({"metadata": {"labels": {"edge": value}}});
+    for name in ["node-1", "node-3"] {
+        let patch = label(Some("true"));
+        nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    let config = json!({"Pools": [{
+        "Name": "edge", "LabelSelector": "role=edge", "NodeSelector": "edge=true",
+        "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge",
+        "FloatingIpFailover": true, "FailoverAfter": "15s",
+    }]})
+    .to_string();
+    let mut controller = start_with_config(
+        &cluster,
+        &hetzner,
+        &config,
+        &[("CANADA_KAKTUS_INTERVAL", "2s")],
+    )
+    .await;
+    controller
+        .wait_health(200, |h| h["floating_ips"][0]["holder"] == "node-1")
+        .await;
+
+    // The holder's Node stops matching: the IP goes to node-3, the one
+    // member the selector keeps (never to node-2).
+    let patch = label(None);
+    nodes
+        .patch("node-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_holder(&hetzner, 10, &[3], WITHIN, "holder's Node unselected").await;
+    assert_eq!(
+        controller
+            .wait_metric(
+                r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="not_selected",result="success"}"#,
+                1.0
+            )
+            .await,
+        1.0
+    );
+
+    // The new holder's Node turns NotReady: no member is left (node-2 is
+    // Ready but not selected), so the IP is stranded where it is.
+    let assigned = hetzner.action_requests().0;
+    support::nodes::set_ready(&nodes, 3, false).await;
+    support::e2e::wait_event(&cluster, "edge", "FloatingIpStranded", "203.0.113.10").await;
+    assert_eq!(
+        hetzner.action_requests().0,
+        assigned,
+        "moved to an unselected Node"
+    );
+    assert!(hetzner.floating_ip_servers().contains(&(10, Some(3))));
+    controller.assert_running();
+}

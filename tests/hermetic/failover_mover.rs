@@ -37,6 +37,7 @@ fn listing(holder: Option<i64>) -> FailoverListing {
         pools: vec![FailoverPool {
             pool: "edge".into(),
             selector: "kops.k8s.io/instance-role=Node".parse().unwrap(),
+            node_selector: None,
             failover: Failover {
                 after: Duration::from_secs(20),
                 moves_per_minute: 10,

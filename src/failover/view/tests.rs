@@ -114,7 +114,7 @@ fn a_healthy_member_runs_has_a_ready_node_left_in_by_the_rules_and_is_not_silent
     assert_eq!(why(6), Some(Departure::Silent));
     assert_eq!(why(7), Some(Departure::Excluded(Exclusion::ServerDeleting)));
     assert_eq!(why(99), Some(Departure::ServerGone));
-    let members = healthy_members(&pool, &nodes, &quiet);
+    let members = healthy_members(&pool, &nodes, &quiet, &|_| true);
     assert_eq!(members.len(), 1);
     assert_eq!(
         (members[0].server, members[0].location.as_str()),
@@ -243,8 +243,70 @@ fn a_node_not_ready_for_a_moment_keeps_its_ips_but_takes_no_new_one() {
     let pool = failover_pools(&pools, &[&held], &servers, false, &[]).remove(0);
     let nodes = NodeView::new([node(1, false), node(2, true), node(3, true)], true);
     let quiet = |_: &NodeFacts| None;
-    let members = healthy_members(&pool, &nodes, &quiet);
+    let members = healthy_members(&pool, &nodes, &quiet, &|_| true);
     let takes: Vec<(i64, bool)> = members.iter().map(|m| (m.server, m.takes_new)).collect();
     // NotReady (not yet for FailoverAfter): keeps. Migrating: keeps.
     assert_eq!(takes, [(1, false), (2, false), (3, true)]);
+}
+
+/// Issue 34, finding 5: failover members follow the pool's `NodeSelector`
+/// as the address split does: a server whose Node it leaves out takes no
+/// Floating IP, and a holder whose Node stops matching leaves.
+#[test]
+fn failover_members_follow_the_node_selector() {
+    let text = r#"[{"Name": "edge", "LabelSelector": "role=edge", "NodeSelector": "edge=true",
+                    "Addresses": ["floating-ip"], "FloatingIpSelector": "use=edge",
+                    "FloatingIpFailover": true}]"#;
+    let pools = crate::config::parse_pools(text).unwrap();
+    let servers = [
+        server(1, ServerStatus::Running, "fsn1"),
+        server(2, ServerStatus::Running, "fsn1"),
+    ];
+    let held = BTreeSet::new();
+    let pool = failover_pools(&pools, &[&held], &servers, false, &[]).remove(0);
+    let mut selected = node(1, true);
+    selected.labels = [("edge".to_owned(), "true".to_owned())].into();
+    let nodes = NodeView::new([selected, node(2, true)], true);
+    let quiet = |_: &NodeFacts| None;
+    assert_eq!(departure(&pool, 1, &nodes, &quiet), None);
+    assert_eq!(
+        departure(&pool, 2, &nodes, &quiet),
+        Some(Departure::NotSelected)
+    );
+    let members = healthy_members(&pool, &nodes, &quiet, &|_| true);
+    let ids: Vec<i64> = members.iter().map(|m| m.server).collect();
+    assert_eq!(ids, [1], "the Node the selector leaves out is no member");
+    assert_eq!(Departure::NotSelected.as_str(), "not_selected");
+}
+
+/// Issue 34, finding 6: a Ready Node whose Lease was not renewed lately
+/// (late, not yet silent) keeps what it holds but takes no new Floating
+/// IP: in a location failure the IP must not hop through dying servers.
+#[test]
+fn a_member_that_renewed_its_lease_long_ago_takes_no_new_floating_ip() {
+    let pools = [failover_pool("edge", "use=edge")];
+    let servers = [
+        server(1, ServerStatus::Running, "fsn1"),
+        server(2, ServerStatus::Running, "fsn1"),
+    ];
+    let held = BTreeSet::new();
+    let pool = failover_pools(&pools, &[&held], &servers, false, &[]).remove(0);
+    let nodes = NodeView::new([node(1, true), node(2, true)], true);
+    let start = Instant::now();
+    let mut renewals = Renewals::default();
+    renewals.set_current_at(true, start);
+    renewals.saw("node-1", Some("t1".into()), start);
+    renewals.saw("node-2", Some("t1".into()), start + Duration::from_secs(10));
+    // 18 s on: node-1 renewed 18 s ago (late, FailoverAfter 20 s not yet
+    // reached), node-2 8 s ago.
+    let now = start + Duration::from_secs(18);
+    let quiet = |n: &NodeFacts| {
+        renewals
+            .silent(&n.name, Duration::from_secs(20), now)
+            .then_some(Departure::Silent)
+    };
+    let fresh = |n: &NodeFacts| !renewals.silent(&n.name, TAKES_NEW_WITHIN, now);
+    let members = healthy_members(&pool, &nodes, &quiet, &fresh);
+    let takes: Vec<(i64, bool)> = members.iter().map(|m| (m.server, m.takes_new)).collect();
+    assert_eq!(takes, [(1, false), (2, true)]);
 }

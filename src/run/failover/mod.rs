@@ -21,7 +21,7 @@ use crate::backoff;
 use crate::config::Settings;
 use crate::failover::{
     self, departure, healthy_members, states, Departure, FailoverPool, MoveBudget, MoveReason,
-    NotReady, Renewals,
+    NotReady, Renewals, TAKES_NEW_WITHIN,
 };
 use crate::hetzner::HetznerClient;
 use crate::members::{NodeFacts, NodeView};
@@ -236,7 +236,8 @@ impl Mover {
         } = *look;
         let after = pool.failover.after;
         let quiet = |node: &NodeFacts| signals.quiet(node, after, now);
-        let members = healthy_members(pool, nodes, &quiet);
+        let fresh = |node: &NodeFacts| !signals.renewals.silent(&node.name, TAKES_NEW_WITHIN, now);
+        let members = healthy_members(pool, nodes, &quiet, &fresh);
         // An IP that settled (its holder keeps it) needs no clock and no
         // retry any more.
         for fip in &pool.floating_ips {

@@ -99,9 +99,12 @@ pub(super) enum Evidence {
         node: String,
         renew_time: Option<String>,
     },
-    /// The Node was NotReady, being deleted, or left out by a label or
-    /// taint.
-    Node { name: String },
+    /// The Node was NotReady, being deleted, left out by a label or taint,
+    /// or not matched by the pool's `NodeSelector` (`selector`).
+    Node {
+        name: String,
+        selector: Option<LabelSelector>,
+    },
     /// The server had no Node: none named like it.
     NoNode { server_name: String },
     /// The server was gone, not running, or no longer matched the pool's
@@ -137,11 +140,15 @@ pub(super) fn evidence_of(
         },
         (
             Departure::NotReady
+            | Departure::NotSelected
             | Departure::Excluded(
                 Exclusion::NodeDeleting | Exclusion::ExcludeLabel | Exclusion::ToBeDeleted,
             ),
             Some(name),
-        ) => Evidence::Node { name },
+        ) => Evidence::Node {
+            name,
+            selector: pool.node_selector.clone(),
+        },
         (
             Departure::ServerGone
             | Departure::NotRunning
@@ -245,11 +252,13 @@ async fn still_gone(
             }
             false
         }
-        Evidence::Node { name } => {
+        Evidence::Node { name, selector } => {
             let nodes: Api<Node> = Api::all(kube.clone());
             nodes.get_opt(name).await?.is_some_and(|node| {
                 let facts = NodeFacts::of(&node);
-                facts.ready && facts.exclusion().is_none()
+                facts.ready
+                    && facts.exclusion().is_none()
+                    && selector.as_ref().is_none_or(|s| s.matches(&facts.labels))
             })
         }
         Evidence::NoNode { server_name } => {
