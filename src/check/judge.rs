@@ -308,12 +308,22 @@ fn count_condition(pool: &Pool, kind: &str) -> Option<String> {
 /// One managed pool: whether it exists, Cilium's verdict, and what it
 /// cannot get because another pool holds it.
 pub fn pool(name: &str, live: Option<&Pool>, withheld: &[Withheld]) -> Vec<Check> {
-    let Some(live) = live else {
-        return vec![Check::warning(
+    let mut checks = match live {
+        // Before the controller's first write (the usual pre-flight), what
+        // the gate withholds matters just as much: a foreign pool that
+        // covers an address would disable one of the two.
+        None => vec![Check::warning(
             format!("pool {name} does not exist yet"),
             "the controller creates it at its first successful cycle: see its /health and logs",
-        )];
+        )],
+        Some(live) => state(name, live),
     };
+    checks.extend(withheld_checks(name, withheld));
+    checks
+}
+
+/// Whether the pool Cilium has is enabled, disabled or in conflict.
+fn state(name: &str, live: &Pool) -> Vec<Check> {
     let mut checks = Vec::new();
     if let Some(conflict) = pool_conflict(live) {
         checks.push(
@@ -345,6 +355,12 @@ pub fn pool(name: &str, live: Option<&Pool>, withheld: &[Withheld]) -> Vec<Check
             _ => format!("pool {name} is enabled"),
         }));
     }
+    checks
+}
+
+/// What other pools keep from the pool, as the gate decided it.
+fn withheld_checks(name: &str, withheld: &[Withheld]) -> Vec<Check> {
+    let mut checks = Vec::new();
     let mut foreign: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut ours: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for w in withheld {

@@ -400,3 +400,23 @@ fn the_robot_user_is_judged_from_its_answer() {
     assert_eq!(down.result, Status::Failure);
     assert!(down.hint.as_deref().unwrap().contains("robot_unavailable"));
 }
+
+/// Issue 34, finding 7: before the controller ever wrote its pool (the
+/// usual pre-flight), `check` still names a foreign pool that covers one of
+/// its servers' addresses.
+#[test]
+fn a_pool_not_created_yet_still_names_a_foreign_pool_that_covers_its_address() {
+    let withheld = [gate::Withheld {
+        address: "203.0.113.7".parse().unwrap(),
+        by: "manual".into(),
+        reason: WithheldReason::ForeignPool,
+    }];
+    let checks = judge::pool("p", None, &withheld);
+    assert_eq!(statuses(&checks), [Status::Warning, Status::Failure]);
+    assert!(checks[0].description.contains("does not exist yet"));
+    assert!(
+        checks[1].description.contains("pool manual")
+            && checks[1].description.contains("203.0.113.7"),
+        "{checks:?}"
+    );
+}

@@ -438,3 +438,66 @@ async fn failover_follows_the_node_selector() {
     assert!(hetzner.floating_ip_servers().contains(&(10, Some(3))));
     controller.assert_running();
 }
+
+/// Finding 7: `check` run before the controller ever wrote its pool (the
+/// usual pre-flight) says the pool will be created, and also that a
+/// disabled hand-made pool covers one of its servers' addresses: it decides
+/// from the same plan and gate as a cycle.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn check_before_the_first_cycle_names_a_foreign_pool_over_an_address() {
+    let hetzner = edge_servers(&[1, 2]).await;
+    let (cluster, _nodes) = cluster_with_nodes(&[1, 2]).await;
+    let api = pools(&cluster, "v2");
+    let manual = json!({
+        "apiVersion": "cilium.io/v2", "kind": "CiliumLoadBalancerIPPool",
+        "metadata": {"name": "manual"},
+        "spec": {"blocks": [{"cidr": "198.51.100.2/32"}], "disabled": true},
+    });
+    api.patch(
+        "manual",
+        &PatchParams::apply("e2e-parts").force(),
+        &Patch::Apply(manual),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), edge_config(0.5)).unwrap();
+    let config = dir.path().join("config.json");
+    let out = support::e2e::run_command(
+        &[
+            "check",
+            "--output",
+            "json",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        cluster.admin_kubeconfig(),
+        &hetzner,
+        &[],
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "check printed no JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let not_yet = support::e2e::checks_with(&report, "Pools", "pool edge does not exist yet");
+    assert_eq!(not_yet.len(), 1, "{report:#}");
+    let covered = support::e2e::checks_with(&report, "Pools", "pool manual");
+    assert_eq!(covered.len(), 1, "{report:#}");
+    assert_eq!(covered[0]["result"], "failure");
+    assert!(
+        covered[0]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("198.51.100.2")),
+        "{report:#}"
+    );
+    assert_eq!(out.status.code(), Some(1), "a failure fails check");
+    assert!(
+        api.get_opt("edge").await.unwrap().is_none(),
+        "check wrote a pool"
+    );
+}
