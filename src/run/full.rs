@@ -9,9 +9,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::debug;
 
 use super::cycle::{self, Work};
-use super::{schedule, ControlLoop, Flow, Running};
+use super::schedule::{self, Schedule};
+use super::{ControlLoop, Flow, Running};
 use crate::reconcile::{CycleKind, FullRead, ReconcileError};
 
 /// How long a full cycle waits for the Node watch's first list.
@@ -92,5 +94,34 @@ impl ControlLoop {
             self.decide_moves(st);
         }
         Flow::Go
+    }
+
+    /// Brings the next listing forward to the moment a clock of
+    /// `Nodes.ExcludeUnhealthyAfter` runs out, so a server leaves (or comes
+    /// back) then and not at the next interval. Only clocks that run out
+    /// after `cycle_started` count: one out before it was not looked at by
+    /// the cycle (it failed, or another rule left the server out) and must
+    /// not bring listing after listing.
+    pub(super) fn list_when_health_flips(&self, schedule: &mut Schedule, cycle_started: Instant) {
+        let Some(due) = self.reconciler.next_health_flip(cycle_started) else {
+            return;
+        };
+        if let Some(at) = schedule.on_health_flip(due) {
+            debug!(
+                in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64,
+                "a Nodes.ExcludeUnhealthyAfter clock runs out before the next listing; listing then"
+            );
+        }
+    }
+
+    /// Shows when the last good listing of this term began (`/health`,
+    /// the metrics): Node changes remove from it while listings fail.
+    pub(super) fn show_listing(&self) {
+        let at = self.reconciler.listed_at();
+        self.health.set_last_listing(at);
+        let now = Instant::now();
+        self.metrics.set_last_listing(
+            at.map(|at| std::time::SystemTime::now() - now.saturating_duration_since(at)),
+        );
     }
 }

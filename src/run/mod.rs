@@ -19,7 +19,7 @@ mod reload;
 pub mod schedule;
 pub mod watch;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{self, Settings};
 use crate::hetzner::{HetznerClient, HetznerOptions};
@@ -432,79 +432,6 @@ impl ControlLoop {
             }
         }
         Flow::Go
-    }
-
-    /// Looks at the config file; a change is loaded, and a valid one takes
-    /// effect at once with a full cycle.
-    async fn poll_config(&mut self, st: &mut Running) -> Flow {
-        let current = ConfigFile::read(&st.config.path).await;
-        if current == st.config.snapshot {
-            return Flow::Go;
-        }
-        st.config.snapshot = current;
-        let path = st.config.path.clone();
-        let before = Arc::clone(&self.settings);
-        let reloaded = match self.unusable_config_file(&st.config.snapshot, &path) {
-            Some(problem) => {
-                error!(path = %path.display(), error = %problem, "config reload rejected; keeping the previous config");
-                self.health.record_config_reload(Some(problem));
-                false
-            }
-            None => self.reload_config(&path).await,
-        };
-        self.metrics.config_reloaded(reloaded);
-        if reloaded {
-            self.metrics.set_interval(self.interval());
-            self.announce_pools();
-            let names: BTreeSet<String> =
-                self.settings.pools.iter().map(|p| p.name.clone()).collect();
-            st.schedule.on_reload(self.clocks(), &names, Instant::now());
-            // The listing in flight read for the old settings; the reload
-            // lists anew at once.
-            st.listing = None;
-            st.pool_watches.retain(|name, _| names.contains(name));
-            // New pools or another API: moves wait for the listing the
-            // reload brings. Any reload: later moves use the new client.
-            if before.pools != self.settings.pools
-                || before.hcloud_endpoint != self.settings.hcloud_endpoint
-                || before.token != self.settings.token
-            {
-                st.mover.reset();
-                self.health.set_floating_ips(st.mover.holders());
-            }
-            st.mover.set_hetzner(self.reconciler.hetzner().clone());
-            self.ensure_lease_watch(st);
-        }
-        Flow::Go
-    }
-
-    /// Brings the next listing forward to the moment a clock of
-    /// `Nodes.ExcludeUnhealthyAfter` runs out, so a server leaves (or comes
-    /// back) then and not at the next interval. Only clocks that run out
-    /// after `cycle_started` count: one out before it was not looked at by
-    /// the cycle (it failed, or another rule left the server out) and must
-    /// not bring listing after listing.
-    fn list_when_health_flips(&self, schedule: &mut Schedule, cycle_started: Instant) {
-        let Some(due) = self.reconciler.next_health_flip(cycle_started) else {
-            return;
-        };
-        if let Some(at) = schedule.on_health_flip(due) {
-            debug!(
-                in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64,
-                "a Nodes.ExcludeUnhealthyAfter clock runs out before the next listing; listing then"
-            );
-        }
-    }
-
-    /// Shows when the last good listing of this term began (`/health`,
-    /// the metrics): Node changes remove from it while listings fail.
-    fn show_listing(&self) {
-        let at = self.reconciler.listed_at();
-        self.health.set_last_listing(at);
-        let now = Instant::now();
-        self.metrics.set_last_listing(
-            at.map(|at| std::time::SystemTime::now() - now.saturating_duration_since(at)),
-        );
     }
 
     fn interval(&self) -> Duration {

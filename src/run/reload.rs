@@ -10,10 +10,58 @@ use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
-use super::{hetzner_client, ControlLoop};
+use std::collections::BTreeSet;
+
+use tokio::time::Instant;
+
+use super::{hetzner_client, ControlLoop, Flow, Running};
 use crate::config::{self, Settings};
 
 impl ControlLoop {
+    /// Looks at the config file; a change is loaded, and a valid one takes
+    /// effect at once with a full cycle.
+    pub(super) async fn poll_config(&mut self, st: &mut Running) -> Flow {
+        let current = ConfigFile::read(&st.config.path).await;
+        if current == st.config.snapshot {
+            return Flow::Go;
+        }
+        st.config.snapshot = current;
+        let path = st.config.path.clone();
+        let before = Arc::clone(&self.settings);
+        let reloaded = match self.unusable_config_file(&st.config.snapshot, &path) {
+            Some(problem) => {
+                error!(path = %path.display(), error = %problem, "config reload rejected; keeping the previous config");
+                self.health.record_config_reload(Some(problem));
+                false
+            }
+            None => self.reload_config(&path).await,
+        };
+        self.metrics.config_reloaded(reloaded);
+        if reloaded {
+            self.metrics.set_interval(self.interval());
+            self.announce_pools();
+            let names: BTreeSet<String> =
+                self.settings.pools.iter().map(|p| p.name.clone()).collect();
+            st.schedule.on_reload(self.clocks(), &names, Instant::now());
+            // The listing in flight read for the old settings; the reload
+            // lists anew at once.
+            st.listing = None;
+            st.pool_watches.retain(|name, _| names.contains(name));
+            // New pools or another API: moves wait for the listing the
+            // reload brings. Any reload: later moves use the new client.
+            if before.pools != self.settings.pools
+                || before.hcloud_endpoint != self.settings.hcloud_endpoint
+                || before.token != self.settings.token
+            {
+                st.mover.reset();
+                self.health.set_floating_ips(st.mover.holders());
+            }
+            st.mover.set_hetzner(self.reconciler.hetzner().clone());
+            self.ensure_lease_watch(st);
+        }
+        Flow::Go
+    }
+
     /// Why the config file as it is now cannot replace the running config:
     /// it cannot be read, or it disappeared although the running config came
     /// from it (a deleted optional ConfigMap must not silently bring back the
