@@ -209,6 +209,17 @@ impl MoveBudget {
         self.recent.push_back(now);
     }
 
+    /// The same moves with another maximum (a reload changed
+    /// `FailoverMovesPerMinute`): the moves of the last window still count.
+    pub fn resize(&mut self, max: usize) {
+        self.max = max;
+    }
+
+    /// The most moves per window.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
     /// When the next move may start, if none may now.
     pub fn next_allowed(&mut self, now: Instant) -> Option<Instant> {
         if self.allowed(now) > 0 {

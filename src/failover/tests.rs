@@ -197,3 +197,18 @@ fn an_ip_whose_move_runs_is_left_alone_and_counts_for_its_target() {
     moving.moving_to = Some(98);
     assert_eq!(plan(&[moving], &members, 10), Plan::default());
 }
+
+#[test]
+fn a_resized_budget_keeps_the_moves_of_its_window() {
+    let t0 = Instant::now();
+    let mut budget = MoveBudget::new(3, Duration::from_secs(60));
+    budget.spend(t0);
+    budget.spend(t0);
+    budget.resize(5);
+    assert_eq!(budget.max(), 5);
+    assert_eq!(budget.allowed(t0 + Duration::from_secs(1)), 3);
+    budget.resize(1);
+    assert_eq!(budget.allowed(t0 + Duration::from_secs(1)), 0);
+    // The two moves leave the window a minute after they started.
+    assert_eq!(budget.allowed(t0 + Duration::from_secs(60)), 1);
+}

@@ -17,7 +17,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::backoff;
 use crate::config::Settings;
 use crate::failover::{
     self, departure, healthy_members, states, Departure, FailoverPool, MoveBudget, MoveReason,
@@ -34,10 +33,11 @@ use crate::sync::lock;
 
 use super::leases::SharedRenewals;
 
+mod ended;
 mod handlers;
 mod task;
 
-use task::{evidence_of, move_one, Clients, Ended, Evidence, Move};
+use task::{evidence_of, move_one, Clients, Evidence, Move};
 pub use task::{Done, MoveError};
 
 /// The first wait after a failed move; it doubles up to [`RETRY_MAX`].
@@ -73,7 +73,7 @@ pub struct Mover {
     /// that ended since applied.
     listing: Option<FailoverListing>,
     /// Per pool: its `FailoverMovesPerMinute` and the budget it gives.
-    budgets: HashMap<String, (u32, MoveBudget)>,
+    budgets: HashMap<String, MoveBudget>,
     moving: HashMap<i64, Moving>,
     /// After a failed move: failures in a row, and when it may go again.
     retry: HashMap<i64, (u32, Instant)>,
@@ -227,65 +227,33 @@ impl Mover {
     }
 
     fn decide_pool(&mut self, look: &Look<'_>, pool: &FailoverPool, published: &mut Published) {
-        let Look {
-            settings,
-            nodes,
-            signals,
-            metrics,
-            now,
-        } = *look;
+        let (nodes, signals, now) = (look.nodes, look.signals, look.now);
         let after = pool.failover.after;
         let quiet = |node: &NodeFacts| signals.quiet(node, after, now);
         let fresh = |node: &NodeFacts| !signals.renewals.silent(&node.name, TAKES_NEW_WITHIN, now);
         let members = healthy_members(pool, nodes, &quiet, &fresh);
-        // An IP that settled (its holder keeps it) needs no clock and no
-        // retry any more.
-        for fip in &pool.floating_ips {
-            let kept = fip
-                .holder
-                .is_some_and(|h| members.iter().any(|m| m.server == h));
-            if kept && !self.moving.contains_key(&fip.id) {
-                self.since.remove(&fip.id);
-                self.retry.remove(&fip.id);
-            }
-        }
+        self.settle(pool, &members);
         let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
         // An IP whose move runs stays in (the plan leaves it alone and
         // counts it for its target); one whose last move failed waits for
         // its retry.
         all.retain(|fip| self.retry.get(&fip.id).is_none_or(|(_, at)| *at <= now));
-        let per_minute = pool.failover.moves_per_minute;
-        let (max, budget) = self.budgets.entry(pool.pool.clone()).or_insert_with(|| {
-            (
-                per_minute,
-                MoveBudget::new(per_minute as usize, MOVE_WINDOW),
-            )
-        });
-        if *max != per_minute {
-            // A reload changed it: a new budget, the moves of the last
-            // minute counted against it.
-            let spent = (*max as usize).saturating_sub(budget.allowed(now));
-            let mut fresh = MoveBudget::new(per_minute as usize, MOVE_WINDOW);
-            for _ in 0..spent {
-                fresh.spend(now);
-            }
-            *max = per_minute;
-            *budget = fresh;
-        }
+        let budget = self.budget(pool);
         let plan = failover::plan(&all, &members, budget.allowed(now));
+        let next_allowed = budget.next_allowed(now);
         for fip in plan.stranded.iter().chain(&plan.deferred) {
             self.since.entry(*fip).or_insert(now);
         }
         if !plan.deferred.is_empty() {
             debug!(pool = %pool.pool, deferred = ?plan.deferred, "Floating IP moves wait for FailoverMovesPerMinute");
-            earliest(&mut self.wake_at, budget.next_allowed(now));
+            earliest(&mut self.wake_at, next_allowed);
         }
         if !plan.stranded.is_empty() {
             // A Lease renewed again brings no event: look again soon.
             earliest(&mut self.wake_at, Some(now + STRANDED_RECHECK));
         }
         for step in plan.moves {
-            budget.spend(now);
+            self.budget(pool).spend(now);
             let (reason, why, evidence) = match (step.reason, step.from) {
                 (MoveReason::HolderLeft, Some(from)) => {
                     let gone =
@@ -299,53 +267,96 @@ impl Mover {
                     Evidence::None,
                 ),
             };
-            self.since.entry(step.floating_ip).or_insert(now);
-            let address = ip_of(pool, step.floating_ip);
-            info!(
-                pool = %pool.pool,
-                floating_ip = %address,
-                from = %step.from.map_or_else(|| "none".to_owned(), |id| pool.server_name(id)),
-                to = %pool.server_name(step.to),
+            let moving = Moving {
+                pool: pool.pool.clone(),
+                from: step.from,
+                to: step.to,
                 reason,
-                "moving a Floating IP to a healthy member"
-            );
-            self.moving.insert(
-                step.floating_ip,
-                Moving {
-                    pool: pool.pool.clone(),
-                    from: step.from,
-                    to: step.to,
-                    reason,
-                    why,
-                },
-            );
-            let clients = Clients {
-                hetzner: self.hetzner.clone(),
-                kube: self.kube.clone(),
-                token: settings.token.clone(),
-                fence: self.fence.clone(),
+                why,
             };
-            let task = self.tasks.spawn(move_one(
-                clients,
-                Move {
-                    floating_ip: step.floating_ip,
-                    from: step.from,
-                    to: step.to,
-                    evidence,
-                },
-            ));
-            self.task_ips.insert(task.id(), step.floating_ip);
+            self.start_move(look.settings, pool, step.floating_ip, moving, evidence, now);
         }
-        self.report_stranded(pool, plan.stranded, metrics, published);
+        self.report_stranded(pool, plan.stranded, look.metrics, published);
+        self.plan_wake(pool, look);
+    }
+
+    /// An IP that settled (its holder keeps it) needs no clock and no
+    /// retry any more.
+    fn settle(&mut self, pool: &FailoverPool, members: &[failover::Member]) {
         for fip in &pool.floating_ips {
-            if let Some((_, at)) = self.retry.get(&fip.id).filter(|(_, at)| *at > now) {
+            let kept = fip
+                .holder
+                .is_some_and(|h| members.iter().any(|m| m.server == h));
+            if kept && !self.moving.contains_key(&fip.id) {
+                self.since.remove(&fip.id);
+                self.retry.remove(&fip.id);
+            }
+        }
+    }
+
+    /// The pool's move budget, at its `FailoverMovesPerMinute` (a reload
+    /// that changed it keeps the moves of the last minute counted).
+    fn budget(&mut self, pool: &FailoverPool) -> &mut MoveBudget {
+        let per_minute = pool.failover.moves_per_minute as usize;
+        let budget = self
+            .budgets
+            .entry(pool.pool.clone())
+            .or_insert_with(|| MoveBudget::new(per_minute, MOVE_WINDOW));
+        if budget.max() != per_minute {
+            budget.resize(per_minute);
+        }
+        budget
+    }
+
+    /// Starts moving Floating IP `floating_ip` as `moving` says, in a task
+    /// of its own that first reads `evidence` again.
+    fn start_move(
+        &mut self,
+        settings: &Settings,
+        pool: &FailoverPool,
+        floating_ip: i64,
+        moving: Moving,
+        evidence: Evidence,
+        now: Instant,
+    ) {
+        self.since.entry(floating_ip).or_insert(now);
+        info!(
+            pool = %pool.pool,
+            floating_ip = %ip_of(pool, floating_ip),
+            from = %moving.from.map_or_else(|| "none".to_owned(), |id| pool.server_name(id)),
+            to = %pool.server_name(moving.to),
+            reason = moving.reason,
+            "moving a Floating IP to a healthy member"
+        );
+        let work = Move {
+            floating_ip,
+            from: moving.from,
+            to: moving.to,
+            evidence,
+        };
+        self.moving.insert(floating_ip, moving);
+        let clients = Clients {
+            hetzner: self.hetzner.clone(),
+            kube: self.kube.clone(),
+            token: settings.token.clone(),
+            fence: self.fence.clone(),
+        };
+        let task = self.tasks.spawn(move_one(clients, work));
+        self.task_ips.insert(task.id(), floating_ip);
+    }
+
+    /// When to look at the pool again: a retry that comes due, or the
+    /// holder's Lease turning silent (the next change to see).
+    fn plan_wake(&mut self, pool: &FailoverPool, look: &Look<'_>) {
+        for fip in &pool.floating_ips {
+            if let Some((_, at)) = self.retry.get(&fip.id).filter(|(_, at)| *at > look.now) {
                 earliest(&mut self.wake_at, Some(*at));
             }
-            // The holder's Lease turning silent is the next change to see.
             let holder = fip.holder.and_then(|id| pool.candidate(id));
-            let node = holder.and_then(|c| nodes.node_of(c.id, &c.name));
+            let node = holder.and_then(|c| look.nodes.node_of(c.id, &c.name));
             if let Some(node) = node {
-                earliest(&mut self.wake_at, signals.quiet_at(node, after, now));
+                let at = look.signals.quiet_at(node, pool.failover.after, look.now);
+                earliest(&mut self.wake_at, at);
             }
         }
     }
@@ -370,137 +381,6 @@ impl Mover {
             "Floating IPs should move, but the pool has no healthy member; they stay where they are"
         );
         published.push((pool.pool.clone(), events::floating_ips_stranded(&ips)));
-    }
-
-    /// Records a move that ended; the loop decides again after it.
-    pub fn finish(&mut self, done: Done, metrics: &Metrics, now: Instant) -> Published {
-        let mut published = Vec::new();
-        let Some(moving) = self.moving.remove(&done.floating_ip) else {
-            return published;
-        };
-        let Some(pool) = self
-            .listing
-            .as_mut()
-            .and_then(|l| l.pools.iter_mut().find(|p| p.pool == moving.pool))
-        else {
-            return published;
-        };
-        let address = ip_of(pool, done.floating_ip);
-        let to = pool.server_name(moving.to);
-        let holder = match &done.result {
-            Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
-            Ok(Ended::Overtaken(holder)) => Some(*holder),
-            Ok(Ended::HolderBack(_)) | Err(_) => None,
-        };
-        if let Some(holder) = holder {
-            if let Some(fip) = pool
-                .floating_ips
-                .iter_mut()
-                .find(|f| f.id == done.floating_ip)
-            {
-                fip.holder = holder;
-            }
-            self.ended.insert(done.floating_ip, (holder, now));
-            self.retry.remove(&done.floating_ip);
-        }
-        match done.result {
-            Ok(ended @ (Ended::Moved(_) | Ended::AlreadyThere)) => {
-                // Already there: no Action ran.
-                let took = match ended {
-                    Ended::Moved(took) => took,
-                    _ => Duration::ZERO,
-                };
-                let from = moving
-                    .from
-                    .map_or_else(|| "no server".to_owned(), |id| pool.server_name(id));
-                let since = self.since.remove(&done.floating_ip).unwrap_or(now);
-                metrics.floating_ip_moved(&moving.pool, moving.reason, "success");
-                metrics.failover_took(&moving.pool, now.saturating_duration_since(since));
-                info!(
-                    pool = %moving.pool,
-                    floating_ip = %address,
-                    from = %from,
-                    to = %to,
-                    reason = moving.reason,
-                    action_ms = took.as_millis() as u64,
-                    failover_ms = now.saturating_duration_since(since).as_millis() as u64,
-                    "Floating IP moved"
-                );
-                published.push((
-                    moving.pool,
-                    events::floating_ip_moved(
-                        &address,
-                        &from,
-                        &to,
-                        &moving.why,
-                        took.as_secs_f64(),
-                    ),
-                ));
-            }
-            Ok(Ended::Overtaken(holder)) => {
-                metrics.floating_ip_moved(&moving.pool, moving.reason, "overtaken");
-                info!(
-                    pool = %moving.pool,
-                    floating_ip = %address,
-                    holder = %holder.map_or_else(|| "none".to_owned(), |id| pool.server_name(id)),
-                    "the Floating IP was no longer where the listing had it; not moved, looking again"
-                );
-            }
-            Ok(Ended::HolderBack(renewed)) => {
-                // The watch or the listing was behind. A Lease renewal read
-                // fresh restarts that Lease's clock (a stuck watch must not
-                // hide the next silence); otherwise not again before the
-                // backoff (by then the watch or the next listing caught up).
-                let wait = match (renewed, &self.renewals) {
-                    (Some(renewed), Some(renewals)) => {
-                        lock(renewals).saw(&renewed.node, renewed.renew_time, now);
-                        Duration::ZERO
-                    }
-                    _ => self.back_off(done.floating_ip, now),
-                };
-                metrics.floating_ip_moved(&moving.pool, moving.reason, "holder_back");
-                info!(
-                    pool = %moving.pool,
-                    floating_ip = %address,
-                    reason = moving.reason,
-                    retry_s = wait.as_secs(),
-                    "a fresh read says the holder did not leave; not moved"
-                );
-            }
-            Err(error) => {
-                let wait = self.back_off(done.floating_ip, now);
-                metrics.floating_ip_moved(&moving.pool, moving.reason, "failure");
-                warn!(
-                    pool = %moving.pool,
-                    floating_ip = %address,
-                    to = %to,
-                    cause = error.cause(),
-                    error = %error,
-                    retry_s = wait.as_secs(),
-                    "moving a Floating IP failed; trying again later"
-                );
-                published.push((
-                    moving.pool,
-                    events::floating_ip_move_failed(
-                        &address,
-                        &to,
-                        &error.to_string(),
-                        wait.as_secs(),
-                    ),
-                ));
-            }
-        }
-        published
-    }
-
-    /// Floating IP `fip` waits before it is looked at again: 5 s, doubling
-    /// with every look in a row that moved nothing, up to 5 min.
-    fn back_off(&mut self, fip: i64, now: Instant) -> Duration {
-        let attempts = self.retry.get(&fip).map_or(0, |(n, _)| *n);
-        let wait = backoff::exponential(RETRY_BASE, attempts, RETRY_MAX);
-        self.retry
-            .insert(fip, (attempts.saturating_add(1), now + wait));
-        wait
     }
 
     /// Whether the last listing has a failover pool to look at.

@@ -1,0 +1,201 @@
+//! The end of a move: the listing learns where the Floating IP is now,
+//! and the outcome is counted, logged and, for a move or a failure,
+//! published as an Event; a failure or a holder found back waits for its
+//! backoff.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::task::{Done, Ended, MoveError, Renewed};
+use super::{ip_of, Mover, Moving, Published, RETRY_BASE, RETRY_MAX};
+use crate::backoff;
+use crate::run::events::{self, PoolEvent};
+use crate::serve::metrics::Metrics;
+use crate::sync::lock;
+
+/// A move that ended, with what its reports name.
+struct MoveEnd {
+    moving: Moving,
+    address: String,
+    from: String,
+    to: String,
+}
+
+impl Mover {
+    /// Records a move that ended; the loop decides again after it.
+    pub fn finish(&mut self, done: Done, metrics: &Metrics, now: Instant) -> Published {
+        let mut published = Vec::new();
+        let Some(moving) = self.moving.remove(&done.floating_ip) else {
+            return published;
+        };
+        let Some(pool) = self
+            .listing
+            .as_mut()
+            .and_then(|l| l.pools.iter_mut().find(|p| p.pool == moving.pool))
+        else {
+            return published;
+        };
+        let address = ip_of(pool, done.floating_ip);
+        let to = pool.server_name(moving.to);
+        let holder = match &done.result {
+            Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
+            Ok(Ended::Overtaken(holder)) => Some(*holder),
+            Ok(Ended::HolderBack(_)) | Err(_) => None,
+        };
+        if let Some(holder) = holder {
+            if let Some(fip) = pool
+                .floating_ips
+                .iter_mut()
+                .find(|f| f.id == done.floating_ip)
+            {
+                fip.holder = holder;
+            }
+            self.ended.insert(done.floating_ip, (holder, now));
+            self.retry.remove(&done.floating_ip);
+        }
+        let from = moving
+            .from
+            .map_or_else(|| "no server".to_owned(), |id| pool.server_name(id));
+        let overtaken_by = match &done.result {
+            Ok(Ended::Overtaken(holder)) => {
+                holder.map_or_else(|| "none".to_owned(), |id| pool.server_name(id))
+            }
+            _ => String::new(),
+        };
+        let end = MoveEnd {
+            moving,
+            address,
+            from,
+            to,
+        };
+        let event = match done.result {
+            Ok(Ended::Moved(took)) => self.moved(end, done.floating_ip, took, metrics, now),
+            // Already there: no Action ran.
+            Ok(Ended::AlreadyThere) => {
+                self.moved(end, done.floating_ip, Duration::ZERO, metrics, now)
+            }
+            Ok(Ended::Overtaken(_)) => {
+                metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "overtaken");
+                info!(
+                    pool = %end.moving.pool,
+                    floating_ip = %end.address,
+                    holder = %overtaken_by,
+                    "the Floating IP was no longer where the listing had it; not moved, looking again"
+                );
+                None
+            }
+            Ok(Ended::HolderBack(renewed)) => {
+                self.holder_back(&end, done.floating_ip, renewed, metrics, now);
+                None
+            }
+            Err(error) => Some(self.failed(end, done.floating_ip, &error, metrics, now)),
+        };
+        published.extend(event);
+        published
+    }
+
+    /// A move succeeded (or the IP was there already): metrics, a log line
+    /// and the `FloatingIpMoved` Event.
+    fn moved(
+        &mut self,
+        end: MoveEnd,
+        floating_ip: i64,
+        took: Duration,
+        metrics: &Metrics,
+        now: Instant,
+    ) -> Option<(String, PoolEvent)> {
+        let MoveEnd {
+            moving,
+            address,
+            from,
+            to,
+        } = end;
+        let since = self.since.remove(&floating_ip).unwrap_or(now);
+        metrics.floating_ip_moved(&moving.pool, moving.reason, "success");
+        metrics.failover_took(&moving.pool, now.saturating_duration_since(since));
+        info!(
+            pool = %moving.pool,
+            floating_ip = %address,
+            from = %from,
+            to = %to,
+            reason = moving.reason,
+            action_ms = took.as_millis() as u64,
+            failover_ms = now.saturating_duration_since(since).as_millis() as u64,
+            "Floating IP moved"
+        );
+        let event =
+            events::floating_ip_moved(&address, &from, &to, &moving.why, took.as_secs_f64());
+        Some((moving.pool, event))
+    }
+
+    /// The watch or the listing was behind. A Lease renewal read fresh
+    /// restarts that Lease's clock (a stuck watch must not hide the next
+    /// silence); otherwise not again before the backoff (by then the watch
+    /// or the next listing caught up).
+    fn holder_back(
+        &mut self,
+        end: &MoveEnd,
+        floating_ip: i64,
+        renewed: Option<Renewed>,
+        metrics: &Metrics,
+        now: Instant,
+    ) {
+        let wait = match (renewed, &self.renewals) {
+            (Some(renewed), Some(renewals)) => {
+                lock(renewals).saw(&renewed.node, renewed.renew_time, now);
+                Duration::ZERO
+            }
+            _ => self.back_off(floating_ip, now),
+        };
+        metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "holder_back");
+        info!(
+            pool = %end.moving.pool,
+            floating_ip = %end.address,
+            reason = end.moving.reason,
+            retry_s = wait.as_secs(),
+            "a fresh read says the holder did not leave; not moved"
+        );
+    }
+
+    /// A move failed: tried again after the backoff; the
+    /// `FloatingIpMoveFailed` Event.
+    fn failed(
+        &mut self,
+        end: MoveEnd,
+        floating_ip: i64,
+        error: &MoveError,
+        metrics: &Metrics,
+        now: Instant,
+    ) -> (String, PoolEvent) {
+        let wait = self.back_off(floating_ip, now);
+        metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "failure");
+        warn!(
+            pool = %end.moving.pool,
+            floating_ip = %end.address,
+            to = %end.to,
+            cause = error.cause(),
+            error = %error,
+            retry_s = wait.as_secs(),
+            "moving a Floating IP failed; trying again later"
+        );
+        let event = events::floating_ip_move_failed(
+            &end.address,
+            &end.to,
+            &error.to_string(),
+            wait.as_secs(),
+        );
+        (end.moving.pool, event)
+    }
+
+    /// Floating IP `fip` waits before it is looked at again: 5 s, doubling
+    /// with every look in a row that moved nothing, up to 5 min.
+    pub(super) fn back_off(&mut self, fip: i64, now: Instant) -> Duration {
+        let attempts = self.retry.get(&fip).map_or(0, |(n, _)| *n);
+        let wait = backoff::exponential(RETRY_BASE, attempts, RETRY_MAX);
+        self.retry
+            .insert(fip, (attempts.saturating_add(1), now + wait));
+        wait
+    }
+}
