@@ -3,8 +3,8 @@
 //! Cloud servers that match each pool's label selector and should serve, so
 //! LoadBalancer Services get addresses of servers that serve.
 //!
-//! The data path, one module per step; every arrow points one way (no two
-//! modules import each other):
+//! The data path, one module per step; every arrow points one way (no
+//! circle of imports: `tests/hermetic/architecture.rs` checks it):
 //!
 //! ```text
 //! cli ──► check, explain (read once, judge with the controller's own code)
@@ -19,8 +19,10 @@
 //!          └─► pool      render, diff, gate, guards (pure); PoolClient (apply)
 //!
 //! vocab (label selectors, secrets) imports nothing of the crate; config
-//! (settings) imports only vocab and hetzner's endpoint checks; serve reads
-//! the reports of reconcile, members, pool and hetzner to show them.
+//! (settings) imports only vocab, hetzner's endpoint checks and robot's
+//! credentials; the hetzner and robot clients never see the settings (when
+//! a cycle lists Robot is reconcile's business); serve reads the reports of
+//! reconcile, members, pool and hetzner to show them.
 //! ```
 //!
 //! - [`config`]: the settings table, parsing, layering (env over config.json
@@ -40,9 +42,12 @@
 //!   the write gate, guards, repair limiter), the lease fence, and the
 //!   Kubernetes discovery, LIST and apply.
 //! - [`reconcile`]: one cycle, the only place that calls both Hetzner and
-//!   Kubernetes: the listing, a pure plan per pool, then the writes.
-//! - [`run`]: the loop (a schedule of pure transitions), leader election,
-//!   the Node watch, Events and config reloads.
+//!   Kubernetes: the read (Cloud and Robot listings, as a future of its
+//!   own), a pure plan per pool, then the writes.
+//! - [`run`]: the loop of independent parts (a schedule of pure
+//!   transitions; the listing in flight, Node steps, repairs and Floating IP
+//!   moves side by side), leader election, the Node watch, Events and config
+//!   reloads.
 //! - [`serve`]: health, metrics, the HTTP server and logging.
 //! - [`check`]: `canada-kaktus check`, a read-only report of the setup
 //!   with the verdicts pure.

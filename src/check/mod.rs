@@ -183,8 +183,9 @@ async fn hetzner(settings: &Settings) -> (Vec<Check>, Option<(Listing, Vec<Serve
 /// The Robot webservice user, when one is configured: judged from the
 /// listing the pools need, or (no pool takes Robot servers) from one
 /// `GET /ip`, the list with the largest hourly allowance.
-async fn robot(settings: &Settings, read: &crate::robot::RobotRead) -> Option<Check> {
-    use crate::robot::{RobotClient, RobotRead};
+async fn robot(settings: &Settings, read: &crate::reconcile::RobotRead) -> Option<Check> {
+    use crate::reconcile::RobotRead;
+    use crate::robot::RobotClient;
     let robot = settings.robot.as_ref()?;
     let answer = match read {
         RobotRead::Listed(listing) => Ok(format!("{} Robot server(s)", listing.servers.len())),
@@ -479,7 +480,7 @@ fn node_checks(
         Vec::new()
     };
     let robot = match &listing.robot {
-        crate::robot::RobotRead::Listed(robot) => Some(robot.servers.as_slice()),
+        crate::reconcile::RobotRead::Listed(robot) => Some(robot.servers.as_slice()),
         _ => None,
     };
     judge::nodes(nodes, all, robot, &selected)

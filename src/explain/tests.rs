@@ -543,11 +543,13 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
     let listing = Listing {
         // A Cloud server whose ID is the Robot server's number.
         servers: vec![labelled(server(321, Some("203.0.113.1"), false), "edge")],
-        robot: crate::robot::RobotRead::Listed(std::sync::Arc::new(crate::robot::RobotListing {
-            servers: robot,
-            listed_at: tokio::time::Instant::now(),
-            with_failovers: true,
-        })),
+        robot: crate::reconcile::RobotRead::Listed(std::sync::Arc::new(
+            crate::reconcile::RobotListing {
+                servers: robot,
+                listed_at: tokio::time::Instant::now(),
+                with_failovers: true,
+            },
+        )),
         ..Listing::default()
     };
     let state = State {

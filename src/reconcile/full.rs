@@ -20,7 +20,7 @@ use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, NodeView, Unhealthy};
 use crate::pool::PoolClient;
 use crate::reconcile::CycleKind;
-use crate::robot::{RobotDue, RobotRead, RobotSource};
+use crate::reconcile::{RobotDue, RobotRead, RobotSource};
 
 /// What the read of a full cycle found.
 #[derive(Debug)]

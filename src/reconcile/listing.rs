@@ -12,7 +12,7 @@ use crate::hetzner::{FloatingIp, HetznerClient, Network, Server};
 use crate::members::{
     members, members_traced, Contributions, Listed, Members, NodeView, Trace, Unhealthy,
 };
-use crate::robot::{RobotDue, RobotRead, RobotSource};
+use crate::reconcile::{RobotDue, RobotRead, RobotSource};
 
 use crate::pool::{self, DesiredPool, Pool, PoolTemplate};
 

@@ -9,6 +9,7 @@ mod full;
 mod listing;
 mod plan;
 mod report;
+mod robot;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -22,7 +23,7 @@ use crate::failover::FailoverPool;
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeView, Unhealthy};
 use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
-use crate::robot::{RobotDue, RobotObserver, RobotSource};
+use crate::robot::RobotObserver;
 use std::sync::Arc;
 
 pub use dry::{dry_cycle, DryPool};
@@ -34,6 +35,10 @@ pub use listing::{
 };
 use plan::take_pool;
 pub use report::{join, CycleKind, CycleReport, ListingSummary, PoolOutcome, ReconcileError};
+pub use robot::{
+    RobotDue, RobotListing, RobotRead, RobotSource, MIN_GAP as ROBOT_MIN_GAP,
+    TIME_LIMIT as ROBOT_TIME_LIMIT,
+};
 
 /// What the reconciler remembers of one pool between cycles.
 #[derive(Debug, Clone, Default)]
@@ -104,7 +109,7 @@ pub struct Reconciler {
 #[derive(Clone)]
 pub(crate) struct SharedRobot {
     source: Arc<tokio::sync::Mutex<Option<RobotSource>>>,
-    /// The least gap between two Robot listings (`robot::MIN_GAP`).
+    /// The least gap between two Robot listings (`ROBOT_MIN_GAP`).
     min_gap: Duration,
     observer: Option<Arc<dyn RobotObserver>>,
 }
@@ -145,7 +150,7 @@ impl Reconciler {
             confirm_after: Duration::ZERO,
             fence: Fence::open(),
             failover: None,
-            robot: SharedRobot::new(crate::robot::MIN_GAP, None),
+            robot: SharedRobot::new(ROBOT_MIN_GAP, None),
         }
     }
 

@@ -73,15 +73,6 @@ fn wait_text(interval: Option<u64>) -> String {
     }
 }
 
-/// A password file that cannot be read: the client cannot be built.
-impl From<crate::config::RobotPasswordError> for RobotError {
-    fn from(error: crate::config::RobotPasswordError) -> Self {
-        RobotError::Client {
-            reason: error.to_string(),
-        }
-    }
-}
-
 impl RobotError {
     /// The `cause` label of metrics and logs.
     pub fn metric_label(&self) -> &'static str {

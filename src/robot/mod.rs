@@ -12,8 +12,10 @@
 //! - `redact.rs`: the user, the password and their Basic form scrubbed
 //!   from every text an answer carries on.
 //! - `servers.rs`: a listing's servers as pool members (pure).
-//! - `source.rs`: when a cycle lists Robot and what it keeps between
-//!   cycles.
+//!
+//! When a cycle lists Robot, and what it keeps between cycles, is the
+//! cycle's business: `reconcile::robot`. This client never sees the
+//! settings.
 
 mod client;
 mod documents;
@@ -21,7 +23,6 @@ mod error;
 mod model;
 mod redact;
 mod servers;
-mod source;
 
 pub use client::*;
 pub use documents::*;
@@ -29,7 +30,6 @@ pub use error::*;
 pub use model::*;
 pub use redact::*;
 pub use servers::*;
-pub use source::*;
 
 #[cfg(test)]
 mod tests;

@@ -115,43 +115,6 @@ fn only_a_lists_documented_not_found_is_empty_and_a_bare_403_is_the_limit() {
     );
 }
 
-#[test]
-fn robot_is_listed_at_most_once_a_minute_and_node_changes_reuse_an_answer_younger_than_the_interval(
-) {
-    use super::{list_due, RobotDue, MIN_GAP};
-    use std::time::Duration;
-    use tokio::time::Instant;
-    let now = Instant::now() + Duration::from_secs(7200);
-    let gaps = (MIN_GAP, Duration::from_secs(900));
-    assert!(list_due(RobotDue::List, None, gaps, now), "never listed");
-    assert!(
-        list_due(RobotDue::Reuse, None, gaps, now),
-        "nothing to reuse"
-    );
-    let just = now - (MIN_GAP - Duration::from_secs(1));
-    assert!(
-        !list_due(RobotDue::List, Some(just), gaps, now),
-        "a retry within a minute"
-    );
-    let minute = now - MIN_GAP;
-    assert!(list_due(RobotDue::List, Some(minute), gaps, now));
-    let recent = now - Duration::from_secs(899);
-    assert!(
-        !list_due(RobotDue::Reuse, Some(recent), gaps, now),
-        "a Node change uses an answer younger than the interval"
-    );
-    let old = now - Duration::from_secs(900);
-    assert!(
-        list_due(RobotDue::Reuse, Some(old), gaps, now),
-        "Node changes that keep coming list as the periodic cycle would have"
-    );
-    let short = (MIN_GAP, Duration::from_secs(1));
-    assert!(
-        !list_due(RobotDue::Reuse, Some(just), short, now),
-        "never sooner than the least gap"
-    );
-}
-
 /// A password that looks like an error code (capitals and digits) passes
 /// the documents' shape rule; the client's redactor still takes it out, as
 /// it takes the user and the Basic form out of every text.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::pool::RepairLimiter;
-use crate::robot::RobotDue;
+use crate::reconcile::RobotDue;
 use crate::run::leader::Term;
 use crate::serve::metrics::Trigger;
 

@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod architecture;
 mod cli;
 mod config;
 mod controller;

@@ -720,7 +720,7 @@ mod cycle {
 
     #[tokio::test]
     async fn listings_after_a_refusal_send_no_login_until_the_password_changes() {
-        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        use canada_kaktus::reconcile::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, _) = setup().await;
         let wrong = settings(&hetzner, &robot, "not-the-password");
         let mut source = RobotSource::new(robot.endpoint(), std::time::Duration::from_secs(5))
@@ -743,7 +743,7 @@ mod cycle {
 
     #[tokio::test]
     async fn a_list_held_by_its_rate_limit_costs_the_other_lists_nothing() {
-        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        use canada_kaktus::reconcile::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, _) = setup().await;
         robot.set_list_limit("ip", 0);
         let settings = settings(&hetzner, &robot, PASSWORD);
@@ -767,7 +767,7 @@ mod cycle {
 
     #[tokio::test]
     async fn a_stalled_webservice_fails_the_robot_pool_and_the_cloud_pool_goes_on() {
-        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        use canada_kaktus::reconcile::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, kube) = setup().await;
         robot.set_delay(std::time::Duration::from_secs(30));
         // Each request gives up after HcloudTimeout (1 s here).
@@ -790,7 +790,7 @@ mod cycle {
 
     #[tokio::test]
     async fn a_listing_cut_off_in_the_middle_counts_toward_the_least_gap() {
-        use canada_kaktus::robot::{RobotDue, RobotRead, RobotSource};
+        use canada_kaktus::reconcile::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, _) = setup().await;
         robot.set_delay(std::time::Duration::from_secs(30));
         let settings = settings(&hetzner, &robot, PASSWORD);

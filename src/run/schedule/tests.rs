@@ -275,7 +275,7 @@ fn a_health_clock_brings_the_listing_forward_only_when_sooner() {
 
 #[test]
 fn node_changes_reuse_the_robot_answer_and_everything_else_lists() {
-    use crate::robot::RobotDue;
+    use crate::reconcile::RobotDue;
     use crate::run::schedule::robot_due;
     assert_eq!(robot_due(Trigger::Node, false), RobotDue::Reuse);
     assert_eq!(

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{as_servers, RobotClient, RobotCredentials, RobotError, RobotList};
 use crate::config::RobotRef;
 use crate::config::{AddressKind, Settings};
 use crate::hetzner::Server;
+use crate::robot::{as_servers, RobotClient, RobotCredentials, RobotError, RobotList};
 
 /// The least time between two Robot listings: at most 60 of each list an
 /// hour, whatever the interval and however often cycles are retried.
@@ -115,7 +115,7 @@ pub struct RobotSource {
     /// leadership term began (the answer is not used in it, but the time
     /// still keeps the least gap).
     last: Option<(Instant, Option<RobotRead>)>,
-    observer: Option<Arc<dyn super::RobotObserver>>,
+    observer: Option<Arc<dyn crate::robot::RobotObserver>>,
 }
 
 impl std::fmt::Debug for RobotCredentials {
@@ -152,7 +152,7 @@ impl RobotSource {
     }
 
     /// Tells `observer` about every Robot request (metrics).
-    pub fn with_observer(mut self, observer: Arc<dyn super::RobotObserver>) -> Self {
+    pub fn with_observer(mut self, observer: Arc<dyn crate::robot::RobotObserver>) -> Self {
         self.observer = Some(observer);
         self
     }
@@ -299,5 +299,53 @@ fn warn_unknown(settings: &Settings, servers: &[Server]) {
                 );
             }
         }
+    }
+}
+
+/// A password file that cannot be read: the client cannot be built.
+impl From<crate::config::RobotPasswordError> for RobotError {
+    fn from(error: crate::config::RobotPasswordError) -> Self {
+        RobotError::Client {
+            reason: error.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn robot_is_listed_at_most_once_a_minute_and_node_changes_reuse_an_answer_younger_than_the_interval(
+    ) {
+        let now = Instant::now() + Duration::from_secs(7200);
+        let gaps = (MIN_GAP, Duration::from_secs(900));
+        assert!(list_due(RobotDue::List, None, gaps, now), "never listed");
+        assert!(
+            list_due(RobotDue::Reuse, None, gaps, now),
+            "nothing to reuse"
+        );
+        let just = now - (MIN_GAP - Duration::from_secs(1));
+        assert!(
+            !list_due(RobotDue::List, Some(just), gaps, now),
+            "a retry within a minute"
+        );
+        let minute = now - MIN_GAP;
+        assert!(list_due(RobotDue::List, Some(minute), gaps, now));
+        let recent = now - Duration::from_secs(899);
+        assert!(
+            !list_due(RobotDue::Reuse, Some(recent), gaps, now),
+            "a Node change uses an answer younger than the interval"
+        );
+        let old = now - Duration::from_secs(900);
+        assert!(
+            list_due(RobotDue::Reuse, Some(old), gaps, now),
+            "Node changes that keep coming list as the periodic cycle would have"
+        );
+        let short = (MIN_GAP, Duration::from_secs(1));
+        assert!(
+            !list_due(RobotDue::Reuse, Some(just), short, now),
+            "never sooner than the least gap"
+        );
     }
 }

@@ -1,0 +1,191 @@
+//! The module graph `src/lib.rs` describes, checked against the code: the
+//! top-level modules of the crate import each other without a cycle, and
+//! the few promises `lib.rs` makes about single modules hold. An import is
+//! any `crate::<module>` path (also inside `crate::{…}`) in a module's
+//! files, its unit-test files aside.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The top-level modules: a file or a folder under `src/`, but `lib.rs`
+/// and `main.rs`.
+fn modules() -> BTreeSet<String> {
+    std::fs::read_dir(src())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "lib.rs" && name != "main.rs")
+        .map(|name| name.trim_end_matches(".rs").to_owned())
+        .collect()
+}
+
+/// Every `.rs` file of module `name`, unit-test files aside.
+fn files_of(name: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let file = src().join(format!("{name}.rs"));
+    if file.is_file() {
+        files.push(file);
+    }
+    let mut folders = vec![src().join(name)];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && !path
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .ends_with("tests.rs")
+            {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
+/// The crate's modules a text names after `crate::`, alone or in a group.
+fn imports_in(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (at, _) in text.match_indices("crate::") {
+        let rest = &text[at + "crate::".len()..];
+        let names: Vec<&str> = match rest.strip_prefix('{') {
+            Some(group) => group
+                .split('}')
+                .next()
+                .unwrap_or_default()
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .collect(),
+            None => rest
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .take(1)
+                .collect(),
+        };
+        found.extend(
+            names
+                .into_iter()
+                .filter(|n| modules.contains(*n))
+                .map(str::to_owned),
+        );
+    }
+    found
+}
+
+fn graph() -> Graph {
+    let modules = modules();
+    modules
+        .iter()
+        .map(|name| {
+            let mut imports = BTreeSet::new();
+            for file in files_of(name) {
+                let text = std::fs::read_to_string(&file).unwrap();
+                imports.extend(imports_in(&text, &modules));
+            }
+            imports.remove(name);
+            (name.clone(), imports)
+        })
+        .collect()
+}
+
+/// A cycle of `graph`, if it has one, as the modules along it.
+fn cycle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &Graph,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle_and_only_a_cycle() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut graph = Graph::new();
+        for (from, to) in edges {
+            graph
+                .entry((*from).to_owned())
+                .or_default()
+                .insert((*to).to_owned());
+            graph.entry((*to).to_owned()).or_default();
+        }
+        graph
+    };
+    assert_eq!(
+        cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(cycle(&graph(&[("a", "b"), ("a", "c"), ("b", "c")])), None);
+    let modules: BTreeSet<String> = ["config", "robot"].map(String::from).into();
+    assert_eq!(
+        imports_in(
+            "use crate::{config::Settings, robot::RobotError};\nuse crate::sync::lock;",
+            &modules
+        ),
+        modules
+    );
+}
+
+#[test]
+fn no_two_top_level_modules_import_each_other_in_a_circle() {
+    let graph = graph();
+    // The reader works: the cycle's writer imports the pool module.
+    assert!(graph["reconcile"].contains("pool"), "{graph:?}");
+    if let Some(cycle) = cycle(&graph) {
+        panic!(
+            "the modules import each other in a circle: {} (src/lib.rs: every arrow points one way)",
+            cycle.join(" → ")
+        );
+    }
+}
+
+#[test]
+fn the_modules_lib_rs_names_as_leaves_stay_leaves() {
+    let graph = graph();
+    let allowed = |module: &str, allowed: &[&str]| {
+        let extra: Vec<&String> = graph[module]
+            .iter()
+            .filter(|m| !allowed.contains(&m.as_str()))
+            .collect();
+        assert!(
+            extra.is_empty(),
+            "src/lib.rs says {module} imports only {allowed:?}; it imports {extra:?} too"
+        );
+    };
+    allowed("vocab", &[]);
+    allowed("config", &["vocab", "hetzner", "robot"]);
+    // The Robot client never sees the settings or the cycle.
+    allowed("robot", &["hetzner", "sync", "vocab"]);
+    allowed("hetzner", &["backoff", "sync", "vocab"]);
+}
