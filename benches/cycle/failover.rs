@@ -13,7 +13,7 @@ use super::*;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use support::fake_hetzner::{numbered_servers, ActionPlan, FakeFloatingIp};
+use support::fake_hetzner::{numbered_servers, ActionPlan, FakeFloatingIp, Fault};
 use support::nodes::{holder_of, Kubelets};
 
 pub(super) const POOL: &str = "bench-fip";
@@ -37,7 +37,17 @@ impl FailoverResult {
     }
 }
 
-pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
+/// [`failover_time`] with a listing of [`SLOW_LISTING`] in flight when the
+/// holder falls silent (issue 34: a move never waits for a listing).
+pub(super) const SLOW_LISTING: Duration = Duration::from_secs(48);
+
+/// Failover time with the loop idle (`slow_listing` `None`: an hour
+/// between listings), or with every listing taking `slow_listing` and one
+/// in flight when the holder falls silent.
+pub(super) async fn failover_time(
+    bench: &SizeBench<'_>,
+    slow_listing: Option<Duration>,
+) -> FailoverResult {
     let servers: Vec<_> = numbered_servers(3);
     bench.hetzner.set_servers(servers);
     bench.hetzner.set_floating_ips(vec![
@@ -56,13 +66,39 @@ pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
         "FloatingIpFailover": true, "FailoverAfter": format!("{}s", AFTER.as_secs()),
     }]);
     // Debug: the Lease watch says when it listed.
-    let mut proc = bench.spawn_pools("1h", &pools, &[("CANADA_KAKTUS_LOGLEVEL", "debug")]);
+    let (interval, timeout) = match slow_listing {
+        None => ("1h", "10s"),
+        // Listings every 2 s, each allowed its full time.
+        Some(_) => ("2s", "60s"),
+    };
+    let mut proc = bench.spawn_pools(
+        interval,
+        &pools,
+        &[
+            ("CANADA_KAKTUS_LOGLEVEL", "debug"),
+            ("CANADA_KAKTUS_HCLOUD_TIMEOUT", timeout),
+        ],
+    );
     proc.wait_message("watching the Node Leases: listed").await;
     let first = proc.next_cycle().await;
     assert_eq!(
         first.addresses, 1,
         "the pool holds the Floating IP: {first:?}"
     );
+    if let Some(delay) = slow_listing {
+        // Every listing from now on is slow; wait until one is under way.
+        let listed = bench.hetzner.requests();
+        bench.hetzner.set_fault(Some(Fault::Delay(delay)));
+        let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+        while bench.hetzner.requests() == listed {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no listing began\n{}",
+                proc.tail()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 
     // The holder's kubelet stops; its last renewal is the start (read once
     // the move began: a renewal under way when it stopped counts too).
@@ -83,6 +119,7 @@ pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
         "the pool kept the Floating IP"
     );
     proc.stop();
+    bench.hetzner.set_fault(None);
     drop(kubelets);
     for id in 1..=3 {
         let _ = nodes
@@ -97,14 +134,18 @@ pub(super) async fn failover_time(bench: &SizeBench<'_>) -> FailoverResult {
     }
 }
 
-pub(super) fn print_failover(result: &FailoverResult) {
+pub(super) fn print_failover(result: &FailoverResult, slow_listing: Option<Duration>) {
     let floor = FailoverResult::floor();
     let over = result.failover.saturating_sub(floor);
+    let loop_state = match slow_listing {
+        None => "the loop idle".to_owned(),
+        Some(delay) => format!("a {} s listing in flight", delay.as_secs()),
+    };
     println!(
-        "Floating IP failover (the holder's kubelet stops; FailoverAfter {} s, simulated Action \
-         {} s, Lease renewals every {} s), from its last renewal: move started after {:.1} s, \
-         Action succeeded after {:.1} s; floor (FailoverAfter + Action) {:.1} s, {:.1} s above \
-         it (target: within 2 s, {}).",
+        "Floating IP failover ({loop_state}; the holder's kubelet stops; FailoverAfter {} s, \
+         simulated Action {} s, Lease renewals every {} s), from its last renewal: move started \
+         after {:.1} s, Action succeeded after {:.1} s; floor (FailoverAfter + Action) {:.1} s, \
+         {:.1} s above it (target: within 2 s, {}).",
         AFTER.as_secs(),
         ACTION.as_secs(),
         RENEW.as_secs(),

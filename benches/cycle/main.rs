@@ -38,6 +38,7 @@
 //! binaries are available and skips otherwise.
 mod controller;
 mod failover;
+mod nodes;
 mod observer;
 mod pools;
 mod report;
@@ -45,6 +46,7 @@ mod robot;
 mod size;
 use controller::*;
 use failover::*;
+use nodes::*;
 use observer::*;
 use pools::*;
 use report::*;
@@ -216,13 +218,29 @@ async fn run(plan: Plan, sizes: &[usize]) {
         }
     }
     eprintln!("== Floating IP failover");
-    let failover = failover_time(&bench_of(3)).await;
+    let failover = failover_time(&bench_of(3), None).await;
+    eprintln!("== Floating IP failover with a slow listing in flight");
+    let failover_slow = failover_time(&bench_of(3), Some(SLOW_LISTING)).await;
+    eprintln!("== Node changes");
+    let node_changes = node_change_cost(&bench_of(4)).await;
     eprintln!("== Robot members");
     let robot = robot_cost(&bench_of(3)).await;
     observer.stop();
 
     print_report(&machine, &binary, binary_bytes, plan, &results);
-    print_failover(&failover);
+    print_failover(&failover, None);
+    print_failover(&failover_slow, Some(SLOW_LISTING));
+    let apart = failover_slow.failover.abs_diff(failover.failover);
+    println!(
+        "Failover with and without a listing in flight: {:.1} s apart (target: within 2 s, {}).",
+        apart.as_secs_f64(),
+        if apart <= Duration::from_secs(2) {
+            "met"
+        } else {
+            "missed"
+        }
+    );
+    print_node_changes(&node_changes);
     print_robot(&robot);
     if let Some(three) = three {
         println!(
