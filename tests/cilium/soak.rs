@@ -7,7 +7,9 @@
 //! move between servers; foreign pools (enabled and disabled, CIDRs and
 //! ranges, with Cilium 1.15 also in the older `spec.cidrs`) come and go, some over the addresses of servers that join later;
 //! Services (IPv4, IPv6, dual-stack, for each pool) are created throughout;
-//! Hetzner fails and its pages shift between two requests; reloads reorder
+//! Hetzner fails, has an outage or answers slowly while a Node is labelled
+//! out, and its pages shift between two requests; a Node no server is
+//! churns; reloads reorder
 //! the pools and rename one; the leader is killed or frozen past its Lease;
 //! every replica is killed and started again.
 //!
@@ -23,7 +25,7 @@
 //! deleted the pool), after a restart no address was added that no pool
 //! should hold, and at the end every pool holds what it should.
 //!
-//! `CANADA_KAKTUS_CILIUM_SOAK_STEPS` (default 30; from 19 on, every kind of
+//! `CANADA_KAKTUS_CILIUM_SOAK_STEPS` (default 30; from 22 on, every kind of
 //! step runs at least once) sets the length and
 //! `CANADA_KAKTUS_CILIUM_SOAK_SEED` replays a run; the seed is printed.
 
@@ -63,7 +65,7 @@ use tokio::time::Instant;
 const IDS: std::ops::RangeInclusive<i64> = 1..=12;
 
 /// Every kind of step and how often it is drawn, relative to the others.
-const KINDS: [(&str, u32); 19] = [
+const KINDS: [(&str, u32); 22] = [
     ("server joins", 12),
     ("server leaves", 7),
     ("server relabelled", 7),
@@ -77,6 +79,9 @@ const KINDS: [(&str, u32); 19] = [
     ("foreign pool deleted", 4),
     ("service created", 12),
     ("hetzner fails", 2),
+    ("hetzner outage", 2),
+    ("slow listings", 2),
+    ("node churn", 3),
     ("page shift", 3),
     ("pools reordered", 2),
     ("pool renamed", 2),
@@ -503,6 +508,26 @@ impl Soak {
             "hetzner fails" => self
                 .hetzner
                 .set_fault(Some(Fault::times(2, Fault::status(503)))),
+            "hetzner outage" => {
+                // Every listing fails (503) while a Node is labelled out:
+                // the node rule acts from the last good listing.
+                self.hetzner.set_fault(Some(Fault::status(503)));
+                wait_cycles(&self.hetzner, 2).await;
+                let acted = self.node_out_while(what).await;
+                self.hetzner.set_fault(None);
+                return acted;
+            }
+            "slow listings" => {
+                // Every listing takes 6 s; a Node labelled out is applied
+                // while one is in flight.
+                self.hetzner
+                    .set_fault(Some(Fault::Delay(Duration::from_secs(6))));
+                wait_cycles(&self.hetzner, 1).await;
+                let acted = self.node_out_while(what).await;
+                self.hetzner.set_fault(None);
+                return acted;
+            }
+            "node churn" => self.churn().await,
             "page shift" => self.page_shift().await,
             "pools reordered" => {
                 // Which pool an address would go to first changes: every
@@ -549,6 +574,70 @@ impl Soak {
             other => unreachable!("no step {other}"),
         }
         true
+    }
+
+    /// Labels a member's Node out of load balancers while Hetzner listings
+    /// fail or are slow (`what`), and checks in the leader's log that the
+    /// Node step ran (removed, or held by the shrink guard) all the same: a
+    /// node rule needs no listing. False when no member has a Node.
+    async fn node_out_while(&mut self, what: &str) -> bool {
+        let Some(id) = self.pick(|m| m.node && !m.excluded) else {
+            return false;
+        };
+        let leader = self.replicas.leader(&self.cluster).await;
+        let mark = self.replicas.running[leader].1.log_text().len();
+        self.world.members.get_mut(&id).unwrap().excluded = true;
+        let patch = json!({"metadata": {"labels": {
+            "node.kubernetes.io/exclude-from-external-load-balancers": ""}}});
+        patch_node(&self.nodes, id, patch).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = self.replicas.running[leader].1.log_text();
+            let stepped = log
+                .get(mark..)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.contains("reconcile finished") && l.contains("\"kind\":\"nodes\""));
+            if stepped {
+                return true;
+            }
+            if Instant::now() > deadline {
+                self.violations.push(format!(
+                    "{what}: node-{id} was labelled out, and no Node step ran within 30 s"
+                ));
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A Node no server is (an autoscaler's, say) changes again and again:
+    /// held removals stay held and are confirmed all the same (the end
+    /// check waits for every pool to hold what it should).
+    async fn churn(&mut self) {
+        let churner: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": "churner"}
+        }))
+        .unwrap();
+        if self.nodes.get_opt("churner").await.unwrap().is_none() {
+            self.nodes
+                .create(&PostParams::default(), &churner)
+                .await
+                .unwrap();
+        }
+        for flap in 0..6 {
+            let value = if flap % 2 == 0 {
+                json!("")
+            } else {
+                Value::Null
+            };
+            let patch = json!({"metadata": {"labels": {
+                "node.kubernetes.io/exclude-from-external-load-balancers": value}}});
+            self.nodes
+                .patch("churner", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
     }
 
     /// A Service of one of four kinds: `edge` IPv4, dual-stack or IPv6,
