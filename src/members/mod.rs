@@ -100,6 +100,23 @@ pub struct Contributions {
 }
 
 impl Contributions {
+    /// Takes over what the Robot servers (negative IDs) of `previous` gave,
+    /// for a listing whose Robot read failed: those servers are unknown,
+    /// not gone, and a Node change must still be able to remove them.
+    pub fn keep_robot_from(&mut self, previous: &Contributions) {
+        for (index, server) in previous.servers.iter().enumerate() {
+            if server.0 >= 0 || self.servers.iter().any(|s| s.0 == server.0) {
+                continue;
+            }
+            let at = u32::try_from(self.servers.len()).unwrap_or(u32::MAX);
+            self.servers.push(server.clone());
+            let from = u32::try_from(index).unwrap_or(u32::MAX);
+            let given = previous.given.iter().filter(|g| g.0 == from);
+            self.given
+                .extend(given.map(|&(_, pool, address, floating)| (at, pool, address, floating)));
+        }
+    }
+
     /// Per pool (in `pools` order): the addresses of servers a node rule
     /// leaves out now, those servers, and how many servers gave the pool
     /// addresses. Nothing here adds an address.

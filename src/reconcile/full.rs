@@ -5,7 +5,7 @@
 //! The apply then decides and writes from it with the Nodes and the pools
 //! as they are when it runs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -28,10 +28,10 @@ pub struct FullRead {
     listing: Listing,
     /// When the read began: a Floating IP move that ended later is newer.
     started: Instant,
-    /// Per pool (in `Pools` order): what the first listing would have
-    /// removed from what it held when read, and the part of that the
-    /// second listing agreed is gone.
-    removals: Vec<Removals>,
+    /// Per pool, by name: what the first listing would have removed from
+    /// what it held when read, and the part of that the second listing
+    /// agreed is gone.
+    removals: BTreeMap<String, Removals>,
 }
 
 /// One pool's removals as the read saw them.
@@ -103,7 +103,13 @@ impl Reconciler {
         );
         warn_about(settings, &rendered);
         // The last good listing: Node changes remove from it from now on,
-        // also while later listings fail.
+        // also while later listings fail. Robot servers a failed Robot read
+        // did not show keep what the last good one said of them.
+        if listing.robot.error().is_some() {
+            if let Some(previous) = &self.last_listing {
+                record.keep_robot_from(previous);
+            }
+        }
         self.last_listing = Some(record);
         self.listed_at = Some(started);
         let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
@@ -118,8 +124,8 @@ impl Reconciler {
         drop(listing);
         let all = self.pools.list_all(&resource).await?;
         let removing = removals(&rendered, &all);
-        keep_unconfirmed(&mut rendered, removing, &read_removals);
-        let outcomes = self
+        let recheck = keep_unconfirmed(&mut rendered, removing, &read_removals);
+        let mut outcomes = self
             .converge_all(
                 settings,
                 &resource,
@@ -129,6 +135,11 @@ impl Reconciler {
                 CycleKind::Full,
             )
             .await?;
+        for (outcome, recheck) in outcomes.iter_mut().zip(recheck) {
+            if let Ok(report) = &mut outcome.result {
+                report.recheck = recheck;
+            }
+        }
         // The mover moves only what each pool holds after the write (not
         // what the gate withheld: a foreign pool's, or one a pool of ours
         // still has). Handed over also without failover pools: a reload
@@ -182,6 +193,7 @@ async fn read(inputs: ReadInputs) -> Result<FullRead, ReconcileError> {
             confirmed: BTreeSet::new(),
         })
         .collect();
+    let names: Vec<String> = rendered.iter().map(|r| r.desired.name.clone()).collect();
     if removing.iter().any(|r| !r.is_empty()) {
         // Robot's lists are no pages: the same read confirms.
         let mut again = list_cloud(&hetzner, &settings).await?;
@@ -200,7 +212,7 @@ async fn read(inputs: ReadInputs) -> Result<FullRead, ReconcileError> {
     Ok(FullRead {
         listing,
         started,
-        removals: seen,
+        removals: names.into_iter().zip(seen).collect(),
     })
 }
 

@@ -286,15 +286,17 @@ pub(super) fn removals(rendered: &[RenderedPool], all: &[Pool]) -> Vec<Vec<IpAdd
 /// unless the read's second listing confirmed it is gone (`read`, per
 /// pool): only a removal both listings agree on goes ahead. One that arose
 /// after the read (nothing looked at it twice) waits for the next listing.
+///
+/// Returns, per pool, whether it kept back a removal no listing looked at
+/// twice (the next listing should then come soon, not an interval later).
 pub(super) fn keep_unconfirmed(
     rendered: &mut [RenderedPool],
     removing: Vec<Vec<IpAddr>>,
-    read: &[super::full::Removals],
-) {
-    for (i, (RenderedPool { desired, .. }, removing)) in
-        rendered.iter_mut().zip(removing).enumerate()
-    {
-        let seen = read.get(i).cloned().unwrap_or_default();
+    read: &std::collections::BTreeMap<String, super::full::Removals>,
+) -> Vec<bool> {
+    let mut kept_unchecked = Vec::with_capacity(rendered.len());
+    for (RenderedPool { desired, .. }, removing) in rendered.iter_mut().zip(removing) {
+        let seen = read.get(&desired.name).cloned().unwrap_or_default();
         let (shifted, unchecked): (Vec<IpAddr>, Vec<IpAddr>) = removing
             .into_iter()
             .filter(|a| !seen.confirmed.contains(a))
@@ -315,6 +317,7 @@ pub(super) fn keep_unconfirmed(
                  meanwhile); not removed before the next listing"
             );
         }
+        kept_unchecked.push(!unchecked.is_empty());
         if !shifted.is_empty() || !unchecked.is_empty() {
             desired
                 .addresses
@@ -323,6 +326,7 @@ pub(super) fn keep_unconfirmed(
             desired.addresses.dedup();
         }
     }
+    kept_unchecked
 }
 
 pub(super) fn find_pool<'a>(all: &'a [Pool], name: &str) -> Option<&'a Pool> {

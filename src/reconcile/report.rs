@@ -99,6 +99,9 @@ pub struct CycleReport {
     pub held: Option<HeldRemoval>,
     /// A removal held earlier that this cycle's listing confirmed and wrote.
     pub confirmed: Option<HeldRemoval>,
+    /// A removal no listing looked at twice was kept back (it arose after
+    /// the listing was read): the next listing should come soon.
+    pub recheck: bool,
     /// Servers a node rule left out of the pool.
     pub excluded: Vec<Excluded>,
     /// Addresses the pool did not get because an earlier pool has them.

@@ -204,13 +204,11 @@ impl RobotSource {
             }
             None => {}
         }
-        // Until it finishes, this listing counts as a failed one: a cycle
-        // cut off in the middle does not let the next one ask at once.
+        // Until it finishes, this listing counts as one without an answer:
+        // a read cut off in the middle (a reload drops the read in flight)
+        // does not let the next one ask at once, and tells it to wait.
         let limit = self.time_limit;
-        let cut_off = RobotRead::Failed(RobotError::TimedOut {
-            seconds: limit.as_secs(),
-        });
-        self.last = Some((now, Some(cut_off)));
+        self.last = Some((now, None));
         let listing = tokio::time::timeout(limit, self.list(settings, failovers));
         let read = match listing.await {
             Ok(Ok(listing)) => {

@@ -52,9 +52,11 @@ pub enum RobotError {
     TimedOut { seconds: u64 },
 
     #[error(
-        "the Robot webservice was last listed before this leadership term began; another \
-         replica may have written since, and Robot is listed at most once a minute, so the \
-         next listing may come in {seconds}s; the Robot members stay as they were"
+        "the Robot webservice was last listed less than a minute ago, and that listing left no \
+         answer to use (it was read before this leadership term began, when another replica \
+         may have written since, or it was cut off before it ended by a reload or the cycle's \
+         time limit); Robot is listed at most once a minute, so the next listing may come in \
+         {seconds}s; the Robot members stay as they were"
     )]
     Waiting { seconds: u64 },
 }

@@ -190,7 +190,9 @@ fn conflicts(result: &CycleResult) -> BTreeSet<String> {
 pub(super) fn full_end(result: &CycleResult) -> FullCycleEnd {
     FullCycleEnd {
         all_ok: matches!(result, Ok(o) if o.iter().all(|o| o.result.is_ok())),
-        holding: matches!(result, Ok(o) if o.iter().any(|o| matches!(&o.result, Ok(r) if r.held.is_some()))),
+        // A held removal, or one kept back for the next listing: listed
+        // again soon rather than an interval later.
+        holding: matches!(result, Ok(o) if o.iter().any(|o| matches!(&o.result, Ok(r) if r.held.is_some() || r.recheck))),
         conflicts: conflicts(result),
     }
 }

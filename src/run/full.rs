@@ -37,8 +37,17 @@ pub(super) async fn read_done(listing: &mut Option<InFlight>) -> ReadResult {
 }
 
 impl ControlLoop {
-    /// Starts the read of a full cycle; the loop goes on at once.
-    pub(super) fn start_full(&mut self, st: &mut Running) -> Flow {
+    /// Starts the read of a full cycle; the loop goes on at once (after
+    /// the first cycle's wait for the Node list).
+    pub(super) async fn start_full(&mut self, st: &mut Running) -> Flow {
+        // Nothing is added before the Nodes are listed: the first cycle
+        // waits for that list a little, and reads the Nodes after it (then
+        // removals go on anyway, and the list, when it comes, brings a
+        // listing).
+        tokio::select! {
+            _ = st.nodes.first_list(NODE_LIST_WAIT) => {}
+            _ = self.shutdown.cancelled() => return Flow::Stop,
+        }
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
         let health_flip = st.schedule.take_health_flip();
@@ -46,16 +55,13 @@ impl ControlLoop {
         let read = self
             .reconciler
             .read_full(&self.settings, schedule::robot_due(trigger, health_flip));
-        // Nothing is added before the Nodes are listed: the first cycle
-        // waits for that list a little, beside its listing (then removals
-        // go on anyway, and the list, when it comes, brings a listing).
-        let first_list = st.nodes.first_list(NODE_LIST_WAIT);
         let limit = self.timings.cycle_timeout;
         let read = async move {
-            let (read, ()) = tokio::join!(tokio::time::timeout(limit, read), first_list);
-            read.unwrap_or(Err(ReconcileError::TimedOut {
-                seconds: limit.as_secs(),
-            }))
+            tokio::time::timeout(limit, read)
+                .await
+                .unwrap_or(Err(ReconcileError::TimedOut {
+                    seconds: limit.as_secs(),
+                }))
         };
         st.listing = Some(InFlight {
             started: Instant::now(),

@@ -195,7 +195,7 @@ impl ControlLoop {
                 read = full::read_done(&mut st.listing) => self.finish_full(&mut st, read).await,
                 _ = sleep_until(st.schedule.next_full()),
                     if st.schedule.leading() && st.listing.is_none() => {
-                    self.start_full(&mut st)
+                    self.start_full(&mut st).await
                 }
                 _ = sleep_until(st.schedule.repair_at().unwrap_or_else(Instant::now)),
                     if st.schedule.repair_at().is_some() && st.schedule.leading() => {

@@ -58,6 +58,8 @@ impl ControlLoop {
             }
             st.mover.set_hetzner(self.reconciler.hetzner().clone());
             self.ensure_lease_watch(st);
+            // A reload that changed what a listing means forgot it.
+            self.show_listing();
         }
         Flow::Go
     }

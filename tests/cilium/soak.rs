@@ -586,6 +586,16 @@ impl Soak {
         };
         let leader = self.replicas.leader(&self.cluster).await;
         let mark = self.replicas.running[leader].1.log_text().len();
+        // What the server has in our pools now: the Node step must remove
+        // it, or hold its removal.
+        let held: BTreeSet<String> = {
+            let log = self.pool_log.lock().unwrap();
+            OURS.iter().flat_map(|pool| log.held(pool)).collect()
+        };
+        let mine: Vec<String> = all_addresses(id)
+            .into_iter()
+            .filter(|a| held.contains(a))
+            .collect();
         self.world.members.get_mut(&id).unwrap().excluded = true;
         let patch = json!({"metadata": {"labels": {
             "node.kubernetes.io/exclude-from-external-load-balancers": ""}}});
@@ -593,17 +603,43 @@ impl Soak {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let log = self.replicas.running[leader].1.log_text();
-            let stepped = log
+            let lines: Vec<Value> = log
                 .get(mark..)
                 .unwrap_or_default()
                 .lines()
-                .any(|l| l.contains("reconcile finished") && l.contains("\"kind\":\"nodes\""));
-            if stepped {
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .collect();
+            // A pool's own refusal (the empty-pool guard, when the server
+            // was its last member) is the Node step acting too; a failed
+            // listing names no pool.
+            let refused = lines.iter().any(|l| {
+                l["message"] == "reconcile failed; pool left unchanged" && l["pool"].is_string()
+            });
+            let acted = refused
+                || lines
+                    .iter()
+                    .filter(|l| l["message"] == "reconcile finished" && l["kind"] == "nodes")
+                    .any(|l| {
+                        let listed = |key: &str| -> Vec<String> {
+                            l[key]
+                                .as_str()
+                                .unwrap_or_default()
+                                .split(',')
+                                .map(str::to_owned)
+                                .collect()
+                        };
+                        let (removed, kept) =
+                            (listed("removed_addresses"), listed("held_removals"));
+                        mine.is_empty()
+                            || mine.iter().any(|a| removed.contains(a) || kept.contains(a))
+                    });
+            if acted {
                 return true;
             }
             if Instant::now() > deadline {
                 self.violations.push(format!(
-                    "{what}: node-{id} was labelled out, and no Node step ran within 30 s"
+                    "{what}: node-{id} was labelled out, and within 30 s no Node step removed \
+                     or held {mine:?}"
                 ));
                 return true;
             }

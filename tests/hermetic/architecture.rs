@@ -60,12 +60,8 @@ fn imports_in(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
     for (at, _) in text.match_indices("crate::") {
         let rest = &text[at + "crate::".len()..];
         let names: Vec<&str> = match rest.strip_prefix('{') {
-            Some(group) => group
-                .split('}')
-                .next()
-                .unwrap_or_default()
-                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .collect(),
+            // The group's own top-level names (nested groups belong to them).
+            Some(group) => top_level_names(group),
             None => rest
                 .split(|c: char| !(c.is_alphanumeric() || c == '_'))
                 .take(1)
@@ -79,6 +75,32 @@ fn imports_in(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
         );
     }
     found
+}
+
+/// The first name of each entry of a `{…}` group (the text after its
+/// `{`), at depth one: `a::{b, c}, d` gives `a` and `d`.
+fn top_level_names(group: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut depth = 0usize;
+    let mut start_of_entry = true;
+    for (at, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => start_of_entry = true,
+            c if start_of_entry && depth == 0 && (c.is_alphanumeric() || c == '_') => {
+                let rest = &group[at..];
+                let end = rest
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                names.push(&rest[..end]);
+                start_of_entry = false;
+            }
+            _ => {}
+        }
+    }
+    names
 }
 
 fn graph() -> Graph {
@@ -151,6 +173,14 @@ fn the_cycle_finder_finds_a_cycle_and_only_a_cycle() {
     assert_eq!(
         imports_in(
             "use crate::{config::Settings, robot::RobotError};\nuse crate::sync::lock;",
+            &modules
+        ),
+        modules
+    );
+    // Nested groups: the names after them count too.
+    assert_eq!(
+        imports_in(
+            "use crate::{sync::{lock, read}, config::{self, Settings}, robot};",
             &modules
         ),
         modules

@@ -1164,3 +1164,32 @@ async fn deleting_one_pool_of_a_swap_ends_it() {
     assert_eq!(one("a"), BTreeSet::from(["198.51.100.2/32".to_owned()]));
     assert_eq!(one("b"), BTreeSet::from(["198.51.100.1/32".to_owned()]));
 }
+
+/// A removal that arose after the read (here: a Node deleted between the
+/// read and the writes) is kept back, not written on one listing's word,
+/// and the report asks for the next listing soon; that listing removes it.
+#[tokio::test]
+async fn a_removal_that_arose_after_the_read_waits_for_the_next_listing() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(
+        (1..=4)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    reconciler.set_nodes(deleting(&[]));
+    reconciler.full(&settings).await.unwrap();
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
+    let read = reconciler
+        .read_full(&settings, canada_kaktus::reconcile::RobotDue::List)
+        .await
+        .unwrap();
+    reconciler.set_nodes(deleting(&[2]));
+    let outcomes = reconciler.apply_full(&settings, read).await.unwrap();
+    let report = outcomes[0].result.as_ref().unwrap();
+    assert!(report.recheck, "{report:?}");
+    assert_eq!(blocks(&kube).len(), 4, "kept back");
+    reconciler.full(&settings).await.unwrap();
+    assert!(!blocks(&kube).contains("198.51.100.2/32"));
+}

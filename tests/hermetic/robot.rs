@@ -594,6 +594,62 @@ mod cycle {
         assert!(outcome(&outcomes, "cloud").result.is_ok());
     }
 
+    /// Issue 34: while the Robot webservice fails, a Node change still
+    /// removes a Robot server's addresses: the failed Robot read keeps what
+    /// the last good one said of its servers.
+    #[tokio::test]
+    async fn a_node_change_removes_a_robot_server_while_robot_fails() {
+        let (hetzner, robot, kube) = setup().await;
+        // The shrink guard off: two of three addresses go at once.
+        let pools = POOLS.replace(
+            r#""Addresses": ["public-ipv4", "robot-additional-ip"]}"#,
+            r#""Addresses": ["public-ipv4", "robot-additional-ip"], "MaxRemovalRatio": 1}"#,
+        );
+        assert_ne!(pools, POOLS);
+        let settings = settings_with(
+            &hetzner,
+            &robot,
+            PASSWORD,
+            &[("CANADA_KAKTUS_POOLS", pools.as_str())],
+        );
+        let mut reconciler = reconciler(&hetzner, &kube);
+        reconciler.set_robot_min_gap(std::time::Duration::ZERO);
+        let node = |name: &str, deleting: bool| canada_kaktus::members::NodeFacts {
+            name: name.to_owned(),
+            ready: true,
+            deleting,
+            ..Default::default()
+        };
+        let nodes = |deleting: bool| {
+            canada_kaktus::members::NodeView::new(
+                [node("server1", deleting), node("server2", false)],
+                true,
+            )
+        };
+        reconciler.set_nodes(nodes(false));
+        reconciler.full(&settings).await.unwrap();
+        assert_eq!(cidrs(&kube, "dedicated").len(), 3);
+        robot.set_maintenance(true);
+        let outcomes = reconciler.full(&settings).await.unwrap();
+        assert!(outcome(&outcomes, "dedicated").result.is_err());
+        // server1 (321) is being deleted: its main and additional IPs go.
+        reconciler.set_nodes(nodes(true));
+        let outcomes = reconciler
+            .nodes_changed(&settings)
+            .await
+            .unwrap()
+            .expect("the last good listing of the term");
+        assert!(
+            outcome(&outcomes, "dedicated").result.is_ok(),
+            "{outcomes:?}"
+        );
+        assert_eq!(
+            cidrs(&kube, "dedicated"),
+            ["203.0.113.42/32"],
+            "321's addresses left; 421's stayed"
+        );
+    }
+
     #[tokio::test]
     async fn dry_run_prints_the_robot_members_and_a_refusal_without_the_password() {
         let (hetzner, robot, _) = setup().await;
@@ -788,6 +844,9 @@ mod cycle {
         assert_eq!(e.metric_label(), "robot_timeout", "{e}");
     }
 
+    /// A listing cut off in the middle (the cycle timeout, or a config
+    /// reload that drops the read in flight) counts toward the least gap;
+    /// the next read within it says it waits, not that Robot timed out.
     #[tokio::test]
     async fn a_listing_cut_off_in_the_middle_counts_toward_the_least_gap() {
         use canada_kaktus::reconcile::{RobotDue, RobotRead, RobotSource};
@@ -806,7 +865,8 @@ mod cycle {
         let RobotRead::Failed(e) = read else {
             panic!("{read:?}")
         };
-        assert_eq!(e.metric_label(), "robot_timeout");
+        assert_eq!(e.metric_label(), "robot_waiting", "{e}");
+        assert!(e.to_string().contains("cut off before it ended"), "{e}");
         assert_eq!(
             robot.all_requests(),
             1,
