@@ -43,6 +43,17 @@ pub(super) struct Removals {
     pub confirmed: BTreeSet<IpAddr>,
 }
 
+/// What a full cycle's writes ended with.
+#[derive(Debug)]
+pub struct FullApplied {
+    /// One per configured pool, in order.
+    pub outcomes: Vec<PoolOutcome>,
+    /// The failover pools of the listing, each with the Floating IPs its
+    /// pool holds after the writes. Handed to the mover also without
+    /// failover pools: a reload that turned failover off must stop it.
+    pub failover: FailoverListing,
+}
+
 /// What the read needs, owned: it outlives no borrow of the reconciler.
 struct ReadInputs {
     settings: Settings,
@@ -80,12 +91,13 @@ impl Reconciler {
     /// Decides every pool from `read` with the Nodes as they are now, reads
     /// every pool afresh and writes what differs. A removal is written only
     /// when the read's second listing confirmed it; one that arose since
-    /// the read waits for the next listing.
+    /// the read waits for the next listing. Returns one outcome per pool and
+    /// the failover pools as the writes left them (for the mover).
     pub async fn apply_full(
         &mut self,
         settings: &Settings,
         read: FullRead,
-    ) -> Result<Vec<PoolOutcome>, ReconcileError> {
+    ) -> Result<FullApplied, ReconcileError> {
         let FullRead {
             listing,
             started,
@@ -149,11 +161,13 @@ impl Reconciler {
             pool.floating_ips
                 .retain(|fip| kept.is_some_and(|kept| kept.contains(&fip.address)));
         }
-        self.failover = Some(FailoverListing {
-            started,
-            pools: failover,
-        });
-        Ok(outcomes)
+        Ok(FullApplied {
+            outcomes,
+            failover: FailoverListing {
+                started,
+                pools: failover,
+            },
+        })
     }
 }
 

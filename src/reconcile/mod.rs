@@ -27,7 +27,7 @@ use crate::robot::RobotObserver;
 use std::sync::Arc;
 
 pub use dry::{dry_cycle, DryPool};
-pub use full::FullRead;
+pub use full::{FullApplied, FullRead};
 use listing::{find_pool, server_counts};
 pub use listing::{
     list_cloud, list_hetzner, render_pools, render_traced, shared_selector, template_from, Listing,
@@ -97,9 +97,6 @@ pub struct Reconciler {
     confirm_after: Duration,
     /// Asked right before every write: the leader Lease still holds.
     fence: Fence,
-    /// The failover pools of the last complete listing, until the loop
-    /// takes them.
-    failover: Option<FailoverListing>,
     /// The Robot webservice, shared with the read of a full cycle.
     robot: SharedRobot,
 }
@@ -149,7 +146,6 @@ impl Reconciler {
             unhealthy: Unhealthy::default(),
             confirm_after: Duration::ZERO,
             fence: Fence::open(),
-            failover: None,
             robot: SharedRobot::new(ROBOT_MIN_GAP, None),
         }
     }
@@ -189,7 +185,6 @@ impl Reconciler {
         self.last_listing = None;
         self.listed_at = None;
         self.unhealthy.clear();
-        self.failover = None;
     }
 
     /// A leadership term began or ended: [`Reconciler::forget`], and the
@@ -212,11 +207,6 @@ impl Reconciler {
             // source, which has no answer to reuse.
             self.robot = SharedRobot::new(self.robot.min_gap, self.robot.observer.clone());
         }
-    }
-
-    /// The failover pools of the last complete listing, once.
-    pub fn take_failover(&mut self) -> Option<FailoverListing> {
-        self.failover.take()
     }
 
     /// The fence every write asks (the Floating IP moves too).
@@ -277,7 +267,7 @@ impl Reconciler {
     /// outcome per configured pool, in order.
     pub async fn full(&mut self, settings: &Settings) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let read = self.read_full(settings, RobotDue::List).await?;
-        self.apply_full(settings, read).await
+        Ok(self.apply_full(settings, read).await?.outcomes)
     }
 
     /// Applies a change of the Nodes to the last listing of this term:

@@ -11,7 +11,9 @@ use tracing::{error, info};
 use super::operate::while_leading;
 use super::{events, ControlLoop, Flow, Running};
 use crate::pool::gate::WithheldReason;
-use crate::reconcile::{join, CycleKind, CycleReport, FullRead, PoolOutcome, ReconcileError};
+use crate::reconcile::{
+    join, CycleKind, CycleReport, FailoverListing, FullRead, PoolOutcome, ReconcileError,
+};
 use crate::run::schedule::{FullCycleEnd, RepairEnd};
 
 /// The `target` of the `reconcile finished` and `reconcile failed` lines:
@@ -21,11 +23,18 @@ const LOG_TARGET: &str = "canada_kaktus::run";
 /// What one cycle ends with: per pool, or a failure of them all.
 pub(super) type CycleResult = Result<Vec<PoolOutcome>, ReconcileError>;
 
+/// What one cycle hands back to the loop.
+pub(super) struct CycleOutput {
+    pub result: CycleResult,
+    /// After a full cycle's writes: the failover pools, for the mover.
+    pub failover: Option<FailoverListing>,
+}
+
 impl ControlLoop {
     /// Runs `work` in the schedule's term: the result, or how the loop goes
     /// on when the term ended first ([`Flow::Go`]: the term handler takes
     /// over) or the process shuts down ([`Flow::Stop`]).
-    pub(super) async fn lead(&mut self, st: &mut Running, work: Work) -> Result<CycleResult, Flow> {
+    pub(super) async fn lead(&mut self, st: &mut Running, work: Work) -> Result<CycleOutput, Flow> {
         match while_leading(&st.leadership.term, st.schedule.term(), self.cycle(work)).await {
             None => Err(Flow::Go),
             Some(None) => Err(Flow::Stop),
@@ -91,7 +100,7 @@ impl ControlLoop {
 
     /// Runs one cycle, bounded by the cycle timeout and abandoned at once
     /// on shutdown (`None`).
-    async fn cycle(&mut self, work: Work) -> Option<CycleResult> {
+    async fn cycle(&mut self, work: Work) -> Option<CycleOutput> {
         let timeout = self.timings.cycle_timeout;
         let started = match &work {
             Work::Full { started, .. } => *started,
@@ -101,7 +110,10 @@ impl ControlLoop {
         let shutdown = self.shutdown.clone();
         let work = async {
             match work {
-                Work::Full { read, .. } => self.reconciler.apply_full(&settings, (*read)?).await,
+                Work::Full { read, .. } => {
+                    let applied = self.reconciler.apply_full(&settings, (*read)?).await?;
+                    Ok((applied.outcomes, Some(applied.failover)))
+                }
                 Work::Nodes => {
                     let outcomes = self.reconciler.nodes_changed(&settings).await?;
                     if outcomes.is_none() {
@@ -111,7 +123,7 @@ impl ControlLoop {
                              listing yet; the next listing applies the change"
                         );
                     }
-                    Ok(outcomes.unwrap_or_default())
+                    Ok((outcomes.unwrap_or_default(), None))
                 }
                 Work::Repair(pools) => {
                     let mut outcomes = Vec::with_capacity(pools.len());
@@ -129,7 +141,7 @@ impl ControlLoop {
                         };
                         outcomes.push(PoolOutcome { pool, result });
                     }
-                    Ok(outcomes)
+                    Ok((outcomes, None))
                 }
             }
         };
@@ -137,9 +149,16 @@ impl ControlLoop {
             _ = shutdown.cancelled() => return None,
             result = tokio::time::timeout(timeout, work) => result,
         };
-        let result = result.unwrap_or(Err(ReconcileError::TimedOut {
-            seconds: timeout.as_secs(),
-        }));
+        let (result, failover) = match result {
+            Ok(Ok((outcomes, failover))) => (Ok(outcomes), failover),
+            Ok(Err(e)) => (Err(e), None),
+            Err(_) => (
+                Err(ReconcileError::TimedOut {
+                    seconds: timeout.as_secs(),
+                }),
+                None,
+            ),
+        };
         let duration = started.elapsed();
         // What the cycle allocated is dropped by now; idle memory is what
         // stays (the last listing's record, the watches' objects).
@@ -155,7 +174,7 @@ impl ControlLoop {
             }
             Err(e) => log_failure("", e, duration),
         }
-        Some(result)
+        Some(CycleOutput { result, failover })
     }
 }
 

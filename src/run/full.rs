@@ -85,8 +85,8 @@ impl ControlLoop {
             read: Box::new(read),
             started,
         };
-        let result = match self.lead(st, work).await {
-            Ok(result) => result,
+        let (result, failover) = match self.lead(st, work).await {
+            Ok(output) => (output.result, output.failover),
             Err(flow) => return flow,
         };
         self.observe(st, CycleKind::Full, &result, started.elapsed());
@@ -95,7 +95,7 @@ impl ControlLoop {
             .end_full(cycle::full_end(&result), Instant::now());
         self.list_when_health_flips(&mut st.schedule, started);
         self.ensure_pool_watches(&mut st.pool_watches, &st.pool_changes);
-        if let Some(listing) = self.reconciler.take_failover() {
+        if let Some(listing) = failover {
             st.mover.set_listing(listing);
             self.decide_moves(st);
         }

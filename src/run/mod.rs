@@ -337,7 +337,7 @@ impl ControlLoop {
             return Flow::Go;
         }
         let result = match self.lead(st, Work::Repair(pools)).await {
-            Ok(result) => result,
+            Ok(output) => output.result,
             Err(flow) => return flow,
         };
         self.observe(st, CycleKind::Repair, &result, started.elapsed());
@@ -351,7 +351,7 @@ impl ControlLoop {
         self.reconciler.set_nodes(st.nodes.view());
         let started = Instant::now();
         let result = match self.lead(st, Work::Nodes).await {
-            Ok(result) => result,
+            Ok(output) => output.result,
             Err(flow) => return flow,
         };
         if matches!(&result, Ok(outcomes) if !outcomes.is_empty()) || result.is_err() {

@@ -1186,7 +1186,11 @@ async fn a_removal_that_arose_after_the_read_waits_for_the_next_listing() {
         .await
         .unwrap();
     reconciler.set_nodes(deleting(&[2]));
-    let outcomes = reconciler.apply_full(&settings, read).await.unwrap();
+    let outcomes = reconciler
+        .apply_full(&settings, read)
+        .await
+        .unwrap()
+        .outcomes;
     let report = outcomes[0].result.as_ref().unwrap();
     assert!(report.recheck, "{report:?}");
     assert_eq!(blocks(&kube).len(), 4, "kept back");

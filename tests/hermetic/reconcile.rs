@@ -692,17 +692,21 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
     );
 }
 
-/// Every complete listing tells the failover mover what it shows, also
-/// when no pool has failover (any more: a reload turned it off), so the
-/// mover never goes on with an older configuration's pools.
+/// Every complete listing's writes hand the failover mover what it shows,
+/// also when no pool has failover (any more: a reload turned it off), so
+/// the mover never goes on with an older configuration's pools.
 #[tokio::test]
 async fn every_listing_hands_the_failover_pools_over_also_none() {
     let (hetzner, _kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(vec![FakeServer::new(1, "192.168.1.101")]);
-    reconciler.full(&settings(&hetzner, &[])).await.unwrap();
-    let listing = reconciler.take_failover().expect("a listing for the mover");
-    assert!(listing.pools.is_empty());
-    assert!(reconciler.take_failover().is_none(), "handed over once");
+    let settings = settings(&hetzner, &[]);
+    let read = reconciler
+        .read_full(&settings, canada_kaktus::reconcile::RobotDue::List)
+        .await
+        .unwrap();
+    let applied = reconciler.apply_full(&settings, read).await.unwrap();
+    assert!(applied.failover.pools.is_empty());
+    assert_eq!(applied.outcomes.len(), 1);
 }
 
 /// The mover gets only the Floating IPs a failover pool holds after the
@@ -730,8 +734,15 @@ async fn a_floating_ip_the_gate_withheld_is_not_handed_to_the_mover() {
         "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge",
         "FloatingIpFailover": true}]"#;
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_POOLS", pools)]);
-    reconciler.full(&settings).await.unwrap();
-    let listing = reconciler.take_failover().expect("a listing for the mover");
+    let read = reconciler
+        .read_full(&settings, canada_kaktus::reconcile::RobotDue::List)
+        .await
+        .unwrap();
+    let listing = reconciler
+        .apply_full(&settings, read)
+        .await
+        .unwrap()
+        .failover;
     let ips: Vec<i64> = listing.pools[0].floating_ips.iter().map(|f| f.id).collect();
     assert_eq!(ips, [10], "only the Floating IP the pool holds");
 }
