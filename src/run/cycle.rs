@@ -286,3 +286,33 @@ fn log_report(report: &CycleReport, duration: Duration) {
         "reconcile finished"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(held: bool, recheck: bool) -> CycleResult {
+        let held = held.then(|| crate::pool::HeldRemoval {
+            addresses: BTreeSet::new(),
+            pool_size: 2,
+            since: Instant::now(),
+        });
+        Ok(vec![PoolOutcome {
+            pool: "p".into(),
+            result: Ok(CycleReport {
+                held,
+                recheck,
+                ..CycleReport::default()
+            }),
+        }])
+    }
+
+    /// A removal kept back for the next listing, like a held one, brings
+    /// that listing soon (`holding`: at `min(Interval, 60s)`).
+    #[test]
+    fn a_removal_kept_back_brings_the_next_listing_soon() {
+        assert!(!full_end(&report(false, false)).holding);
+        assert!(full_end(&report(true, false)).holding);
+        assert!(full_end(&report(false, true)).holding);
+    }
+}

@@ -51,7 +51,11 @@ impl ControlLoop {
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
         let health_flip = st.schedule.take_health_flip();
-        self.reconciler.set_nodes(st.nodes.view());
+        let nodes = st.nodes.view();
+        // A read without the Node list (it took longer than the wait):
+        // the list, when it comes, brings a Node step and a listing.
+        st.schedule.nodes_seen(nodes.complete);
+        self.reconciler.set_nodes(nodes);
         let read = self
             .reconciler
             .read_full(&self.settings, schedule::robot_due(trigger, health_flip));

@@ -157,7 +157,7 @@ impl NodeFeed {
 
     /// Waits until the Node watch has listed the Nodes, at most `bound`,
     /// once: a cycle before that list adds nothing, so the first cycle
-    /// waits a little for it (beside its listing); later ones go on without
+    /// waits a little for it before its listing; later ones go on without
     /// (they remove what they must, and the list brings a listing when it
     /// comes).
     pub fn first_list(&mut self, bound: Duration) -> impl Future<Output = ()> + Send + 'static {

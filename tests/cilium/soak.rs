@@ -609,11 +609,12 @@ impl Soak {
                 .lines()
                 .filter_map(|l| serde_json::from_str::<Value>(l).ok())
                 .collect();
-            // A pool's own refusal (the empty-pool guard, when the server
-            // was its last member) is the Node step acting too; a failed
-            // listing names no pool.
+            // The empty-pool guard refusing (the server was a pool's last
+            // member) is the Node step acting too.
             let refused = lines.iter().any(|l| {
-                l["message"] == "reconcile failed; pool left unchanged" && l["pool"].is_string()
+                l["message"] == "reconcile failed; pool left unchanged"
+                    && l["pool"].is_string()
+                    && l["cause"] == "empty_pool"
             });
             let acted = refused
                 || lines

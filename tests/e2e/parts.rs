@@ -22,7 +22,7 @@ use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, cidrs, cluster, phases, pools, record_history_of,
     several_pools_server as server, start_with_config, wait_history_ends_with, wait_named_pool,
-    TOKEN,
+    Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, Fault};
 use support::nodes::{node, wait_holder, Kubelets};
@@ -65,6 +65,22 @@ async fn cluster_with_nodes(ids: &[i64]) -> (TestCluster, Api<Node>) {
     (cluster, nodes)
 }
 
+/// Edge servers 1 to 4 with their Nodes, and the controller keeping pool
+/// `edge` (no shrink guard) at `interval`, once it has written the pool.
+async fn four_edge_servers(interval: &str) -> (FakeHetzner, TestCluster, Api<Node>, Controller) {
+    let hetzner = edge_servers(&[1, 2, 3, 4]).await;
+    let (cluster, nodes) = cluster_with_nodes(&[1, 2, 3, 4]).await;
+    let controller = start_with_config(
+        &cluster,
+        &hetzner,
+        &edge_config(1.0),
+        &[("CANADA_KAKTUS_INTERVAL", interval)],
+    )
+    .await;
+    wait_edge(&cluster, &ipv4s(&[1, 2, 3, 4]), "the pool written").await;
+    (hetzner, cluster, nodes, controller)
+}
+
 /// Sets or clears the exclude label on Node `name`, as an operator would.
 async fn exclude(nodes: &Api<Node>, name: &str, excluded: bool) {
     let value = if excluded { json!("") } else { Value::Null };
@@ -98,16 +114,7 @@ fn finished(log: &str, from: usize, kind: &str) -> usize {
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn node_rules_act_while_every_hetzner_listing_fails() {
-    let hetzner = edge_servers(&[1, 2, 3, 4]).await;
-    let (cluster, nodes) = cluster_with_nodes(&[1, 2, 3, 4]).await;
-    let mut controller = start_with_config(
-        &cluster,
-        &hetzner,
-        &edge_config(1.0),
-        &[("CANADA_KAKTUS_INTERVAL", "2s")],
-    )
-    .await;
-    wait_edge(&cluster, &ipv4s(&[1, 2, 3, 4]), "the pool written").await;
+    let (hetzner, cluster, nodes, mut controller) = four_edge_servers("2s").await;
 
     hetzner.set_fault(Some(Fault::status(503)));
     let health = controller
@@ -133,10 +140,8 @@ async fn node_rules_act_while_every_hetzner_listing_fails() {
     assert!(health["last_listing"].is_string(), "{health}");
     let (_, now) = controller.health().await.expect("/health answers");
     assert_eq!(now["last_listing"], health["last_listing"], "{now}");
-    assert!(
-        now["last_listing_age_seconds"].as_u64() >= health["last_listing_age_seconds"].as_u64(),
-        "{now}"
-    );
+    let age = |h: &Value| h["last_listing_age_seconds"].as_u64().expect("an age");
+    assert!(age(&now) >= age(&health), "{now}");
     assert!(
         controller
             .metric("canada_kaktus_last_listing_timestamp_seconds")
@@ -156,17 +161,8 @@ async fn node_rules_act_while_every_hetzner_listing_fails() {
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn one_node_change_costs_one_listing() {
-    let hetzner = edge_servers(&[1, 2, 3, 4]).await;
-    let (cluster, nodes) = cluster_with_nodes(&[1, 2, 3, 4]).await;
     // An hour between polls: only the Node change lists.
-    let mut controller = start_with_config(
-        &cluster,
-        &hetzner,
-        &edge_config(1.0),
-        &[("CANADA_KAKTUS_INTERVAL", "1h")],
-    )
-    .await;
-    wait_edge(&cluster, &ipv4s(&[1, 2, 3, 4]), "the pool written").await;
+    let (hetzner, cluster, nodes, mut controller) = four_edge_servers("1h").await;
     controller.wait_health(200, |_| true).await;
     controller
         .wait_log_since(0, "watching Nodes: the first list is complete", WITHIN)

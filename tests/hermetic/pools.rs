@@ -1016,14 +1016,10 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
     );
 }
 
-/// Node rules act while Hetzner fails (issue 34, finding 1): a failed full
-/// cycle keeps the last good listing of the term, so a Node change still
-/// removes from it (and adds nothing).
-#[tokio::test]
-async fn a_node_change_removes_while_every_listing_fails() {
-    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
-                        "MaxRemovalRatio": 1}]);
-    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+/// [`setup`] with servers 1 to 4 (198.51.100.<id>), their Nodes, and a
+/// first full cycle written.
+async fn four_written(pools: &Value) -> (FakeHetzner, FakeKube, Settings, Reconciler) {
+    let (hetzner, kube, settings, mut reconciler) = setup(pools).await;
     hetzner.set_servers(
         (1..=4)
             .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
@@ -1031,6 +1027,17 @@ async fn a_node_change_removes_while_every_listing_fails() {
     );
     reconciler.set_nodes(deleting(&[]));
     reconciler.full(&settings).await.unwrap();
+    (hetzner, kube, settings, reconciler)
+}
+
+/// Node rules act while Hetzner fails (issue 34, finding 1): a failed full
+/// cycle keeps the last good listing of the term, so a Node change still
+/// removes from it (and adds nothing).
+#[tokio::test]
+async fn a_node_change_removes_while_every_listing_fails() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = four_written(&pools).await;
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     assert_eq!(blocks(&kube).len(), 4);
 
@@ -1172,14 +1179,7 @@ async fn deleting_one_pool_of_a_swap_ends_it() {
 async fn a_removal_that_arose_after_the_read_waits_for_the_next_listing() {
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
-    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
-    hetzner.set_servers(
-        (1..=4)
-            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
-            .collect(),
-    );
-    reconciler.set_nodes(deleting(&[]));
-    reconciler.full(&settings).await.unwrap();
+    let (_hetzner, kube, settings, mut reconciler) = four_written(&pools).await;
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     let read = reconciler
         .read_full(&settings, canada_kaktus::reconcile::RobotDue::List)
