@@ -472,14 +472,7 @@ fn deleting(ids: &[i64]) -> NodeView {
 async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 0.5}]);
-    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
-    hetzner.set_servers(
-        (1..=4)
-            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
-            .collect(),
-    );
-    reconciler.set_nodes(deleting(&[]));
-    reconciler.full(&settings).await.unwrap();
+    let (hetzner, kube, settings, mut reconciler) = four_written(&pools).await;
     let listed = hetzner.requests();
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     assert_eq!(blocks(&kube).len(), 4);
