@@ -200,14 +200,18 @@ async fn read(inputs: ReadInputs) -> Result<FullRead, ReconcileError> {
     // listing that agrees.
     let removing = removals(&rendered, &all);
     drop(all);
-    let mut seen: Vec<Removals> = removing
+    let mut seen: BTreeMap<String, Removals> = rendered
         .iter()
-        .map(|r| Removals {
-            checked: r.iter().copied().collect(),
-            confirmed: BTreeSet::new(),
+        .zip(&removing)
+        .map(|(pool, removing)| {
+            let checked = removing.iter().copied().collect();
+            let removals = Removals {
+                checked,
+                confirmed: BTreeSet::new(),
+            };
+            (pool.desired.name.clone(), removals)
         })
         .collect();
-    let names: Vec<String> = rendered.iter().map(|r| r.desired.name.clone()).collect();
     if removing.iter().any(|r| !r.is_empty()) {
         // Robot's lists are no pages: the same read confirms.
         let mut again = list_cloud(&hetzner, &settings).await?;
@@ -215,7 +219,10 @@ async fn read(inputs: ReadInputs) -> Result<FullRead, ReconcileError> {
         listing.requests += again.requests;
         let confirmation = render_recording(&settings, &again, &nodes, &mut unhealthy, now, None);
         drop(again);
-        for ((pool, removing), again) in seen.iter_mut().zip(removing).zip(&confirmation) {
+        for (removing, again) in removing.into_iter().zip(&confirmation) {
+            let Some(pool) = seen.get_mut(&again.desired.name) else {
+                continue;
+            };
             pool.confirmed.extend(
                 removing
                     .into_iter()
@@ -226,7 +233,7 @@ async fn read(inputs: ReadInputs) -> Result<FullRead, ReconcileError> {
     Ok(FullRead {
         listing,
         started,
-        removals: names.into_iter().zip(seen).collect(),
+        removals: seen,
     })
 }
 

@@ -295,8 +295,9 @@ pub(super) fn keep_unconfirmed(
     read: &std::collections::BTreeMap<String, super::full::Removals>,
 ) -> Vec<bool> {
     let mut kept_unchecked = Vec::with_capacity(rendered.len());
+    let none = super::full::Removals::default();
     for (RenderedPool { desired, .. }, removing) in rendered.iter_mut().zip(removing) {
-        let seen = read.get(&desired.name).cloned().unwrap_or_default();
+        let seen = read.get(&desired.name).unwrap_or(&none);
         let (shifted, unchecked): (Vec<IpAddr>, Vec<IpAddr>) = removing
             .into_iter()
             .filter(|a| !seen.confirmed.contains(a))

@@ -67,7 +67,7 @@ impl PoolState {
         let kept: Vec<IpAddr> = last
             .addresses
             .iter()
-            .filter(|a| planned.addresses.contains(a))
+            .filter(|a| planned.addresses.binary_search(a).is_ok())
             .copied()
             .collect();
         if kept.is_empty() {
