@@ -10,13 +10,18 @@
 //! Hetzner fails, has an outage or answers slowly while a Node is labelled
 //! out, and its pages shift between two requests; a Node no server is
 //! churns; reloads reorder
-//! the pools and rename one; the leader is killed or frozen past its Lease;
+//! the pools and rename one; the leader is killed or frozen past its Lease,
+//! also while the Robot webservice is down;
 //! every replica is killed and started again.
 //!
 //! The pools are the component's, with three opt-ins that give the steps
 //! something to act on: `edge` takes Floating IPs and leaves out servers
 //! whose Node is NotReady (`ExcludeUnhealthyAfter`), `internal` takes only
-//! servers that are Nodes (`RequireNode`).
+//! servers that are Nodes (`RequireNode`); and a third pool, `dedicated`,
+//! takes two Robot servers from a fake Robot webservice, so that every
+//! leadership change is one with Robot members (a new term never decides
+//! from an earlier term's Robot answer, and a Robot listing that fails or
+//! must wait leaves the pool as it is).
 //!
 //! Judged from watch histories, not samples: no pool of ours ever had
 //! `cilium.io/PoolConflict=True` or overlapped another pool, no pool of ours
@@ -25,7 +30,7 @@
 //! deleted the pool), after a restart no address was added that no pool
 //! should hold, and at the end every pool holds what it should.
 //!
-//! `CANADA_KAKTUS_CILIUM_SOAK_STEPS` (default 30; from 22 on, every kind of
+//! `CANADA_KAKTUS_CILIUM_SOAK_STEPS` (default 30; from 23 on, every kind of
 //! step runs at least once) sets the length and
 //! `CANADA_KAKTUS_CILIUM_SOAK_SEED` replays a run; the seed is printed.
 
@@ -52,9 +57,10 @@ use support::e2e::{
     NAMESPACE, SEVERAL_POOLS, TOKEN,
 };
 use support::fake_hetzner::{Directive, FakeHetzner, FakeServer, Fault, DEFAULT_NETWORK};
+use support::fake_robot::{FakeRobot, PASSWORD, USER};
 use support::soak::{
-    all_addresses, internal_address, record_pools, singles, Departures, Member, PoolLog, World,
-    OURS,
+    all_addresses, internal_address, record_pools, robot_addresses, singles, Departures, Member,
+    PoolLog, World, OURS,
 };
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -65,7 +71,7 @@ use tokio::time::Instant;
 const IDS: std::ops::RangeInclusive<i64> = 1..=12;
 
 /// Every kind of step and how often it is drawn, relative to the others.
-const KINDS: [(&str, u32); 22] = [
+const KINDS: [(&str, u32); 23] = [
     ("server joins", 12),
     ("server leaves", 7),
     ("server relabelled", 7),
@@ -87,6 +93,7 @@ const KINDS: [(&str, u32); 22] = [
     ("pool renamed", 2),
     ("leader killed", 2),
     ("leader frozen", 2),
+    ("robot down, leader killed", 2),
     ("controller restarted", 2),
 ];
 
@@ -120,7 +127,8 @@ fn plan(rng: &mut StdRng, steps: usize) -> Vec<&'static str> {
     plan
 }
 
-/// The component's pools with the soak's three opt-ins (see the top).
+/// The component's pools with the soak's three opt-ins, and `dedicated`
+/// (see the top).
 fn soak_config() -> Value {
     let text = std::fs::read_to_string(repo().join(SEVERAL_POOLS).join("config.json")).unwrap();
     let mut config: Value = serde_json::from_str(&text).unwrap();
@@ -135,14 +143,21 @@ fn soak_config() -> Value {
             pool["Nodes"] = json!({"RequireNode": true});
         }
     }
+    config["Pools"].as_array_mut().unwrap().push(json!({
+        "Name": "dedicated",
+        "Robot": {"Servers": [321, "server2"]},
+        "Addresses": ["public-ipv4", "public-ipv6"],
+        "ServiceSelector": {"tier": "dedicated"}
+    }));
     config
 }
 
-/// The controller's replicas, each with leader election (a 4 s Lease).
-#[derive(Default)]
+/// The controller's replicas, each with leader election (a 4 s Lease) and
+/// the fake Robot webservice at `robot`.
 struct Replicas {
     running: Vec<(String, Controller)>,
     started: usize,
+    robot: String,
 }
 
 impl Replicas {
@@ -154,6 +169,9 @@ impl Replicas {
             ("CANADA_KAKTUS_LEASE_DURATION", "4s"),
             ("POD_NAME", name.as_str()),
             ("POD_NAMESPACE", NAMESPACE),
+            ("CANADA_KAKTUS_ROBOT_ENDPOINT", self.robot.as_str()),
+            ("CANADA_KAKTUS_ROBOT_USER", USER),
+            ("CANADA_KAKTUS_ROBOT_PASSWORD", PASSWORD),
         ];
         let controller = start_with_config(cluster, hetzner, &config.to_string(), &env).await;
         // It has read its config.json: a reload from now on is one.
@@ -259,21 +277,22 @@ fn filler(id: i64) -> FakeServer {
         .with_private_net(vec![])
 }
 
-/// The operator may rename a pool: RBAC must name the new name too, as the
-/// README says for every pool name (a ClusterRole beside the component's).
-fn grant_renamed_pool(cluster: &TestCluster) {
+/// The operator may rename a pool or add one: RBAC must name the new names
+/// too (`internal-b`, `dedicated`), as the README says for every pool name
+/// (a ClusterRole beside the component's).
+fn grant_more_pools(cluster: &TestCluster) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("renamed.yaml");
     std::fs::write(
         &path,
         format!(
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: \
-             soak-internal-b\nrules:\n  - apiGroups: [\"cilium.io\"]\n    resources: \
-             [\"ciliumloadbalancerippools\"]\n    resourceNames: [\"internal-b\"]\n    verbs: \
+             soak-more-pools\nrules:\n  - apiGroups: [\"cilium.io\"]\n    resources: \
+             [\"ciliumloadbalancerippools\"]\n    resourceNames: [\"internal-b\", \"dedicated\"]\n    verbs: \
              [\"get\", \"watch\", \"patch\", \"create\"]\n---\napiVersion: \
              rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: \
-             soak-internal-b\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: \
-             ClusterRole\n  name: soak-internal-b\nsubjects:\n  - kind: ServiceAccount\n    \
+             soak-more-pools\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: \
+             ClusterRole\n  name: soak-more-pools\nsubjects:\n  - kind: ServiceAccount\n    \
              name: canada-kaktus\n    namespace: {NAMESPACE}\n"
         ),
     )
@@ -292,6 +311,7 @@ struct Soak {
     release: Release,
     cluster: TestCluster,
     hetzner: FakeHetzner,
+    robot: FakeRobot,
     api: Api<DynamicObject>,
     nodes: Api<Node>,
     services: Api<Service>,
@@ -356,6 +376,7 @@ impl Soak {
                 self.world.wanted_internal(),
                 self.world.wanted_internal(),
             ),
+            ("dedicated", robot_addresses(), robot_addresses()),
         ];
         for (pool, wanted, allowed) in pools {
             let wanted: BTreeSet<String> = wanted.into_iter().filter(free).collect();
@@ -502,7 +523,7 @@ impl Soak {
                     .unwrap();
             }
             "service created" => {
-                let kind = self.rng.random_range(0..4);
+                let kind = self.rng.random_range(0..5);
                 self.service(kind).await;
             }
             "hetzner fails" => self
@@ -570,6 +591,7 @@ impl Soak {
                 wait_cycles(&self.hetzner, 6).await;
                 self.replicas.running[leader].1.thaw();
             }
+            "robot down, leader killed" => return self.robot_down().await,
             "controller restarted" => self.restart().await,
             other => unreachable!("no step {other}"),
         }
@@ -677,11 +699,12 @@ impl Soak {
         }
     }
 
-    /// A Service of one of four kinds: `edge` IPv4, dual-stack or IPv6,
-    /// or `internal`.
+    /// A Service of one of five kinds: `edge` IPv4, dual-stack or IPv6,
+    /// `internal` or `dedicated`.
     async fn service(&mut self, kind: u32) {
         self.services_made += 1;
         let (tier, extra) = match kind {
+            4 => ("dedicated", json!({})),
             0 => ("edge", json!({})),
             1 => ("edge", json!({"ipFamilyPolicy": "PreferDualStack"})),
             2 => (
@@ -823,6 +846,33 @@ impl Soak {
         self.departed.during(IDS.map(internal_address), step);
     }
 
+    /// The Robot webservice answers 503 to every request while the leader
+    /// is killed: the replica that takes over begins its term with a Robot
+    /// listing that fails, and `dedicated` must keep what it has (the other
+    /// pools go on). A fresh standby starts; Robot comes back after six
+    /// more listings, and the leader lists it again within a minute (the
+    /// end check waits for every pool). Counted as done when the new
+    /// leader's listing reached Robot (one that led less than a minute ago
+    /// waits instead, `robot_waiting`, which keeps the pool all the same).
+    async fn robot_down(&mut self) -> bool {
+        self.robot.set_maintenance(true);
+        let before = self.robot.requests("server");
+        let leader = self.replicas.leader(&self.cluster).await;
+        let (name, mut controller) = self.replicas.running.remove(leader);
+        controller.kill();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while lease_holder(&self.cluster).await.as_ref() == Some(&name) {
+            assert!(Instant::now() < deadline, "nobody took over from {name}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (cluster, hetzner, config) = (&self.cluster, &self.hetzner, &self.config);
+        self.replicas.start(cluster, hetzner, config).await;
+        wait_cycles(&self.hetzner, 6).await;
+        let listed = self.robot.requests("server") > before;
+        self.robot.set_maintenance(false);
+        listed
+    }
+
     /// Every replica is killed and two start again. A start knows nothing
     /// of the last one (issue 20, items 4 and 5): no address may come in
     /// that no pool should hold (a Node out or NotReady for long), not even
@@ -880,7 +930,7 @@ async fn soak(release: Release) {
 
     let cluster = release.cluster().await;
     apply_several_pools(&cluster);
-    grant_renamed_pool(&cluster);
+    grant_more_pools(&cluster);
     let lbipam = LbIpam::start(&cluster, &release);
     let api = pools(&cluster, release.api);
     let (pool_log, pool_task) = record_pools(api.clone());
@@ -892,6 +942,7 @@ async fn soak(release: Release) {
     let hetzner = FakeHetzner::start().await;
     hetzner.expect_token(TOKEN);
     hetzner.set_networks(vec![(DEFAULT_NETWORK, "k8s".to_owned())]);
+    let robot = FakeRobot::start().await;
     let mut world = World::default();
     for id in 1..=4 {
         world.members.insert(id, Member::new(id <= 2));
@@ -907,7 +958,12 @@ async fn soak(release: Release) {
         nodes,
         services,
         pool_log,
-        replicas: Replicas::default(),
+        replicas: Replicas {
+            running: Vec::new(),
+            started: 0,
+            robot: robot.endpoint(),
+        },
+        robot,
         config: soak_config(),
         world,
         departed: Departures::default(),
@@ -927,10 +983,10 @@ async fn soak(release: Release) {
     // a first step that leaves out an edge server could beat the first
     // write, and the IPv6 Service lost the race for the one IPv6 left.
     wait_until(Duration::from_secs(60), || soak.settled()).await;
-    for kind in 0..4 {
+    for kind in 0..5 {
         soak.service(kind).await;
     }
-    let starters = ["svc-1", "svc-2", "svc-3", "svc-4"];
+    let starters = ["svc-1", "svc-2", "svc-3", "svc-4", "svc-5"];
     wait_until(Duration::from_secs(60), || {
         let history = service_log.lock().unwrap();
         match starters.iter().find(|name| {

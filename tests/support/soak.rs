@@ -15,9 +15,24 @@ use super::cilium::condition;
 use super::e2e::several_pools_server;
 use super::fake_hetzner::{FakeFloatingIp, FakeServer};
 
-/// The names the soak's pools have ever had: `edge`, and `internal`, which
-/// a reload renames to `internal-b` and back.
-pub const OURS: [&str; 3] = ["edge", "internal", "internal-b"];
+/// The names the soak's pools have ever had: `edge`, `internal`, which
+/// a reload renames to `internal-b` and back, and `dedicated` (the Robot
+/// servers).
+pub const OURS: [&str; 4] = ["edge", "internal", "internal-b", "dedicated"];
+
+/// What `dedicated` holds: the main IPv4 of Robot servers 321 and 421 and
+/// their `/64` (`server_ipv6_net`) with `::1` (the project's Robot
+/// documents, which the soak never changes).
+pub fn robot_addresses() -> BTreeSet<String> {
+    [
+        "203.0.113.21",
+        "2001:db8:4221::1",
+        "203.0.113.42",
+        "2001:db8:4242::1",
+    ]
+    .map(str::to_owned)
+    .into()
+}
 
 /// One server and its Node, as far as the pools are concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +153,7 @@ impl World {
     pub fn wanted(&self) -> BTreeSet<String> {
         let mut all = self.wanted_edge();
         all.extend(self.wanted_internal());
+        all.extend(robot_addresses());
         all
     }
 
@@ -145,6 +161,7 @@ impl World {
     pub fn allowed(&self) -> BTreeSet<String> {
         let mut all = self.allowed_edge();
         all.extend(self.wanted_internal());
+        all.extend(robot_addresses());
         all
     }
 
