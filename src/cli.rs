@@ -10,10 +10,11 @@ use tracing::{error, info, warn};
 
 use crate::config::{self, NodeRules, RobotRef, Settings};
 use crate::members::{NodeView, Unhealthy};
-use crate::pool::{candidate_versions, DesiredPool, PoolClient};
+use crate::pool::{candidate_versions, DesiredPool};
 use crate::reconcile::{self, shared_selector, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
+use crate::world::{self, Clients};
 
 /// Exit status for invalid configuration, apart from runtime failures (1).
 pub const EXIT_CONFIG: u8 = 2;
@@ -241,46 +242,30 @@ fn start(settings: &Settings) -> telemetry::LogControl {
     log
 }
 
-/// The reconciler with its Kubernetes and Hetzner clients, or `None` (and
-/// why, logged) when either cannot be built.
+/// The reconciler with the process's clients ([`Clients`]), or `None`
+/// (and why, logged) when they cannot be built.
 async fn connect(settings: &Settings) -> Option<Reconciler> {
-    let client = match kube::Client::try_default().await {
-        Ok(client) => client,
+    match Clients::connect(settings).await {
+        Ok(clients) => Some(Reconciler::new(
+            clients.hetzner.clone(),
+            clients.pools(settings),
+        )),
         Err(e) => {
-            error!(error = %e, "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)");
-            return None;
+            error!(error = %e, "cannot start");
+            None
         }
-    };
-    let hetzner = match run::hetzner_client(settings) {
-        Ok(hetzner) => hetzner,
-        Err(e) => {
-            error!(error = %e, "cannot build the Hetzner client");
-            return None;
-        }
-    };
-    Some(Reconciler::new(
-        hetzner,
-        PoolClient::new(client, settings.cilium_api_version),
-    ))
+    }
 }
 
 /// `--once`: one full reconcile; success only when every pool reconciled.
 async fn once(settings: &Settings, reconciler: &mut Reconciler) -> ExitCode {
     // No watch: the Nodes are listed once, before anything is decided.
     // Without that list nothing is added (removals still go).
-    if settings.operate.watch_nodes {
-        let listed = tokio::time::timeout(
-            std::time::Duration::from_secs(30),
-            run::nodes::list_once(reconciler.pools().client().clone()),
-        )
-        .await
-        .unwrap_or_else(|_| Err(kube::Error::Service("no answer within 30s".into())));
-        match listed {
-            Ok(nodes) => reconciler.set_nodes(nodes),
-            Err(e) => {
-                warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");
-                reconciler.set_nodes(NodeView::new([], false));
-            }
+    match world::read_nodes(reconciler.pools().client(), settings).await {
+        Ok(nodes) => reconciler.set_nodes(nodes),
+        Err(e) => {
+            warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");
+            reconciler.set_nodes(NodeView::new([], false));
         }
     }
     let outcomes = match bounded(reconciler.full(settings)).await {
@@ -362,23 +347,18 @@ async fn run_controller(
 async fn bounded<T>(
     work: impl std::future::Future<Output = Result<T, reconcile::ReconcileError>>,
 ) -> Result<T, reconcile::ReconcileError> {
-    let limit = LoopTimings::default().cycle_timeout;
-    tokio::time::timeout(limit, work)
-        .await
-        .unwrap_or(Err(reconcile::ReconcileError::TimedOut {
-            seconds: limit.as_secs(),
-        }))
+    world::within(LoopTimings::default().cycle_timeout, work).await
 }
 
 async fn dry_run(settings: &Settings, output: Output) -> ExitCode {
-    let hetzner = match run::hetzner_client(settings) {
+    let hetzner = match world::hetzner_client(settings) {
         Ok(hetzner) => hetzner,
         Err(e) => {
             error!(error = %e, "cannot build the Hetzner client");
             return ExitCode::FAILURE;
         }
     };
-    let listing = match bounded(reconcile::list_hetzner(&hetzner, settings)).await {
+    let listing = match bounded(world::read_listing(&hetzner, settings)).await {
         Ok(listing) => listing,
         Err(e) => {
             error!(error = %e, cause = e.metric_label(), "dry run failed");

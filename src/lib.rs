@@ -7,12 +7,15 @@
 //! circle of imports: `tests/hermetic/architecture.rs` checks it):
 //!
 //! ```text
-//! cli ──► check, explain (read once, judge with the controller's own code)
-//!  │
-//!  └──► run (the loop: its schedule, leadership, Node feed, Events, reloads)
-//!          │                                  │
-//!          ▼                                  ▼
-//!      reconcile   listing → plan → act    serve   health, metrics, logs
+//! cli ──► check, explain (judge with the controller's own code)
+//!  │         │
+//!  │         ▼
+//!  ├──────► world   the clients, the world read once, the commands' plan
+//!  │         ▲
+//!  └──► run ─┘  (the loop: its schedule, leadership, Node feed, Events,
+//!        │       reloads) ──► serve   health, metrics, logs
+//!        ▼
+//!      reconcile   listing → plan → act
 //!          │
 //!          ├─► hetzner   the token on the wire, every page or an error
 //!          ├─► members   which address goes into which pool (pure)
@@ -53,6 +56,10 @@
 //!   with the verdicts pure.
 //! - [`explain`]: `canada-kaktus explain`, why each address is in a pool or
 //!   not, from the split's trace, the render and the write gate.
+//! - [`world`]: the one home of the clients (Kubernetes, Hetzner) every
+//!   entry point builds, of "read the world once" (the Nodes, the pools,
+//!   the listing) with its one timeout helper, and of the plan `check` and
+//!   `explain` decide from (the controller's own cycle, nothing written).
 //! - [`cli`]: the binary's entry points (`run`, `--once`, `--dry-run`,
 //!   `check`, `explain`).
 //! - [`sync`], [`backoff`]: the poison-tolerant locks, the TLS provider and
@@ -77,3 +84,4 @@ pub mod run;
 pub mod serve;
 pub mod sync;
 pub mod vocab;
+pub mod world;

@@ -8,14 +8,15 @@
 //! - `read`: the Kubernetes reads.
 //!
 //! What a pool would hold, and what another pool keeps from it, comes from
-//! the controller's own render and write gate (`reconcile::render_pools`,
-//! `pool::gate`), never from a second implementation.
+//! the controller's own render and cycle, nothing written (`world::decide`,
+//! shared with `explain`), never from a second implementation. The clients
+//! and every read's time limit are `world`'s.
 
 pub mod judge;
 mod read;
 mod report;
 
-pub use read::{bounded, Access};
+pub use read::Access;
 pub use report::{Category, Check, Report, Status};
 
 use std::collections::HashMap;
@@ -25,11 +26,12 @@ use kube::Client;
 
 use crate::config::{ConfigErrors, LeaderElectionMode, Settings};
 use crate::hetzner::{HetznerClient, HetznerError, Server};
-use crate::members::{NodeFacts, NodeView, Unhealthy};
+use crate::members::{NodeFacts, NodeView};
 use crate::pool::{gate, PoolClient, POOL_GROUP, POOL_PLURAL};
 use crate::reconcile::{self, Listing};
 use crate::run;
 use crate::vocab::SecretString;
+use crate::world;
 
 /// Where Cilium runs, for its ConfigMap and operator.
 #[derive(Debug, Clone)]
@@ -55,7 +57,7 @@ pub async fn check(
     };
     let (hetzner_checks, listing) = hetzner(settings).await;
     report.add("Hetzner", hetzner_checks);
-    let client = match Client::try_default().await {
+    let client = match world::kube_client().await {
         Ok(client) => client,
         Err(error) => {
             report.add(
@@ -69,7 +71,7 @@ pub async fn check(
             return report;
         }
     };
-    match read::bounded(client.apiserver_version()).await {
+    match world::bounded(client.apiserver_version()).await {
         Ok(version) => {
             let mut checks = vec![Check::pass(format!(
                 "the API server answers (Kubernetes {})",
@@ -116,7 +118,7 @@ pub async fn check(
 /// listing every pool is rendered from (with every server of the project,
 /// for the Nodes).
 async fn hetzner(settings: &Settings) -> (Vec<Check>, Option<(Listing, Vec<Server>)>) {
-    let hetzner = match run::hetzner_client(settings) {
+    let hetzner = match world::hetzner_client(settings) {
         // Every listing of the check shares one time limit, as a cycle's.
         Ok(hetzner) => hetzner.for_cycle(),
         Err(error) => {
@@ -342,7 +344,7 @@ async fn permissions(
             Ok(true) => {}
             Ok(false) => missing.push(access.to_string()),
             Err(error) => {
-                stalled = error.starts_with(read::NO_ANSWER);
+                stalled = error.starts_with(world::NO_ANSWER);
                 unknown.push(format!("{access}: {error}"));
             }
         }
@@ -387,11 +389,7 @@ async fn pools(
     nodes: &Result<Vec<NodeFacts>, String>,
 ) -> Vec<Check> {
     let pools = PoolClient::new(client.clone(), settings.cilium_api_version);
-    let all = match read::bounded(pools.resource()).await {
-        Ok(resource) => read::bounded(pools.list_all(&resource)).await,
-        Err(error) => Err(error),
-    };
-    let all = match all {
+    let all = match world::read_pools(&pools).await {
         Ok(all) => all,
         Err(error) => {
             return vec![
@@ -403,21 +401,9 @@ async fn pools(
     let withheld: Vec<Vec<gate::Withheld>> = match listing {
         Some((listing, _)) => {
             let view = node_view(settings, nodes);
-            let additions = if view.complete || !settings.operate.watch_nodes {
-                gate::Additions::Allowed
-            } else {
-                gate::Additions::NodesUnknown
-            };
-            let rendered = reconcile::render_pools(
-                settings,
-                listing,
-                &view,
-                &mut Unhealthy::default(),
-                tokio::time::Instant::now(),
-            );
+            let rendered = world::render(settings, listing, &view);
             // What a cycle now would leave withheld, after its passes.
-            let confirm_after = run::LoopTimings::default().confirm_after(settings);
-            reconcile::dry_cycle(settings, rendered, all.clone(), additions, confirm_after)
+            world::decide(settings, rendered, &view, all.clone())
                 .await
                 .into_iter()
                 .map(|pool| pool.withheld)

@@ -16,23 +16,7 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 
 use crate::pool::{POOL_GROUP, POOL_PLURAL};
-
-/// Every read is bounded: a check must end.
-pub const READ_LIMIT: Duration = Duration::from_secs(15);
-
-/// How a read that got no answer in time begins.
-pub const NO_ANSWER: &str = "no answer within";
-
-/// `work` within the read limit (15 s), its error as text.
-pub async fn bounded<T, E: std::fmt::Display>(
-    work: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(READ_LIMIT, work).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(format!("{NO_ANSWER} {}s", READ_LIMIT.as_secs())),
-    }
-}
+use crate::world::{bounded, within, READ_LIMIT};
 
 /// Whether `error` is the API server's 404.
 fn not_found(error: &kube::Error) -> bool {
@@ -66,16 +50,17 @@ pub async fn crd_versions(client: &Client) -> Result<(Vec<String>, Option<String
             let mut served = Vec::new();
             for version in ["v2", "v2alpha1"] {
                 let group = format!("{POOL_GROUP}/{version}");
-                let asked =
-                    tokio::time::timeout(READ_LIMIT, client.list_api_group_resources(&group));
-                match asked.await {
-                    Ok(Ok(list)) if list.resources.iter().any(|r| r.name == POOL_PLURAL) => {
+                // A 404 is an answer here (the group does not serve it).
+                let asked = within(READ_LIMIT, async {
+                    Ok::<_, String>(client.list_api_group_resources(&group).await)
+                });
+                match asked.await? {
+                    Ok(list) if list.resources.iter().any(|r| r.name == POOL_PLURAL) => {
                         served.push(version.to_owned());
                     }
-                    Ok(Ok(_)) => {}
-                    Ok(Err(error)) if not_found(&error) => {}
-                    Ok(Err(error)) => return Err(error.to_string()),
-                    Err(_) => return Err(format!("{NO_ANSWER} {}s", READ_LIMIT.as_secs())),
+                    Ok(_) => {}
+                    Err(error) if not_found(&error) => {}
+                    Err(error) => return Err(error.to_string()),
                 }
             }
             Ok((served, None))

@@ -13,7 +13,8 @@ use serde::Serialize;
 use crate::config::Settings;
 use crate::members::{Decision, Exclusion, NodeView, Outcome, Unhealthy};
 use crate::pool::{gate, live_addresses, Pool};
-use crate::reconcile::{dry_cycle, render_traced, Listing, ReconcileError};
+use crate::reconcile::{render_traced, Listing, ReconcileError};
+use crate::world::{self, Clients, World};
 
 /// Which part of the answer to show.
 #[derive(Debug, Clone, Default)]
@@ -106,7 +107,7 @@ pub struct State<'a> {
 
 /// The answer for `state`, as the controller would decide it now: the
 /// split with its trace, then a cycle decided and not written
-/// ([`dry_cycle`]: the shrink guard, the gate, the write passes).
+/// ([`crate::reconcile::dry_cycle`]: the shrink guard, the gate, the write passes).
 pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
     let settings = state.settings;
     let (rendered, trace) = render_traced(
@@ -120,20 +121,8 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
         .iter()
         .map(|r| r.desired.addresses.iter().copied().collect())
         .collect();
-    let additions = if state.nodes.complete || !settings.operate.watch_nodes {
-        gate::Additions::Allowed
-    } else {
-        gate::Additions::NodesUnknown
-    };
-    let confirm_after = crate::run::LoopTimings::default().confirm_after(settings);
-    let dry = dry_cycle(
-        settings,
-        rendered,
-        state.pools.to_vec(),
-        additions,
-        confirm_after,
-    )
-    .await;
+    let confirm_after = world::confirm_after(settings);
+    let dry = world::decide(settings, rendered, state.nodes, state.pools.to_vec()).await;
     let mut pools = Vec::new();
     for ((pool, dry), given) in settings.pools.iter().zip(dry).zip(&given) {
         let name = pool.name.as_str();
@@ -488,36 +477,15 @@ mod tests;
 /// watch is on, every pool) and explains it; a read that fails gives no
 /// answer at all, never one from part of the state. Every read is bounded.
 pub async fn read_and_explain(settings: &Settings, filter: &Filter) -> Result<Explanation, String> {
-    use crate::check::bounded;
-    // The listings share one time limit, as a cycle's.
-    let hetzner = crate::run::hetzner_client(settings)
-        .map_err(|e| e.to_string())?
-        .for_cycle();
-    let listing = crate::reconcile::list_hetzner(&hetzner, settings)
+    let clients = Clients::connect(settings)
         .await
-        .map_err(|e| format!("listing Hetzner failed: {e}"))?;
-    let client = kube::Client::try_default()
-        .await
-        .map_err(|e| format!("no usable Kubernetes configuration: {e}"))?;
-    let nodes = if settings.operate.watch_nodes {
-        bounded(crate::run::nodes::list_once(client.clone()))
-            .await
-            .map_err(|e| format!("listing the Nodes failed: {e}"))?
-    } else {
-        NodeView::default()
-    };
-    let pools = crate::pool::PoolClient::new(client, settings.cilium_api_version);
-    let resource = bounded(pools.resource())
-        .await
-        .map_err(|e| format!("finding the pool API failed: {e}"))?;
-    let all = bounded(pools.list_all(&resource))
-        .await
-        .map_err(|e| format!("listing the pools failed: {e}"))?;
+        .map_err(|e| e.to_string())?;
+    let world = World::read(&clients, settings).await?;
     let state = State {
         settings,
-        listing: &listing,
-        nodes: &nodes,
-        pools: &all,
+        listing: &world.listing,
+        nodes: &world.nodes,
+        pools: &world.pools,
     };
     Ok(explain(&state, filter).await)
 }

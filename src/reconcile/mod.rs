@@ -40,6 +40,10 @@ pub use robot::{
     TIME_LIMIT as ROBOT_TIME_LIMIT,
 };
 
+/// How long a removal the shrink guard holds waits, at most, before a
+/// listing may confirm it (less when the interval is shorter).
+pub const CONFIRM_DELAY: Duration = Duration::from_secs(60);
+
 /// What the reconciler remembers of one pool between cycles.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PoolState {

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{self, Settings};
-use crate::hetzner::{HetznerClient, HetznerOptions};
+
 use crate::pool::{other_spec_writers, Pool};
 use crate::reconcile::{event_needs_repair, CycleKind, Reconciler};
 use crate::serve::health::Health;
@@ -71,7 +71,7 @@ impl Default for LoopTimings {
             cycle_timeout: Duration::from_secs(120),
             config_poll: Duration::from_secs(5),
             retry_base: Duration::from_secs(5),
-            confirm_delay: Duration::from_secs(60),
+            confirm_delay: crate::reconcile::CONFIRM_DELAY,
             interval_override: None,
         }
     }
@@ -89,18 +89,6 @@ impl LoopTimings {
     pub fn liveness_timeout(&self) -> Duration {
         self.cycle_timeout + self.heartbeat * 6
     }
-}
-
-/// The Hetzner client the settings describe: their endpoint, request
-/// timeout and request budget, with the default retry policy.
-pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, crate::hetzner::HetznerError> {
-    let defaults = HetznerOptions::new(settings.hcloud_endpoint.clone());
-    HetznerClient::new(HetznerOptions {
-        request_budget_per_hour: Some(settings.guards.hcloud_request_budget),
-        request_timeout: settings.hcloud_timeout,
-        connect_timeout: defaults.connect_timeout.min(settings.hcloud_timeout),
-        ..defaults
-    })
 }
 
 /// The control loop of one process. (Not kube-runtime's `Controller`:

@@ -165,15 +165,6 @@ fn describe_difference(before: &Known, after: &Known) -> String {
     names.join(",")
 }
 
-/// Lists every Node once, for `--once` (which runs no watch): the view the
-/// node rules read, complete.
-pub async fn list_once(client: Client) -> Result<NodeView, kube::Error> {
-    let nodes = Api::<Node>::all(client)
-        .list(&kube::api::ListParams::default())
-        .await?;
-    Ok(NodeView::new(nodes.items.iter().map(NodeFacts::of), true))
-}
-
 /// Watches every Node until the receiver is dropped. Changes are coalesced:
 /// while one notice waits, further ones are dropped. The view always holds
 /// the latest state (incomplete until the first list is done).

@@ -14,8 +14,9 @@ use std::collections::BTreeSet;
 
 use tokio::time::Instant;
 
-use super::{hetzner_client, ControlLoop, Flow, Running};
+use super::{ControlLoop, Flow, Running};
 use crate::config::{self, Settings};
+use crate::world::hetzner_client;
 
 impl ControlLoop {
     /// Looks at the config file; a change is loaded, and a valid one takes

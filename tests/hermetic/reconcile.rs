@@ -447,7 +447,7 @@ async fn the_configured_request_budget_is_enforced() {
     hetzner.expect_token(TOKEN);
     hetzner.set_servers(numbered_servers(120));
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "10")]);
-    let client = canada_kaktus::run::hetzner_client(&settings).unwrap();
+    let client = canada_kaktus::world::hetzner_client(&settings).unwrap();
     let kube = FakeKube::new(&["v2"]);
     let mut reconciler = Reconciler::new(
         client,

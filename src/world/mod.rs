@@ -1,0 +1,242 @@
+//! The clients and the world they read, in one home for every entry point.
+//!
+//! The controller, `--once`, `--dry-run`, `check` and `explain` build their
+//! Kubernetes and Hetzner clients here ([`Clients`], [`hetzner_client`]),
+//! read the Nodes and the pools here, each read bounded by [`within`]
+//! (the one timeout helper of a read), and the commands that decide
+//! without writing (`check`, `explain`) decide here ([`decide`]): the
+//! controller's own cycle (`reconcile::dry_cycle`) with the inputs the
+//! controller would give it. (The Robot webservice has no client to keep:
+//! its credentials are read again at every listing, see `reconcile`.)
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+
+use crate::config::Settings;
+use crate::hetzner::{HetznerClient, HetznerError, HetznerOptions};
+use crate::members::{NodeFacts, NodeView, Unhealthy};
+use crate::pool::{gate::Additions, Pool, PoolClient};
+use crate::reconcile::{self, DryPool, Listing, ReconcileError, RenderedPool};
+
+/// Every read of a command is bounded: a command must end.
+pub const READ_LIMIT: Duration = Duration::from_secs(15);
+
+/// How a read that got no answer in time begins.
+pub const NO_ANSWER: &str = "no answer within";
+
+/// A read that got no answer within its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimedOut(pub Duration);
+
+impl fmt::Display for TimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{NO_ANSWER} {}s", self.0.as_secs())
+    }
+}
+
+impl From<TimedOut> for String {
+    fn from(timed_out: TimedOut) -> String {
+        timed_out.to_string()
+    }
+}
+
+impl From<TimedOut> for ReconcileError {
+    fn from(timed_out: TimedOut) -> Self {
+        ReconcileError::TimedOut {
+            seconds: timed_out.0.as_secs(),
+        }
+    }
+}
+
+/// `work` within `limit`: its own result, or [`TimedOut`] as the caller's
+/// error.
+pub async fn within<T, E: From<TimedOut>>(
+    limit: Duration,
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or(Err(E::from(TimedOut(limit))))
+}
+
+/// `work` within [`READ_LIMIT`], its error as text (what `check` and
+/// `explain` report).
+pub async fn bounded<T, E: fmt::Display>(
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    within(READ_LIMIT, async { work.await.map_err(|e| e.to_string()) }).await
+}
+
+/// The Hetzner client the settings describe: their endpoint, request
+/// timeout and request budget, with the default retry policy.
+pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, HetznerError> {
+    let defaults = HetznerOptions::new(settings.hcloud_endpoint.clone());
+    HetznerClient::new(HetznerOptions {
+        request_budget_per_hour: Some(settings.guards.hcloud_request_budget),
+        request_timeout: settings.hcloud_timeout,
+        connect_timeout: defaults.connect_timeout.min(settings.hcloud_timeout),
+        ..defaults
+    })
+}
+
+/// The Kubernetes client of this process: in-cluster, `KUBECONFIG` or
+/// `~/.kube/config`.
+pub async fn kube_client() -> Result<kube::Client, kube::Error> {
+    kube::Client::try_default().await
+}
+
+/// Why the clients could not be built.
+#[derive(Debug)]
+pub enum ConnectError {
+    Kubernetes(kube::Error),
+    Hetzner(HetznerError),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Kubernetes(e) => write!(
+                f,
+                "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config): {e}"
+            ),
+            ConnectError::Hetzner(e) => write!(f, "cannot build the Hetzner client: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+/// The clients of one process, built once from the settings.
+#[derive(Clone)]
+pub struct Clients {
+    pub kube: kube::Client,
+    pub hetzner: HetznerClient,
+}
+
+impl Clients {
+    /// The Hetzner client first (it needs no network), then Kubernetes.
+    pub async fn connect(settings: &Settings) -> Result<Self, ConnectError> {
+        let hetzner = hetzner_client(settings).map_err(ConnectError::Hetzner)?;
+        let kube = kube_client().await.map_err(ConnectError::Kubernetes)?;
+        Ok(Self { kube, hetzner })
+    }
+
+    /// The pool client for the settings' Cilium API version.
+    pub fn pools(&self, settings: &Settings) -> PoolClient {
+        PoolClient::new(self.kube.clone(), settings.cilium_api_version)
+    }
+}
+
+/// Every Node, listed once, as the node rules read them (complete); with
+/// the Node watch off (`WatchNodes: false`) no Node, as the controller
+/// would see it.
+pub async fn read_nodes(client: &kube::Client, settings: &Settings) -> Result<NodeView, String> {
+    if !settings.operate.watch_nodes {
+        return Ok(NodeView::default());
+    }
+    let nodes = Api::<Node>::all(client.clone());
+    let listed = bounded(nodes.list(&ListParams::default())).await?;
+    Ok(NodeView::new(listed.items.iter().map(NodeFacts::of), true))
+}
+
+/// Every pool in the cluster (ours and foreign ones), after discovery.
+pub async fn read_pools(pools: &PoolClient) -> Result<Vec<Pool>, String> {
+    let resource = bounded(pools.resource())
+        .await
+        .map_err(|e| format!("finding the pool API failed: {e}"))?;
+    bounded(pools.list_all(&resource))
+        .await
+        .map_err(|e| format!("listing the pools failed: {e}"))
+}
+
+/// The Hetzner (and Robot) listing a cycle reads, with one time limit for
+/// all its requests, as a cycle's.
+pub async fn read_listing(
+    hetzner: &HetznerClient,
+    settings: &Settings,
+) -> Result<Listing, ReconcileError> {
+    reconcile::list_hetzner(&hetzner.for_cycle(), settings).await
+}
+
+/// Everything a command decides from, read once.
+pub struct World {
+    pub listing: Listing,
+    pub nodes: NodeView,
+    /// Every pool in the cluster.
+    pub pools: Vec<Pool>,
+}
+
+impl World {
+    /// Hetzner, the Nodes and every pool, or what could not be read (then
+    /// nothing is decided from part of it).
+    pub async fn read(clients: &Clients, settings: &Settings) -> Result<World, String> {
+        let listing = read_listing(&clients.hetzner, settings)
+            .await
+            .map_err(|e| format!("listing Hetzner failed: {e}"))?;
+        let nodes = read_nodes(&clients.kube, settings)
+            .await
+            .map_err(|e| format!("listing the Nodes failed: {e}"))?;
+        let pools = read_pools(&clients.pools(settings)).await?;
+        Ok(World {
+            listing,
+            nodes,
+            pools,
+        })
+    }
+}
+
+/// How long a held removal waits before a listing may confirm it, as the
+/// controller's default timings have it for `settings`.
+pub fn confirm_after(settings: &Settings) -> Duration {
+    reconcile::CONFIRM_DELAY.min(settings.interval)
+}
+
+/// What a cycle now would do with `rendered` (from the listing and
+/// `nodes`) and `all` (every pool in the cluster): the controller's own
+/// cycle, nothing written, with what the controller would give it (no
+/// address added before the Nodes are known; its confirmation delay).
+pub async fn decide(
+    settings: &Settings,
+    rendered: Vec<RenderedPool>,
+    nodes: &NodeView,
+    all: Vec<Pool>,
+) -> Vec<DryPool> {
+    let additions = if nodes.complete || !settings.operate.watch_nodes {
+        Additions::Allowed
+    } else {
+        Additions::NodesUnknown
+    };
+    reconcile::dry_cycle(settings, rendered, all, additions, confirm_after(settings)).await
+}
+
+/// `listing` split among the pools with `nodes`, as a cycle now would.
+pub fn render(settings: &Settings, listing: &Listing, nodes: &NodeView) -> Vec<RenderedPool> {
+    reconcile::render_pools(
+        settings,
+        listing,
+        nodes,
+        &mut Unhealthy::default(),
+        tokio::time::Instant::now(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_past_its_limit_ends_with_the_limit_in_the_callers_error() {
+        let never = std::future::pending::<Result<(), String>>();
+        let text = within(Duration::from_millis(10), never).await.unwrap_err();
+        assert_eq!(text, "no answer within 0s");
+        let never = std::future::pending::<Result<(), ReconcileError>>();
+        let error = within(Duration::from_secs(2), never).await.unwrap_err();
+        assert_eq!(error.metric_label(), "cycle_timeout");
+        let done = async { Ok::<_, String>(7) };
+        assert_eq!(within(Duration::from_secs(1), done).await, Ok(7));
+    }
+}
