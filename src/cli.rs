@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 use crate::config::{self, NodeRules, RobotRef, Settings};
 use crate::members::{NodeView, Unhealthy};
 use crate::pool::{candidate_versions, DesiredPool};
-use crate::reconcile::{self, shared_selector, Reconciler};
+use crate::reconcile::{self, shared_selector, Observed, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
 use crate::world::{self, Clients};
@@ -261,14 +261,15 @@ async fn connect(settings: &Settings) -> Option<Reconciler> {
 async fn once(settings: &Settings, reconciler: &mut Reconciler) -> ExitCode {
     // No watch: the Nodes are listed once, before anything is decided.
     // Without that list nothing is added (removals still go).
-    match world::read_nodes(reconciler.pools().client(), settings).await {
-        Ok(nodes) => reconciler.set_nodes(nodes),
+    let nodes = match world::read_nodes(reconciler.pools().client(), settings).await {
+        Ok(nodes) => nodes,
         Err(e) => {
             warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");
-            reconciler.set_nodes(NodeView::new([], false));
+            NodeView::new([], false)
         }
-    }
-    let outcomes = match bounded(reconciler.full(settings)).await {
+    };
+    let observed = Observed::with_nodes(nodes);
+    let outcomes = match bounded(reconciler.full(settings, &observed)).await {
         Ok(outcomes) => outcomes,
         Err(e) => {
             error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");

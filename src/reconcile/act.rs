@@ -7,14 +7,33 @@ use kube::core::ApiResource;
 use super::listing::RenderedPool;
 use super::plan::{self, merge_diff, PlanContext, PoolPlan};
 use super::report::{CycleKind, CycleReport, PoolOutcome, ReconcileError};
-use super::Reconciler;
+use super::{Observed, Reconciler};
 use crate::config::Settings;
+use crate::members::NodeView;
 use crate::pool::{
     self,
     gate::{Additions, Approved, Gate},
     DesiredPool, LiveAddresses, Pool, PoolConflict, Refusal,
 };
 use tokio::time::Instant;
+
+/// What one call of [`Reconciler::converge_all`] is, besides the pools.
+pub(super) struct CycleInputs<'a> {
+    pub kind: CycleKind,
+    /// The Hetzner requests its listing made (for the report).
+    pub hetzner_requests: u32,
+    pub observed: &'a Observed,
+}
+
+/// Whether a cycle with `nodes` may add addresses: not before the Node
+/// watch has listed the Nodes (a Node may leave its server out).
+pub(super) fn additions(nodes: &NodeView) -> Additions {
+    if nodes.complete {
+        Additions::Allowed
+    } else {
+        Additions::NodesUnknown
+    }
+}
 
 impl Reconciler {
     /// Plans every pool from `rendered` and `all` (one read of every pool,
@@ -27,20 +46,19 @@ impl Reconciler {
         resource: &ApiResource,
         mut all: Vec<Pool>,
         rendered: Vec<RenderedPool>,
-        hetzner_requests: u32,
-        kind: CycleKind,
+        inputs: CycleInputs<'_>,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
-        let gate = Gate::new(&managed, &all, self.additions());
+        let gate = Gate::new(&managed, &all, additions(&inputs.observed.nodes));
         self.state
             .retain(|name, _| managed.contains(&name.as_str()));
         log_members(&rendered);
         let ctx = PlanContext {
-            kind,
+            kind: inputs.kind,
             api_version: &resource.api_version,
-            hetzner_requests,
+            hetzner_requests: inputs.hetzner_requests,
             now: Instant::now(),
-            confirm_after: self.confirm_after,
+            confirm_after: inputs.observed.confirm_after,
         };
         let mut plans = plan::plan_pools(settings, rendered, &mut all, &mut self.state, ctx);
         drop(all);
@@ -112,16 +130,6 @@ impl Reconciler {
                 plan.failed = Some(e);
                 false
             }
-        }
-    }
-
-    /// Whether this cycle may add addresses: not before the Node watch has
-    /// listed the Nodes (a Node may leave its server out).
-    pub(super) fn additions(&self) -> Additions {
-        if self.nodes.complete {
-            Additions::Allowed
-        } else {
-            Additions::NodesUnknown
         }
     }
 

@@ -13,7 +13,10 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::listing::{keep_unconfirmed, list_cloud, removals, render_recording, warn_about};
-use super::{FailoverListing, Listing, PoolOutcome, ReconcileError, Reconciler, SharedRobot};
+use super::{
+    CycleInputs, FailoverListing, Listing, Observed, PoolOutcome, ReconcileError, Reconciler,
+    SharedRobot,
+};
 use crate::config::Settings;
 use crate::failover::failover_pools;
 use crate::hetzner::HetznerClient;
@@ -61,7 +64,7 @@ struct ReadInputs {
     pools: Arc<PoolClient>,
     robot: SharedRobot,
     due: RobotDue,
-    nodes: NodeView,
+    nodes: Arc<NodeView>,
     /// A copy of the health clocks: the read only looks.
     unhealthy: Unhealthy,
 }
@@ -75,6 +78,7 @@ impl Reconciler {
         &self,
         settings: &Settings,
         due: RobotDue,
+        observed: &Observed,
     ) -> impl Future<Output = Result<FullRead, ReconcileError>> + Send + 'static {
         let inputs = ReadInputs {
             settings: settings.clone(),
@@ -82,7 +86,7 @@ impl Reconciler {
             pools: self.pools.clone(),
             robot: self.robot.clone(),
             due,
-            nodes: self.nodes.clone(),
+            nodes: observed.nodes.clone(),
             unhealthy: self.unhealthy.clone(),
         };
         read(inputs)
@@ -97,6 +101,7 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
         read: FullRead,
+        observed: &Observed,
     ) -> Result<FullApplied, ReconcileError> {
         let FullRead {
             listing,
@@ -108,7 +113,7 @@ impl Reconciler {
         let mut rendered = render_recording(
             settings,
             &listing,
-            &self.nodes,
+            &observed.nodes,
             &mut self.unhealthy,
             Instant::now(),
             Some(&mut record),
@@ -143,8 +148,11 @@ impl Reconciler {
                 &resource,
                 all,
                 rendered,
-                requests,
-                CycleKind::Full,
+                CycleInputs {
+                    kind: CycleKind::Full,
+                    hetzner_requests: requests,
+                    observed,
+                },
             )
             .await?;
         for (outcome, recheck) in outcomes.iter_mut().zip(recheck) {

@@ -26,6 +26,7 @@ use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolC
 use crate::robot::RobotObserver;
 use std::sync::Arc;
 
+use act::CycleInputs;
 pub use dry::{dry_cycle, DryPool};
 pub use full::{FullApplied, FullRead};
 use listing::{find_pool, server_counts};
@@ -84,8 +85,38 @@ impl PoolState {
     }
 }
 
+/// What a cycle decides with besides the listing and the pools: the state
+/// other parts of the controller keep, handed to each call (the loop from
+/// its Node watch and schedule; `--once` from one Node list).
+#[derive(Debug, Clone)]
+pub struct Observed {
+    /// The Nodes as the Node watch knows them now (shared, never copied).
+    pub nodes: Arc<NodeView>,
+    /// How long a held removal waits before a listing may confirm it.
+    pub confirm_after: Duration,
+}
+
+impl Default for Observed {
+    /// As with the Node watch off: no Node, and none to wait for; a held
+    /// removal may be confirmed by the next listing at once.
+    fn default() -> Self {
+        Self::with_nodes(NodeView::new([], true))
+    }
+}
+
+impl Observed {
+    /// `nodes`, and no wait before a held removal may be confirmed.
+    pub fn with_nodes(nodes: NodeView) -> Self {
+        Self {
+            nodes: Arc::new(nodes),
+            confirm_after: Duration::ZERO,
+        }
+    }
+}
+
 /// Owns the clients and what each pool was last written with; driven by
-/// the controller loop one call at a time.
+/// the controller loop one call at a time, each call with its inputs
+/// ([`Observed`]) and its outputs.
 pub struct Reconciler {
     hetzner: HetznerClient,
     pools: Arc<PoolClient>,
@@ -95,10 +126,7 @@ pub struct Reconciler {
     last_listing: Option<Contributions>,
     /// When the listing of `last_listing` began.
     listed_at: Option<Instant>,
-    nodes: NodeView,
     unhealthy: Unhealthy,
-    /// How long a held removal waits before a listing may confirm it.
-    confirm_after: Duration,
     /// Asked right before every write: the leader Lease still holds.
     fence: Fence,
     /// The Robot webservice, shared with the read of a full cycle.
@@ -134,9 +162,7 @@ pub struct FailoverListing {
 }
 
 impl Reconciler {
-    /// A reconciler with no listing yet; held removals may be confirmed by
-    /// the next listing at once until [`Reconciler::set_confirm_after`] says
-    /// otherwise (the controller loop does).
+    /// A reconciler with no listing yet.
     pub fn new(hetzner: HetznerClient, pools: PoolClient) -> Self {
         Self {
             hetzner,
@@ -144,11 +170,7 @@ impl Reconciler {
             state: BTreeMap::new(),
             last_listing: None,
             listed_at: None,
-            // As with the Node watch off: no Node, and none to wait for. The
-            // controller loop sets what its watch knows before each cycle.
-            nodes: NodeView::new([], true),
             unhealthy: Unhealthy::default(),
-            confirm_after: Duration::ZERO,
             fence: Fence::open(),
             robot: SharedRobot::new(ROBOT_MIN_GAP, None),
         }
@@ -165,18 +187,9 @@ impl Reconciler {
         self.robot = SharedRobot::new(self.robot.min_gap, Some(observer));
     }
 
-    pub fn set_confirm_after(&mut self, confirm_after: Duration) {
-        self.confirm_after = confirm_after;
-    }
-
     /// The fence leader election moves; without one every write goes out.
     pub fn set_fence(&mut self, fence: Fence) {
         self.fence = fence;
-    }
-
-    /// What the Node watch knows now; used by the next cycle.
-    pub fn set_nodes(&mut self, nodes: NodeView) {
-        self.nodes = nodes;
     }
 
     /// Forgets every listing and held removal. Called when the
@@ -269,9 +282,13 @@ impl Reconciler {
     /// (listing Robot), then [`Reconciler::apply_full`]. `Err` when nothing
     /// could be decided (the listing or discovery failed); otherwise one
     /// outcome per configured pool, in order.
-    pub async fn full(&mut self, settings: &Settings) -> Result<Vec<PoolOutcome>, ReconcileError> {
-        let read = self.read_full(settings, RobotDue::List).await?;
-        Ok(self.apply_full(settings, read).await?.outcomes)
+    pub async fn full(
+        &mut self,
+        settings: &Settings,
+        observed: &Observed,
+    ) -> Result<Vec<PoolOutcome>, ReconcileError> {
+        let read = self.read_full(settings, RobotDue::List, observed).await?;
+        Ok(self.apply_full(settings, read, observed).await?.outcomes)
     }
 
     /// Applies a change of the Nodes to the last listing of this term:
@@ -281,13 +298,14 @@ impl Reconciler {
     pub async fn nodes_changed(
         &mut self,
         settings: &Settings,
+        observed: &Observed,
     ) -> Result<Option<Vec<PoolOutcome>>, ReconcileError> {
         let Some(record) = &self.last_listing else {
             return Ok(None);
         };
         let out = record.excluded_now(
             &settings.pools,
-            &self.nodes,
+            &observed.nodes,
             &mut self.unhealthy,
             Instant::now(),
         );
@@ -332,7 +350,12 @@ impl Reconciler {
                 }
             })
             .collect();
-        self.converge_all(settings, &resource, all, rendered, 0, CycleKind::Nodes)
+        let inputs = CycleInputs {
+            kind: CycleKind::Nodes,
+            hetzner_requests: 0,
+            observed,
+        };
+        self.converge_all(settings, &resource, all, rendered, inputs)
             .await
             .map(Some)
     }
@@ -346,6 +369,7 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
         pool: &str,
+        observed: &Observed,
     ) -> Result<Option<CycleReport>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
         let (Some(desired), Some(index)) = (
@@ -356,7 +380,7 @@ impl Reconciler {
         };
         let resource = self.pools.resource().await?;
         let mut all = self.pools.list_all(&resource).await?;
-        let gate = Gate::new(&managed, &all, self.additions());
+        let gate = Gate::new(&managed, &all, act::additions(&observed.nodes));
         let live = take_pool(&mut all, pool);
         drop(all);
         let verdict = gate.decide(index, &desired);

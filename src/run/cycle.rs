@@ -12,7 +12,7 @@ use super::operate::while_leading;
 use super::{events, ControlLoop, Flow, Running};
 use crate::pool::gate::WithheldReason;
 use crate::reconcile::{
-    join, CycleKind, CycleReport, FailoverListing, FullRead, PoolOutcome, ReconcileError,
+    join, CycleKind, CycleReport, FailoverListing, FullRead, Observed, PoolOutcome, ReconcileError,
 };
 use crate::run::schedule::{FullCycleEnd, RepairEnd};
 
@@ -34,8 +34,14 @@ impl ControlLoop {
     /// Runs `work` in the schedule's term: the result, or how the loop goes
     /// on when the term ended first ([`Flow::Go`]: the term handler takes
     /// over) or the process shuts down ([`Flow::Stop`]).
-    pub(super) async fn lead(&mut self, st: &mut Running, work: Work) -> Result<CycleOutput, Flow> {
-        match while_leading(&st.leadership.term, st.schedule.term(), self.cycle(work)).await {
+    pub(super) async fn lead(
+        &mut self,
+        st: &mut Running,
+        work: Work,
+        observed: &Observed,
+    ) -> Result<CycleOutput, Flow> {
+        let cycle = self.cycle(work, observed);
+        match while_leading(&st.leadership.term, st.schedule.term(), cycle).await {
             None => Err(Flow::Go),
             Some(None) => Err(Flow::Stop),
             Some(Some(result)) => Ok(result),
@@ -100,7 +106,7 @@ impl ControlLoop {
 
     /// Runs one cycle, bounded by the cycle timeout and abandoned at once
     /// on shutdown (`None`).
-    async fn cycle(&mut self, work: Work) -> Option<CycleOutput> {
+    async fn cycle(&mut self, work: Work, observed: &Observed) -> Option<CycleOutput> {
         let timeout = self.timings.cycle_timeout;
         let started = match &work {
             Work::Full { started, .. } => *started,
@@ -111,11 +117,14 @@ impl ControlLoop {
         let work = async {
             match work {
                 Work::Full { read, .. } => {
-                    let applied = self.reconciler.apply_full(&settings, (*read)?).await?;
+                    let applied = self
+                        .reconciler
+                        .apply_full(&settings, (*read)?, observed)
+                        .await?;
                     Ok((applied.outcomes, Some(applied.failover)))
                 }
                 Work::Nodes => {
-                    let outcomes = self.reconciler.nodes_changed(&settings).await?;
+                    let outcomes = self.reconciler.nodes_changed(&settings, observed).await?;
                     if outcomes.is_none() {
                         info!(
                             target: LOG_TARGET,
@@ -128,7 +137,8 @@ impl ControlLoop {
                 Work::Repair(pools) => {
                     let mut outcomes = Vec::with_capacity(pools.len());
                     for pool in pools {
-                        let result = match self.reconciler.repair(&settings, &pool).await {
+                        let result = match self.reconciler.repair(&settings, &pool, observed).await
+                        {
                             Ok(Some(report)) => Ok(report),
                             // Nothing to repair from any more (the loop
                             // asked before): the listing it planned decides.

@@ -51,14 +51,12 @@ impl ControlLoop {
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
         let health_flip = st.schedule.take_health_flip();
-        let nodes = st.nodes.view();
+        let observed = st.observed();
         // A read without the Node list (it took longer than the wait):
         // the list, when it comes, brings a Node step and a listing.
-        st.schedule.nodes_seen(nodes.complete);
-        self.reconciler.set_nodes(nodes);
-        let read = self
-            .reconciler
-            .read_full(&self.settings, schedule::robot_due(trigger, health_flip));
+        st.schedule.nodes_seen(observed.nodes.complete);
+        let due = schedule::robot_due(trigger, health_flip);
+        let read = self.reconciler.read_full(&self.settings, due, &observed);
         let limit = self.timings.cycle_timeout;
         let read = async move {
             tokio::time::timeout(limit, read)
@@ -80,16 +78,13 @@ impl ControlLoop {
         let Some(InFlight { started, .. }) = st.listing.take() else {
             return Flow::Go;
         };
-        let nodes = st.nodes.view();
-        st.schedule.nodes_seen(nodes.complete);
-        self.reconciler.set_nodes(nodes);
-        self.reconciler
-            .set_confirm_after(st.schedule.clocks().confirm_after());
+        let observed = st.observed();
+        st.schedule.nodes_seen(observed.nodes.complete);
         let work = Work::Full {
             read: Box::new(read),
             started,
         };
-        let (result, failover) = match self.lead(st, work).await {
+        let (result, failover) = match self.lead(st, work, &observed).await {
             Ok(output) => (output.result, output.failover),
             Err(flow) => return flow,
         };

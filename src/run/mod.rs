@@ -32,7 +32,7 @@ use tracing::{debug, info, warn};
 use crate::config::{self, Settings};
 
 use crate::pool::{other_spec_writers, Pool};
-use crate::reconcile::{event_needs_repair, CycleKind, Reconciler};
+use crate::reconcile::{event_needs_repair, CycleKind, Observed, Reconciler};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 use crate::serve::telemetry::LogControl;
@@ -324,7 +324,8 @@ impl ControlLoop {
         if pools.is_empty() {
             return Flow::Go;
         }
-        let result = match self.lead(st, Work::Repair(pools)).await {
+        let observed = st.observed();
+        let result = match self.lead(st, Work::Repair(pools), &observed).await {
             Ok(output) => output.result,
             Err(flow) => return flow,
         };
@@ -336,9 +337,9 @@ impl ControlLoop {
     /// Applies the Nodes' state to the last listing (removals only).
     async fn apply_nodes(&mut self, st: &mut Running) -> Flow {
         st.schedule.take_nodes();
-        self.reconciler.set_nodes(st.nodes.view());
+        let observed = st.observed();
         let started = Instant::now();
-        let result = match self.lead(st, Work::Nodes).await {
+        let result = match self.lead(st, Work::Nodes, &observed).await {
             Ok(output) => output.result,
             Err(flow) => return flow,
         };
@@ -472,6 +473,17 @@ struct Running {
     mover: failover::Mover,
     /// Stops the Node Lease watch, once a failover pool started it.
     leases: Option<CancellationToken>,
+}
+
+impl Running {
+    /// What a cycle decides with now, besides the listing and the pools:
+    /// the Node watch's view and the schedule's confirmation delay.
+    fn observed(&self) -> Observed {
+        Observed {
+            nodes: self.nodes.view(),
+            confirm_after: self.schedule.clocks().confirm_after(),
+        }
+    }
 }
 
 /// The config file the loop polls, and how it was at the last look.

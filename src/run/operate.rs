@@ -148,10 +148,12 @@ impl NodeFeed {
     /// What the Node watch knows now: everything it has seen, complete once
     /// its first list is done. With the watch off, an empty view that counts
     /// as complete (no node rules can apply).
-    pub fn view(&self) -> NodeView {
+    /// The Nodes as the watch knows them now, shared (never copied);
+    /// with the watch off, no Node and none to wait for.
+    pub fn view(&self) -> Arc<NodeView> {
         match &self.view {
-            Some(view) => (**view.borrow()).clone(),
-            None => NodeView::new([], true),
+            Some(view) => view.borrow().clone(),
+            None => Arc::new(NodeView::new([], true)),
         }
     }
 

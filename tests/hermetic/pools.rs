@@ -9,13 +9,14 @@
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::members::{NodeFacts, NodeView};
 use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{CycleKind, Observed, ReconcileError, Reconciler};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use support::fake_hetzner::{
@@ -153,6 +154,7 @@ async fn run(
     steps: &[Step],
     ratios: (f64, f64),
 ) -> Result<usize, TestCaseError> {
+    let mut observed = Observed::default();
     let kube = FakeKube::new(&["v2"]);
     kube.record_snapshots();
     // Someone else's pool covers .5 from the start, and a disabled one
@@ -217,7 +219,7 @@ async fn run(
             }),
             true,
         );
-        reconciler.set_nodes(nodes);
+        observed.nodes = Arc::new(nodes);
         if step.edit_and_repair {
             if let Some(mut edited) = kube.pool("a") {
                 let blocks = edited["spec"]["blocks"]
@@ -227,7 +229,7 @@ async fn run(
                 if blocks.len() > 1 {
                     edited["spec"]["blocks"] = Value::Array(blocks[1..].to_vec());
                     kube.insert_pool("a", edited);
-                    let _ = reconciler.repair(&settings, "a").await;
+                    let _ = reconciler.repair(&settings, "a", &observed).await;
                 }
             }
         }
@@ -237,10 +239,10 @@ async fn run(
             _ => {}
         }
         if step.nodes_only {
-            let _ = reconciler.nodes_changed(&settings).await;
+            let _ = reconciler.nodes_changed(&settings, &observed).await;
         } else {
             hetzner.set_servers(servers);
-            let _ = reconciler.full(&settings).await;
+            let _ = reconciler.full(&settings, &observed).await;
         }
         for snapshot in kube.take_snapshots() {
             writes += 1;
@@ -324,6 +326,7 @@ fn no_listing_node_change_or_failed_write_puts_an_address_in_two_pools() {
 /// of the later pool before the earlier one gets it, in the same cycle.
 #[tokio::test]
 async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "edge", "LabelSelector": "role=edge", "MaxRemovalRatio": 1},
         {"Name": "rest", "LabelSelector": "kops.k8s.io/instance-role=Node", "MaxRemovalRatio": 1},
@@ -335,7 +338,7 @@ async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
         FakeServer::new(2, "198.51.100.2"),
         FakeServer::new(3, "198.51.100.3"),
     ]);
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     kube.take_snapshots();
     // Server 2 becomes an edge server: "edge" (earlier) claims its address,
     // which "rest" holds.
@@ -344,7 +347,7 @@ async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
         FakeServer::new(2, "198.51.100.2").with_label("role", "edge"),
         FakeServer::new(3, "198.51.100.3"),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
     let states: Vec<(BTreeSet<String>, BTreeSet<String>)> = kube
         .take_snapshots()
@@ -376,6 +379,7 @@ async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
 /// written from a listing without it.
 #[tokio::test]
 async fn a_failed_floating_ip_listing_writes_nothing() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv4", "floating-ip"]},
@@ -390,7 +394,7 @@ async fn a_failed_floating_ip_listing_writes_nothing() {
         FakeFloatingIp::new(8, "2001:db8:f::/64", Some(1)),
         FakeFloatingIp::new(9, "203.0.113.9", None),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
     assert_eq!(
         cidrs(&kube.pool("edge").unwrap()["spec"]["blocks"]),
@@ -414,7 +418,7 @@ async fn a_failed_floating_ip_listing_writes_nothing() {
         FakeServer::new(2, "198.51.100.2"),
     ]);
     hetzner.fail_collections(Some(503));
-    let error = reconciler.full(&settings).await.unwrap_err();
+    let error = reconciler.full(&settings, &observed).await.unwrap_err();
     assert_eq!(error.metric_label(), "server_error");
     assert!(
         error
@@ -429,6 +433,7 @@ async fn a_failed_floating_ip_listing_writes_nothing() {
 /// pool, the other is written, and the refusal names its pool.
 #[tokio::test]
 async fn one_pools_refusal_does_not_hold_the_others() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "v6", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv6"]},
@@ -439,7 +444,7 @@ async fn one_pools_refusal_does_not_hold_the_others() {
         FakeServer::new(1, "198.51.100.1").with_ipv6(None),
         FakeServer::new(2, "198.51.100.2").with_ipv6(None),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     let v6 = outcomes[0].result.as_ref().unwrap_err();
     assert_eq!(v6.metric_label(), "empty_pool");
     assert_eq!(
@@ -472,14 +477,18 @@ fn deleting(ids: &[i64]) -> NodeView {
 async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 0.5}]);
-    let (hetzner, kube, settings, mut reconciler) = four_written(&pools).await;
+    let (hetzner, kube, settings, mut reconciler, mut observed) = four_written(&pools).await;
     let listed = hetzner.requests();
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     assert_eq!(blocks(&kube).len(), 4);
 
     // One node of four is being deleted: removed at once, no listing.
-    reconciler.set_nodes(deleting(&[1]));
-    let outcomes = reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    observed.nodes = Arc::new(deleting(&[1]));
+    let outcomes = reconciler
+        .nodes_changed(&settings, &observed)
+        .await
+        .unwrap()
+        .unwrap();
     let report = outcomes[0].result.as_ref().unwrap();
     assert_eq!(report.kind, CycleKind::Nodes);
     assert_eq!(report.excluded.len(), 1);
@@ -488,20 +497,28 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
     assert_eq!(hetzner.requests(), listed, "a Node change lists nothing");
 
     // Two more (2 of the 3 left, two thirds): the shrink guard holds them.
-    reconciler.set_nodes(deleting(&[1, 2, 3]));
-    let outcomes = reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    observed.nodes = Arc::new(deleting(&[1, 2, 3]));
+    let outcomes = reconciler
+        .nodes_changed(&settings, &observed)
+        .await
+        .unwrap()
+        .unwrap();
     let report = outcomes[0].result.as_ref().unwrap();
     assert!(report.held.is_some(), "{report:?}");
     assert_eq!(blocks(&kube).len(), 3, "held: nothing removed yet");
 
     // A node that comes back is not added by a Node change (that waits for
     // a listing) ...
-    reconciler.set_nodes(deleting(&[]));
-    reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    observed.nodes = Arc::new(deleting(&[]));
+    reconciler
+        .nodes_changed(&settings, &observed)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!blocks(&kube).contains("198.51.100.1/32"));
     assert_eq!(hetzner.requests(), listed);
     // ... which brings it back.
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     assert_eq!(blocks(&kube).len(), 4);
 }
 
@@ -511,6 +528,7 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
 /// is: it must not read as "these servers have no private address now".
 #[tokio::test]
 async fn a_private_network_name_that_names_no_network_leaves_the_pool_unchanged() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "internal", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv4", "private-ipv4"], "PrivateNetwork": "k8s",
@@ -531,7 +549,7 @@ async fn a_private_network_name_that_names_no_network_leaves_the_pool_unchanged(
             .collect(),
     );
     hetzner.set_networks(vec![(4711, "k8s".to_owned())]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     assert!(outcomes[0].result.is_ok(), "{outcomes:?}");
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("internal").unwrap()["spec"]["blocks"]);
     let written = blocks(&kube);
@@ -541,7 +559,7 @@ async fn a_private_network_name_that_names_no_network_leaves_the_pool_unchanged(
     kube.take_snapshots();
     hetzner.set_networks(vec![(4711, "k8s-prod".to_owned()), (99, "db".to_owned())]);
     for _ in 0..2 {
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         let error = outcomes[0].result.as_ref().unwrap_err();
         assert_eq!(error.metric_label(), "network_missing");
         assert_eq!(
@@ -576,6 +594,7 @@ fn ever_in(snapshots: &[BTreeMap<String, Value>], pool: &str) -> BTreeSet<String
 /// covers its addresses like an enabled one, and they are withheld.
 #[tokio::test]
 async fn a_disabled_foreign_pool_still_covers_its_addresses() {
+    let observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "Addresses": ["public-ipv4", "public-ipv6"]}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -591,7 +610,7 @@ async fn a_disabled_foreign_pool_still_covers_its_addresses() {
         FakeServer::new(1, "198.51.100.2").with_ipv6(Some("2001:db8::/64")),
         FakeServer::new(2, "198.51.100.9").with_ipv6(None),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     let report = outcomes[0].result.as_ref().unwrap();
     assert_eq!(
         cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]),
@@ -617,6 +636,7 @@ async fn a_disabled_foreign_pool_still_covers_its_addresses() {
 /// that follows must not write it back.
 #[tokio::test]
 async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
+    let observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -624,7 +644,7 @@ async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
         FakeServer::new(1, "198.51.100.1"),
         FakeServer::new(2, "198.51.100.2"),
     ]);
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     kube.insert_pool(
         "theirs",
         pool_object("theirs", json!([{"cidr": "198.51.100.0/31"}]), false),
@@ -633,7 +653,7 @@ async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
     edited["spec"]["blocks"] = json!([{"cidr": "198.51.100.2/32"}]);
     kube.insert_pool("p", edited);
     kube.record_snapshots();
-    let _ = reconciler.repair(&settings, "p").await;
+    let _ = reconciler.repair(&settings, "p", &observed).await;
     assert!(
         !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.1/32"),
         "the repair wrote back an address the foreign pool covers"
@@ -650,6 +670,7 @@ async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
 /// the cycle.
 #[tokio::test]
 async fn ranges_held_by_another_managed_pool_are_never_overlapped() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
         {"Name": "a", "LabelSelector": "role=a", "Addresses": ["private-ipv4"],
@@ -670,7 +691,7 @@ async fn ranges_held_by_another_managed_pool_are_never_overlapped() {
         FakeServer::new(2, "203.0.113.5").with_label("role", "b"),
         FakeServer::new(3, "192.0.2.1").with_label("role", "b"),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     assert_eq!(
         outcomes[1].result.as_ref().unwrap_err().metric_label(),
         "network_missing"
@@ -700,6 +721,7 @@ async fn ranges_held_by_another_managed_pool_are_never_overlapped() {
 /// from the Service that holds it.
 #[tokio::test]
 async fn an_address_live_in_two_pools_stays_in_the_one_that_wants_it() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "a", "LabelSelector": "role in (a,ab)", "MaxRemovalRatio": 1},
         {"Name": "b", "LabelSelector": "role in (b,ab)", "MaxRemovalRatio": 1},
@@ -723,7 +745,7 @@ async fn an_address_live_in_two_pools_stays_in_the_one_that_wants_it() {
         FakeServer::new(2, "198.51.100.2").with_label("role", "a"),
         FakeServer::new(3, "198.51.100.3").with_label("role", "b"),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     assert!(outcomes.iter().all(|o| o.result.is_ok()), "{outcomes:?}");
     for snapshot in kube.take_snapshots() {
         assert!(
@@ -742,6 +764,7 @@ async fn an_address_live_in_two_pools_stays_in_the_one_that_wants_it() {
 /// would otherwise be added at every start and removed a listing later.
 #[tokio::test]
 async fn no_address_is_added_before_the_node_list_is_complete() {
+    let mut observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node"}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
     kube.record_snapshots();
@@ -761,14 +784,14 @@ async fn no_address_is_added_before_the_node_list_is_complete() {
             complete,
         )
     };
-    reconciler.set_nodes(NodeView::new([], false));
-    let _ = reconciler.full(&settings).await;
+    observed.nodes = Arc::new(NodeView::new([], false));
+    let _ = reconciler.full(&settings, &observed).await;
     assert!(
         kube.take_snapshots().is_empty(),
         "a pool was written before the Nodes were known"
     );
-    reconciler.set_nodes(nodes(true));
-    reconciler.full(&settings).await.unwrap();
+    observed.nodes = Arc::new(nodes(true));
+    reconciler.full(&settings, &observed).await.unwrap();
     assert_eq!(
         ever_in(&kube.take_snapshots(), "p"),
         BTreeSet::from(["198.51.100.1/32".to_owned()])
@@ -780,6 +803,7 @@ async fn no_address_is_added_before_the_node_list_is_complete() {
 /// how to end it.
 #[tokio::test]
 async fn two_pools_that_swap_addresses_are_told_how_to_end_it() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "a", "LabelSelector": "role=a", "MaxRemovalRatio": 1},
         {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
@@ -797,7 +821,7 @@ async fn two_pools_that_swap_addresses_are_told_how_to_end_it() {
         FakeServer::new(1, "198.51.100.1").with_label("role", "b"),
         FakeServer::new(2, "198.51.100.2").with_label("role", "a"),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     for outcome in &outcomes {
         let error = outcome.result.as_ref().unwrap_err().to_string();
         assert!(
@@ -812,6 +836,7 @@ async fn two_pools_that_swap_addresses_are_told_how_to_end_it() {
 /// (the early listing that follows sees where it is now).
 #[tokio::test]
 async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
+    let mut observed = Observed::default();
     let pools = json!([{"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "Addresses": ["public-ipv4", "floating-ip"], "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -821,22 +846,26 @@ async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
             .collect(),
     );
     hetzner.set_floating_ips(vec![FakeFloatingIp::new(7, "203.0.113.7", Some(1))]);
-    reconciler.set_nodes(deleting(&[]));
-    reconciler.full(&settings).await.unwrap();
+    observed.nodes = Arc::new(deleting(&[]));
+    reconciler.full(&settings, &observed).await.unwrap();
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("edge").unwrap()["spec"]["blocks"]);
     assert!(blocks(&kube).contains("203.0.113.7/32"));
 
     // The Floating IP moves to server 2, then server 1's Node is deleted.
     hetzner.set_floating_ips(vec![FakeFloatingIp::new(7, "203.0.113.7", Some(2))]);
-    reconciler.set_nodes(deleting(&[1]));
-    reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    observed.nodes = Arc::new(deleting(&[1]));
+    reconciler
+        .nodes_changed(&settings, &observed)
+        .await
+        .unwrap()
+        .unwrap();
     let after = blocks(&kube);
     assert!(!after.contains("198.51.100.1/32"), "{after:?}");
     assert!(
         after.contains("203.0.113.7/32"),
         "the Floating IP was removed with its old server: {after:?}"
     );
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     assert!(blocks(&kube).contains("203.0.113.7/32"));
 }
 
@@ -861,6 +890,7 @@ fn not_ready_for(id: i64, ago: Duration) -> NodeFacts {
 /// condition says since when.
 #[tokio::test]
 async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
+    let mut observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1, "Nodes": {"ExcludeUnhealthyAfter": "10s"}}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -885,8 +915,8 @@ async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
         true,
     );
     for _ in 0..2 {
-        reconciler.set_nodes(nodes.clone());
-        reconciler.full(&settings).await.unwrap();
+        observed.nodes = Arc::new(nodes.clone());
+        reconciler.full(&settings, &observed).await.unwrap();
         assert!(
             !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.3/32"),
             "the server down for an hour was put into the pool"
@@ -900,6 +930,7 @@ async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
 /// an address the cycle would add) is seen, and the address is withheld.
 #[tokio::test]
 async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
+    let observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -909,7 +940,7 @@ async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
             .collect()
     };
     hetzner.set_servers(servers(&[1, 2, 3]));
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     kube.record_snapshots();
     // Server 3 leaves (a removal: a second listing follows) and server 4
     // joins; while the second listing runs, someone creates a pool over 4.
@@ -928,7 +959,7 @@ async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
         }
         Directive::default()
     })));
-    let _ = reconciler.full(&settings).await;
+    let _ = reconciler.full(&settings, &observed).await;
     assert!(
         !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.4/32"),
         "the write was decided from the pools as they were before the second listing"
@@ -940,6 +971,7 @@ async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
 /// change must not add them (a listing does, when it comes).
 #[tokio::test]
 async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
+    let mut observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -947,18 +979,22 @@ async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
         ids.map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
             .collect()
     };
-    reconciler.set_nodes(deleting(&[]));
+    observed.nodes = Arc::new(deleting(&[]));
     hetzner.set_servers(servers(1..=3));
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     // Server 4 joins, but the write fails (not done).
     hetzner.set_servers(servers(1..=4));
     kube.fail_next_patch(500);
-    let _ = reconciler.full(&settings).await;
+    let _ = reconciler.full(&settings, &observed).await;
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     assert!(!blocks(&kube).contains("198.51.100.4/32"));
     // Then server 1's Node is deleted: only that goes.
-    reconciler.set_nodes(deleting(&[1]));
-    reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+    observed.nodes = Arc::new(deleting(&[1]));
+    reconciler
+        .nodes_changed(&settings, &observed)
+        .await
+        .unwrap()
+        .unwrap();
     let after = blocks(&kube);
     assert!(!after.contains("198.51.100.1/32"), "{after:?}");
     assert!(
@@ -973,6 +1009,7 @@ async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
 /// listed, it takes the servers that are Nodes.
 #[tokio::test]
 async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
+    let mut observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "Nodes": {"RequireNode": true}}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -981,8 +1018,8 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
             .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
             .collect(),
     );
-    reconciler.set_nodes(NodeView::new([], false));
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    observed.nodes = Arc::new(NodeView::new([], false));
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     let error = outcomes[0].result.as_ref().unwrap_err();
     assert!(
         matches!(error.inner(), ReconcileError::NodesUnknown),
@@ -998,8 +1035,8 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
         ready: true,
         ..NodeFacts::default()
     });
-    reconciler.set_nodes(NodeView::new(nodes, true));
-    reconciler.full(&settings).await.unwrap();
+    observed.nodes = Arc::new(NodeView::new(nodes, true));
+    reconciler.full(&settings, &observed).await.unwrap();
     assert_eq!(
         cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]),
         ["198.51.100.1/32", "198.51.100.2/32"]
@@ -1009,18 +1046,19 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
     );
 }
 
-/// [`setup`] with servers 1 to 4 (198.51.100.<id>), their Nodes, and a
-/// first full cycle written.
-async fn four_written(pools: &Value) -> (FakeHetzner, FakeKube, Settings, Reconciler) {
+/// [`setup`] with servers 1 to 4 (198.51.100.<id>), their Nodes (what a
+/// cycle is given: the Observed handed back), and a first full cycle
+/// written.
+async fn four_written(pools: &Value) -> (FakeHetzner, FakeKube, Settings, Reconciler, Observed) {
+    let observed = Observed::with_nodes(deleting(&[]));
     let (hetzner, kube, settings, mut reconciler) = setup(pools).await;
     hetzner.set_servers(
         (1..=4)
             .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
             .collect(),
     );
-    reconciler.set_nodes(deleting(&[]));
-    reconciler.full(&settings).await.unwrap();
-    (hetzner, kube, settings, reconciler)
+    reconciler.full(&settings, &observed).await.unwrap();
+    (hetzner, kube, settings, reconciler, observed)
 }
 
 /// Node rules act while Hetzner fails (issue 34, finding 1): a failed full
@@ -1030,18 +1068,18 @@ async fn four_written(pools: &Value) -> (FakeHetzner, FakeKube, Settings, Reconc
 async fn a_node_change_removes_while_every_listing_fails() {
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
-    let (hetzner, kube, settings, mut reconciler) = four_written(&pools).await;
+    let (hetzner, kube, settings, mut reconciler, mut observed) = four_written(&pools).await;
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     assert_eq!(blocks(&kube).len(), 4);
 
     hetzner.set_fault(Some(Fault::status(503)));
     reconciler
-        .full(&settings)
+        .full(&settings, &observed)
         .await
         .expect_err("the listing answers 503");
-    reconciler.set_nodes(deleting(&[2]));
+    observed.nodes = Arc::new(deleting(&[2]));
     let outcomes = reconciler
-        .nodes_changed(&settings)
+        .nodes_changed(&settings, &observed)
         .await
         .unwrap()
         .expect("the last good listing of the term is kept through a failed cycle");
@@ -1054,8 +1092,12 @@ async fn a_node_change_removes_while_every_listing_fails() {
 
     // A new term forgets it: nothing from before may be applied.
     reconciler.new_term();
-    reconciler.set_nodes(deleting(&[2, 3]));
-    assert!(reconciler.nodes_changed(&settings).await.unwrap().is_none());
+    observed.nodes = Arc::new(deleting(&[2, 3]));
+    assert!(reconciler
+        .nodes_changed(&settings, &observed)
+        .await
+        .unwrap()
+        .is_none());
     assert!(blocks(&kube).contains("198.51.100.3/32"));
 }
 
@@ -1065,6 +1107,7 @@ async fn a_node_change_removes_while_every_listing_fails() {
 /// `confirm_after` confirms it however often Nodes change in between.
 #[tokio::test]
 async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
+    let mut observed = Observed::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 0.25}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -1074,14 +1117,14 @@ async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
             .collect::<Vec<_>>()
     };
     hetzner.set_servers(servers(&[1, 2, 3, 4]));
-    reconciler.set_nodes(deleting(&[]));
-    reconciler.full(&settings).await.unwrap();
+    observed.nodes = Arc::new(deleting(&[]));
+    reconciler.full(&settings, &observed).await.unwrap();
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
 
     // Servers 3 and 4 go: half the pool, held.
-    reconciler.set_confirm_after(Duration::from_secs(3600));
+    observed.confirm_after = Duration::from_secs(3600);
     hetzner.set_servers(servers(&[1, 2]));
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     let held = outcomes[0]
         .result
         .as_ref()
@@ -1107,8 +1150,12 @@ async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
             ready: flap,
             ..NodeFacts::default()
         });
-        reconciler.set_nodes(NodeView::new(nodes, true));
-        let outcomes = reconciler.nodes_changed(&settings).await.unwrap().unwrap();
+        observed.nodes = Arc::new(NodeView::new(nodes, true));
+        let outcomes = reconciler
+            .nodes_changed(&settings, &observed)
+            .await
+            .unwrap()
+            .unwrap();
         let report = outcomes[0].result.as_ref().unwrap();
         assert_eq!(
             report.held.as_ref(),
@@ -1117,8 +1164,8 @@ async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
         );
     }
     // The listing after the wait confirms the same removal.
-    reconciler.set_confirm_after(Duration::ZERO);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    observed.confirm_after = Duration::ZERO;
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     let report = outcomes[0].result.as_ref().unwrap();
     assert_eq!(report.confirmed.as_ref(), Some(&held), "{report:?}");
     assert_eq!(
@@ -1133,6 +1180,7 @@ async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
 /// would restore the swap). The next full cycle then ends it.
 #[tokio::test]
 async fn deleting_one_pool_of_a_swap_ends_it() {
+    let observed = Observed::default();
     let pools = json!([
         {"Name": "a", "LabelSelector": "role=a", "MaxRemovalRatio": 1},
         {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
@@ -1142,24 +1190,24 @@ async fn deleting_one_pool_of_a_swap_ends_it() {
         FakeServer::new(1, "198.51.100.1").with_label("role", "a"),
         FakeServer::new(2, "198.51.100.2").with_label("role", "b"),
     ]);
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     // The servers swap roles: both pools are refused.
     hetzner.set_servers(vec![
         FakeServer::new(1, "198.51.100.1").with_label("role", "b"),
         FakeServer::new(2, "198.51.100.2").with_label("role", "a"),
     ]);
-    let outcomes = reconciler.full(&settings).await.unwrap();
+    let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     assert!(outcomes.iter().all(|o| o.result.is_err()), "{outcomes:?}");
 
     // The operator deletes pool a, as the message says.
     kube.remove_pool("a");
     kube.record_snapshots();
-    let _ = reconciler.repair(&settings, "a").await;
+    let _ = reconciler.repair(&settings, "a", &observed).await;
     assert!(
         !ever_in(&kube.take_snapshots(), "a").contains("198.51.100.1/32"),
         "the repair wrote back an address the latest plan gives to pool b"
     );
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     let one = |pool| cidrs(&kube.pool(pool).unwrap()["spec"]["blocks"]);
     assert_eq!(one("a"), BTreeSet::from(["198.51.100.2/32".to_owned()]));
     assert_eq!(one("b"), BTreeSet::from(["198.51.100.1/32".to_owned()]));
@@ -1172,21 +1220,25 @@ async fn deleting_one_pool_of_a_swap_ends_it() {
 async fn a_removal_that_arose_after_the_read_waits_for_the_next_listing() {
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
-    let (_hetzner, kube, settings, mut reconciler) = four_written(&pools).await;
+    let (_hetzner, kube, settings, mut reconciler, mut observed) = four_written(&pools).await;
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     let read = reconciler
-        .read_full(&settings, canada_kaktus::reconcile::RobotDue::List)
+        .read_full(
+            &settings,
+            canada_kaktus::reconcile::RobotDue::List,
+            &observed,
+        )
         .await
         .unwrap();
-    reconciler.set_nodes(deleting(&[2]));
+    observed.nodes = Arc::new(deleting(&[2]));
     let outcomes = reconciler
-        .apply_full(&settings, read)
+        .apply_full(&settings, read, &observed)
         .await
         .unwrap()
         .outcomes;
     let report = outcomes[0].result.as_ref().unwrap();
     assert!(report.recheck, "{report:?}");
     assert_eq!(blocks(&kube).len(), 4, "kept back");
-    reconciler.full(&settings).await.unwrap();
+    reconciler.full(&settings, &observed).await.unwrap();
     assert!(!blocks(&kube).contains("198.51.100.2/32"));
 }

@@ -10,7 +10,7 @@ use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::pool::WriteReason;
 use canada_kaktus::pool::{Fence, PoolClient};
-use canada_kaktus::reconcile::{CycleKind, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{CycleKind, Observed, ReconcileError, Reconciler};
 use serde_json::json;
 use support::fake_hetzner::{
     numbered_servers, Directive, FakeFloatingIp, FakeHetzner, FakeServer, Fault,
@@ -68,7 +68,12 @@ async fn a_missing_pool_is_created_with_one_exact_server_side_apply() {
         FakeServer::new(3, "192.168.1.100").named("same-address"),
         FakeServer::without_ipv4(4),
     ]);
-    let report = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
+    let report = single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap();
 
     assert_eq!(report.kind, CycleKind::Full);
     assert_eq!(report.written, Some(WriteReason::Missing));
@@ -108,11 +113,11 @@ async fn nothing_is_written_when_the_pool_already_matches() {
     let (hetzner, kube, mut reconciler) = setup(&["v2", "v2alpha1"]).await;
     hetzner.set_servers(numbered_servers(3));
     let settings = settings(&hetzner, &[]);
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
 
     for _ in 0..3 {
-        let report = single(reconciler.full(&settings).await).unwrap();
+        let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
         assert_eq!(report.written, None);
         assert!(report.diff.is_empty());
     }
@@ -131,13 +136,13 @@ async fn servers_joining_and_leaving_are_added_and_removed() {
         FakeServer::new(1, "1.0.0.1"),
         FakeServer::new(2, "1.0.0.2"),
     ]);
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
 
     hetzner.set_servers(vec![
         FakeServer::new(2, "1.0.0.2"),
         FakeServer::new(3, "1.0.0.3"),
     ]);
-    let report = single(reconciler.full(&settings).await).unwrap();
+    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     assert_eq!(
         report.diff.added,
@@ -158,11 +163,11 @@ async fn no_servers_leaves_the_pool_untouched() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(2));
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
 
     hetzner.set_servers(vec![]);
-    let error = single(reconciler.full(&settings).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
     assert!(
         error
@@ -175,7 +180,7 @@ async fn no_servers_leaves_the_pool_untouched() {
         FakeServer::without_ipv4(1),
         FakeServer::without_ipv4(2),
     ]);
-    let error = single(reconciler.full(&settings).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
 
     assert_eq!(kube.writes().len(), 1);
@@ -187,14 +192,14 @@ async fn a_failed_second_page_leaves_the_pool_untouched() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(120));
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
     assert_eq!(before["spec"]["blocks"].as_array().unwrap().len(), 120);
 
     // 40 servers are gone, but page 2 fails: nothing may be removed.
     hetzner.set_servers(numbered_servers(80));
     hetzner.set_fault(Some(Fault::FailPage(2, 500)));
-    let error = single(reconciler.full(&settings).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Hetzner(_)), "{error}");
     assert!(error.to_string().contains("pool left unchanged"), "{error}");
     assert_eq!(kube.writes().len(), 1);
@@ -206,7 +211,12 @@ async fn a_bad_token_fails_without_a_write_or_a_leak() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(2));
     hetzner.expect_token("some-other-token");
-    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
+    let error = single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap_err();
     let text = format!("{error} {error:?}");
     assert!(text.contains("invalid or revoked"), "{text}");
     assert!(!text.contains(TOKEN), "the token leaked: {text}");
@@ -217,7 +227,12 @@ async fn a_bad_token_fails_without_a_write_or_a_leak() {
 async fn the_v2alpha1_api_is_used_when_v2_is_not_served() {
     let (hetzner, kube, mut reconciler) = setup(&["v2alpha1"]).await;
     hetzner.set_servers(numbered_servers(1));
-    let report = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
+    let report = single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap();
     assert_eq!(report.api_version, "cilium.io/v2alpha1");
     let writes = kube.writes();
     assert_eq!(
@@ -242,7 +257,7 @@ async fn a_configured_api_version_is_used_as_is() {
         fast_hetzner(hetzner.endpoint()),
         PoolClient::new(kube.client(), settings.cilium_api_version),
     );
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     assert!(kube.writes()[0]
         .path
         .starts_with("/apis/cilium.io/v2alpha1/"));
@@ -252,7 +267,12 @@ async fn a_configured_api_version_is_used_as_is() {
 async fn a_cluster_without_the_crd_says_cilium_lb_ipam_is_missing() {
     let (hetzner, kube, mut reconciler) = setup(&[]).await;
     hetzner.set_servers(numbered_servers(1));
-    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
+    let error = single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap_err();
     assert_eq!(error.metric_label(), "crd_missing");
     assert!(
         error
@@ -268,7 +288,12 @@ async fn a_forbidden_patch_names_the_rbac_fix() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(1));
     kube.fail_patches(Some(403));
-    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
+    let error = single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap_err();
     assert_eq!(error.metric_label(), "kube_forbidden");
     assert!(error.to_string().contains("deploy/rbac.yaml"), "{error}");
 }
@@ -295,7 +320,7 @@ async fn configured_metadata_and_selector_are_applied_and_foreign_metadata_kept(
             ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
         ],
     );
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     let pool = kube.pool("covidnetes-pool").unwrap();
     assert_eq!(pool["metadata"]["annotations"]["team"], "net");
     assert_eq!(
@@ -320,13 +345,22 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
     hetzner.set_servers(numbered_servers(2));
     assert!(
         reconciler
-            .repair(&settings(&hetzner, &[]), "covidnetes-pool")
+            .repair(
+                &settings(&hetzner, &[]),
+                "covidnetes-pool",
+                &Observed::default()
+            )
             .await
             .unwrap()
             .is_none(),
         "nothing to repair before a listing"
     );
-    single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
+    single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap();
     let good = kube.pool("covidnetes-pool").unwrap();
     let hetzner_requests = hetzner.requests();
 
@@ -334,7 +368,11 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
     edited["spec"]["blocks"] = json!([{"cidr": "6.6.6.6/32"}]);
     kube.insert_pool("covidnetes-pool", edited);
     let report = reconciler
-        .repair(&settings(&hetzner, &[]), "covidnetes-pool")
+        .repair(
+            &settings(&hetzner, &[]),
+            "covidnetes-pool",
+            &Observed::default(),
+        )
         .await
         .unwrap()
         .unwrap();
@@ -353,14 +391,14 @@ async fn a_pool_conflict_reported_by_cilium_fails_the_cycle() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(1));
     let settings = settings(&hetzner, &[]);
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     let mut pool = kube.pool("covidnetes-pool").unwrap();
     pool["status"] = json!({"conditions": [{
         "type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap",
         "message": "Pool overlaps with CIDR of other-pool"
     }]});
     kube.insert_pool("covidnetes-pool", pool);
-    let error = single(reconciler.full(&settings).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
     assert_eq!(error.metric_label(), "pool_conflict");
     assert!(error.to_string().contains("other-pool"), "{error}");
     assert_eq!(kube.writes().len(), 1);
@@ -375,14 +413,14 @@ async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(40));
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 40);
 
     // 40 → 3, plus one new server: the addition goes through, the removal waits.
     let mut servers = numbered_servers(3);
     servers.push(FakeServer::new(99, "203.0.113.99"));
     hetzner.set_servers(servers);
-    let report = single(reconciler.full(&settings).await).unwrap();
+    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     let held = report.held.clone().expect("the removal is held");
     assert_eq!(held.addresses.len(), 37);
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
@@ -398,13 +436,13 @@ async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
     edited["spec"]["blocks"] = json!([]);
     kube.insert_pool("covidnetes-pool", edited);
     reconciler
-        .repair(&settings, "covidnetes-pool")
+        .repair(&settings, "covidnetes-pool", &Observed::default())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 41);
 
-    let report = single(reconciler.full(&settings).await).unwrap();
+    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     assert_eq!(report.held, None);
     assert_eq!(report.confirmed.map(|c| c.addresses.len()), Some(37));
     assert_eq!(report.diff.removed.len(), 37);
@@ -418,7 +456,12 @@ async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
         FakeServer::new(1, "203.0.113.1"),
         FakeServer::new(2, "203.0.113.2").blocked(),
     ]);
-    let report = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
+    let report = single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap();
     assert_eq!(
         report.listing.unwrap().blocked,
         vec!["203.0.113.2".parse::<std::net::Ipv4Addr>().unwrap()]
@@ -434,7 +477,7 @@ async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
             ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
         ],
     );
-    single(reconciler.full(&drop).await).unwrap();
+    single(reconciler.full(&drop, &Observed::default()).await).unwrap();
     assert_eq!(
         kube.pool("covidnetes-pool").unwrap()["spec"]["blocks"],
         json!([{"cidr": "203.0.113.1/32"}])
@@ -454,9 +497,9 @@ async fn the_configured_request_budget_is_enforced() {
         PoolClient::new(kube.client(), CiliumApiVersion::Auto),
     );
     for _ in 0..3 {
-        single(reconciler.full(&settings).await).unwrap();
+        single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     }
-    let error = single(reconciler.full(&settings).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
     assert_eq!(error.metric_label(), "budget_exhausted", "{error}");
     assert_eq!(
         hetzner.requests(),
@@ -480,7 +523,7 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
         &hetzner,
         &[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2alpha1")],
     );
-    single(reconciler.full(&reloaded).await).unwrap();
+    single(reconciler.full(&reloaded, &Observed::default()).await).unwrap();
     let good = kube.pool("covidnetes-pool").unwrap();
 
     // Someone edits the pool; the repair's write gets a 404 on the resource,
@@ -490,13 +533,13 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
     kube.insert_pool("covidnetes-pool", edited);
     kube.fail_next_patch(404);
     reconciler
-        .repair(&reloaded, "covidnetes-pool")
+        .repair(&reloaded, "covidnetes-pool", &Observed::default())
         .await
         .unwrap_err();
     kube.take_requests();
 
     reconciler
-        .repair(&reloaded, "covidnetes-pool")
+        .repair(&reloaded, "covidnetes-pool", &Observed::default())
         .await
         .unwrap()
         .unwrap();
@@ -518,7 +561,7 @@ async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(3));
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     // A mark of another manager: gone once the object was deleted.
     let mut pool = kube.pool("covidnetes-pool").unwrap();
     pool["metadata"]["annotations"]["example.com/marker"] = json!("before the delete");
@@ -528,7 +571,7 @@ async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
     hetzner.set_servers(numbered_servers(4));
     // The read's look at the pools, then the write's fresh one.
     kube.delete_pool_after_reads("covidnetes-pool", 2);
-    let report = single(reconciler.full(&settings).await).unwrap();
+    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     let after = kube.writes();
     assert_eq!(after.len(), writes + 1, "one write");
@@ -551,7 +594,7 @@ async fn a_page_shift_never_removes_a_server_that_is_still_there() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(60));
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 60);
 
     let after: Vec<FakeServer> = numbered_servers(61)
@@ -570,7 +613,7 @@ async fn a_page_shift_never_removes_a_server_that_is_still_there() {
             Directive::default()
         }
     })));
-    let _ = single(reconciler.full(&settings).await);
+    let _ = single(reconciler.full(&settings, &Observed::default()).await);
     let pool = kube.pool("covidnetes-pool").unwrap();
     let blocks = pool["spec"]["blocks"].to_string();
     assert!(
@@ -596,7 +639,7 @@ async fn a_range_in_our_pool_is_removed_only_through_the_guards() {
         }),
     );
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "0.5")]);
-    let report = single(reconciler.full(&settings).await).unwrap();
+    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     assert_eq!(
         hetzner.requests(),
         2,
@@ -630,7 +673,7 @@ async fn a_block_too_wide_to_keep_address_by_address_is_never_dropped() {
     });
     kube.insert_pool("covidnetes-pool", before.clone());
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1")]);
-    let error = single(reconciler.full(&settings).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
     let text = error.to_string();
     assert!(
         text.contains("2001:db8:5::/64") && text.contains("by hand"),
@@ -653,7 +696,12 @@ async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
     let fence = Fence::closed();
     fence.allow_until(Some(SystemTime::now() - Duration::from_secs(1)));
     reconciler.set_fence(fence.clone());
-    let error = single(reconciler.full(&settings(&hetzner, &[])).await).unwrap_err();
+    let error = single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap_err();
     assert_eq!(error.metric_label(), "lease_expired", "{error}");
     assert!(
         kube.pool("covidnetes-pool").is_none(),
@@ -662,7 +710,12 @@ async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
 
     // Renewed: the same cycle writes.
     fence.allow_until(Some(SystemTime::now() + Duration::from_secs(60)));
-    single(reconciler.full(&settings(&hetzner, &[])).await).unwrap();
+    single(
+        reconciler
+            .full(&settings(&hetzner, &[]), &Observed::default())
+            .await,
+    )
+    .unwrap();
     assert!(kube.pool("covidnetes-pool").is_some());
 }
 
@@ -674,7 +727,7 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(2));
     let settings = settings(&hetzner, &[]);
-    single(reconciler.full(&settings).await).unwrap();
+    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
     let mut edited = kube.pool("covidnetes-pool").unwrap();
     edited["spec"]["blocks"]
         .as_array_mut()
@@ -682,7 +735,7 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
         .push(json!({"cidr": "2001:db8:5::/64"}));
     kube.insert_pool("covidnetes-pool", edited.clone());
     let error = reconciler
-        .repair(&settings, "covidnetes-pool")
+        .repair(&settings, "covidnetes-pool", &Observed::default())
         .await
         .expect_err("repaired");
     assert_eq!(error.metric_label(), "wide_block", "{error}");
@@ -701,10 +754,17 @@ async fn every_listing_hands_the_failover_pools_over_also_none() {
     hetzner.set_servers(vec![FakeServer::new(1, "192.168.1.101")]);
     let settings = settings(&hetzner, &[]);
     let read = reconciler
-        .read_full(&settings, canada_kaktus::reconcile::RobotDue::List)
+        .read_full(
+            &settings,
+            canada_kaktus::reconcile::RobotDue::List,
+            &Observed::default(),
+        )
         .await
         .unwrap();
-    let applied = reconciler.apply_full(&settings, read).await.unwrap();
+    let applied = reconciler
+        .apply_full(&settings, read, &Observed::default())
+        .await
+        .unwrap();
     assert!(applied.failover.pools.is_empty());
     assert_eq!(applied.outcomes.len(), 1);
 }
@@ -735,11 +795,15 @@ async fn a_floating_ip_the_gate_withheld_is_not_handed_to_the_mover() {
         "FloatingIpFailover": true}]"#;
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_POOLS", pools)]);
     let read = reconciler
-        .read_full(&settings, canada_kaktus::reconcile::RobotDue::List)
+        .read_full(
+            &settings,
+            canada_kaktus::reconcile::RobotDue::List,
+            &Observed::default(),
+        )
         .await
         .unwrap();
     let listing = reconciler
-        .apply_full(&settings, read)
+        .apply_full(&settings, read, &Observed::default())
         .await
         .unwrap()
         .failover;

@@ -451,9 +451,10 @@ mod cycle {
     use canada_kaktus::config::{self, CiliumApiVersion, Settings};
     use canada_kaktus::hetzner::HetznerClient;
     use canada_kaktus::pool::PoolClient;
-    use canada_kaktus::reconcile::{PoolOutcome, Reconciler};
+    use canada_kaktus::reconcile::{Observed, PoolOutcome, Reconciler};
     use serde_json::Value;
     use std::collections::HashMap;
+    use std::sync::Arc;
 
     const TOKEN: &str = "test-token-robot";
 
@@ -524,10 +525,11 @@ mod cycle {
 
     #[tokio::test]
     async fn robot_servers_named_by_number_and_name_join_the_pool_with_one_listing() {
+        let observed = Observed::default();
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
         let mut reconciler = reconciler(&hetzner, &kube);
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         assert!(outcome(&outcomes, "dedicated").result.is_ok());
         assert_eq!(
             cidrs(&kube, "dedicated"),
@@ -545,7 +547,7 @@ mod cycle {
             "one GET per list the pools need"
         );
         // A cycle right after (a retry, a reload) asks Robot nothing.
-        let again = reconciler.full(&settings).await.unwrap();
+        let again = reconciler.full(&settings, &observed).await.unwrap();
         assert!(outcome(&again, "dedicated").result.is_ok());
         assert_eq!(robot.all_requests(), 2);
         assert_eq!(cidrs(&kube, "dedicated").len(), 3);
@@ -553,11 +555,12 @@ mod cycle {
 
     #[tokio::test]
     async fn refused_credentials_leave_the_robot_pool_alone_and_the_cloud_pool_written() {
+        let observed = Observed::default();
         let (hetzner, robot, kube) = setup().await;
         let wrong = "not-the-password";
         let settings = settings(&hetzner, &robot, wrong);
         let mut reconciler = reconciler(&hetzner, &kube);
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
         assert_eq!(e.metric_label(), "robot_unauthorized");
         assert!(
@@ -567,25 +570,35 @@ mod cycle {
         assert!(kube.pool("dedicated").is_none(), "nothing written");
         assert_eq!(cidrs(&kube, "cloud"), ["192.0.2.1/32"], "Cloud pools go on");
         // The next cycle of the process sends no second failed login.
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         assert!(outcome(&outcomes, "dedicated").result.is_err());
         assert_eq!(robot.requests("server"), 1, "no second failed login");
     }
 
     #[tokio::test]
     async fn a_robot_outage_or_rate_limit_removes_nothing_from_a_pool_it_filled() {
+        let observed = Observed::default();
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
-        reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        reconciler(&hetzner, &kube)
+            .full(&settings, &observed)
+            .await
+            .unwrap();
         let before: Value = kube.pool("dedicated").unwrap()["spec"].clone();
         let writes = kube.writes().len();
         robot.set_maintenance(true);
-        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let outcomes = reconciler(&hetzner, &kube)
+            .full(&settings, &observed)
+            .await
+            .unwrap();
         let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
         assert_eq!(e.metric_label(), "robot_unavailable");
         robot.set_maintenance(false);
         robot.set_limit(0);
-        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let outcomes = reconciler(&hetzner, &kube)
+            .full(&settings, &observed)
+            .await
+            .unwrap();
         let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
         assert_eq!(e.metric_label(), "robot_rate_limited");
         assert!(e.to_string().contains("waits 3600s"), "{e}");
@@ -626,16 +639,16 @@ mod cycle {
                 true,
             )
         };
-        reconciler.set_nodes(nodes(false));
-        reconciler.full(&settings).await.unwrap();
+        let mut observed = Observed::with_nodes(nodes(false));
+        reconciler.full(&settings, &observed).await.unwrap();
         assert_eq!(cidrs(&kube, "dedicated").len(), 3);
         robot.set_maintenance(true);
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         assert!(outcome(&outcomes, "dedicated").result.is_err());
         // server1 (321) is being deleted: its main and additional IPs go.
-        reconciler.set_nodes(nodes(true));
+        observed.nodes = Arc::new(nodes(true));
         let outcomes = reconciler
-            .nodes_changed(&settings)
+            .nodes_changed(&settings, &observed)
             .await
             .unwrap()
             .expect("the last good listing of the term");
@@ -734,9 +747,13 @@ mod cycle {
 
     #[tokio::test]
     async fn a_held_robot_removal_is_confirmed_only_by_a_newer_robot_listing() {
+        let mut observed = Observed::default();
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
-        reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        reconciler(&hetzner, &kube)
+            .full(&settings, &observed)
+            .await
+            .unwrap();
         assert_eq!(cidrs(&kube, "dedicated").len(), 3);
         // Server 421 and 321's additional IP leave the account: two of
         // three addresses, which the shrink guard holds.
@@ -751,15 +768,15 @@ mod cycle {
         );
         robot.set_document("ip", None);
         let mut reconciler = reconciler(&hetzner, &kube);
-        reconciler.set_confirm_after(std::time::Duration::from_millis(1));
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        observed.confirm_after = std::time::Duration::from_millis(1);
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         let report = outcome(&outcomes, "dedicated").result.as_ref().unwrap();
         assert!(report.held.is_some(), "{report:?}");
         // The next cycle comes within the minute: it has no newer Robot
         // listing, so it cannot confirm what the last one said.
         // Past the confirmation delay: time itself is the condition here.
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         let report = outcome(&outcomes, "dedicated").result.as_ref().unwrap();
         assert!(report.confirmed.is_none(), "{report:?}");
         assert!(report.held.is_some(), "{report:?}");
@@ -767,7 +784,7 @@ mod cycle {
         assert_eq!(robot.requests("server"), 2, "one listing per Reconciler");
         // A newer Robot listing that still lacks them confirms the removal.
         reconciler.set_robot_min_gap(std::time::Duration::ZERO);
-        let outcomes = reconciler.full(&settings).await.unwrap();
+        let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         let report = outcome(&outcomes, "dedicated").result.as_ref().unwrap();
         assert!(report.confirmed.is_some(), "{report:?}");
         assert_eq!(cidrs(&kube, "dedicated"), ["203.0.113.21/32"]);
@@ -823,13 +840,17 @@ mod cycle {
 
     #[tokio::test]
     async fn a_stalled_webservice_fails_the_robot_pool_and_the_cloud_pool_goes_on() {
+        let observed = Observed::default();
         use canada_kaktus::reconcile::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, kube) = setup().await;
         robot.set_delay(std::time::Duration::from_secs(30));
         // Each request gives up after HcloudTimeout (1 s here).
         let mut settings = settings(&hetzner, &robot, PASSWORD);
         settings.hcloud_timeout = std::time::Duration::from_secs(1);
-        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let outcomes = reconciler(&hetzner, &kube)
+            .full(&settings, &observed)
+            .await
+            .unwrap();
         let e = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
         assert_eq!(e.metric_label(), "robot_transport", "{e}");
         assert!(kube.pool("dedicated").is_none());
@@ -896,6 +917,7 @@ mod cycle {
     /// may hold already). It waits for the least gap and writes nothing.
     #[tokio::test]
     async fn a_new_term_never_decides_from_a_robot_answer_of_an_earlier_term() {
+        let observed = Observed::default();
         let hetzner = FakeHetzner::start().await;
         hetzner.expect_token(TOKEN);
         hetzner.set_servers(vec![FakeServer::new(1, "192.0.2.1")]);
@@ -920,12 +942,15 @@ mod cycle {
         // Taken before the cycle: A's listing, and so the start of its gap,
         // is no earlier than this.
         let listed = tokio::time::Instant::now();
-        a.full(&settings).await.unwrap();
+        a.full(&settings, &observed).await.unwrap();
         assert_eq!(cidrs(&kube, "dedicated"), ["203.0.113.21/32"]);
         // A loses the Lease; B leads, lists Robot anew and writes 421 too.
         a.new_term();
         robot.set_document("server", Some(servers_document(true)));
-        let outcomes = reconciler(&hetzner, &kube).full(&settings).await.unwrap();
+        let outcomes = reconciler(&hetzner, &kube)
+            .full(&settings, &observed)
+            .await
+            .unwrap();
         assert!(outcome(&outcomes, "dedicated").result.is_ok());
         assert_eq!(
             cidrs(&kube, "dedicated"),
@@ -935,7 +960,7 @@ mod cycle {
         // A leads again within the minute: its answer (no 421) is of an
         // earlier term, and the least gap forbids a new listing yet.
         a.new_term();
-        let outcomes = a.full(&settings).await.unwrap();
+        let outcomes = a.full(&settings, &observed).await.unwrap();
         let error = outcome(&outcomes, "dedicated").result.as_ref().unwrap_err();
         assert_eq!(error.metric_label(), "robot_waiting", "{error}");
         assert!(
@@ -971,7 +996,7 @@ mod cycle {
         // written from that listing.
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let outcomes = a.full(&settings).await.unwrap();
+            let outcomes = a.full(&settings, &observed).await.unwrap();
             match &outcome(&outcomes, "dedicated").result {
                 Ok(_) => break,
                 Err(e) => assert_eq!(e.metric_label(), "robot_waiting", "{e}"),

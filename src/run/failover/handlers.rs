@@ -1,6 +1,8 @@
 //! The loop's side of failover: the Lease watch started when a pool needs
 //! it, and the handlers that let the mover decide and hear of ended moves.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::{Done, Published};
@@ -24,12 +26,12 @@ impl ControlLoop {
 
     /// Starts the moves the failover pools need now.
     pub(in crate::run) fn decide_moves(&mut self, st: &mut Running) -> Flow {
-        // Every Node change comes here: copy the Nodes' view (all of them)
-        // only when a failover pool reads it.
+        // Every Node change comes here: the Nodes' view (shared, not
+        // copied) only when a failover pool reads it.
         let nodes = if st.mover.has_pools() {
             st.nodes.view()
         } else {
-            NodeView::default()
+            Arc::new(NodeView::default())
         };
         let published = st
             .mover
