@@ -14,7 +14,7 @@ use crate::pool::{candidate_versions, DesiredPool};
 use crate::reconcile::{self, shared_selector, Observed, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
-use crate::world::{self, Clients};
+use crate::world::{self, Clients, ConnectError};
 
 /// Exit status for invalid configuration, apart from runtime failures (1).
 pub const EXIT_CONFIG: u8 = 2;
@@ -250,8 +250,12 @@ async fn connect(settings: &Settings) -> Option<Reconciler> {
             clients.hetzner.clone(),
             clients.pools(settings),
         )),
-        Err(e) => {
-            error!(error = %e, "cannot start");
+        Err(ConnectError::Kubernetes(e)) => {
+            error!(error = %e, "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)");
+            None
+        }
+        Err(ConnectError::Hetzner(e)) => {
+            error!(error = %e, "cannot build the Hetzner client");
             None
         }
     }

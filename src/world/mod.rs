@@ -132,11 +132,11 @@ impl Clients {
 }
 
 /// Every Node, listed once, as the node rules read them (complete); with
-/// the Node watch off (`WatchNodes: false`) no Node, as the controller
-/// would see it.
+/// the Node watch off (`WatchNodes: false`) no Node and none to wait for,
+/// as the controller sees it.
 pub async fn read_nodes(client: &kube::Client, settings: &Settings) -> Result<NodeView, String> {
     if !settings.operate.watch_nodes {
-        return Ok(NodeView::default());
+        return Ok(NodeView::new([], true));
     }
     let nodes = Api::<Node>::all(client.clone());
     let listed = bounded(nodes.list(&ListParams::default())).await?;
@@ -227,6 +227,27 @@ pub fn render(settings: &Settings, listing: &Listing, nodes: &NodeView) -> Vec<R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With `WatchNodes: false` the controller has no Node and none to wait
+    /// for (its additions go on); `--once` reads the Nodes here and must see
+    /// them the same way, not as a Node list still to come.
+    #[tokio::test]
+    async fn with_the_node_watch_off_the_nodes_read_as_the_controller_sees_them() {
+        let env: std::collections::HashMap<String, String> = [
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", "t".repeat(64)),
+            ("CANADA_KAKTUS_WATCH_NODES", "false".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let settings = crate::config::load(None, &env).expect("valid settings");
+        // Never asked: the watch is off.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let nodes = read_nodes(&client, &settings).await.unwrap();
+        assert!(nodes.is_empty());
+        assert!(nodes.complete, "no Node list is awaited: additions go on");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_read_past_its_limit_ends_with_the_limit_in_the_callers_error() {

@@ -395,3 +395,33 @@ async fn once_runs_a_single_reconcile_as_the_service_account() {
     let pool = pools(&cluster, "v2").get(POOL).await.unwrap();
     assert_eq!(blocks_of(&pool), blocks(&["192.0.2.70"]));
 }
+
+/// With the Node watch off (`WatchNodes: false`) there is no Node list to
+/// wait for: `--once` creates the pool, as the controller would.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn once_with_the_node_watch_off_creates_the_pool() {
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    let hetzner = hetzner_with(&["192.0.2.71"]).await;
+    let kubeconfig = cluster
+        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .arg("--once")
+        .current_dir(dir.path())
+        .env_clear()
+        .env("KUBECONFIG", &kubeconfig)
+        .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
+        .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
+        .env("CANADA_KAKTUS_WATCH_NODES", "false")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pool = pools(&cluster, "v2").get(POOL).await.unwrap();
+    assert_eq!(blocks_of(&pool), blocks(&["192.0.2.71"]));
+}
