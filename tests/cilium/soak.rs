@@ -18,10 +18,13 @@
 //! something to act on: `edge` takes Floating IPs and leaves out servers
 //! whose Node is NotReady (`ExcludeUnhealthyAfter`), `internal` takes only
 //! servers that are Nodes (`RequireNode`); and a third pool, `dedicated`,
-//! takes two Robot servers from a fake Robot webservice, so that every
-//! leadership change is one with Robot members (a new term never decides
-//! from an earlier term's Robot answer, and a Robot listing that fails or
-//! must wait leaves the pool as it is).
+//! takes two Robot servers from a fake Robot webservice and one Cloud
+//! server, so that every leadership change is one with Robot members. One
+//! Robot server leaves the webservice's list and comes back; once
+//! `dedicated` let it go, it must not come back while it is out (an
+//! earlier term's Robot answer would bring it); a Robot listing that fails
+//! or must wait leaves the pool as it is (with the Cloud server in it, a
+//! failure taken for "no Robot servers" would write the pool smaller).
 //!
 //! Judged from watch histories, not samples: no pool of ours ever had
 //! `cilium.io/PoolConflict=True` or overlapped another pool, no pool of ours
@@ -30,7 +33,7 @@
 //! deleted the pool), after a restart no address was added that no pool
 //! should hold, and at the end every pool holds what it should.
 //!
-//! `CANADA_KAKTUS_CILIUM_SOAK_STEPS` (default 30; from 23 on, every kind of
+//! `CANADA_KAKTUS_CILIUM_SOAK_STEPS` (default 30; from 24 on, every kind of
 //! step runs at least once) sets the length and
 //! `CANADA_KAKTUS_CILIUM_SOAK_SEED` replays a run; the seed is printed.
 
@@ -59,8 +62,8 @@ use support::e2e::{
 use support::fake_hetzner::{Directive, FakeHetzner, FakeServer, Fault, DEFAULT_NETWORK};
 use support::fake_robot::{FakeRobot, PASSWORD, USER};
 use support::soak::{
-    all_addresses, internal_address, record_pools, robot_addresses, singles, Departures, Member,
-    PoolLog, World, OURS,
+    all_addresses, internal_address, record_pools, robot_server_document, singles, Departures,
+    Member, PoolLog, World, OURS, ROBOT_LEAVER,
 };
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
@@ -71,7 +74,7 @@ use tokio::time::Instant;
 const IDS: std::ops::RangeInclusive<i64> = 1..=12;
 
 /// Every kind of step and how often it is drawn, relative to the others.
-const KINDS: [(&str, u32); 23] = [
+const KINDS: [(&str, u32); 24] = [
     ("server joins", 12),
     ("server leaves", 7),
     ("server relabelled", 7),
@@ -94,6 +97,7 @@ const KINDS: [(&str, u32); 23] = [
     ("leader killed", 2),
     ("leader frozen", 2),
     ("robot down, leader killed", 2),
+    ("robot server leaves or returns", 3),
     ("controller restarted", 2),
 ];
 
@@ -145,6 +149,7 @@ fn soak_config() -> Value {
     }
     config["Pools"].as_array_mut().unwrap().push(json!({
         "Name": "dedicated",
+        "LabelSelector": "role=dedicated",
         "Robot": {"Servers": [321, "server2"]},
         "Addresses": ["public-ipv4", "public-ipv6"],
         "ServiceSelector": {"tier": "dedicated"}
@@ -323,6 +328,9 @@ struct Soak {
     foreign: Vec<String>,
     services_made: usize,
     violations: Vec<String>,
+    /// The steps during which the Robot server was out of the list: from,
+    /// and until it came back (or still out).
+    robot_out: Vec<(usize, Option<usize>)>,
 }
 
 impl Soak {
@@ -376,7 +384,11 @@ impl Soak {
                 self.world.wanted_internal(),
                 self.world.wanted_internal(),
             ),
-            ("dedicated", robot_addresses(), robot_addresses()),
+            (
+                "dedicated",
+                self.world.wanted_dedicated(),
+                self.world.wanted_dedicated(),
+            ),
         ];
         for (pool, wanted, allowed) in pools {
             let wanted: BTreeSet<String> = wanted.into_iter().filter(free).collect();
@@ -592,6 +604,16 @@ impl Soak {
                 self.replicas.running[leader].1.thaw();
             }
             "robot down, leader killed" => return self.robot_down().await,
+            "robot server leaves or returns" => {
+                self.world.robot_out = !self.world.robot_out;
+                let document = robot_server_document(self.world.robot_out);
+                self.robot.set_document("server", Some(document));
+                if self.world.robot_out {
+                    self.robot_out.push((step, None));
+                } else if let Some(last) = self.robot_out.last_mut() {
+                    last.1 = Some(step);
+                }
+            }
             "controller restarted" => self.restart().await,
             other => unreachable!("no step {other}"),
         }
@@ -856,18 +878,45 @@ impl Soak {
     /// waits instead, `robot_waiting`, which keeps the pool all the same).
     async fn robot_down(&mut self) -> bool {
         self.robot.set_maintenance(true);
-        let before = self.robot.requests("server");
         let leader = self.replicas.leader(&self.cluster).await;
         let (name, mut controller) = self.replicas.running.remove(leader);
+        // Where each standby's log stands before it may take over.
+        let marks: Vec<usize> = (self.replicas.running.iter())
+            .map(|(_, c)| c.log_text().len())
+            .collect();
         controller.kill();
+        let before = self.robot.requests("server");
         let deadline = Instant::now() + Duration::from_secs(20);
         while lease_holder(&self.cluster).await.as_ref() == Some(&name) {
             assert!(Instant::now() < deadline, "nobody took over from {name}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let taker = self.replicas.leader(&self.cluster).await;
         let (cluster, hetzner, config) = (&self.cluster, &self.hetzner, &self.config);
         self.replicas.start(cluster, hetzner, config).await;
         wait_cycles(&self.hetzner, 6).await;
+        // The new leader's term: `dedicated` failed with Robot's cause
+        // (down, or waiting for its minute), and was left as it was.
+        let (taker_name, taker_log) = (
+            &self.replicas.running[taker].0,
+            self.replicas.running[taker].1.log_text(),
+        );
+        let failed = taker_log
+            .get(marks[taker]..)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|l| {
+                l["message"] == "reconcile failed; pool left unchanged"
+                    && l["pool"] == "dedicated"
+                    && (l["cause"] == "robot_unavailable" || l["cause"] == "robot_waiting")
+            });
+        if !failed {
+            self.violations.push(format!(
+                "robot down: {taker_name} took over, and no cycle of dedicated failed with \
+                 robot_unavailable or robot_waiting"
+            ));
+        }
         let listed = self.robot.requests("server") > before;
         self.robot.set_maintenance(false);
         listed
@@ -970,6 +1019,7 @@ async fn soak(release: Release) {
         foreign: Vec::new(),
         services_made: 0,
         violations: Vec::new(),
+        robot_out: Vec::new(),
     };
     soak.serve();
     for _ in 0..2 {
@@ -1028,9 +1078,11 @@ async fn soak(release: Release) {
                 .collect(),
         );
     }
-    // The pools as the last step left them, within 30 s (a server on its
-    // way back into edge waits out ExcludeUnhealthyAfter, 10 s).
-    wait_until(Duration::from_secs(30), || soak.settled()).await;
+    // The pools as the last step left them, within 150 s (a server on its
+    // way back into edge waits out ExcludeUnhealthyAfter, 10 s; Robot is
+    // listed once a minute, and a removal it holds is confirmed by a Robot
+    // answer newer than the hold).
+    wait_until(Duration::from_secs(150), || soak.settled()).await;
     pool_task.abort();
     conflict_task.abort();
     service_task.abort();
@@ -1065,6 +1117,7 @@ async fn soak(release: Release) {
         }
         last.insert(pool, now);
     }
+    violations.extend(robot_came_back(&log, &pool_marks, &soak.robot_out, steps));
     let history = service_log.lock().unwrap();
     for (service, states) in history.iter() {
         for (j, pair) in states.windows(2).enumerate() {
@@ -1110,6 +1163,39 @@ async fn soak(release: Release) {
     assert!(log.states > steps / 2, "only {} pool states", log.states);
     soak.replicas.assert_running();
     drop(lbipam);
+}
+
+/// Once `dedicated` let the Robot server that left the list go, it must
+/// not hold it again until the server is back: nothing of this term (nor
+/// of an earlier one) says it is there. `pool_marks`: the history's length
+/// at the end of each step; `out`: the steps the server was out.
+fn robot_came_back(
+    log: &PoolLog,
+    pool_marks: &[usize],
+    out: &[(usize, Option<usize>)],
+    steps: usize,
+) -> Vec<String> {
+    let leaver = "203.0.113.42";
+    let mut violations = Vec::new();
+    for &(from, until) in out {
+        let mut let_go = false;
+        for (i, (pool, state)) in log.history.iter().enumerate() {
+            let step = pool_marks.iter().position(|&m| m > i).unwrap_or(steps);
+            if pool != "dedicated" || step < from || until.is_some_and(|u| step >= u) {
+                continue;
+            }
+            let holds = state.as_ref().is_some_and(|s| singles(s).contains(leaver));
+            if !holds {
+                let_go = true;
+            } else if let_go {
+                violations.push(format!(
+                    "dedicated took {leaver} (Robot server {ROBOT_LEAVER}) back in step {step} \
+                     while the server was out of Robot's list"
+                ));
+            }
+        }
+    }
+    violations
 }
 
 /// Waits for `check` to pass, looking at the watch histories it reads

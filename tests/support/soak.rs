@@ -20,18 +20,42 @@ use super::fake_hetzner::{FakeFloatingIp, FakeServer};
 /// servers).
 pub const OURS: [&str; 4] = ["edge", "internal", "internal-b", "dedicated"];
 
-/// What `dedicated` holds: the main IPv4 of Robot servers 321 and 421 and
-/// their `/64` (`server_ipv6_net`) with `::1` (the project's Robot
-/// documents, which the soak never changes).
-pub fn robot_addresses() -> BTreeSet<String> {
-    [
-        "203.0.113.21",
-        "2001:db8:4221::1",
-        "203.0.113.42",
-        "2001:db8:4242::1",
-    ]
-    .map(str::to_owned)
-    .into()
+/// The Robot server the soak takes out of the webservice's `/server`
+/// list and brings back (the project's documents: 421, `server2`).
+pub const ROBOT_LEAVER: i64 = 421;
+
+/// What Robot server `number` gives `dedicated`: its main IPv4 and its
+/// `/64` (`server_ipv6_net`) with `::1` (the project's Robot documents).
+fn robot_addresses(number: i64) -> [&'static str; 2] {
+    if number == ROBOT_LEAVER {
+        ["203.0.113.42", "2001:db8:4242::1"]
+    } else {
+        ["203.0.113.21", "2001:db8:4221::1"]
+    }
+}
+
+/// The Cloud server of `dedicated` (`role=dedicated`, IPv4 only, no
+/// Node): with it, a Robot listing taken for "no Robot servers" would
+/// write the pool with this one address instead of being refused as empty.
+pub fn dedicated_cloud_server() -> FakeServer {
+    FakeServer::new(90, "203.0.113.90")
+        .with_ipv6(None)
+        .with_private_net(vec![])
+        .without_label("kops.k8s.io/instance-role")
+        .with_label("role", "dedicated")
+}
+
+/// The webservice's `/server` list: the project's document, without
+/// [`ROBOT_LEAVER`] while it is out.
+pub fn robot_server_document(leaver_out: bool) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/robot/server_list.json");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut list: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    if leaver_out {
+        list.retain(|entry| entry["server"]["server_number"] != ROBOT_LEAVER);
+    }
+    serde_json::to_string(&list).unwrap()
 }
 
 /// One server and its Node, as far as the pools are concerned.
@@ -107,6 +131,8 @@ pub struct World {
     pub members: BTreeMap<i64, Member>,
     /// Floating IP ID → the server it is assigned to.
     pub floating: BTreeMap<i64, Option<i64>>,
+    /// [`ROBOT_LEAVER`] is out of the Robot webservice's `/server` list.
+    pub robot_out: bool,
 }
 
 impl World {
@@ -153,23 +179,42 @@ impl World {
     pub fn wanted(&self) -> BTreeSet<String> {
         let mut all = self.wanted_edge();
         all.extend(self.wanted_internal());
-        all.extend(robot_addresses());
+        all.extend(self.wanted_dedicated());
         all
+    }
+
+    /// What `dedicated` should hold: its Cloud server's IPv4 and each
+    /// listed Robot server's addresses.
+    pub fn wanted_dedicated(&self) -> BTreeSet<String> {
+        let mut numbers = vec![321];
+        if !self.robot_out {
+            numbers.push(ROBOT_LEAVER);
+        }
+        let mut wanted: BTreeSet<String> = numbers
+            .into_iter()
+            .flat_map(robot_addresses)
+            .map(str::to_owned)
+            .collect();
+        wanted.insert("203.0.113.90".to_owned());
+        wanted
     }
 
     /// What the pools may hold together.
     pub fn allowed(&self) -> BTreeSet<String> {
         let mut all = self.allowed_edge();
         all.extend(self.wanted_internal());
-        all.extend(robot_addresses());
+        all.extend(self.wanted_dedicated());
         all
     }
 
     pub fn servers(&self) -> Vec<FakeServer> {
-        self.members
+        let mut servers: Vec<FakeServer> = self
+            .members
             .iter()
             .map(|(id, m)| several_pools_server(*id, m.edge))
-            .collect()
+            .collect();
+        servers.push(dedicated_cloud_server());
+        servers
     }
 
     pub fn floating_ips(&self) -> Vec<FakeFloatingIp> {
