@@ -280,6 +280,8 @@ fn node_facts_read_what_the_rules_need_from_a_node() {
             to_be_deleted: true,
             ready: true,
             not_ready_since: None,
+            // A digest (see the test of addresses below).
+            addresses: NodeFacts::of(&node).addresses,
         }
     );
     // Another cloud's provider ID, no Ready condition, cordoned only.
@@ -330,4 +332,31 @@ fn a_clock_starts_when_the_node_went_not_ready() {
     );
     // Ready again: the way back in starts now, whatever the Node says.
     assert!(tracker.excluded("p", 1, true, after, now, None));
+}
+
+/// The addresses are kept as a digest: a change of them is seen (it
+/// brings a listing), their order is not.
+#[test]
+fn a_nodes_addresses_are_told_apart_by_their_digest() {
+    let with = |addresses: serde_json::Value| {
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n"},
+            "status": {"addresses": addresses}
+        }))
+        .unwrap();
+        NodeFacts::of(&node).addresses
+    };
+    let a = serde_json::json!({"type": "InternalIP", "address": "10.0.0.1"});
+    let b = serde_json::json!({"type": "ExternalIP", "address": "192.0.2.1"});
+    let c = serde_json::json!({"type": "ExternalIP", "address": "192.0.2.2"});
+    assert_eq!(
+        with(serde_json::json!([a, b])),
+        with(serde_json::json!([b, a]))
+    );
+    assert_ne!(
+        with(serde_json::json!([a, b])),
+        with(serde_json::json!([a, c]))
+    );
+    assert_ne!(with(serde_json::json!([a])), with(serde_json::json!([])));
 }

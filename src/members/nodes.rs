@@ -6,6 +6,7 @@
 //! nodes stay in. Pure.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Node;
@@ -24,7 +25,7 @@ pub const ROBOT_PROVIDER_PREFIX: &str = "hrobot://";
 pub const OLD_ROBOT_PROVIDER_PREFIX: &str = "hcloud://bm-";
 
 /// What one Node says, reduced to what the rules read.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, PartialEq, Eq, Default)]
 pub struct NodeFacts {
     pub name: String,
     /// From `spec.providerID`, when it is a Hetzner one: a Cloud server's
@@ -41,10 +42,53 @@ pub struct NodeFacts {
     /// (its `lastTransitionTime`): how long the Node has been NotReady is
     /// known from the cluster, not only from what this process saw.
     pub not_ready_since: Option<SystemTime>,
+    /// A digest of the Node's `status.addresses` (no rule reads them; a
+    /// change of them brings a listing, as a new server's Node may).
+    pub addresses: u64,
+}
+
+/// Which Node labels the Node view keeps: only the keys a pool's
+/// `NodeSelector` or `Robot.NodeSelector` names (none when no pool reads
+/// Node labels), so a Node costs the view little and a change of another
+/// label changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LabelKeys(BTreeSet<String>);
+
+impl LabelKeys {
+    /// The keys `pools` select Nodes on.
+    pub fn of(pools: &[PoolConfig]) -> Self {
+        let selectors = pools.iter().flat_map(|pool| {
+            let robot = pool.robot.as_ref().and_then(|r| r.node_selector.as_ref());
+            pool.node_selector.iter().chain(robot)
+        });
+        Self(
+            selectors
+                .flat_map(|s| s.requirements().iter().map(|r| r.key().to_owned()))
+                .collect(),
+        )
+    }
+
+    /// Exactly these keys.
+    pub fn named<'a>(keys: impl IntoIterator<Item = &'a str>) -> Self {
+        Self(keys.into_iter().map(str::to_owned).collect())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl NodeFacts {
+    /// What `node` says, with every label (a command's one read).
     pub fn of(node: &Node) -> Self {
+        let mut facts = Self::kept(node, &LabelKeys::default());
+        facts.labels = node.metadata.labels.clone().unwrap_or_default();
+        facts
+    }
+
+    /// What `node` says, with only the labels `keys` names (the Node
+    /// watch's view).
+    pub fn kept(node: &Node, keys: &LabelKeys) -> Self {
         let meta = &node.metadata;
         let spec = node.spec.as_ref();
         let server_id = spec
@@ -63,7 +107,10 @@ impl NodeFacts {
         Self {
             name: meta.name.clone().unwrap_or_default(),
             server_id,
-            labels: meta.labels.clone().unwrap_or_default(),
+            labels: (meta.labels.iter().flatten())
+                .filter(|(key, _)| keys.0.contains(*key))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
             deleting: meta.deletion_timestamp.is_some(),
             exclude_label: meta
                 .labels
@@ -74,6 +121,7 @@ impl NodeFacts {
                 .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT)),
             ready,
             not_ready_since,
+            addresses: addresses_digest(node),
         }
     }
 
@@ -98,6 +146,19 @@ impl NodeFacts {
     }
 }
 
+/// A digest of `status.addresses` (type and address, in any order).
+fn addresses_digest(node: &Node) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut list: Vec<(&str, &str)> = (node.status.iter())
+        .flat_map(|s| s.addresses.iter().flatten())
+        .map(|a| (a.type_.as_str(), a.address.as_str()))
+        .collect();
+    list.sort_unstable();
+    let mut hasher = std::hash::DefaultHasher::new();
+    list.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// The server a `spec.providerID` names, as a server ID: `hrobot://<n>`
 /// and `hcloud://bm-<n>` a Robot server, `hcloud://<id>` a Cloud server
 /// (checked in this order, as Hetzner's cloud controller manager does).
@@ -117,7 +178,10 @@ pub fn server_of_provider_id(provider_id: &str) -> Option<i64> {
     provider_id.strip_prefix(PROVIDER_PREFIX).and_then(number)
 }
 
-/// Every Node the watch knows, by server ID and by name.
+/// Every Node the watch knows, by server ID and by name. A Node change
+/// updates its own entry ([`NodeView::upsert`], [`NodeView::remove`]);
+/// every copied entry is counted ([`entries_copied`]), so a test can tell
+/// that a change copies none.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeView {
     /// Server ID → the name of its Node (the facts are kept once, by name:
@@ -175,6 +239,86 @@ impl NodeView {
 
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
+    }
+
+    /// Puts `node` in, in place of the Node of its name; its own entry
+    /// only. Returns the entry it replaced.
+    pub fn upsert(&mut self, node: NodeFacts) -> Option<NodeFacts> {
+        let name = node.name.clone();
+        let id = node.server_id;
+        let before = self.by_name.insert(name.clone(), node);
+        self.unlink(before.as_ref());
+        if let Some(id) = id {
+            self.by_id.insert(id, name);
+        }
+        before
+    }
+
+    /// Takes the Node named `name` out; its own entry only.
+    pub fn remove(&mut self, name: &str) -> Option<NodeFacts> {
+        let before = self.by_name.remove(name);
+        self.unlink(before.as_ref());
+        before
+    }
+
+    /// Drops the server ID of `before` (a Node's old entry) unless another
+    /// Node has taken it since.
+    fn unlink(&mut self, before: Option<&NodeFacts>) {
+        if let Some((id, name)) = before.and_then(|b| Some((b.server_id?, &b.name))) {
+            if self.by_id.get(&id) == Some(name) {
+                self.by_id.remove(&id);
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Node entries ([`NodeFacts`]) copied on this thread.
+    static COPIED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many Node entries ([`NodeFacts`]) were copied on this thread so far,
+/// one by one or in a copy of a whole [`NodeView`]: a test's measure that a
+/// Node change copies no other Node's entry.
+pub fn entries_copied() -> usize {
+    COPIED.with(std::cell::Cell::get)
+}
+
+impl Clone for NodeFacts {
+    fn clone(&self) -> Self {
+        COPIED.with(|c| c.set(c.get() + 1));
+        Self {
+            name: self.name.clone(),
+            server_id: self.server_id,
+            labels: self.labels.clone(),
+            deleting: self.deleting,
+            exclude_label: self.exclude_label,
+            to_be_deleted: self.to_be_deleted,
+            ready: self.ready,
+            not_ready_since: self.not_ready_since,
+            addresses: self.addresses,
+        }
+    }
+}
+
+/// The Node view the Node watch keeps, shared with every decision that
+/// reads it: a Node change writes its own entry in place, and a reader
+/// holds the read lock while it decides (never across an `.await`),
+/// copying nothing.
+#[derive(Debug, Clone, Default)]
+pub struct NodeStore(Arc<RwLock<NodeView>>);
+
+impl NodeStore {
+    pub fn new(view: NodeView) -> Self {
+        Self(Arc::new(RwLock::new(view)))
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, NodeView> {
+        crate::sync::read(&self.0)
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, NodeView> {
+        crate::sync::write(&self.0)
     }
 }
 

@@ -49,7 +49,7 @@ impl Reconciler {
         inputs: CycleInputs<'_>,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
-        let gate = Gate::new(&managed, &all, additions(&inputs.observed.nodes));
+        let gate = Gate::new(&managed, &all, additions(&inputs.observed.nodes.read()));
         self.state
             .retain(|name, _| managed.contains(&name.as_str()));
         log_members(&rendered);

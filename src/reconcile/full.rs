@@ -20,7 +20,7 @@ use super::{
 use crate::config::Settings;
 use crate::failover::failover_pools;
 use crate::hetzner::HetznerClient;
-use crate::members::{Contributions, NodeView, Unhealthy};
+use crate::members::{Contributions, NodeStore, Unhealthy};
 use crate::pool::PoolClient;
 use crate::reconcile::CycleKind;
 use crate::reconcile::{RobotDue, RobotRead, RobotSource};
@@ -64,7 +64,7 @@ struct ReadInputs {
     pools: Arc<PoolClient>,
     robot: SharedRobot,
     due: RobotDue,
-    nodes: Arc<NodeView>,
+    nodes: NodeStore,
     /// A copy of the health clocks: the read only looks.
     unhealthy: Unhealthy,
 }
@@ -113,7 +113,7 @@ impl Reconciler {
         let mut rendered = render_recording(
             settings,
             &listing,
-            &observed.nodes,
+            &observed.nodes.read(),
             &mut self.unhealthy,
             Instant::now(),
             Some(&mut record),
@@ -200,7 +200,14 @@ async fn read(inputs: ReadInputs) -> Result<FullRead, ReconcileError> {
     listing.robot = robot;
     let resource = pools.refresh_resource(settings.cilium_api_version).await?;
     let now = Instant::now();
-    let rendered = render_recording(&settings, &listing, &nodes, &mut unhealthy, now, None);
+    let rendered = render_recording(
+        &settings,
+        &listing,
+        &nodes.read(),
+        &mut unhealthy,
+        now,
+        None,
+    );
     let all = pools.list_all(&resource).await?;
     // Offset paging is not a snapshot: a server deleted on one page and
     // another created before the next request shift the pages and hide a
@@ -225,7 +232,8 @@ async fn read(inputs: ReadInputs) -> Result<FullRead, ReconcileError> {
         let mut again = list_cloud(&hetzner, &settings).await?;
         again.robot = listing.robot.clone();
         listing.requests += again.requests;
-        let confirmation = render_recording(&settings, &again, &nodes, &mut unhealthy, now, None);
+        let confirmation =
+            render_recording(&settings, &again, &nodes.read(), &mut unhealthy, now, None);
         drop(again);
         for (removing, again) in removing.into_iter().zip(&confirmation) {
             let Some(pool) = seen.get_mut(&again.desired.name) else {

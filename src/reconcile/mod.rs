@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::config::Settings;
 use crate::failover::FailoverPool;
 use crate::hetzner::HetznerClient;
-use crate::members::{Contributions, Members, NodeView, Unhealthy};
+use crate::members::{Contributions, Members, NodeStore, NodeView, Unhealthy};
 use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
 use crate::robot::RobotObserver;
 use std::sync::Arc;
@@ -91,7 +91,7 @@ impl PoolState {
 #[derive(Debug, Clone)]
 pub struct Observed {
     /// The Nodes as the Node watch knows them now (shared, never copied).
-    pub nodes: Arc<NodeView>,
+    pub nodes: NodeStore,
     /// How long a held removal waits before a listing may confirm it.
     pub confirm_after: Duration,
 }
@@ -108,7 +108,7 @@ impl Observed {
     /// `nodes`, and no wait before a held removal may be confirmed.
     pub fn with_nodes(nodes: NodeView) -> Self {
         Self {
-            nodes: Arc::new(nodes),
+            nodes: NodeStore::new(nodes),
             confirm_after: Duration::ZERO,
         }
     }
@@ -303,9 +303,15 @@ impl Reconciler {
         let Some(record) = &self.last_listing else {
             return Ok(None);
         };
+        if !observed.nodes.read().complete {
+            // A Node watch that has not listed the Nodes yet (started
+            // again after a reload) knows of no Node: nothing to apply.
+            tracing::debug!("Node step skipped: the Node watch has not listed the Nodes yet");
+            return Ok(Some(Vec::new()));
+        }
         let out = record.excluded_now(
             &settings.pools,
-            &observed.nodes,
+            &observed.nodes.read(),
             &mut self.unhealthy,
             Instant::now(),
         );
@@ -380,7 +386,7 @@ impl Reconciler {
         };
         let resource = self.pools.resource().await?;
         let mut all = self.pools.list_all(&resource).await?;
-        let gate = Gate::new(&managed, &all, act::additions(&observed.nodes));
+        let gate = Gate::new(&managed, &all, act::additions(&observed.nodes.read()));
         let live = take_pool(&mut all, pool);
         drop(all);
         let verdict = gate.decide(index, &desired);

@@ -54,7 +54,7 @@ impl ControlLoop {
         let observed = st.observed();
         // A read without the Node list (it took longer than the wait):
         // the list, when it comes, brings a Node step and a listing.
-        st.schedule.nodes_seen(observed.nodes.complete);
+        st.schedule.nodes_seen(observed.nodes.read().complete);
         let due = schedule::robot_due(trigger, health_flip);
         let read = self.reconciler.read_full(&self.settings, due, &observed);
         let limit = self.timings.cycle_timeout;
@@ -79,7 +79,7 @@ impl ControlLoop {
             return Flow::Go;
         };
         let observed = st.observed();
-        st.schedule.nodes_seen(observed.nodes.complete);
+        st.schedule.nodes_seen(observed.nodes.read().complete);
         let work = Work::Full {
             read: Box::new(read),
             started,

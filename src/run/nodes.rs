@@ -13,9 +13,6 @@
 //! pool with a `NodeSelector` reads them. The loop debounces the notices and keeps a
 //! minimum gap between node-triggered listings (see `run`).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
@@ -24,7 +21,7 @@ use kube::runtime::WatchStreamExt;
 use kube::Client;
 use tokio::sync::{mpsc, watch};
 
-use crate::members::{NodeFacts, NodeView};
+use crate::members::{LabelKeys, NodeFacts, NodeStore, NodeView};
 use tracing::{debug, info, warn};
 
 /// The change the watch's first list is: no address was added before it.
@@ -40,145 +37,158 @@ pub struct NodeChange {
     pub what: &'static str,
 }
 
-/// Node name → its addresses (`type=address`, sorted) and what the node
-/// rules read.
-type Known = BTreeMap<String, (Vec<String>, NodeFacts)>;
-
-fn entry(node: &Node) -> (Vec<String>, NodeFacts) {
-    (addresses(node), NodeFacts::of(node))
+/// What the Node watch keeps: the view the decisions read (each change
+/// writes its own entry there, in place), the relist in progress, and
+/// whether a first list completed (the first list itself is a change:
+/// cycles before it added nothing).
+struct Folder {
+    store: NodeStore,
+    /// The Node labels the view keeps (those a selector names).
+    keys: LabelKeys,
+    relist: Option<NodeView>,
+    initialised: bool,
 }
 
-/// The view the node rules read, from what the watch knows.
-fn view(known: &Known, complete: bool) -> NodeView {
-    NodeView::new(known.values().map(|(_, facts)| facts.clone()), complete)
-}
-
-fn addresses(node: &Node) -> Vec<String> {
-    let mut list: Vec<String> = node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .map(|a| {
-            a.iter()
-                .map(|a| format!("{}={}", a.type_, a.address))
-                .collect()
-        })
-        .unwrap_or_default();
-    list.sort();
-    list
-}
-
-/// Folds one watch event into `known`; returns the change worth a refresh.
-/// `relist` collects a (re)list between `Init` and `InitDone`; `initialised`
-/// tells whether a first list completed (the first list itself is a
-/// change: cycles before it added nothing).
-fn fold(
-    event: Event<Node>,
-    known: &mut Known,
-    relist: &mut Option<Known>,
-    initialised: &mut bool,
-) -> Option<NodeChange> {
-    match event {
-        Event::Init => {
-            *relist = Some(Known::new());
-            None
+impl Folder {
+    fn new(store: NodeStore, keys: LabelKeys) -> Self {
+        Self {
+            store,
+            keys,
+            relist: None,
+            initialised: false,
         }
-        Event::InitApply(node) => {
-            if let Some(relist) = relist.as_mut() {
-                relist.insert(node.metadata.name.clone().unwrap_or_default(), entry(&node));
-            }
-            None
-        }
-        Event::InitDone => {
-            let fresh = relist.take().unwrap_or_default();
-            let change = if !*initialised {
-                // The first list: until now no address could be added (a
-                // Node may leave its server out), so a listing is due.
-                Some(NodeChange {
-                    node: format!("{} node(s)", fresh.len()),
-                    what: FIRST_LIST,
-                })
-            } else if fresh != *known {
-                Some(NodeChange {
-                    node: describe_difference(known, &fresh),
-                    what: "changed while the watch was reconnecting",
-                })
-            } else {
+    }
+
+    /// Folds one watch event into the view; returns the change worth a
+    /// refresh. A change no rule reads (a status heartbeat, a label no
+    /// selector names) writes nothing and wakes nothing.
+    fn fold(&mut self, event: Event<Node>) -> Option<NodeChange> {
+        match event {
+            Event::Init => {
+                self.relist = Some(NodeView::default());
                 None
-            };
-            *known = fresh;
-            *initialised = true;
-            change
-        }
-        Event::Apply(node) => {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            let now = entry(&node);
-            match known.insert(name.clone(), now.clone()) {
-                None => Some(NodeChange {
-                    node: name,
-                    what: "added",
-                }),
-                Some(before) if before.0 != now.0 => Some(NodeChange {
-                    node: name,
-                    what: "addresses changed",
-                }),
-                Some(before) if before.1 != now.1 => {
-                    let labels_only = NodeFacts {
-                        labels: now.1.labels.clone(),
-                        ..before.1.clone()
-                    } == now.1;
-                    Some(NodeChange {
-                        node: name,
-                        what: if labels_only {
-                            LABELS_CHANGED
-                        } else {
-                            "state changed"
-                        },
-                    })
+            }
+            Event::InitApply(node) => {
+                if let Some(relist) = self.relist.as_mut() {
+                    relist.upsert(NodeFacts::kept(&node, &self.keys));
                 }
-                Some(_) => None,
+                None
+            }
+            Event::InitDone => self.relisted(),
+            Event::Apply(node) => {
+                let now = NodeFacts::kept(&node, &self.keys);
+                let mut view = self.store.write();
+                let what = match view.named(&now.name) {
+                    None => "added",
+                    Some(before) if before.addresses != now.addresses => "addresses changed",
+                    Some(before) if *before == now => return None,
+                    Some(before)
+                        if before.labels != now.labels && same_but_labels(before, &now) =>
+                    {
+                        LABELS_CHANGED
+                    }
+                    Some(_) => "state changed",
+                };
+                let node = now.name.clone();
+                view.upsert(now);
+                Some(NodeChange { node, what })
+            }
+            Event::Delete(node) => {
+                let name = node.metadata.name.unwrap_or_default();
+                let gone = self.store.write().remove(&name);
+                gone.map(|_| NodeChange {
+                    node: name,
+                    what: "removed",
+                })
             }
         }
-        Event::Delete(node) => {
-            let name = node.metadata.name.clone().unwrap_or_default();
-            known.remove(&name).map(|_| NodeChange {
-                node: name,
-                what: "removed",
+    }
+
+    /// A (re)list is complete: it becomes the view, whole.
+    fn relisted(&mut self) -> Option<NodeChange> {
+        let mut fresh = self.relist.take().unwrap_or_default();
+        fresh.complete = true;
+        let mut view = self.store.write();
+        let change = if !self.initialised {
+            // The first list: until now no address could be added (a
+            // Node may leave its server out), so a listing is due.
+            Some(NodeChange {
+                node: format!("{} node(s)", fresh.len()),
+                what: FIRST_LIST,
             })
-        }
+        } else if fresh != *view {
+            Some(NodeChange {
+                node: describe_difference(&view, &fresh),
+                what: "changed while the watch was reconnecting",
+            })
+        } else {
+            None
+        };
+        *view = fresh;
+        self.initialised = true;
+        change
     }
 }
 
-fn describe_difference(before: &Known, after: &Known) -> String {
+/// Whether `before` and `now` differ in their labels alone.
+fn same_but_labels(before: &NodeFacts, now: &NodeFacts) -> bool {
+    let NodeFacts { labels: _, .. } = before;
+    (
+        &before.name,
+        before.server_id,
+        before.deleting,
+        before.exclude_label,
+        before.to_be_deleted,
+        before.ready,
+        before.not_ready_since,
+    ) == (
+        &now.name,
+        now.server_id,
+        now.deleting,
+        now.exclude_label,
+        now.to_be_deleted,
+        now.ready,
+        now.not_ready_since,
+    )
+}
+
+/// Up to five names of Nodes that differ between the two views.
+fn describe_difference(before: &NodeView, after: &NodeView) -> String {
     let mut names: Vec<&str> = after
         .iter()
-        .filter(|(name, addresses)| before.get(*name) != Some(addresses))
-        .map(|(name, _)| name.as_str())
+        .filter(|node| before.named(&node.name) != Some(*node))
+        .map(|node| node.name.as_str())
         .chain(
             before
-                .keys()
-                .filter(|name| !after.contains_key(*name))
-                .map(String::as_str),
+                .iter()
+                .filter(|node| after.named(&node.name).is_none())
+                .map(|node| node.name.as_str()),
         )
         .collect();
+    names.sort_unstable();
     names.truncate(5);
     names.join(",")
 }
 
-/// Watches every Node until the receiver is dropped. Changes are coalesced:
-/// while one notice waits, further ones are dropped. The view always holds
-/// the latest state (incomplete until the first list is done).
-pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc<NodeView>>) {
+/// Watches every Node until the receiver is dropped, keeping of each
+/// only what the rules read (and of its labels those `keys` names) in the
+/// store it returns, and telling the loop of each change worth acting on.
+/// Changes are coalesced: while one notice waits, further ones are
+/// dropped; the store always holds the latest state (incomplete until the
+/// first list is done, which the third value tells).
+pub fn start(
+    client: Client,
+    keys: LabelKeys,
+) -> (mpsc::Receiver<NodeChange>, NodeStore, watch::Receiver<bool>) {
     let (tx, rx) = mpsc::channel(1);
-    let (view_tx, view_rx) = watch::channel(Arc::new(NodeView::default()));
+    let (listed_tx, listed_rx) = watch::channel(false);
+    let store = NodeStore::default();
+    let mut folder = Folder::new(store.clone(), keys);
     tokio::spawn(async move {
         let api: Api<Node> = Api::all(client);
         let mut stream = watcher::watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
-        let mut known = Known::new();
-        let mut relist = None;
-        let mut initialised = false;
         let mut failing = false;
         loop {
             let item = tokio::select! {
@@ -205,16 +215,14 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
                     continue;
                 }
             };
-            let was_initialised = initialised;
-            let change = fold(event, &mut known, &mut relist, &mut initialised);
-            if initialised && !was_initialised {
+            let was_initialised = folder.initialised;
+            let change = folder.fold(event);
+            if folder.initialised && !was_initialised {
                 debug!(
-                    nodes = known.len(),
+                    nodes = folder.store.read().len(),
                     "watching Nodes: the first list is complete"
                 );
-            }
-            if initialised && (change.is_some() || !was_initialised) {
-                view_tx.send_replace(Arc::new(view(&known, true)));
+                listed_tx.send_replace(true);
             }
             if let Some(change) = change {
                 debug!(node = %change.node, what = change.what, "node change");
@@ -222,7 +230,7 @@ pub fn start(client: Client) -> (mpsc::Receiver<NodeChange>, watch::Receiver<Arc
             }
         }
     });
-    (rx, view_rx)
+    (rx, store, listed_rx)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::info;
 
 use crate::config::Settings;
-use crate::members::NodeView;
+use crate::members::{LabelKeys, NodeStore, NodeView};
 use crate::pool::Fence;
 use crate::run::events::{EventPlanner, EventSink, PoolEvent, Target};
 use crate::run::leader::{self, LeaderElection, LeaseConfig, Term};
@@ -114,27 +114,51 @@ impl Leadership {
 pub struct NodeFeed {
     /// Node changes; `None` when the Node watch is off.
     changes: Option<mpsc::Receiver<NodeChange>>,
-    /// What the Node watch knows now; `None` when it is off.
-    view: Option<watch::Receiver<Arc<NodeView>>>,
+    /// What the Node watch knows now (with the watch off: no Node, and
+    /// none to wait for).
+    store: NodeStore,
+    /// Whether the watch has listed the Nodes; `None` when it is off.
+    listed: Option<watch::Receiver<bool>>,
+    /// The Node labels the watch keeps (those the pools' selectors name).
+    keys: LabelKeys,
     /// The first full cycle waited for the Node list.
     waited: bool,
 }
 
 impl NodeFeed {
     pub fn start(client: &Client, settings: &Settings) -> Self {
-        let (changes, view) = match settings
-            .operate
-            .watch_nodes
-            .then(|| nodes::start(client.clone()))
-        {
-            Some((changes, view)) => (Some(changes), Some(view)),
-            None => (None, None),
-        };
+        let keys = LabelKeys::of(&settings.pools);
+        if !settings.operate.watch_nodes {
+            return Self {
+                changes: None,
+                store: NodeStore::new(NodeView::new([], true)),
+                listed: None,
+                keys,
+                waited: false,
+            };
+        }
+        let (changes, store, listed) = nodes::start(client.clone(), keys.clone());
         Self {
-            changes,
-            view,
+            changes: Some(changes),
+            store,
+            listed: Some(listed),
+            keys,
             waited: false,
         }
+    }
+
+    /// After a reload: a watch that keeps other Node labels than the
+    /// settings' selectors now name starts again (its view is incomplete
+    /// until its first list, which brings a listing). True when it did.
+    pub fn follow(&mut self, client: &Client, settings: &Settings) -> bool {
+        if !settings.operate.watch_nodes || LabelKeys::of(&settings.pools) == self.keys {
+            return false;
+        }
+        *self = Self {
+            waited: true,
+            ..Self::start(client, settings)
+        };
+        true
     }
 
     /// The next Node change (never, when the Node watch is off).
@@ -145,16 +169,12 @@ impl NodeFeed {
         }
     }
 
-    /// What the Node watch knows now: everything it has seen, complete once
-    /// its first list is done. With the watch off, an empty view that counts
+    /// What the Node watch knows now: everything it has seen, complete
+    /// once its first list is done; shared, never copied (read it with
+    /// [`NodeStore::read`]). With the watch off, an empty view that counts
     /// as complete (no node rules can apply).
-    /// The Nodes as the watch knows them now, shared (never copied);
-    /// with the watch off, no Node and none to wait for.
-    pub fn view(&self) -> Arc<NodeView> {
-        match &self.view {
-            Some(view) => view.borrow().clone(),
-            None => Arc::new(NodeView::new([], true)),
-        }
+    pub fn view(&self) -> NodeStore {
+        self.store.clone()
     }
 
     /// Waits until the Node watch has listed the Nodes, at most `bound`,
@@ -163,12 +183,12 @@ impl NodeFeed {
     /// (they remove what they must, and the list brings a listing when it
     /// comes).
     pub fn first_list(&mut self, bound: Duration) -> impl Future<Output = ()> + Send + 'static {
-        let view = (!std::mem::replace(&mut self.waited, true))
-            .then(|| self.view.clone())
+        let listed = (!std::mem::replace(&mut self.waited, true))
+            .then(|| self.listed.clone())
             .flatten();
         async move {
-            if let Some(mut view) = view {
-                let _ = tokio::time::timeout(bound, view.wait_for(|v| v.complete)).await;
+            if let Some(mut listed) = listed {
+                let _ = tokio::time::timeout(bound, listed.wait_for(|listed| *listed)).await;
             }
         }
     }

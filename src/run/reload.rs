@@ -59,6 +59,12 @@ impl ControlLoop {
             }
             st.mover.set_hetzner(self.reconciler.hetzner().clone());
             self.ensure_lease_watch(st);
+            // The Node view keeps only the labels the selectors name: new
+            // names need a fresh Node list (nothing is added before it).
+            let client = self.reconciler.pools().client().clone();
+            if st.nodes.follow(&client, &self.settings) {
+                info!("the pools' Node selectors name other labels now; listing the Nodes again");
+            }
             // A reload that changed what a listing means forgot it.
             self.show_listing();
         }

@@ -9,12 +9,11 @@
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 use std::time::Duration;
 
 use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
-use canada_kaktus::members::{NodeFacts, NodeView};
+use canada_kaktus::members::{NodeFacts, NodeStore, NodeView};
 use canada_kaktus::pool::PoolClient;
 use canada_kaktus::reconcile::{CycleKind, Observed, ReconcileError, Reconciler};
 use proptest::prelude::*;
@@ -219,7 +218,7 @@ async fn run(
             }),
             true,
         );
-        observed.nodes = Arc::new(nodes);
+        observed.nodes = NodeStore::new(nodes);
         if step.edit_and_repair {
             if let Some(mut edited) = kube.pool("a") {
                 let blocks = edited["spec"]["blocks"]
@@ -483,7 +482,7 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
     assert_eq!(blocks(&kube).len(), 4);
 
     // One node of four is being deleted: removed at once, no listing.
-    observed.nodes = Arc::new(deleting(&[1]));
+    observed.nodes = NodeStore::new(deleting(&[1]));
     let outcomes = reconciler
         .nodes_changed(&settings, &observed)
         .await
@@ -497,7 +496,7 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
     assert_eq!(hetzner.requests(), listed, "a Node change lists nothing");
 
     // Two more (2 of the 3 left, two thirds): the shrink guard holds them.
-    observed.nodes = Arc::new(deleting(&[1, 2, 3]));
+    observed.nodes = NodeStore::new(deleting(&[1, 2, 3]));
     let outcomes = reconciler
         .nodes_changed(&settings, &observed)
         .await
@@ -509,7 +508,7 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
 
     // A node that comes back is not added by a Node change (that waits for
     // a listing) ...
-    observed.nodes = Arc::new(deleting(&[]));
+    observed.nodes = NodeStore::new(deleting(&[]));
     reconciler
         .nodes_changed(&settings, &observed)
         .await
@@ -784,13 +783,13 @@ async fn no_address_is_added_before_the_node_list_is_complete() {
             complete,
         )
     };
-    observed.nodes = Arc::new(NodeView::new([], false));
+    observed.nodes = NodeStore::new(NodeView::new([], false));
     let _ = reconciler.full(&settings, &observed).await;
     assert!(
         kube.take_snapshots().is_empty(),
         "a pool was written before the Nodes were known"
     );
-    observed.nodes = Arc::new(nodes(true));
+    observed.nodes = NodeStore::new(nodes(true));
     reconciler.full(&settings, &observed).await.unwrap();
     assert_eq!(
         ever_in(&kube.take_snapshots(), "p"),
@@ -846,14 +845,14 @@ async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
             .collect(),
     );
     hetzner.set_floating_ips(vec![FakeFloatingIp::new(7, "203.0.113.7", Some(1))]);
-    observed.nodes = Arc::new(deleting(&[]));
+    observed.nodes = NodeStore::new(deleting(&[]));
     reconciler.full(&settings, &observed).await.unwrap();
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("edge").unwrap()["spec"]["blocks"]);
     assert!(blocks(&kube).contains("203.0.113.7/32"));
 
     // The Floating IP moves to server 2, then server 1's Node is deleted.
     hetzner.set_floating_ips(vec![FakeFloatingIp::new(7, "203.0.113.7", Some(2))]);
-    observed.nodes = Arc::new(deleting(&[1]));
+    observed.nodes = NodeStore::new(deleting(&[1]));
     reconciler
         .nodes_changed(&settings, &observed)
         .await
@@ -915,7 +914,7 @@ async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
         true,
     );
     for _ in 0..2 {
-        observed.nodes = Arc::new(nodes.clone());
+        observed.nodes = NodeStore::new(nodes.clone());
         reconciler.full(&settings, &observed).await.unwrap();
         assert!(
             !ever_in(&kube.take_snapshots(), "p").contains("198.51.100.3/32"),
@@ -979,7 +978,7 @@ async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
         ids.map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
             .collect()
     };
-    observed.nodes = Arc::new(deleting(&[]));
+    observed.nodes = NodeStore::new(deleting(&[]));
     hetzner.set_servers(servers(1..=3));
     reconciler.full(&settings, &observed).await.unwrap();
     // Server 4 joins, but the write fails (not done).
@@ -989,7 +988,7 @@ async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
     assert!(!blocks(&kube).contains("198.51.100.4/32"));
     // Then server 1's Node is deleted: only that goes.
-    observed.nodes = Arc::new(deleting(&[1]));
+    observed.nodes = NodeStore::new(deleting(&[1]));
     reconciler
         .nodes_changed(&settings, &observed)
         .await
@@ -1018,7 +1017,7 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
             .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
             .collect(),
     );
-    observed.nodes = Arc::new(NodeView::new([], false));
+    observed.nodes = NodeStore::new(NodeView::new([], false));
     let outcomes = reconciler.full(&settings, &observed).await.unwrap();
     let error = outcomes[0].result.as_ref().unwrap_err();
     assert!(
@@ -1035,7 +1034,7 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
         ready: true,
         ..NodeFacts::default()
     });
-    observed.nodes = Arc::new(NodeView::new(nodes, true));
+    observed.nodes = NodeStore::new(NodeView::new(nodes, true));
     reconciler.full(&settings, &observed).await.unwrap();
     assert_eq!(
         cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]),
@@ -1077,7 +1076,7 @@ async fn a_node_change_removes_while_every_listing_fails() {
         .full(&settings, &observed)
         .await
         .expect_err("the listing answers 503");
-    observed.nodes = Arc::new(deleting(&[2]));
+    observed.nodes = NodeStore::new(deleting(&[2]));
     let outcomes = reconciler
         .nodes_changed(&settings, &observed)
         .await
@@ -1092,7 +1091,7 @@ async fn a_node_change_removes_while_every_listing_fails() {
 
     // A new term forgets it: nothing from before may be applied.
     reconciler.new_term();
-    observed.nodes = Arc::new(deleting(&[2, 3]));
+    observed.nodes = NodeStore::new(deleting(&[2, 3]));
     assert!(reconciler
         .nodes_changed(&settings, &observed)
         .await
@@ -1117,7 +1116,7 @@ async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
             .collect::<Vec<_>>()
     };
     hetzner.set_servers(servers(&[1, 2, 3, 4]));
-    observed.nodes = Arc::new(deleting(&[]));
+    observed.nodes = NodeStore::new(deleting(&[]));
     reconciler.full(&settings, &observed).await.unwrap();
     let blocks = |kube: &FakeKube| cidrs(&kube.pool("p").unwrap()["spec"]["blocks"]);
 
@@ -1150,7 +1149,7 @@ async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
             ready: flap,
             ..NodeFacts::default()
         });
-        observed.nodes = Arc::new(NodeView::new(nodes, true));
+        observed.nodes = NodeStore::new(NodeView::new(nodes, true));
         let outcomes = reconciler
             .nodes_changed(&settings, &observed)
             .await
@@ -1230,7 +1229,7 @@ async fn a_removal_that_arose_after_the_read_waits_for_the_next_listing() {
         )
         .await
         .unwrap();
-    observed.nodes = Arc::new(deleting(&[2]));
+    observed.nodes = NodeStore::new(deleting(&[2]));
     let outcomes = reconciler
         .apply_full(&settings, read, &observed)
         .await

@@ -450,11 +450,11 @@ mod cycle {
     use super::support::in_process::quick_options;
     use canada_kaktus::config::{self, CiliumApiVersion, Settings};
     use canada_kaktus::hetzner::HetznerClient;
+    use canada_kaktus::members::NodeStore;
     use canada_kaktus::pool::PoolClient;
     use canada_kaktus::reconcile::{Observed, PoolOutcome, Reconciler};
     use serde_json::Value;
     use std::collections::HashMap;
-    use std::sync::Arc;
 
     const TOKEN: &str = "test-token-robot";
 
@@ -646,7 +646,7 @@ mod cycle {
         let outcomes = reconciler.full(&settings, &observed).await.unwrap();
         assert!(outcome(&outcomes, "dedicated").result.is_err());
         // server1 (321) is being deleted: its main and additional IPs go.
-        observed.nodes = Arc::new(nodes(true));
+        observed.nodes = NodeStore::new(nodes(true));
         let outcomes = reconciler
             .nodes_changed(&settings, &observed)
             .await

@@ -1,8 +1,6 @@
 //! The loop's side of failover: the Lease watch started when a pool needs
 //! it, and the handlers that let the mover decide and hear of ended moves.
 
-use std::sync::Arc;
-
 use tokio::time::Instant;
 
 use super::{Done, Published};
@@ -26,16 +24,21 @@ impl ControlLoop {
 
     /// Starts the moves the failover pools need now.
     pub(in crate::run) fn decide_moves(&mut self, st: &mut Running) -> Flow {
-        // Every Node change comes here: the Nodes' view (shared, not
-        // copied) only when a failover pool reads it.
-        let nodes = if st.mover.has_pools() {
-            st.nodes.view()
+        // Every Node change comes here: the Nodes' view (shared, read in
+        // place) only when a failover pool reads it.
+        let published = if st.mover.has_pools() {
+            let nodes = st.nodes.view();
+            let nodes = nodes.read();
+            st.mover
+                .decide(&self.settings, &nodes, &self.metrics, Instant::now())
         } else {
-            Arc::new(NodeView::default())
+            st.mover.decide(
+                &self.settings,
+                &NodeView::default(),
+                &self.metrics,
+                Instant::now(),
+            )
         };
-        let published = st
-            .mover
-            .decide(&self.settings, &nodes, &self.metrics, Instant::now());
         self.publish_moves(st, published);
         Flow::Go
     }
