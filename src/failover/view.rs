@@ -280,16 +280,29 @@ pub struct NotReady {
 }
 
 impl NotReady {
-    /// Takes in what the Nodes say at `now`: a Ready Node is forgotten.
-    pub fn observe(&mut self, nodes: &NodeView, now: Instant) {
+    /// Takes in what `nodes` (the Nodes of the failover pools' members, the
+    /// only ones whose clocks matter) say at `now`: a Ready Node, or one no
+    /// longer among them, is forgotten. Costs what the members are, not
+    /// what the cluster is.
+    pub fn observe<'a>(&mut self, nodes: impl IntoIterator<Item = &'a NodeFacts>, now: Instant) {
         self.observe_at(nodes, now, std::time::SystemTime::now());
     }
 
     /// [`NotReady::observe`] with the wall clock `wall` matching `now`.
-    pub fn observe_at(&mut self, nodes: &NodeView, now: Instant, wall: std::time::SystemTime) {
+    pub fn observe_at<'a>(
+        &mut self,
+        nodes: impl IntoIterator<Item = &'a NodeFacts>,
+        now: Instant,
+        wall: std::time::SystemTime,
+    ) {
+        let not_ready: HashMap<&str, &NodeFacts> = nodes
+            .into_iter()
+            .filter(|n| !n.ready)
+            .map(|n| (n.name.as_str(), n))
+            .collect();
         self.since
-            .retain(|name, _| nodes.named(name).is_some_and(|n| !n.ready));
-        for node in nodes.iter().filter(|n| !n.ready) {
+            .retain(|name, _| not_ready.contains_key(name.as_str()));
+        for node in not_ready.into_values() {
             let transition = node.not_ready_since;
             if self
                 .since

@@ -108,9 +108,12 @@ pub fn start(client: Client, stop: CancellationToken) -> SharedRenewals {
     let renewals = Arc::clone(&shared);
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, NODE_LEASE_NAMESPACE);
-        let mut stream = watcher::watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
+        let mut stream = watcher::watcher(
+            api,
+            watcher::Config::default().page_size(super::nodes::LIST_PAGE),
+        )
+        .default_backoff()
+        .boxed();
         let mut relist = None;
         let mut failing = false;
         loop {

@@ -171,15 +171,15 @@ fn a_node_counts_as_not_ready_only_after_the_delay_and_a_flap_starts_over() {
     let start = Instant::now();
     let mut not_ready = NotReady::default();
     let view = |ready: bool| NodeView::new([node(1, ready)], true);
-    not_ready.observe(&view(false), start);
+    not_ready.observe(view(false).iter(), start);
     assert!(!not_ready.long("node-1", after, start + Duration::from_secs(19)));
     assert_eq!(
         not_ready.long_at("node-1", after, start),
         Some(start + after)
     );
     // Ready again before the delay: the clock starts over.
-    not_ready.observe(&view(true), start + Duration::from_secs(10));
-    not_ready.observe(&view(false), start + Duration::from_secs(15));
+    not_ready.observe(view(true).iter(), start + Duration::from_secs(10));
+    not_ready.observe(view(false).iter(), start + Duration::from_secs(15));
     assert!(!not_ready.long("node-1", after, start + Duration::from_secs(30)));
     assert!(not_ready.long("node-1", after, start + Duration::from_secs(35)));
     // A Node the cluster has known NotReady for a minute is long NotReady
@@ -188,7 +188,7 @@ fn a_node_counts_as_not_ready_only_after_the_delay_and_a_flap_starts_over() {
     let mut old = node(2, false);
     old.not_ready_since = Some(std::time::SystemTime::now() - Duration::from_secs(60));
     let now = Instant::now();
-    fresh.observe(&NodeView::new([old], true), now);
+    fresh.observe([&old], now);
     assert!(fresh.long("node-2", after, now));
 }
 
@@ -219,11 +219,11 @@ fn a_new_not_ready_transition_starts_the_clock_again() {
     let mut first = node(1, false);
     first.not_ready_since = Some(wall - Duration::from_secs(1));
     let mut not_ready = NotReady::default();
-    not_ready.observe_at(&NodeView::new([first], true), t0, wall);
+    not_ready.observe_at([&first], t0, wall);
     let mut again = node(1, false);
     again.not_ready_since = Some(wall + Duration::from_secs(30));
     not_ready.observe_at(
-        &NodeView::new([again], true),
+        [&again],
         t0 + Duration::from_secs(30),
         wall + Duration::from_secs(30),
     );

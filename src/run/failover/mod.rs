@@ -202,14 +202,21 @@ impl Mover {
         // move then. (What the view says later may be old while the watch
         // fails: every move reads fresh what made the holder leave.)
         if nodes.complete {
-            self.not_ready.observe(nodes, now);
+            // The clocks of the members' Nodes only: a look costs what the
+            // pools are, not what the cluster is.
+            let members = (listing.pools.iter())
+                .flat_map(|pool| &pool.candidates)
+                .filter_map(|c| nodes.node_of(c.id, &c.name));
+            self.not_ready.observe(members, now);
+            // Read in place (no copy per look): the renewals behind their
+            // lock for this look, the clocks taken out and put back.
+            let shared = self.renewals.clone();
+            let none = Renewals::default();
+            let renewals = shared.as_ref().map(|r| lock(r));
+            let not_ready = std::mem::take(&mut self.not_ready);
             let signals = Signals {
-                renewals: self
-                    .renewals
-                    .as_ref()
-                    .map(|r| lock(r).clone())
-                    .unwrap_or_default(),
-                not_ready: self.not_ready.clone(),
+                renewals: renewals.as_deref().unwrap_or(&none),
+                not_ready: &not_ready,
             };
             for pool in &listing.pools {
                 let look = Look {
@@ -221,6 +228,7 @@ impl Mover {
                 };
                 self.decide_pool(&look, pool, &mut published);
             }
+            self.not_ready = not_ready;
         }
         self.listing = Some(listing);
         published
@@ -258,7 +266,7 @@ impl Mover {
                 (MoveReason::HolderLeft, Some(from)) => {
                     let gone =
                         departure(pool, from, nodes, &quiet).unwrap_or(Departure::ServerGone);
-                    let evidence = evidence_of(pool, from, gone, nodes, &signals.renewals);
+                    let evidence = evidence_of(pool, from, gone, nodes, signals.renewals);
                     (gone.as_str(), gone.describe(), evidence)
                 }
                 _ => (
@@ -413,18 +421,18 @@ impl Mover {
 struct Look<'a> {
     settings: &'a Settings,
     nodes: &'a NodeView,
-    signals: &'a Signals,
+    signals: &'a Signals<'a>,
     metrics: &'a Metrics,
     now: Instant,
 }
 
 /// What tells a quiet Node, at one moment.
-struct Signals {
-    renewals: Renewals,
-    not_ready: NotReady,
+struct Signals<'a> {
+    renewals: &'a Renewals,
+    not_ready: &'a NotReady,
 }
 
-impl Signals {
+impl Signals<'_> {
     /// NotReady for `after`, or its Lease not renewed for `after`.
     fn quiet(&self, node: &NodeFacts, after: Duration, now: Instant) -> Option<Departure> {
         if !node.ready && self.not_ready.long(&node.name, after, now) {
