@@ -360,3 +360,23 @@ fn a_nodes_addresses_are_told_apart_by_their_digest() {
     );
     assert_ne!(with(serde_json::json!([a])), with(serde_json::json!([])));
 }
+
+/// A server that joined again under a new Node name has two Nodes for a
+/// while; when the stale one is updated and then deleted, the server keeps
+/// the other (issue 35, outside read).
+#[test]
+fn a_server_with_two_nodes_keeps_the_other_when_one_goes() {
+    let facts = |name: &str| NodeFacts {
+        name: name.into(),
+        server_id: Some(7),
+        ready: true,
+        ..NodeFacts::default()
+    };
+    let mut view = NodeView::new([facts("old"), facts("new")], true);
+    view.upsert(facts("old"));
+    view.remove("old");
+    assert_eq!(
+        view.node_of(7, "server-7").map(|n| n.name.as_str()),
+        Some("new")
+    );
+}

@@ -262,11 +262,19 @@ impl NodeView {
     }
 
     /// Drops the server ID of `before` (a Node's old entry) unless another
-    /// Node has taken it since.
+    /// Node has taken it since; a server that has another Node (it joined
+    /// again under a new name) keeps that one. The search for it runs only
+    /// when a Node that held a server ID goes or changes it.
     fn unlink(&mut self, before: Option<&NodeFacts>) {
         if let Some((id, name)) = before.and_then(|b| Some((b.server_id?, &b.name))) {
             if self.by_id.get(&id) == Some(name) {
                 self.by_id.remove(&id);
+                let other = (self.by_name.values())
+                    .find(|n| n.server_id == Some(id) && n.name != *name)
+                    .map(|n| n.name.clone());
+                if let Some(other) = other {
+                    self.by_id.insert(id, other);
+                }
             }
         }
     }

@@ -18,11 +18,32 @@ use crate::pool::{
 use tokio::time::Instant;
 
 /// What one call of [`Reconciler::converge_all`] is, besides the pools.
-pub(super) struct CycleInputs<'a> {
+pub(super) struct CycleInputs {
     pub kind: CycleKind,
     /// The Hetzner requests its listing made (for the report).
     pub hetzner_requests: u32,
-    pub observed: &'a Observed,
+    /// Whether it may add: from the very Node view the pools were
+    /// rendered with ([`additions`], read under the same lock), never
+    /// from a later look (a Node list that landed meanwhile would let it
+    /// add what it rendered without the Nodes).
+    pub additions: Additions,
+    pub confirm_after: std::time::Duration,
+}
+
+impl CycleInputs {
+    pub fn new(
+        kind: CycleKind,
+        hetzner_requests: u32,
+        nodes: &NodeView,
+        observed: &Observed,
+    ) -> Self {
+        Self {
+            kind,
+            hetzner_requests,
+            additions: additions(nodes),
+            confirm_after: observed.confirm_after,
+        }
+    }
 }
 
 /// Whether a cycle with `nodes` may add addresses: not before the Node
@@ -46,10 +67,10 @@ impl Reconciler {
         resource: &ApiResource,
         mut all: Vec<Pool>,
         rendered: Vec<RenderedPool>,
-        inputs: CycleInputs<'_>,
+        inputs: CycleInputs,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
-        let gate = Gate::new(&managed, &all, additions(&inputs.observed.nodes.read()));
+        let gate = Gate::new(&managed, &all, inputs.additions);
         self.state
             .retain(|name, _| managed.contains(&name.as_str()));
         log_members(&rendered);
@@ -58,7 +79,7 @@ impl Reconciler {
             api_version: &resource.api_version,
             hetzner_requests: inputs.hetzner_requests,
             now: Instant::now(),
-            confirm_after: inputs.observed.confirm_after,
+            confirm_after: inputs.confirm_after,
         };
         let mut plans = plan::plan_pools(settings, rendered, &mut all, &mut self.state, ctx);
         drop(all);

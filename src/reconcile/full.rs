@@ -110,14 +110,20 @@ impl Reconciler {
         } = read;
         let resource = self.pools.resource().await?;
         let mut record = Contributions::default();
-        let mut rendered = render_recording(
-            settings,
-            &listing,
-            &observed.nodes.read(),
-            &mut self.unhealthy,
-            Instant::now(),
-            Some(&mut record),
-        );
+        // One look at the Nodes: the render and whether the cycle may add.
+        let (mut rendered, inputs) = {
+            let nodes = observed.nodes.read();
+            let rendered = render_recording(
+                settings,
+                &listing,
+                &nodes,
+                &mut self.unhealthy,
+                Instant::now(),
+                Some(&mut record),
+            );
+            let inputs = CycleInputs::new(CycleKind::Full, listing.requests, &nodes, observed);
+            (rendered, inputs)
+        };
         warn_about(settings, &rendered);
         // The last good listing: Node changes remove from it from now on,
         // also while later listings fail. Robot servers a failed Robot read
@@ -137,23 +143,12 @@ impl Reconciler {
             listing.prefiltered,
             &listing.floating_ips,
         );
-        let requests = listing.requests;
         drop(listing);
         let all = self.pools.list_all(&resource).await?;
         let removing = removals(&rendered, &all);
         let recheck = keep_unconfirmed(&mut rendered, removing, &read_removals);
         let mut outcomes = self
-            .converge_all(
-                settings,
-                &resource,
-                all,
-                rendered,
-                CycleInputs {
-                    kind: CycleKind::Full,
-                    hetzner_requests: requests,
-                    observed,
-                },
-            )
+            .converge_all(settings, &resource, all, rendered, inputs)
             .await?;
         for (outcome, recheck) in outcomes.iter_mut().zip(recheck) {
             if let Ok(report) = &mut outcome.result {

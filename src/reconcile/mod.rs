@@ -303,18 +303,20 @@ impl Reconciler {
         let Some(record) = &self.last_listing else {
             return Ok(None);
         };
-        if !observed.nodes.read().complete {
-            // A Node watch that has not listed the Nodes yet (started
-            // again after a reload) knows of no Node: nothing to apply.
-            tracing::debug!("Node step skipped: the Node watch has not listed the Nodes yet");
-            return Ok(Some(Vec::new()));
-        }
-        let out = record.excluded_now(
-            &settings.pools,
-            &observed.nodes.read(),
-            &mut self.unhealthy,
-            Instant::now(),
-        );
+        // One look at the Nodes: what they leave out, and whether the step
+        // may add (it never does; the gate is told the same).
+        let (out, inputs) = {
+            let nodes = observed.nodes.read();
+            if !nodes.complete {
+                // A Node watch that has not listed the Nodes yet (started
+                // again after a reload) knows of no Node: nothing to apply.
+                tracing::info!("Node step skipped: the Node watch has not listed the Nodes yet");
+                return Ok(Some(Vec::new()));
+            }
+            let out =
+                record.excluded_now(&settings.pools, &nodes, &mut self.unhealthy, Instant::now());
+            (out, CycleInputs::new(CycleKind::Nodes, 0, &nodes, observed))
+        };
         let resource = self.pools.resource().await?;
         let all = self.pools.list_all(&resource).await?;
         // Removals only: what each pool was written with and holds now (a
@@ -356,11 +358,6 @@ impl Reconciler {
                 }
             })
             .collect();
-        let inputs = CycleInputs {
-            kind: CycleKind::Nodes,
-            hetzner_requests: 0,
-            observed,
-        };
         self.converge_all(settings, &resource, all, rendered, inputs)
             .await
             .map(Some)

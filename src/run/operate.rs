@@ -150,14 +150,14 @@ impl NodeFeed {
     /// After a reload: a watch that keeps other Node labels than the
     /// settings' selectors now name starts again (its view is incomplete
     /// until its first list, which brings a listing). True when it did.
+    /// The next full cycle waits for that list (at most as long as the
+    /// first cycle after a start does). A watch that is off stays off
+    /// (`WatchNodes` changes only after a restart).
     pub fn follow(&mut self, client: &Client, settings: &Settings) -> bool {
-        if !settings.operate.watch_nodes || LabelKeys::of(&settings.pools) == self.keys {
+        if self.listed.is_none() || LabelKeys::of(&settings.pools) == self.keys {
             return false;
         }
-        *self = Self {
-            waited: true,
-            ..Self::start(client, settings)
-        };
+        *self = Self::start(client, settings);
         true
     }
 

@@ -1117,7 +1117,8 @@ async fn soak(release: Release) {
         }
         last.insert(pool, now);
     }
-    violations.extend(robot_came_back(&log, &pool_marks, &soak.robot_out, steps));
+    let (came_back, let_go) = robot_came_back(&log, &pool_marks, &soak.robot_out, steps);
+    violations.extend(came_back);
     let history = service_log.lock().unwrap();
     for (service, states) in history.iter() {
         for (j, pair) in states.windows(2).enumerate() {
@@ -1147,11 +1148,13 @@ async fn soak(release: Release) {
         .count();
     eprintln!(
         "cilium soak ({}): steps done {done:?}; {} pool states watched; {} Services, \
-         {with_address} got an address; {} addresses departed",
+         {with_address} got an address; {} addresses departed; dedicated let the Robot server \
+         go in {let_go} of {} span(s) it was out",
         soak.release.api,
         log.states,
         soak.services_made,
-        soak.departed.0.len()
+        soak.departed.0.len(),
+        soak.robot_out.len()
     );
     assert!(
         violations.is_empty(),
@@ -1168,15 +1171,19 @@ async fn soak(release: Release) {
 /// Once `dedicated` let the Robot server that left the list go, it must
 /// not hold it again until the server is back: nothing of this term (nor
 /// of an earlier one) says it is there. `pool_marks`: the history's length
-/// at the end of each step; `out`: the steps the server was out.
+/// at the end of each step; `out`: the steps the server was out. Also
+/// returns in how many of those spans `dedicated` let the server go (the
+/// spans the check had something to judge; Robot is listed once a
+/// minute, so a short one may end before).
 fn robot_came_back(
     log: &PoolLog,
     pool_marks: &[usize],
     out: &[(usize, Option<usize>)],
     steps: usize,
-) -> Vec<String> {
+) -> (Vec<String>, usize) {
     let leaver = "203.0.113.42";
     let mut violations = Vec::new();
+    let mut judged = 0;
     for &(from, until) in out {
         let mut let_go = false;
         for (i, (pool, state)) in log.history.iter().enumerate() {
@@ -1186,6 +1193,7 @@ fn robot_came_back(
             }
             let holds = state.as_ref().is_some_and(|s| singles(s).contains(leaver));
             if !holds {
+                judged += usize::from(!let_go);
                 let_go = true;
             } else if let_go {
                 violations.push(format!(
@@ -1195,7 +1203,7 @@ fn robot_came_back(
             }
         }
     }
-    violations
+    (violations, judged)
 }
 
 /// Waits for `check` to pass, looking at the watch histories it reads

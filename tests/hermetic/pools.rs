@@ -1241,3 +1241,33 @@ async fn a_removal_that_arose_after_the_read_waits_for_the_next_listing() {
     reconciler.full(&settings, &observed).await.unwrap();
     assert!(!blocks(&kube).contains("198.51.100.2/32"));
 }
+
+/// A cycle decides whether it may add from the one Node view it rendered
+/// with (issue 35, outside read): a Node list that lands while the cycle
+/// waits for the pools must not let it add what it rendered without the
+/// Nodes (here server 2, whose Node is being deleted).
+#[tokio::test]
+async fn a_node_list_that_lands_during_a_cycle_does_not_let_it_add_what_it_rendered_blind() {
+    let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(
+        (1..=4)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    let observed = Observed::with_nodes(NodeView::new([], false));
+    // The read lists the pools once, the apply once more: the Node list
+    // lands while the apply waits for that second answer.
+    let store = observed.nodes.clone();
+    kube.on_pool_list(2, move || *store.write() = deleting(&[2]));
+    let _ = reconciler.full(&settings, &observed).await;
+    let written = kube
+        .pool("p")
+        .map(|p| cidrs(&p["spec"]["blocks"]))
+        .unwrap_or_default();
+    assert!(
+        !written.contains("198.51.100.2/32"),
+        "a server whose Node is being deleted was added: {written:?}"
+    );
+}

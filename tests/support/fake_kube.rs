@@ -56,6 +56,19 @@ struct State {
     /// Nodes, by name (the lists stay empty).
     leases: BTreeMap<String, Value>,
     nodes: BTreeMap<String, Value>,
+    /// Runs when the LIST of the pools with this number (counted from the
+    /// call that set it, from 1) is answered: something that happens while
+    /// the controller waits for that answer.
+    on_pool_list: Option<(usize, Hook)>,
+}
+
+/// Something to run at a moment of the fake's answers.
+struct Hook(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 #[derive(Clone)]
@@ -97,6 +110,7 @@ impl FakeKube {
                 snapshots: None,
                 leases: BTreeMap::new(),
                 nodes: BTreeMap::new(),
+                on_pool_list: None,
             })),
         }
     }
@@ -270,6 +284,11 @@ impl FakeKube {
         std::mem::take(&mut self.state.lock().unwrap().requests)
     }
 
+    /// `hook` runs while the `nth` LIST of the pools from now is answered.
+    pub fn on_pool_list(&self, nth: usize, hook: impl FnOnce() + Send + 'static) {
+        self.state.lock().unwrap().on_pool_list = Some((nth, Hook(Box::new(hook))));
+    }
+
     /// The next `reads` reads of the pools (GETs or LISTs) are answered,
     /// then pool `name` is deleted: the controller's following write finds
     /// it gone.
@@ -304,6 +323,13 @@ impl FakeKube {
                 }
             }
             ("GET", ["apis", "cilium.io", _, "ciliumloadbalancerippools"]) => {
+                if let Some((left, hook)) = state.on_pool_list.take() {
+                    if left <= 1 {
+                        (hook.0)();
+                    } else {
+                        state.on_pool_list = Some((left - 1, hook));
+                    }
+                }
                 let items: Vec<Value> = state.pools.values().cloned().collect();
                 state.count_read();
                 let rv = state.resource_version.to_string();
