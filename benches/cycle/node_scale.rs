@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 use support::fake_hetzner::numbered_servers;
+use support::nodes::now_micro;
 
 const POOL: &str = "bench-node-scale";
 const LABELS: usize = 12;
@@ -45,20 +46,6 @@ fn now() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .expect("a timestamp")
-}
-
-fn micro_now() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second(),
-        now.microsecond()
-    )
 }
 
 /// Node `i` of the benchmark: a dozen labels, Ready, no Hetzner server.
@@ -90,7 +77,7 @@ fn lease(i: usize) -> Lease {
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": format!("scale-{i}"), "namespace": "kube-node-lease"},
         "spec": {"holderIdentity": format!("scale-{i}"), "leaseDurationSeconds": 40,
-                 "renewTime": micro_now()}
+                 "renewTime": now_micro()}
     }))
     .expect("a Lease")
 }
@@ -221,7 +208,7 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
     let lease_us = cost(&proc, idle_ns_per_s, changes, |j| {
         let leases = leases.clone();
         async move {
-            let patch = json!({"spec": {"renewTime": micro_now()}});
+            let patch = json!({"spec": {"renewTime": now_micro()}});
             leases
                 .patch(
                     &format!("scale-{}", j % n),

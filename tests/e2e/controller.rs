@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use support::cluster::CrdFixture;
+use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     blocks, blocks_of, cluster, established, hetzner_with, pools, repo, set_ips, wait_cycles,
     wait_pool, Controller, BIN, NAMESPACE, POOL, TOKEN,
 };
+use support::fake_hetzner::FakeHetzner;
 
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
@@ -355,24 +356,35 @@ async fn scenario_9_hetzner_failure_or_zero_servers_leave_the_pool_unchanged() {
     env.controller.wait_health(200, |_| true).await;
 }
 
-#[tokio::test]
-#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
-async fn once_runs_a_single_reconcile_as_the_service_account() {
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    let hetzner = hetzner_with(&["192.0.2.70"]).await;
+/// `canada-kaktus --once` as the shipped ServiceAccount, with `extra` in
+/// its environment.
+async fn run_once(
+    cluster: &TestCluster,
+    hetzner: &FakeHetzner,
+    extra: &[(&str, &str)],
+) -> std::process::Output {
     let kubeconfig = cluster
         .service_account_kubeconfig(NAMESPACE, NAMESPACE)
         .await;
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
+    Command::new(BIN)
         .arg("--once")
         .current_dir(dir.path())
         .env_clear()
         .env("KUBECONFIG", &kubeconfig)
         .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
         .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
+        .envs(extra.iter().copied())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn once_runs_a_single_reconcile_as_the_service_account() {
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    let hetzner = hetzner_with(&["192.0.2.70"]).await;
+    let out = run_once(&cluster, &hetzner, &[]).await;
     assert!(
         out.status.success(),
         "{}",
@@ -382,15 +394,7 @@ async fn once_runs_a_single_reconcile_as_the_service_account() {
     assert_eq!(blocks_of(&pool), blocks(&["192.0.2.70"]));
 
     hetzner.set_servers(vec![]);
-    let out = Command::new(BIN)
-        .arg("--once")
-        .current_dir(dir.path())
-        .env_clear()
-        .env("KUBECONFIG", &kubeconfig)
-        .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
-        .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
-        .output()
-        .unwrap();
+    let out = run_once(&cluster, &hetzner, &[]).await;
     assert_eq!(out.status.code(), Some(1));
     let pool = pools(&cluster, "v2").get(POOL).await.unwrap();
     assert_eq!(blocks_of(&pool), blocks(&["192.0.2.70"]));
@@ -403,20 +407,12 @@ async fn once_runs_a_single_reconcile_as_the_service_account() {
 async fn once_with_the_node_watch_off_creates_the_pool() {
     let cluster = cluster(Some(CrdFixture::V2)).await;
     let hetzner = hetzner_with(&["192.0.2.71"]).await;
-    let kubeconfig = cluster
-        .service_account_kubeconfig(NAMESPACE, NAMESPACE)
-        .await;
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .arg("--once")
-        .current_dir(dir.path())
-        .env_clear()
-        .env("KUBECONFIG", &kubeconfig)
-        .env("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN)
-        .env("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint())
-        .env("CANADA_KAKTUS_WATCH_NODES", "false")
-        .output()
-        .unwrap();
+    let out = run_once(
+        &cluster,
+        &hetzner,
+        &[("CANADA_KAKTUS_WATCH_NODES", "false")],
+    )
+    .await;
     assert!(
         out.status.success(),
         "{}",

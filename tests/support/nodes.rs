@@ -51,7 +51,7 @@ pub async fn set_ready(nodes: &Api<Node>, id: i64, ready: bool) {
 }
 
 /// Now as a Kubernetes MicroTime.
-fn now_micro() -> String {
+pub fn now_micro() -> String {
     let now = time::OffsetDateTime::now_utc();
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
