@@ -145,7 +145,6 @@ impl Folder {
 
 /// Whether `before` and `now` differ in their labels alone.
 fn same_but_labels(before: &NodeFacts, now: &NodeFacts) -> bool {
-    let NodeFacts { labels: _, .. } = before;
     (
         &before.name,
         before.server_id,

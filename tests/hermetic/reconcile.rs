@@ -748,23 +748,29 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
 /// Every complete listing's writes hand the failover mover what it shows,
 /// also when no pool has failover (any more: a reload turned it off), so
 /// the mover never goes on with an older configuration's pools.
+/// A full cycle's read and apply, for what the apply hands on.
+async fn read_and_apply(
+    reconciler: &mut Reconciler,
+    settings: &canada_kaktus::config::Settings,
+) -> canada_kaktus::reconcile::FullApplied {
+    let observed = Observed::default();
+    let due = canada_kaktus::reconcile::RobotDue::List;
+    let read = reconciler
+        .read_full(settings, due, &observed)
+        .await
+        .unwrap();
+    reconciler
+        .apply_full(settings, read, &observed)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn every_listing_hands_the_failover_pools_over_also_none() {
     let (hetzner, _kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(vec![FakeServer::new(1, "192.168.1.101")]);
     let settings = settings(&hetzner, &[]);
-    let read = reconciler
-        .read_full(
-            &settings,
-            canada_kaktus::reconcile::RobotDue::List,
-            &Observed::default(),
-        )
-        .await
-        .unwrap();
-    let applied = reconciler
-        .apply_full(&settings, read, &Observed::default())
-        .await
-        .unwrap();
+    let applied = read_and_apply(&mut reconciler, &settings).await;
     assert!(applied.failover.pools.is_empty());
     assert_eq!(applied.outcomes.len(), 1);
 }
@@ -794,19 +800,7 @@ async fn a_floating_ip_the_gate_withheld_is_not_handed_to_the_mover() {
         "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge",
         "FloatingIpFailover": true}]"#;
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_POOLS", pools)]);
-    let read = reconciler
-        .read_full(
-            &settings,
-            canada_kaktus::reconcile::RobotDue::List,
-            &Observed::default(),
-        )
-        .await
-        .unwrap();
-    let listing = reconciler
-        .apply_full(&settings, read, &Observed::default())
-        .await
-        .unwrap()
-        .failover;
+    let listing = read_and_apply(&mut reconciler, &settings).await.failover;
     let ips: Vec<i64> = listing.pools[0].floating_ips.iter().map(|f| f.id).collect();
     assert_eq!(ips, [10], "only the Floating IP the pool holds");
 }
