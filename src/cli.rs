@@ -128,11 +128,12 @@ pub async fn run(cli: Cli) -> ExitCode {
     if cli.dry_run {
         return dry_run(&settings, cli.output).await;
     }
-    let Some(mut reconciler) = connect(&settings).await else {
+    let Some(reconciler) = connect(&settings).await else {
         return ExitCode::FAILURE;
     };
 
     if cli.once {
+        let mut reconciler = reconciler.single_cycle();
         return once(&settings, &mut reconciler).await;
     }
     run_controller(settings, reconciler, cli.config, env, log).await

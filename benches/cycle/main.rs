@@ -29,6 +29,7 @@
 //! scripts/bench --smoke    # N = 10, a few cycles, no targets (CI)
 //! cargo bench --bench cycle -- [--smoke] [--sizes 10,1000]
 //! CANADA_KAKTUS_BENCH_ONLY=node-scale scripts/bench   # Node changes at scale alone
+//! CANADA_KAKTUS_BENCH_ONLY=once scripts/bench         # --once's peak alone
 //! ```
 //!
 //! Needs `CANADA_KAKTUS_K8S_BIN_DIR` (kube-apiserver, etcd; set by
@@ -66,7 +67,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::cluster::{CrdFixture, TestCluster, BIN_DIR_ENV};
-use support::fake_hetzner::FakeHetzner;
+use support::fake_hetzner::{numbered_servers, FakeHetzner};
 
 const POOL_NAME: &str = "bench-pool";
 const BIN_ENV: &str = "CANADA_KAKTUS_BENCH_BIN";
@@ -217,10 +218,27 @@ async fn run(plan: Plan, sizes: &[usize]) {
         work: work.path(),
         clk_tck: machine.clk_tck,
     };
-    if std::env::var("CANADA_KAKTUS_BENCH_ONLY").as_deref() == Ok("node-scale") {
-        let node_scale = node_scale(&bench_of(3)).await;
-        print_node_scale(&node_scale);
-        return;
+    match std::env::var("CANADA_KAKTUS_BENCH_ONLY").as_deref() {
+        Ok("node-scale") => {
+            let node_scale = node_scale(&bench_of(3)).await;
+            print_node_scale(&node_scale);
+            return;
+        }
+        Ok("once") => {
+            // The first run writes the pool; the second reconciles it
+            // unchanged, as the full run's does after its cycles.
+            let bench = bench_of(largest);
+            bench.hetzner.set_servers(numbered_servers(largest));
+            once_peak_kib(&bench);
+            let peak = once_peak_kib(&bench) as f64 / 1024.0;
+            println!(
+                "--once at N = {}: peak RSS {peak:.1} MiB (target: at most \
+                 {TARGET_ONCE_PEAK_MIB} MiB).",
+                group(largest)
+            );
+            return;
+        }
+        _ => {}
     }
     for &n in sizes {
         eprintln!("== N = {n}");

@@ -63,6 +63,9 @@ impl HetznerClient {
             .list_pages(token, Collection::Servers, label_selector, |page, body| {
                 let decoded: ServersPage = decode(Collection::Servers, page, body)?;
                 let count = decoded.servers.len();
+                if page == 1 {
+                    reserve_for(&mut listing, decoded.meta.pagination.total_entries);
+                }
                 absorb_servers(page, decoded.servers, &mut listing, &mut seen, fields)?;
                 Ok((decoded.meta.pagination, count))
             })
@@ -117,4 +120,17 @@ impl HetznerClient {
         scrub_names(token, networks.iter_mut().map(|n| &mut n.name));
         Ok((networks, cost.requests))
     }
+}
+
+/// The most servers room is made for up front from a page's
+/// `total_entries`; more than that grows as it comes.
+const MAX_RESERVED: u64 = 100_000;
+
+/// Makes room for the whole listing once, from the first page's count, so
+/// 10,000 servers are not read into room for 16,384.
+pub(super) fn reserve_for(listing: &mut ServerListing, total_entries: Option<u64>) {
+    let wanted = total_entries.unwrap_or(0).min(MAX_RESERVED);
+    listing
+        .servers
+        .reserve_exact(usize::try_from(wanted).unwrap_or(0));
 }

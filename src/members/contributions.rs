@@ -22,6 +22,13 @@ pub struct Contributions {
 }
 
 impl Contributions {
+    /// Gives back the room the split's pushes left unused: it is kept
+    /// until the next listing.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.servers.shrink_to_fit();
+        self.given.shrink_to_fit();
+    }
+
     /// Takes over what the Robot servers (negative IDs) of `previous` gave,
     /// for a listing whose Robot read failed: those servers are unknown,
     /// not gone, and a Node change must still be able to remove them.

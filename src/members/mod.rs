@@ -204,6 +204,9 @@ fn split_listing(
         }
     }
     unhealthy.retain(&health_seen);
+    if let Some(record) = split.record {
+        record.shrink_to_fit();
+    }
     result
 }
 

@@ -212,15 +212,20 @@ impl PoolClient {
         Api::all_with(self.client.clone(), resource)
     }
 
-    /// The live pool, or `None` when it does not exist.
     /// Every `CiliumLoadBalancerIPPool` in the cluster, ours and the others,
-    /// in one read: what the write gate decides from.
+    /// in one read: what the write gate decides from. Each pool's blocks
+    /// give back the room their reading grew (up to half of it).
     pub async fn list_all(&self, resource: &ApiResource) -> Result<Vec<Pool>, PoolApiError> {
-        self.api(resource)
+        let mut pools = self
+            .api(resource)
             .list(&ListParams::default())
             .await
             .map(|list| list.items)
-            .map_err(|e| self.classify(resource, "list", "*", e))
+            .map_err(|e| self.classify(resource, "list", "*", e))?;
+        for pool in &mut pools {
+            pool.spec.blocks.shrink_to_fit();
+        }
+        Ok(pools)
     }
 
     /// Server-side apply with `force`: creates the pool when missing, takes

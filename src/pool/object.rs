@@ -55,14 +55,74 @@ impl PoolSpec {
 }
 
 /// One entry of `spec.blocks`: a CIDR, or a `start`–`stop` range.
+///
+/// 24 bytes: a pool of 10,000 blocks is read whole (twice per full cycle),
+/// and the controller writes only CIDRs, so a range is boxed apart.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(from = "BlockFields", into = "BlockFields")]
 pub struct Block {
+    pub cidr: Option<Box<str>>,
+    /// `start` and `stop`, when either is set.
+    pub range: Option<Box<BlockRange>>,
+}
+
+/// The `start` and `stop` of a block, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockRange {
+    pub start: Option<Box<str>>,
+    pub stop: Option<Box<str>>,
+}
+
+impl Block {
+    /// A `start`–`stop` block (`stop` absent: one address).
+    pub fn span(start: &str, stop: Option<&str>) -> Self {
+        Self {
+            cidr: None,
+            range: Some(Box::new(BlockRange {
+                start: Some(start.into()),
+                stop: stop.map(Into::into),
+            })),
+        }
+    }
+
+    pub fn start(&self) -> Option<&str> {
+        self.range.as_ref()?.start.as_deref()
+    }
+
+    pub fn stop(&self) -> Option<&str> {
+        self.range.as_ref()?.stop.as_deref()
+    }
+}
+
+/// A block as the API server sends and takes it.
+#[derive(Default, Deserialize, Serialize)]
+struct BlockFields {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cidr: Option<String>,
+    cidr: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub start: Option<String>,
+    start: Option<Box<str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stop: Option<String>,
+    stop: Option<Box<str>>,
+}
+
+impl From<BlockFields> for Block {
+    fn from(fields: BlockFields) -> Self {
+        let BlockFields { cidr, start, stop } = fields;
+        let range =
+            (start.is_some() || stop.is_some()).then(|| Box::new(BlockRange { start, stop }));
+        Self { cidr, range }
+    }
+}
+
+impl From<Block> for BlockFields {
+    fn from(block: Block) -> Self {
+        let BlockRange { start, stop } = block.range.map(|r| *r).unwrap_or_default();
+        Self {
+            cidr: block.cidr,
+            start,
+            stop,
+        }
+    }
 }
 
 /// The status Cilium's operator writes.

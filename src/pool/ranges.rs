@@ -50,18 +50,22 @@ impl Ranges {
         })
     }
 
+    /// Sorted, overlapping ranges joined, in place: a pool of 10,000
+    /// addresses is 10,000 ranges, so no second buffer.
     fn merged(mut ranges: Vec<(IpAddr, IpAddr)>) -> Self {
         ranges.sort_unstable();
-        let mut out: Vec<(IpAddr, IpAddr)> = Vec::with_capacity(ranges.len());
-        for (start, end) in ranges {
-            match out.last_mut() {
-                // Overlapping (same family: a range of the other family
-                // ends below `start` or starts above it).
-                Some(last) if last.1 >= start => last.1 = last.1.max(end),
-                _ => out.push((start, end)),
+        // `next` goes when it overlaps `last`, the range kept before it
+        // (same family: a range of the other family ends below `next`'s
+        // start or starts above it).
+        ranges.dedup_by(|next, last| {
+            let overlaps = last.1 >= next.0;
+            if overlaps {
+                last.1 = last.1.max(next.1);
             }
-        }
-        Self(out)
+            overlaps
+        });
+        ranges.shrink_to_fit();
+        Self(ranges)
     }
 }
 
@@ -96,8 +100,8 @@ pub fn range(block: &Block) -> Option<(IpAddr, IpAddr)> {
             }
         });
     }
-    let start: IpAddr = block.start.as_deref()?.trim().parse().ok()?;
-    let stop: IpAddr = match block.stop.as_deref() {
+    let start: IpAddr = block.start()?.trim().parse().ok()?;
+    let stop: IpAddr = match block.stop() {
         Some(stop) => stop.trim().parse().ok()?,
         None => start,
     };

@@ -77,9 +77,7 @@ fn blocks_match(blocks: &[Block], addresses: &[IpAddr]) -> bool {
     blocks.iter().zip(addresses).all(|(block, ip)| {
         cidr.clear();
         let _ = write!(cidr, "{ip}/{}", host_prefix(*ip));
-        block.start.is_none()
-            && block.stop.is_none()
-            && block.cidr.as_deref() == Some(cidr.as_str())
+        block.range.is_none() && block.cidr.as_deref() == Some(cidr.as_str())
     })
 }
 
@@ -275,10 +273,10 @@ fn addresses_between(start: IpAddr, stop: IpAddr, most: u128) -> Option<Vec<IpAd
 
 /// A block as an operator would write it.
 fn block_text(block: &Block) -> String {
-    match (&block.cidr, &block.start, &block.stop) {
-        (Some(cidr), _, _) => cidr.clone(),
+    match (&block.cidr, block.start(), block.stop()) {
+        (Some(cidr), _, _) => cidr.to_string(),
         (None, Some(start), Some(stop)) => format!("{start}-{stop}"),
-        (None, Some(start), None) => start.clone(),
+        (None, Some(start), None) => start.to_owned(),
         _ => "(empty block)".to_owned(),
     }
 }
@@ -298,8 +296,8 @@ fn single_address(block: &Block) -> Option<IpAddr> {
         let ip: IpAddr = ip.parse().ok()?;
         return (prefix.parse::<u8>().ok() == Some(host_prefix(ip))).then_some(ip);
     }
-    let start: IpAddr = block.start.as_deref()?.parse().ok()?;
-    match block.stop.as_deref() {
+    let start: IpAddr = block.start()?.parse().ok()?;
+    match block.stop() {
         None => Some(start),
         Some(stop) if stop.parse::<IpAddr>().ok() == Some(start) => Some(start),
         Some(_) => None,

@@ -109,7 +109,7 @@ impl Reconciler {
             removals: read_removals,
         } = read;
         let resource = self.pools.resource().await?;
-        let mut record = Contributions::default();
+        let mut record = self.keeps_listing.then(Contributions::default);
         // One look at the Nodes: the render and whether the cycle may add.
         let (mut rendered, inputs) = {
             let nodes = observed.nodes.read();
@@ -119,7 +119,7 @@ impl Reconciler {
                 &nodes,
                 &mut self.unhealthy,
                 Instant::now(),
-                Some(&mut record),
+                record.as_mut(),
             );
             let inputs = CycleInputs::new(CycleKind::Full, listing.requests, &nodes, observed);
             (rendered, inputs)
@@ -128,12 +128,14 @@ impl Reconciler {
         // The last good listing: Node changes remove from it from now on,
         // also while later listings fail. Robot servers a failed Robot read
         // did not show keep what the last good one said of them.
-        if listing.robot.error().is_some() {
-            if let Some(previous) = &self.last_listing {
-                record.keep_robot_from(previous);
+        if let Some(record) = &mut record {
+            if listing.robot.error().is_some() {
+                if let Some(previous) = &self.last_listing {
+                    record.keep_robot_from(previous);
+                }
             }
         }
-        self.last_listing = Some(record);
+        self.last_listing = record;
         self.listed_at = Some(started);
         let held: Vec<_> = rendered.iter().map(|r| &r.members.addresses).collect();
         let mut failover = failover_pools(

@@ -131,6 +131,9 @@ pub struct Reconciler {
     fence: Fence,
     /// The Robot webservice, shared with the read of a full cycle.
     robot: SharedRobot,
+    /// Whether a full cycle keeps what each server gave (`last_listing`)
+    /// for the Node changes after it; `--once` has none.
+    keeps_listing: bool,
 }
 
 /// The Robot source, built at the first cycle that needs it, and how to
@@ -173,7 +176,15 @@ impl Reconciler {
             unhealthy: Unhealthy::default(),
             fence: Fence::open(),
             robot: SharedRobot::new(ROBOT_MIN_GAP, None),
+            keeps_listing: true,
         }
+    }
+
+    /// A reconciler for one cycle (`--once`): no Node change follows, so
+    /// the full cycle keeps nothing of its listing for one.
+    pub fn single_cycle(mut self) -> Self {
+        self.keeps_listing = false;
+        self
     }
 
     /// Another least gap between two Robot listings, for tests that need a
