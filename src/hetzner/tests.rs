@@ -585,11 +585,11 @@ fn a_paging_number_out_of_range_is_a_paging_error() {
 fn a_listing_makes_room_once_for_the_count_the_first_page_gives() {
     let mut listing = ServerListing::default();
     super::listings::reserve_for(&mut listing, Some(10_000));
-    assert_eq!(listing.servers.capacity(), 10_000);
+    assert!((10_000..16_384).contains(&listing.servers.capacity()));
     // A count out of all proportion reserves no more than the cap.
     let mut listing = ServerListing::default();
     super::listings::reserve_for(&mut listing, Some(u64::MAX));
-    assert_eq!(listing.servers.capacity(), 100_000);
+    assert!((100_000..131_072).contains(&listing.servers.capacity()));
     let mut listing = ServerListing::default();
     super::listings::reserve_for(&mut listing, None);
     assert_eq!(listing.servers.capacity(), 0);

@@ -18,7 +18,7 @@ use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, cidrs, cluster, edit_role_rules, phases, pools, record_history_of, repo,
     set, several_pools_overlay, several_pools_server as server, start_several_pools,
-    start_several_pools_with, wait_event, wait_history_ends_with, wait_named_pool, Controller,
+    start_several_pools_with, wait_event, wait_history_caught_up, wait_named_pool, Controller,
     TOKEN,
 };
 use support::fake_hetzner::{FakeHetzner, FakeServer, DEFAULT_NETWORK};
@@ -200,7 +200,7 @@ async fn two_pools_from_one_listing_with_node_rules() {
     // No state of the edge pool ever held an address of another pool. The
     // history comes from a watch of its own, which may not have seen the
     // last write yet: wait for it to.
-    wait_history_ends_with(&edge_history, &set(&EDGE_ALL)).await;
+    wait_history_caught_up(&edge_history, &api, "edge").await;
     let history = edge_history.lock().unwrap().clone();
     assert!(history.len() >= 5, "{history:?}");
     for (_, state) in &history {
@@ -618,8 +618,8 @@ async fn only_nodes_in_were_ever_written(
     // Each history comes from a watch of its own: wait until both have
     // seen what the pools hold now, so no state written before is missed.
     let [edge, internal] = histories;
-    wait_history_ends_with(edge, &set(&["198.51.100.1/32", "2001:db8:1::1/128"])).await;
-    wait_history_ends_with(internal, &set(&["10.0.0.1/32", "10.0.0.3/32"])).await;
+    wait_history_caught_up(edge, api, "edge").await;
+    wait_history_caught_up(internal, api, "internal").await;
     for phase in histories.into_iter().flat_map(phases) {
         for out in [
             "198.51.100.2/32",

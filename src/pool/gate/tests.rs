@@ -237,22 +237,23 @@ fn merging_joins_overlaps_and_keeps_gaps_and_families_apart() {
     let merged = Ranges::of_blocks(&[
         span("10.0.0.5", None),
         span("2001:db8::1", Some("2001:db8::9")),
-        span("10.0.0.1", Some("10.0.0.4")),
-        // Inside the range before it: its end must not shorten that one.
+        span("10.0.0.1", Some("10.0.0.8")),
+        // Inside the range before it: its end must not shorten that one
+        // (10.0.0.5 would then stand apart).
         span("10.0.0.2", Some("10.0.0.3")),
-        span("10.0.0.3", Some("10.0.0.7")),
+        // Next to 10.0.0.8, not overlapping it: a range of its own.
         span("10.0.0.9", None),
         span("10.0.0.9", None),
         span("2001:db8::5", None),
     ]);
     let expected = Ranges::of_blocks(&[
-        span("10.0.0.1", Some("10.0.0.7")),
+        span("10.0.0.1", Some("10.0.0.8")),
         span("10.0.0.9", None),
         span("2001:db8::1", Some("2001:db8::9")),
     ]);
     assert_eq!(merged, expected);
     assert!(merged.covers(ip("10.0.0.6")));
-    assert!(!merged.covers(ip("10.0.0.8")));
+    assert!(!merged.covers(ip("10.0.0.10")));
     assert!(!merged.covers(ip("2001:db8::a")));
 }
 
