@@ -108,6 +108,17 @@ fn finished(log: &str, from: usize, kind: &str) -> usize {
         .count()
 }
 
+/// Waits until the controller has logged a `reconcile finished` line of
+/// `kind` after byte `mark`. The log is read through a pipe, so a line can
+/// come after the write it tells of has been seen in the cluster.
+async fn wait_finished(controller: &Controller, mark: usize, kind: &str, what: &str) {
+    let deadline = Instant::now() + WITHIN;
+    while finished(&controller.log_text(), mark, kind) == 0 {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Finding 1: while `GET /servers` answers 503, a Node that gets the
 /// exclude label loses its address from the last good listing of the term,
 /// and `/health` says how old that listing is.
@@ -132,7 +143,7 @@ async fn node_rules_act_while_every_hetzner_listing_fails() {
         "node-2's address removed while Hetzner fails",
     )
     .await;
-    assert!(finished(&controller.log_text(), mark, "nodes") >= 1);
+    wait_finished(&controller, mark, "nodes", "no Node step finished").await;
     // The listing the Node step worked from, and its age, as /health shows
     // them now (the same one: no listing succeeded since; the Node step's
     // success may have made the pool healthy again, so the age is what
@@ -173,11 +184,7 @@ async fn one_node_change_costs_one_listing() {
     exclude(&nodes, "node-2", true).await;
     wait_edge(&cluster, &ipv4s(&[1, 3, 4]), "node-2's address removed").await;
     // The listing the change brought forward has ended.
-    let deadline = Instant::now() + WITHIN;
-    while finished(&controller.log_text(), mark, "full") == 0 {
-        assert!(Instant::now() < deadline, "no listing followed the change");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_finished(&controller, mark, "full", "no listing followed the change").await;
     assert_eq!(
         controller
             .metric(r#"canada_kaktus_full_cycles_total{trigger="node"}"#)
@@ -243,7 +250,7 @@ async fn node_churn_does_not_keep_a_held_removal_from_its_confirmation() {
         flap = !flap;
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    assert!(controller.log_text()[mark..].contains("\"kind\":\"nodes\""));
+    wait_finished(&controller, mark, "nodes", "the churn ran no Node step").await;
     controller.assert_running();
 }
 
