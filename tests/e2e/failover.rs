@@ -20,7 +20,8 @@ use serde_json::json;
 use support::cluster::CrdFixture;
 use support::e2e::{
     apply_several_pools, blocks_of, cluster, phases, pools, record_history_of,
-    several_pools_server as server, start_several_pools_with, wait_event, wait_named_pool, TOKEN,
+    several_pools_server as server, start_several_pools_with, wait_event, wait_history_caught_up,
+    wait_named_pool, TOKEN,
 };
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
 use support::nodes::{set_ready, wait_holder as holder_within, Kubelets};
@@ -153,6 +154,7 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
     wait_holder(&hetzner, &[1, holder], "holder deleted in Hetzner").await;
 
     // The pool held the Floating IP all along, and only it.
+    wait_history_caught_up(&history, &api, "edge").await;
     let seen = phases(&history);
     assert_eq!(seen, vec![only_fip], "the pool changed: {seen:?}");
     assert!(

@@ -21,7 +21,7 @@ use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     blocks, blocks_of, cluster, edit_blocks, established, hetzner_with, lease_holder, phases,
     pools, record_pool_history, replace_rules, replica, set_ips, set_of, wait_cycles,
-    wait_history_ends_with, wait_pool, Controller, POOL,
+    wait_history_caught_up, wait_pool, Controller, POOL,
 };
 use support::fake_hetzner::{FakeHetzner, Fault};
 use tokio::time::Instant;
@@ -407,7 +407,7 @@ async fn two_replicas_one_writer_takeover_on_sigterm_at_once_and_on_sigkill_with
     assert_eq!(lease_holder(&cluster).await.as_deref(), Some("replica-a"));
 
     // Never two writers: the pool went x → y → x, each exactly once.
-    wait_history_ends_with(&history, &set_of(&x)).await;
+    wait_history_caught_up(&history, &api, POOL).await;
     watch_task.abort();
     assert_eq!(
         phases(&history),
@@ -494,7 +494,7 @@ async fn a_leader_frozen_past_its_lease_and_a_new_term_never_reapply_an_old_pool
         |p| p.is_some_and(|p| blocks_of(p) == blocks(&x)),
     )
     .await;
-    wait_history_ends_with(&history, &set_of(&x)).await;
+    wait_history_caught_up(&history, &api, POOL).await;
     watch_task.abort();
     assert_eq!(
         phases(&history),

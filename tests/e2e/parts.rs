@@ -21,8 +21,8 @@ use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, cidrs, cluster, phases, pools, record_history_of,
-    several_pools_server as server, start_with_config, wait_history_ends_with, wait_named_pool,
-    Controller, TOKEN,
+    several_pools_server as server, start_with_config, wait_history_caught_up,
+    wait_history_ends_with, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, Fault};
 use support::nodes::{node, wait_holder, Kubelets};
@@ -109,8 +109,8 @@ fn finished(log: &str, from: usize, kind: &str) -> usize {
 }
 
 /// Waits until the controller has logged a `reconcile finished` line of
-/// `kind` after byte `mark`. The log is read through a pipe, so a line can
-/// come after the write it tells of has been seen in the cluster.
+/// `kind` after byte `mark`. The line is logged after every pool of the
+/// cycle was written, so it can come after the test saw the write.
 async fn wait_finished(controller: &Controller, mark: usize, kind: &str, what: &str) {
     let deadline = Instant::now() + WITHIN;
     while finished(&controller.log_text(), mark, kind) == 0 {
@@ -370,6 +370,8 @@ async fn deleting_one_pool_of_a_swap_ends_it() {
         cidrs(p) == ipv4s(&[1])
     })
     .await;
+    // Edge was written last; its own watch may not have delivered that.
+    wait_history_caught_up(&history, &api, "edge").await;
     let seen = phases(&history);
     assert_eq!(
         seen,

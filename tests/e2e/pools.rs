@@ -378,6 +378,7 @@ async fn an_address_a_foreign_pool_covers_is_never_written_and_is_reported() {
         "10.0.0.5 (in pool theirs)",
     )
     .await;
+    wait_history_caught_up(&history, &api, "internal").await;
     let states: Vec<BTreeSet<String>> = history
         .lock()
         .unwrap()

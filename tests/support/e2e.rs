@@ -622,12 +622,13 @@ pub async fn wait_history_ends_with(history: &History, want: &BTreeSet<String>) 
 
 /// Waits (30 s at most) until `history`, recorded by its own watch of pool
 /// `name`, has seen the pool as a fresh GET returns it now (the same
-/// `resourceVersion`): no write before this call is missing from it.
+/// `resourceVersion`, then or later): no write before this call is missing
+/// from it.
 pub async fn wait_history_caught_up(history: &History, api: &Api<DynamicObject>, name: &str) {
     let now = api.get(name).await.unwrap();
     let want = now.metadata.resource_version.unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while history.lock().unwrap().last().map(|(rv, _)| rv) != Some(&want) {
+    while !history.lock().unwrap().iter().any(|(rv, _)| *rv == want) {
         assert!(
             Instant::now() < deadline,
             "the watch of {name} never saw resourceVersion {want}: {:?}",
