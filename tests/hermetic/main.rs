@@ -18,6 +18,7 @@ mod failover_mover;
 mod faults;
 mod hetzner;
 mod hetzner_actions;
+mod manual;
 mod monitoring;
 mod pools;
 mod properties;

@@ -3,8 +3,9 @@
 //! (`CANADA_KAKTUS_PROMTOOL_BIN_DIR`, built by scripts/promtool-bins.sh)
 //! parses every alert and every dashboard query and runs the alerts' unit
 //! tests (tests/fixtures/monitoring/alerts_test.yaml); every series they
-//! read is one the README's metrics table names (which tests/hermetic/docs.rs holds
-//! to what /metrics serves); the chart ships the same files.
+//! read is one the metrics page (docs/reference/metrics.md) names, which
+//! tests/hermetic/docs.rs holds to what /metrics serves; the monitoring
+//! guide lists every alert; the chart ships the same files.
 //!
 //! The promtool tests are `#[ignore]`d (counted as ignored by a plain
 //! `cargo test`); scripts/test runs them.
@@ -175,18 +176,9 @@ fn series_in(expr: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_series_the_alerts_and_the_dashboard_read_is_in_the_metrics_table() {
-    let readme = read("README.md");
-    let table: BTreeSet<String> = readme
-        .lines()
-        .filter(|l| l.starts_with("| `canada_kaktus_"))
-        .flat_map(|line| {
-            let first = line.split(" | ").next().unwrap_or_default().to_owned();
-            let names: Vec<String> = first
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_owned)
-                .collect();
+    let table: BTreeSet<String> = crate::docs::metric_rows()
+        .into_iter()
+        .flat_map(|(names, _)| {
             // `canada_kaktus_hcloud_ratelimit_remaining` / `_limit`
             let base = names[0]
                 .rsplit_once('_')
@@ -241,15 +233,15 @@ fn the_chart_ships_the_same_alerts_and_dashboard() {
 }
 
 #[test]
-fn the_readme_lists_every_alert() {
-    let readme = read("README.md");
+fn the_monitoring_guide_lists_every_alert() {
+    let readme = read("docs/guides/monitoring.md");
     for (name, _) in expressions()
         .iter()
         .filter(|(n, _)| n.starts_with("CanadaKaktus"))
     {
         assert!(
             readme.contains(&format!("| `{name}` |")),
-            "the README's alert table lacks {name}"
+            "docs/guides/monitoring.md's alert table lacks {name}"
         );
     }
 }

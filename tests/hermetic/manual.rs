@@ -1,0 +1,213 @@
+//! The manual as a whole: the README stays a short landing page that links
+//! every page of `docs/`, and every link between the pages resolves to a
+//! file and, with an `#anchor`, to one of its headings.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::docs::page;
+
+/// The README and every Markdown page under `docs/`, relative to the crate,
+/// with `/` as separator.
+pub(crate) fn manual_pages() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec!["README.md".to_owned()];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                let relative = path.strip_prefix(root).unwrap();
+                pages.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// The lines of a Markdown text outside fenced code blocks.
+fn outside_fences(text: &str) -> impl Iterator<Item = &str> {
+    let mut fenced = false;
+    text.lines().filter(move |line| {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            return false;
+        }
+        !fenced
+    })
+}
+
+/// The anchors the forge gives a page's headings: the heading's text in
+/// lower case, without characters other than letters, digits, spaces, `-`
+/// and `_`, spaces turned into `-`; a repeated one gets `-1`, `-2`, ….
+pub(crate) fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    for line in outside_fences(text) {
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if hashes == 0 || hashes > 6 || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let slug: String = line[hashes..]
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let mut unique = slug.clone();
+        let mut n = 0;
+        while seen.contains(&unique) {
+            n += 1;
+            unique = format!("{slug}-{n}");
+        }
+        seen.insert(unique);
+    }
+    seen
+}
+
+/// Every link target of a Markdown text (`[text](target)`) outside fenced
+/// code blocks, links that wrap over two lines included.
+fn link_targets(text: &str) -> Vec<String> {
+    let prose: String = outside_fences(text).collect::<Vec<_>>().join("\n");
+    let mut targets = Vec::new();
+    let mut rest = prose.as_str();
+    while let Some(at) = rest.find("](") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find(')') else { break };
+        let target = &after[..end];
+        if !target.contains(char::is_whitespace) {
+            targets.push(target.to_owned());
+        }
+        rest = &after[end..];
+    }
+    targets
+}
+
+/// Why the link `target` on the page `from` does not resolve, if it does not:
+/// the file must exist and, for a Markdown file, the anchor must be one of
+/// its headings'.
+pub(crate) fn dead_link(from: &str, target: &str) -> Option<String> {
+    if target.starts_with("http://")
+        || target.starts_with("https://")
+        || target.starts_with("mailto:")
+    {
+        return None;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (file, anchor) = match target.split_once('#') {
+        Some((file, anchor)) => (file, Some(anchor)),
+        None => (target, None),
+    };
+    let path: PathBuf = if file.is_empty() {
+        root.join(from)
+    } else {
+        let base = Path::new(from).parent().unwrap_or(Path::new(""));
+        let mut joined = PathBuf::new();
+        for part in base.join(file).components() {
+            match part {
+                std::path::Component::ParentDir => {
+                    if !joined.pop() {
+                        return Some(format!("{target}: leaves the repository"));
+                    }
+                }
+                std::path::Component::CurDir => {}
+                other => joined.push(other),
+            }
+        }
+        root.join(joined)
+    };
+    if !path.exists() {
+        return Some(format!("{target}: no such file"));
+    }
+    let anchor = anchor?;
+    if path.extension().is_none_or(|e| e != "md") {
+        return None;
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    if anchors(&text).contains(anchor) {
+        None
+    } else {
+        Some(format!("{target}: no heading with the anchor #{anchor}"))
+    }
+}
+
+#[test]
+fn every_link_between_the_pages_resolves() {
+    let pages = manual_pages();
+    assert!(pages.len() > 20, "the manual's pages: {pages:?}");
+    let mut links = 0;
+    let mut problems = Vec::new();
+    for from in &pages {
+        for target in link_targets(&page(from)) {
+            links += 1;
+            if let Some(problem) = dead_link(from, &target) {
+                problems.push(format!("{from}: {problem}"));
+            }
+        }
+    }
+    assert!(links > 80, "the links are found: {links}");
+    assert!(problems.is_empty(), "dead links:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_link_check_can_fail() {
+    let from = "docs/guides/install.md";
+    assert_eq!(dead_link(from, "../reference/rbac.md"), None);
+    assert_eq!(dead_link(from, "../../README.md#quick-start"), None);
+    assert_eq!(dead_link(from, "#install-with-helm"), None);
+    assert!(dead_link(from, "../reference/made-up.md").is_some());
+    assert!(dead_link(from, "../reference/rbac.md#made-up-heading").is_some());
+    assert!(dead_link(from, "#made-up-heading").is_some());
+    assert!(dead_link("README.md", "../outside.md").is_some());
+    // Headings in code blocks make no anchor; repeated ones are numbered;
+    // backticks and punctuation drop out.
+    let slugs = anchors("# A `b` c\n```\n# not a heading\n```\n## A b c\n### What, it writes!");
+    assert_eq!(
+        slugs,
+        BTreeSet::from([
+            "a-b-c".to_owned(),
+            "a-b-c-1".to_owned(),
+            "what-it-writes".to_owned()
+        ])
+    );
+    assert_eq!(
+        link_targets("see [a\nlink](x.md#y)\n```\n[c](fenced.md)\n```\n[b](z.md)"),
+        vec!["x.md#y".to_owned(), "z.md".to_owned()]
+    );
+}
+
+#[test]
+fn the_readme_is_a_short_landing_page_that_maps_every_page() {
+    let readme = page("README.md");
+    assert!(
+        readme.len() <= 20_000,
+        "README.md is {} bytes; it should stay under 20 KB and link the manual",
+        readme.len()
+    );
+    let linked: BTreeSet<String> = link_targets(&readme)
+        .into_iter()
+        .map(|t| t.split('#').next().unwrap_or_default().to_owned())
+        .collect();
+    let orphans: Vec<String> = manual_pages()
+        .into_iter()
+        .filter(|p| p != "README.md" && !linked.contains(p))
+        .collect();
+    assert!(
+        orphans.is_empty(),
+        "pages the README's map does not link: {orphans:?}"
+    );
+    for heading in [
+        "## Quick start",
+        "## Install",
+        "## Supported versions",
+        "## The manual",
+    ] {
+        assert!(
+            readme.contains(&format!("\n{heading}\n")),
+            "the README has {heading:?}"
+        );
+    }
+}
