@@ -23,12 +23,14 @@ pub const EXIT_CONFIG: u8 = 2;
 #[command(
     name = "canada-kaktus",
     version,
-    about = "Keeps Cilium CiliumLoadBalancerIPPools equal to the addresses of the Hetzner Cloud servers that match each pool's label selector.",
-    long_about = "Keeps one or more Cilium CiliumLoadBalancerIPPools equal to the addresses of Hetzner Cloud servers. \
-Each pool takes the servers that match its own label selector and the address kinds it lists \
-(public-ipv4, public-ipv6, private-ipv4, floating-ip); servers whose Nodes are going away are left out. \
-Without Pools in the configuration it keeps one pool of public IPv4s, as the Go version did. \
-Settings come from config.json and CANADA_KAKTUS_* environment variables; see the README."
+    about = "Keeps Cilium CiliumLoadBalancerIPPools equal to the addresses of the Hetzner servers (Cloud and dedicated) that should serve, and moves Floating IPs to a healthy server.",
+    long_about = "Keeps one or more Cilium CiliumLoadBalancerIPPools equal to the addresses of Hetzner servers. \
+Each pool takes the Cloud servers that match its own label selector, and the dedicated (Robot) servers it names, \
+with the address kinds it lists (public-ipv4, public-ipv6, private-ipv4, floating-ip, robot-additional-ip, \
+robot-failover-ip); servers whose Nodes are going away are left out. A failover pool moves its Floating IPs \
+to a healthy member when their holder fails. Without Pools in the configuration it keeps one pool of public \
+IPv4s, as the Go version did. Settings come from config.json and CANADA_KAKTUS_* environment variables; \
+see docs/reference/settings.md."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -31,7 +31,7 @@ pub fn configuration(loaded: &Result<Settings, ConfigErrors>) -> Vec<Check> {
             checks.extend(settings.warnings.iter().map(|warning| {
                 Check::warning(
                     format!("configuration: {warning}"),
-                    "see the README's Settings table for the names and values it takes",
+                    "docs/reference/settings.md lists the names and values it takes",
                 )
             }));
             checks
@@ -42,8 +42,8 @@ pub fn configuration(loaded: &Result<Settings, ConfigErrors>) -> Vec<Check> {
             .map(|problem| {
                 Check::failure(
                     problem.to_string(),
-                    "fix the setting named (environment variable / config.json key); the README's \
-                     Settings table lists every one",
+                    "fix the setting named (environment variable / config.json key); \
+                     docs/reference/settings.md lists every one",
                 )
             })
             .collect(),
@@ -94,7 +94,7 @@ pub fn token(answer: &Result<Option<RateLimit>, HetznerError>) -> Vec<Check> {
                     "the Hetzner API request failed (cause {})",
                     error.metric_label()
                 ),
-                "see the detail; the README's Troubleshooting explains each cause",
+                "see the detail; docs/guides/troubleshooting.md#messages explains each cause",
             )
             .with_detail(error.to_string())]
         }

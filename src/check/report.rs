@@ -141,7 +141,7 @@ impl Report {
         out
     }
 
-    /// The report for machines (documented in the README).
+    /// The report for machines (documented in docs/reference/cli.md).
     pub fn json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|_| "{}".to_owned()) + "\n"
     }

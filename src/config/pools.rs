@@ -138,7 +138,7 @@ pub struct NodeRules {
 /// The host part `::1`: what Hetzner's images configure on the interface.
 pub const DEFAULT_IPV6_HOST_PART: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1);
 
-/// The keys of one entry of `Pools`, as written in the README.
+/// The keys of one entry of `Pools`, as docs/reference/pool-fields.md lists them.
 pub const POOL_KEYS: &[&str] = &[
     "Name",
     "LabelSelector",

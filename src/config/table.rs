@@ -1,11 +1,11 @@
 //! The settings table: every setting's environment variable, config.json
 //! key, default and description, in one list. The defaults live here and
-//! nowhere else; the README's table is generated from it.
+//! nowhere else; the table of docs/reference/settings.md is generated from it.
 
 use super::{CONFIG_FILE_ENV, DEFAULT_CONFIG_FILE};
 
 /// One configurable setting: the single source for parsing, error messages
-/// and the README table.
+/// and the settings page's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Setting {
     pub env: &'static str,
@@ -156,8 +156,8 @@ pub const POOLS: Setting = Setting {
                   (public-ipv4, public-ipv6, private-ipv4, floating-ip, robot-additional-ip, \
                   robot-failover-ip), Ipv6HostPart, \
                   PrivateNetwork, IncludeAliasIps, FloatingIpSelector, ServiceSelector, \
-                  Annotations, Labels, MaxRemovalRatio and Nodes (see Several pools), \
-                  NodeSelector, and Robot for dedicated servers (see Dedicated servers). Cannot \
+                  Annotations, Labels, MaxRemovalRatio and Nodes (docs/reference/pool-fields.md), \
+                  NodeSelector, and Robot for dedicated servers (docs/guides/dedicated-servers.md). Cannot \
                   be combined with the single-pool settings",
 };
 pub const INTERVAL: Setting = Setting {
@@ -267,7 +267,7 @@ pub const EVENTS: Setting = Setting {
                   false",
 };
 
-/// Every setting, in the order the README lists them.
+/// Every setting, in the order the settings page lists them.
 pub const SETTINGS: &[Setting] = &[
     LOG_LEVEL,
     LOG_FORMAT,
@@ -302,7 +302,7 @@ pub const SETTINGS: &[Setting] = &[
     EVENTS,
 ];
 
-/// The settings table as Markdown, for the README.
+/// The settings table as Markdown, for docs/reference/settings.md.
 pub fn settings_table_markdown() -> String {
     let cell = |s: &str| s.replace('|', "\\|");
     let mut out = String::from(

@@ -4,8 +4,8 @@
 //! makes one; [`crate::pool::PoolClient::apply`] takes nothing else. Pure:
 //! the caller reads every pool first and hands the read in.
 //!
-//! The rules, each from what Cilium's LB IPAM does (see the README's
-//! "Several pools"):
+//! The rules, each from what Cilium's LB IPAM does (see
+//! docs/explanation/safety-guards.md#an-address-is-in-one-pool-only):
 //!
 //! - An address another pool covers is never added. Cilium compares the
 //!   ranges of every stored pool (any CIDR length, `start`/`stop` ranges,

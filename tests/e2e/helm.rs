@@ -368,6 +368,10 @@ fn the_schema_refuses_wrong_types_and_unknown_keys() {
         ("config.HcloudToken=abc", "HcloudToken"),
         ("image.pullPolicy=Sometimes", "pullPolicy"),
         ("colour=blue", "colour"),
+        (
+            "monitoring.prometheusRule.runbookBaseURL=https://docs.example.com/docs/",
+            "runbookBaseURL",
+        ),
     ] {
         let rendered = template(&["--set", set]);
         let stderr = String::from_utf8_lossy(&rendered.stderr);
@@ -603,8 +607,8 @@ fn the_chart_and_the_kustomize_component_ship_the_same_alerts_and_dashboard() {
     assert!(rendered.status.success(), "{rendered:?}");
     let from_helm = objects(&String::from_utf8(rendered.stdout).unwrap());
 
-    // The component from an overlay of the operator's own, as the README
-    // tells.
+    // The component from an overlay of the operator's own, as
+    // docs/guides/monitoring.md tells.
     // (kustomize takes relative paths only: the overlay sits in target/.)
     let overlay = tempfile::tempdir_in(repo().join("target")).unwrap();
     std::fs::write(
@@ -651,4 +655,95 @@ fn the_chart_and_the_kustomize_component_ship_the_same_alerts_and_dashboard() {
         "canada-kaktus".to_owned(),
     )];
     assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
+}
+
+/// Every alert's `runbook_url` of a rendered PrometheusRule, by alert name.
+fn runbook_urls(rule: &Value) -> BTreeMap<String, String> {
+    let mut urls = BTreeMap::new();
+    for group in rule["spec"]["groups"].as_array().unwrap() {
+        for alert in group["rules"].as_array().unwrap() {
+            urls.insert(
+                alert["alert"].as_str().unwrap().to_owned(),
+                alert["annotations"]["runbook_url"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+    }
+    urls
+}
+
+#[test]
+#[ignore = "needs helm and kubectl (scripts/tool-bins.sh, scripts/k8s-bins.sh): scripts/test runs it"]
+fn a_runbook_base_url_reaches_every_alert_of_the_chart_and_the_component() {
+    const BASE: &str = "https://git.example.com/ops/canada-kaktus/docs";
+    let rendered = template(&[
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        &format!("monitoring.prometheusRule.runbookBaseURL={BASE}"),
+    ]);
+    assert!(rendered.status.success(), "{rendered:?}");
+    let from_helm = objects(&String::from_utf8(rendered.stdout).unwrap());
+
+    // The overlay of docs/guides/monitoring.md: the ConfigMap that names the
+    // base, and the runbook-url component after deploy/monitoring.
+    let overlay = tempfile::tempdir_in(repo().join("target")).unwrap();
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources:\n  - ../../deploy\n  - runbook-url.yaml\n\
+         components:\n  - ../../deploy/monitoring\n  - ../../deploy/monitoring/runbook-url\n",
+    )
+    .unwrap();
+    std::fs::write(
+        overlay.path().join("runbook-url.yaml"),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: canada-kaktus-runbook-url\n\
+             \x20 annotations:\n    config.kubernetes.io/local-config: \"true\"\n\
+             data:\n  baseURL: {BASE}\n"
+        ),
+    )
+    .unwrap();
+    let from_kustomize = objects(&ok(Command::new(kubectl())
+        .arg("kustomize")
+        .arg(overlay.path())));
+    assert!(
+        !from_kustomize
+            .keys()
+            .any(|(_, _, name)| name == "canada-kaktus-runbook-url"),
+        "the ConfigMap naming the base is not applied"
+    );
+
+    let shipped: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo().join("deploy/monitoring/prometheusrule.yaml")).unwrap(),
+    )
+    .unwrap();
+    let defaults = runbook_urls(&shipped);
+    assert_eq!(defaults.len(), 15, "{defaults:?}");
+    for (source, objects, namespace) in [
+        ("helm", &from_helm, RELEASE_NAMESPACE),
+        ("kustomize", &from_kustomize, "canada-kaktus"),
+    ] {
+        let rule = &objects[&(
+            "PrometheusRule".to_owned(),
+            namespace.to_owned(),
+            "canada-kaktus".to_owned(),
+        )];
+        let urls = runbook_urls(rule);
+        assert_eq!(
+            urls.keys().collect::<Vec<_>>(),
+            defaults.keys().collect::<Vec<_>>(),
+            "{source}"
+        );
+        for (alert, url) in &urls {
+            assert_eq!(
+                url,
+                &format!("{BASE}/guides/troubleshooting.md#{}", alert.to_lowercase()),
+                "{source}: {alert}"
+            );
+            assert_ne!(url, &defaults[alert], "{source}: {alert}");
+        }
+    }
 }

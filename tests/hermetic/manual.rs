@@ -211,3 +211,118 @@ fn the_readme_is_a_short_landing_page_that_maps_every_page() {
         );
     }
 }
+
+/// Every `docs/….md` pointer (with its `#anchor`) in a text: the binary's
+/// messages, hints and comments, the deploy files, the alerts' runbook URLs.
+fn pointers(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("docs/") {
+        let token: String = text[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "/_.#-".contains(*c))
+            .collect();
+        let token = token.trim_end_matches('.');
+        if token.contains(".md") {
+            found.push(token.to_owned());
+        }
+    }
+    found
+}
+
+/// Why a pointer, from the repository's root, does not resolve.
+fn dead_pointer(pointer: &str) -> Option<String> {
+    dead_link("README.md", pointer)
+}
+
+/// The texts that point into the manual from outside it, by where they are:
+/// every file under `src/` and `deploy/`, the alerts' unit tests, the
+/// scripts, and the help the binary prints.
+fn texts_outside_the_manual() -> Vec<(String, String)> {
+    use clap::CommandFactory;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut texts = Vec::new();
+    let mut dirs = vec![root.join("src"), root.join("deploy"), root.join("scripts")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                let name = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                texts.push((name, text));
+            }
+        }
+    }
+    for file in [
+        "tests/fixtures/monitoring/alerts_test.yaml",
+        "Cargo.toml",
+        ".ci/run",
+    ] {
+        texts.push((file.to_owned(), page(file)));
+    }
+    let mut cli = canada_kaktus::cli::Cli::command();
+    texts.push(("--help".to_owned(), cli.render_long_help().to_string()));
+    for sub in cli.get_subcommands_mut() {
+        let name = format!("{} --help", sub.get_name());
+        texts.push((name, sub.render_long_help().to_string()));
+    }
+    texts
+}
+
+#[test]
+fn every_pointer_into_the_manual_resolves() {
+    let mut problems = Vec::new();
+    let mut count = 0;
+    for (place, text) in texts_outside_the_manual() {
+        for pointer in pointers(&text) {
+            count += 1;
+            if let Some(problem) = dead_pointer(&pointer) {
+                problems.push(format!("{place}: {problem}"));
+            }
+        }
+        // The README no longer has the sections these name.
+        for old in [
+            "README section",
+            "the README's",
+            "see the README",
+            "(README",
+        ] {
+            if text.contains(old) {
+                problems.push(format!(
+                    "{place}: points at the README ({old:?}); name a page of docs/"
+                ));
+            }
+        }
+    }
+    // The settings hint, the troubleshooting hint and --help, the alerts'
+    // descriptions and runbooks (three files), the dashboards.
+    assert!(count > 60, "the pointers are found: {count}");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_pointer_check_can_fail() {
+    assert_eq!(
+        pointers(
+            "see docs/reference/settings.md. Or docs/guides/troubleshooting.md#messages, not docs/"
+        ),
+        vec![
+            "docs/reference/settings.md".to_owned(),
+            "docs/guides/troubleshooting.md#messages".to_owned()
+        ]
+    );
+    assert_eq!(
+        pointers("runbook_url: https://example.com/blob/v1/docs/guides/troubleshooting.md#canadakaktuswritewar"),
+        vec!["docs/guides/troubleshooting.md#canadakaktuswritewar".to_owned()]
+    );
+    assert_eq!(
+        dead_pointer("docs/reference/settings.md#the-settings-table"),
+        None
+    );
+    assert!(dead_pointer("docs/reference/setting.md").is_some());
+    assert!(dead_pointer("docs/guides/troubleshooting.md#canadakaktusmadeup").is_some());
+}

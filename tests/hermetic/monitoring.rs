@@ -245,3 +245,61 @@ fn the_monitoring_guide_lists_every_alert() {
         );
     }
 }
+
+/// Where the shipped alerts' runbooks live: `docs/` of this release's tag
+/// (the chart's `runbookBaseURL` and the kustomize component `runbook-url`
+/// point them elsewhere).
+fn default_runbook_base() -> String {
+    format!(
+        "https://github.com/canada-kaktus/canada-kaktus/blob/v{}/docs",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[test]
+fn every_alert_has_a_runbook_entry_of_this_release() {
+    let guide = read("docs/guides/troubleshooting.md");
+    let entries = crate::manual::anchors(&guide);
+    let spec = rule_spec();
+    let mut problems = Vec::new();
+    let mut alerts = 0;
+    for group in spec["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let Some(name) = rule["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let anchor = name.to_lowercase();
+            let expected = format!(
+                "{}/guides/troubleshooting.md#{anchor}",
+                default_runbook_base()
+            );
+            if rule["annotations"]["runbook_url"] != expected.as_str() {
+                problems.push(format!(
+                    "{name}: runbook_url {} instead of {expected}",
+                    rule["annotations"]["runbook_url"]
+                ));
+            }
+            if !guide.contains(&format!("\n### `{name}`\n")) || !entries.contains(&anchor) {
+                problems.push(format!(
+                    "{name}: docs/guides/troubleshooting.md has no entry \"### `{name}`\""
+                ));
+            }
+        }
+    }
+    assert_eq!(alerts, 15);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The chart's template swaps the same base for runbookBaseURL.
+    let template = read("deploy/helm/canada-kaktus/templates/monitoring.yaml");
+    assert!(
+        template.contains(
+            "https://github.com/canada-kaktus/canada-kaktus/blob/v%s/docs/\" $.Chart.AppVersion"
+        ),
+        "the chart replaces the default base of files/alerts.yaml"
+    );
+    let chart = read("deploy/helm/canada-kaktus/Chart.yaml");
+    assert!(
+        chart.contains(&format!("appVersion: \"{}\"", env!("CARGO_PKG_VERSION"))),
+        "the chart's appVersion is this release"
+    );
+}
