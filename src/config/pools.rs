@@ -159,9 +159,11 @@ pub const POOL_KEYS: &[&str] = &[
     "Robot",
 ];
 
-const ROBOT_KEYS: &[&str] = &["NodeSelector", "Servers"];
+/// The keys of a pool's `Robot` object.
+pub const ROBOT_KEYS: &[&str] = &["NodeSelector", "Servers"];
 
-const NODE_KEYS: &[&str] = &["ExcludeUnhealthyAfter", "RequireNode"];
+/// The keys of a pool's `Nodes` object (the node rules).
+pub const NODE_KEYS: &[&str] = &["ExcludeUnhealthyAfter", "RequireNode"];
 
 mod addresses;
 mod parse;

@@ -513,28 +513,29 @@ pub(crate) fn log_fields(readme: &str, marker: &str) -> Vec<String> {
     fields
 }
 
-#[tokio::test]
-async fn the_logs_page_lists_the_fields_of_the_reconcile_finished_line() {
+/// The first line with `message` that `check` accepts, of a controller
+/// with the defaults a deployment runs with, against a Hetzner project of
+/// `servers`.
+async fn first_logged(
+    servers: Vec<support::fake_hetzner::FakeServer>,
+    message: &str,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     use canada_kaktus::config;
     use canada_kaktus::hetzner::HetznerOptions;
     use canada_kaktus::run::LoopTimings;
-    use support::fake_hetzner::{numbered_servers, FakeHetzner};
+    use support::fake_hetzner::FakeHetzner;
     use support::fake_kube::FakeKube;
     use support::in_process::{control_loop, hcloud_env};
-
-    let readme = page(LOGS_PAGE);
-    let listed = log_fields(&readme, "<!-- reconcile-finished-fields -->");
-    assert!(listed.len() > 10, "the table is found: {listed:?}");
 
     support::isolate_working_directory();
     canada_kaktus::sync::install_crypto_provider();
     let logs = support::logs::capture();
     let hetzner = FakeHetzner::start().await;
-    hetzner.set_servers(numbered_servers(2));
+    hetzner.set_servers(servers);
     let kube = FakeKube::new(&["v2"]);
     let env = hcloud_env("docs-test-token", hetzner.endpoint());
     let settings = config::load(None, &env).unwrap();
-    // The defaults a deployment runs with, not the quick ones.
     let control = control_loop(
         settings,
         None,
@@ -545,39 +546,71 @@ async fn the_logs_page_lists_the_fields_of_the_reconcile_finished_line() {
     );
     let shutdown = control.shutdown_token();
     let running = tokio::spawn(control.run());
-
-    // A first cycle that writes: every field has a value, `reason` too.
-    let written = |line: &serde_json::Value| line["outcome"] == "written";
     let line = logs
-        .wait_for(
-            "reconcile finished",
-            written,
-            std::time::Duration::from_secs(30),
-        )
+        .wait_for(message, check, std::time::Duration::from_secs(30))
         .await;
     shutdown.cancel();
     running.await.unwrap();
+    line
+}
 
+/// The fields of a log line beyond the four every line has, sorted.
+fn fields_of(line: &serde_json::Value) -> Vec<String> {
     let standard = ["timestamp", "level", "message", "target"];
-    let emitted: Vec<String> = line
+    let mut fields: Vec<String> = line
         .as_object()
         .unwrap()
         .keys()
         .filter(|k| !standard.contains(&k.as_str()))
         .cloned()
         .collect();
-    let mut sorted_listed = listed.clone();
-    sorted_listed.sort();
-    let mut sorted_emitted = emitted.clone();
-    sorted_emitted.sort();
+    fields.sort();
+    fields
+}
+
+#[tokio::test]
+async fn the_logs_page_lists_the_fields_of_the_reconcile_finished_line() {
+    use support::fake_hetzner::numbered_servers;
+    let readme = page(LOGS_PAGE);
+    let mut listed = log_fields(&readme, "<!-- reconcile-finished-fields -->");
+    assert!(listed.len() > 10, "the table is found: {listed:?}");
+    listed.sort();
+
+    // A first cycle that writes: every field has a value, `reason` too.
+    let written = |line: &serde_json::Value| line["outcome"] == "written";
+    let line = first_logged(numbered_servers(2), "reconcile finished", written).await;
     assert_eq!(
-        sorted_listed, sorted_emitted,
+        listed,
+        fields_of(&line),
         "{LOGS_PAGE}'s table (left) against the controller's reconcile finished line (right): {line}"
     );
     assert!(
         readme.contains(&format!("\"target\":{}", line["target"])),
         "{LOGS_PAGE}'s example names the real target {}",
         line["target"]
+    );
+}
+
+#[tokio::test]
+async fn the_logs_page_lists_the_fields_of_the_reconcile_failed_line() {
+    let readme = page(LOGS_PAGE);
+    let mut listed = log_fields(&readme, "<!-- reconcile-failed-fields -->");
+    assert!(listed.len() >= 4, "the table is found: {listed:?}");
+    listed.sort();
+
+    // No server: the pool would be empty, and it alone fails.
+    let of_a_pool = |line: &serde_json::Value| line["pool"].is_string();
+    let line = first_logged(
+        Vec::new(),
+        "reconcile failed; pool left unchanged",
+        of_a_pool,
+    )
+    .await;
+    assert_eq!(line["cause"], "empty_pool", "{line}");
+    assert_eq!(
+        listed,
+        fields_of(&line),
+        "{LOGS_PAGE}'s table (left) against the controller's reconcile failed line (right): {line}"
     );
 }
 

@@ -326,3 +326,92 @@ fn the_pointer_check_can_fail() {
     assert!(dead_pointer("docs/reference/setting.md").is_some());
     assert!(dead_pointer("docs/guides/troubleshooting.md#canadakaktusmadeup").is_some());
 }
+
+/// The Event reasons the controller gives: the CamelCase string literals of
+/// `src/run/events.rs` (`"PoolCreated"`, …).
+fn event_reasons_in_the_code() -> BTreeSet<String> {
+    let code = page("src/run/events.rs");
+    let code = code.split("#[cfg(test)]").next().unwrap_or_default();
+    code.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| looks_like_a_reason(s))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A CamelCase word of two parts or more, as every Event reason is.
+fn looks_like_a_reason(word: &str) -> bool {
+    let humps = word.chars().filter(char::is_ascii_uppercase).count();
+    word.chars().all(|c| c.is_ascii_alphabetic())
+        && word.starts_with(|c: char| c.is_ascii_uppercase())
+        && humps >= 2
+}
+
+#[test]
+fn the_events_page_names_every_reason_and_no_other() {
+    let code = event_reasons_in_the_code();
+    assert!(code.len() >= 15, "the reasons are found: {code:?}");
+    let events = page("docs/reference/events.md");
+    let start = events
+        .find("**Normal:**")
+        .expect("the page lists Normal reasons");
+    let end = events
+        .find("**No event**")
+        .expect("and then says when none");
+    let listed: BTreeSet<String> = events[start..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| looks_like_a_reason(s))
+        .map(str::to_owned)
+        .collect();
+    let missing: Vec<&String> = code.difference(&listed).collect();
+    let unknown: Vec<&String> = listed.difference(&code).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/reference/events.md lacks {missing:?} and names reasons the code never gives: {unknown:?}"
+    );
+}
+
+#[test]
+fn the_pool_fields_page_names_every_key_of_a_pool() {
+    use canada_kaktus::config::{NODE_KEYS, POOL_KEYS, ROBOT_KEYS};
+    let fields = page("docs/reference/pool-fields.md");
+    // The table's first column: the keys each row is about.
+    let rows: Vec<(BTreeSet<String>, String)> = fields
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|row| {
+            let first = row.split(" | ").next().unwrap_or_default();
+            let keys = first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect();
+            (keys, row.to_owned())
+        })
+        .collect();
+    let named: BTreeSet<String> = rows.iter().flat_map(|(k, _)| k.clone()).collect();
+    let code: BTreeSet<String> = POOL_KEYS.iter().map(|k| (*k).to_owned()).collect();
+    assert_eq!(
+        named, code,
+        "docs/reference/pool-fields.md's rows (left) against POOL_KEYS (right)"
+    );
+    let row_of = |key: &str| {
+        rows.iter()
+            .find(|(keys, _)| keys.contains(key))
+            .map(|(_, row)| row.clone())
+            .unwrap_or_default()
+    };
+    for (object, keys) in [("Robot", ROBOT_KEYS), ("Nodes", NODE_KEYS)] {
+        for key in keys {
+            assert!(
+                row_of(object).contains(&format!("\"{key}\""))
+                    || row_of(object).contains(&format!("`{key}`")),
+                "the {object} row of docs/reference/pool-fields.md names {key}"
+            );
+        }
+    }
+}
