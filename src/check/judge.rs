@@ -13,7 +13,10 @@ use super::report::Check;
 
 /// The first Cilium release whose LB IPAM keeps the addresses Services
 /// hold on pool edits and operator restarts (earlier ones reassigned them:
-/// cilium/cilium #40358, #41458, #43131).
+/// cilium/cilium #40358, #43131). #41458 (a shrunk pool revalidated in one
+/// pass) is fixed only in 1.20 (#45543); it does not touch pools of one
+/// /32 or /128 per address, which is what the controller writes, only the
+/// split of an adopted wide block or range.
 pub const CILIUM_KEEPS_ADDRESSES: (u32, u32, u32) = (1, 18, 2);
 
 /// A rate limit with less than this share left is worth a warning.

@@ -283,7 +283,7 @@ fn filler(id: i64) -> FakeServer {
 }
 
 /// The operator may rename a pool or add one: RBAC must name the new names
-/// too (`internal-b`, `dedicated`), as the README says for every pool name
+/// too (`internal-b`, `dedicated`), as docs/reference/rbac.md says for every pool name
 /// (a ClusterRole beside the component's).
 fn grant_more_pools(cluster: &TestCluster) {
     let dir = tempfile::tempdir().unwrap();
@@ -822,8 +822,8 @@ impl Soak {
     /// A reload renames `internal` (to `internal-b` and back): the old pool
     /// is no longer managed and keeps its addresses, so the renamed one
     /// gets none of them; once the controller says so, the operator deletes
-    /// the old pool (its Services lose their addresses, as the README
-    /// warns) and the renamed pool takes them.
+    /// the old pool (its Services lose their addresses, as
+    /// docs/explanation/safety-guards.md warns) and the renamed pool takes them.
     async fn rename(&mut self, step: usize) {
         let from = ["internal", "internal-b"]
             .into_iter()

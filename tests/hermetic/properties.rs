@@ -785,7 +785,7 @@ fn address_strings(at: &str, rng: &mut StdRng) -> Option<Value> {
     }
 }
 
-/// A server as the README describes its reading, worked out from the
+/// A server as the docs describe its reading, worked out from the
 /// document by hand: the public IPv4 (usable unless missing, not an
 /// address or 0.0.0.0) and whether it is blocked, the IPv6 network, the
 /// private networks with the addresses that are addresses, the labels and
@@ -802,7 +802,7 @@ struct Described {
     location: Option<(String, String)>,
 }
 
-/// Marks an IPv6 text the README does not describe.
+/// Marks an IPv6 text the docs do not describe.
 const UNDESCRIBED: Option<(Ipv6Addr, u8, bool)> = Some((Ipv6Addr::UNSPECIFIED, 0, false));
 
 fn described(server: &Value) -> Described {
@@ -893,11 +893,11 @@ proptest! {
 
     /// A page of servers made from Hetzner's own schema (every status,
     /// `null` where allowed, optional fields present or absent) reads as
-    /// the README describes: each server's addresses, labels and location
+    /// the docs describe: each server's addresses, labels and location
     /// come out of it, the first of a repeated ID is kept, and nothing
     /// fails the listing. Its paging is made consistent with the page
     /// asked for (any other paging is refused, cause `pagination`, as the
-    /// README's "Complete listings only" says; the second property).
+    /// "Complete listings only" of docs/explanation/safety-guards.md says; the second property).
     #[test]
     fn a_page_the_openapi_document_allows_reads_as_described(seed in any::<u64>(), page in 1u32..5) {
         let spec = Spec::shared();
@@ -937,7 +937,7 @@ proptest! {
 
     /// The same pages with the schema's paging numbers (any `int64`,
     /// `null`, or left out; half the time a `next_page` that follows):
-    /// read, with the page that follows, exactly when the README's rules
+    /// read, with the page that follows, exactly when the rules of docs/explanation/safety-guards.md
     /// hold (numbers that are page numbers and counts, no more entries than
     /// `per_page` (at most 50), a `next_page` that is the following page and
     /// not past `last_page`), and otherwise refused with cause `pagination`.
@@ -967,11 +967,11 @@ proptest! {
         let body = serde_json::to_vec(&document).unwrap();
         match parse_servers_page(page, &body) {
             Ok((_, read_next)) => {
-                prop_assert!(numbers_fit && fits_page && follows, "read paging the README refuses:\n{:#}", document);
+                prop_assert!(numbers_fit && fits_page && follows, "read paging the docs refuse:\n{:#}", document);
                 prop_assert_eq!(read_next.map(i64::from), next);
             }
             Err(HetznerError::Pagination { .. }) => {
-                prop_assert!(!(numbers_fit && fits_page && follows), "refused paging the README allows:\n{:#}", document);
+                prop_assert!(!(numbers_fit && fits_page && follows), "refused paging the docs allow:\n{:#}", document);
             }
             Err(other) => prop_assert!(false, "{other} ({other:?})\n{document:#}"),
         }
