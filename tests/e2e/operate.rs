@@ -144,6 +144,12 @@ async fn events_on_the_pool_tell_the_story_and_metrics_follow() {
     // cycle (401 is not retried, so each cycle is one request).
     hetzner.set_fault(Some(Fault::status(401)));
     controller.wait_health(503, |_| true).await;
+    // The Warning is published by a task of its own: wait for it, then give
+    // two more cycles the chance to add a second one.
+    wait_events(&cluster, "ReconcileFailed", |e| {
+        reasons(e).contains(&"ReconcileFailed".to_owned())
+    })
+    .await;
     wait_cycles(&hetzner, 2).await;
     let events = pool_events(&cluster).await;
     let warnings: Vec<_> = events
@@ -206,13 +212,27 @@ async fn events_on_the_pool_tell_the_story_and_metrics_follow() {
         .unwrap_or_default();
     eprintln!("kubectl describe ciliumloadbalancerippool {POOL} (events):\n{events_part}");
 
-    // And what Prometheus sees.
-    let text = controller.metrics().await.unwrap();
+    // And what Prometheus sees: every Event on the pool counted once (the
+    // count is read until it matches the Events listed with it, as the
+    // counter moves when the API server has answered the publishing task).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (text, listed) = loop {
+        let listed = pool_events(&cluster).await.len();
+        let text = controller.metrics().await.unwrap();
+        let published = support::e2e::metric(
+            &text,
+            r#"canada_kaktus_kube_events_total{result="success"}"#,
+        );
+        if published == Some(listed as f64) || Instant::now() > deadline {
+            break (text, listed);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let value = |series: &str| support::e2e::metric(&text, series);
     assert_eq!(value(LEADER), Some(1.0));
     assert_eq!(
         value(r#"canada_kaktus_kube_events_total{result="success"}"#),
-        Some(events.len() as f64)
+        Some(listed as f64)
     );
     assert_eq!(
         value(r#"canada_kaktus_kube_events_total{result="failure"}"#),

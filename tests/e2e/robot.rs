@@ -395,6 +395,9 @@ async fn a_robot_answer_that_echoes_the_credentials_shows_them_nowhere() {
         cidrs(p).contains("203.0.113.21/32")
     })
     .await;
+    // The write's Event comes from a task of its own: the Events read below
+    // must see it.
+    wait_event(&cluster, "edge", "PoolCreated", "").await;
     let shown = outputs(&cluster, &hetzner, &robot, &controller).await;
     let explain = &shown.iter().find(|(what, _)| *what == "explain").unwrap().1;
     assert!(
