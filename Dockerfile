@@ -66,7 +66,7 @@ FROM gcr.io/distroless/static-debian12:nonroot@sha256:d093aa3e30dbadd3efe1310db0
 # and creation time on top of these.
 ARG SOURCE_URL=""
 LABEL org.opencontainers.image.title="canada-kaktus" \
-      org.opencontainers.image.description="Keeps a Cilium CiliumLoadBalancerIPPool equal to the public IPv4s of matching Hetzner Cloud servers" \
+      org.opencontainers.image.description="Keeps Cilium CiliumLoadBalancerIPPools equal to the addresses of the Hetzner servers (Cloud and dedicated) that should serve, with Floating IP failover" \
       org.opencontainers.image.source="${SOURCE_URL}" \
       org.opencontainers.image.licenses="MIT"
 

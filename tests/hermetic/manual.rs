@@ -77,10 +77,9 @@ fn link_targets(text: &str) -> Vec<String> {
     while let Some(at) = rest.find("](") {
         let after = &rest[at + 2..];
         let Some(end) = after.find(')') else { break };
-        let target = &after[..end];
-        if !target.contains(char::is_whitespace) {
-            targets.push(target.to_owned());
-        }
+        // A target with a title or a line break stays in, for
+        // `dead_link` to refuse.
+        targets.push(after[..end].to_owned());
         rest = &after[end..];
     }
     targets
@@ -90,6 +89,11 @@ fn link_targets(text: &str) -> Vec<String> {
 /// the file must exist and, for a Markdown file, the anchor must be one of
 /// its headings'.
 pub(crate) fn dead_link(from: &str, target: &str) -> Option<String> {
+    if target.contains(char::is_whitespace) {
+        return Some(format!(
+            "{target:?}: a link target with a space or line break"
+        ));
+    }
     if target.starts_with("http://")
         || target.starts_with("https://")
         || target.starts_with("mailto:")
@@ -162,6 +166,7 @@ fn the_link_check_can_fail() {
     assert!(dead_link(from, "../reference/rbac.md#made-up-heading").is_some());
     assert!(dead_link(from, "#made-up-heading").is_some());
     assert!(dead_link("README.md", "../outside.md").is_some());
+    assert!(dead_link(from, "../reference/rbac.md \"RBAC\"").is_some());
     // Headings in code blocks make no anchor; repeated ones are numbered;
     // backticks and punctuation drop out.
     let slugs = anchors("# A `b` c\n```\n# not a heading\n```\n## A b c\n### What, it writes!");
@@ -212,18 +217,22 @@ fn the_readme_is_a_short_landing_page_that_maps_every_page() {
     }
 }
 
-/// Every `docs/….md` pointer (with its `#anchor`) in a text: the binary's
-/// messages, hints and comments, the deploy files, the alerts' runbook URLs.
+/// Every pointer into the manual in a text: `docs/…` (a page, with its
+/// `#anchor`) and `README.md#…`, in the binary's messages, hints and
+/// comments, the deploy files, the alerts' runbook URLs. `docs/` alone (the
+/// folder) is none.
 fn pointers(text: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for (at, _) in text.match_indices("docs/") {
-        let token: String = text[at..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || "/_.#-".contains(*c))
-            .collect();
-        let token = token.trim_end_matches('.');
-        if token.contains(".md") {
-            found.push(token.to_owned());
+    for start in ["docs/", "README.md#"] {
+        for (at, _) in text.match_indices(start) {
+            let token: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || "/_.#-".contains(*c))
+                .collect();
+            let token = token.trim_end_matches('.');
+            if token.len() > start.len() {
+                found.push(token.to_owned());
+            }
         }
     }
     found
@@ -231,6 +240,9 @@ fn pointers(text: &str) -> Vec<String> {
 
 /// Why a pointer, from the repository's root, does not resolve.
 fn dead_pointer(pointer: &str) -> Option<String> {
+    if pointer.starts_with("docs/") && !pointer.contains(".md") {
+        return Some(format!("{pointer}: names no page (docs/….md)"));
+    }
     dead_link("README.md", pointer)
 }
 
@@ -324,6 +336,9 @@ fn the_pointer_check_can_fail() {
         None
     );
     assert!(dead_pointer("docs/reference/setting.md").is_some());
+    assert!(dead_pointer("docs/reference/settings").is_some());
+    assert_eq!(dead_pointer("README.md#quick-start"), None);
+    assert!(dead_pointer("README.md#settings").is_some());
     assert!(dead_pointer("docs/guides/troubleshooting.md#canadakaktusmadeup").is_some());
 }
 
