@@ -22,7 +22,7 @@ cache_complete() {
 
 cache_open() {
   command -v go >/dev/null 2>&1 || {
-    log "go is not installed (need Go >= 1.24)"
+    log "go is not installed (need Go >= 1.26)"
     exit 1
   }
   local key="$1"

@@ -4,44 +4,60 @@
 # its own, so the end-to-end tests can show that a LoadBalancer Service
 # really gets an address from the pool canada-kaktus writes.
 #
-# Two Cilium releases, one per pool API version canada-kaktus writes:
-#   <bin dir>/v2/        Cilium 1.18+ behaviour (cilium.io/v2 pools)
-#   <bin dir>/v2alpha1/  Cilium 1.15-1.17 behaviour (cilium.io/v2alpha1 only)
+# One build per supported Cilium release (CILIUM_RELEASES in
+# scripts/supported-versions.sh), each in a folder named by its minor:
+#   <bin dir>/v1.20/, v1.19/, v1.18/   cilium.io/v2 pools
+#   <bin dir>/v1.15/                   cilium.io/v2alpha1 pools only
 # each with `cilium-lbipam`, the CiliumLoadBalancerIPPool CRD that release
-# ships (`ciliumloadbalancerippools.yaml`, copied from the module) and
-# `release` (the Cilium version). The last line on stdout is <bin dir>.
+# ships (`ciliumloadbalancerippools.yaml`, copied from the module), `release`
+# (the Cilium version) and `api` (the pool API version it serves first).
+# `v2` and `v2alpha1` link to the newest release of each API version, for
+# the suites that run once per API version. The last line on stdout is
+# <bin dir>.
 #
-# The releases are pinned here and only here. The Go proxy serves v1.15.6,
-# v1.15.19 and v1.20.2 of the module; the whole cilium-operator does not
-# build from it (some of its dependencies are not served), the lbipam
-# package does. The module graph cannot be tidied for the same reason, so
-# the build resolves only what the program imports (-mod=mod, checksums
-# verified as usual).
+# The Go proxy serves these releases of the module; the whole
+# cilium-operator does not build from it (some of its dependencies are not
+# served), the lbipam package does. The module graph cannot be tidied for
+# the same reason, so the build resolves only what the program imports
+# (-mod=mod, checksums verified as usual). Harnesses: tests/cilium-lbipam/
+# v1.15 for 1.15, v1.20 for 1.18 and later (1.18 with the build tag
+# cilium_1_18).
 set -euo pipefail
-
-# API version -> Cilium release, and the harness directory for it.
-CILIUM_V2_RELEASE="v1.20.2"
-CILIUM_V2ALPHA1_RELEASE="v1.15.19"
 
 log() { printf 'cilium-bins: %s\n' "$*" >&2; }
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=scripts/supported-versions.sh
+source "$here/supported-versions.sh"
 harness="$(cd "$here/../tests/cilium-lbipam" && pwd)"
 # The harness sources and this script are part of the key: a change to
 # either is built again.
-src_hash="$(cat "$harness/v1.20/main.go" "$harness/v1.15/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)"
+src_hash="$(cat "$harness"/*/*.go "${BASH_SOURCE[0]}" | sha256sum | cut -c1-12)"
 
+minor() { # v1.20.2 -> v1.20
+  cut -d. -f1,2 <<<"$1"
+}
+
+binaries=()
+for release in "${CILIUM_RELEASES[@]}"; do
+  binaries+=("$(minor "$release")/cilium-lbipam")
+done
 # shellcheck source=scripts/build-cache.sh
 source "$here/build-cache.sh"
-cache_open "cilium-lbipam-${CILIUM_V2_RELEASE}-${CILIUM_V2ALPHA1_RELEASE}-${src_hash}" \
-  v2/cilium-lbipam v2alpha1/cilium-lbipam
+cache_open "cilium-lbipam-$(IFS=-; echo "${CILIUM_RELEASES[*]}")-${src_hash}" "${binaries[@]}"
 
-# build API_VERSION RELEASE HARNESS_DIR CRD_DIR
+# build RELEASE: the harness, the tags and the CRD that release needs.
 build() {
-  local api="$1" release="$2" src="$3" crd_dir="$4"
-  local dir="$work/$api" out="$bin_dir.tmp/$api"
+  local release="$1" name src api tags=""
+  name="$(minor "$release")"
+  case "$name" in
+    v1.15) src=v1.15 api=v2alpha1 ;;
+    v1.18) src=v1.20 api=v2 tags=cilium_1_18 ;;
+    *) src=v1.20 api=v2 ;;
+  esac
+  local dir="$work/$name" out="$bin_dir.tmp/$name"
   mkdir -p "$dir" "$out"
-  cp "$harness/$src/main.go" "$dir/main.go"
+  cp "$harness/$src/"*.go "$dir/"
   cat >"$dir/go.mod" <<GOMOD
 module canada-kaktus.invalid/cilium-lbipam
 
@@ -50,15 +66,21 @@ go 1.25.0
 require github.com/cilium/cilium ${release}
 GOMOD
   log "building Cilium ${release} LB IPAM (cilium.io/${api})"
-  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out/cilium-lbipam" .)
+  local t=$SECONDS
+  (cd "$dir" && go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$out/cilium-lbipam" .)
+  log "built Cilium ${release} in $((SECONDS - t))s"
   local module
   module="$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/cilium/cilium)"
-  cp "$module/pkg/k8s/apis/cilium.io/client/crds/$crd_dir/ciliumloadbalancerippools.yaml" \
+  cp "$module/pkg/k8s/apis/cilium.io/client/crds/$api/ciliumloadbalancerippools.yaml" \
     "$out/ciliumloadbalancerippools.yaml"
   chmod u+w "$out/ciliumloadbalancerippools.yaml"
   printf '%s\n' "$release" >"$out/release"
+  printf '%s\n' "$api" >"$out/api"
+  # The newest release of each API version answers for it.
+  [[ -e "$bin_dir.tmp/$api" ]] || ln -s "$name" "$bin_dir.tmp/$api"
 }
 
-build v2 "$CILIUM_V2_RELEASE" v1.20 v2
-build v2alpha1 "$CILIUM_V2ALPHA1_RELEASE" v1.15 v2alpha1
-cache_close "cilium ${CILIUM_V2_RELEASE} and ${CILIUM_V2ALPHA1_RELEASE} lbipam built in $((SECONDS - start_time))s"
+for release in "${CILIUM_RELEASES[@]}"; do
+  build "$release"
+done
+cache_close "cilium ${CILIUM_RELEASES[*]} lbipam built in $((SECONDS - start_time))s"

@@ -18,15 +18,16 @@
 #   generated from the kubernetes go.mod itself.
 # * etcd is built from go.etcd.io/etcd/server/v3 (its root package is the
 #   etcd main) in a second throwaway module, so it keeps etcd's own pinned
-#   dependencies. Kubernetes 1.34 is released and tested against etcd 3.6.
-#   Debian bookworm's etcd-server package is 3.4, which kube-apiserver 1.34
-#   still talks to but is past its end of life and not what 1.34 is tested
-#   with; building from Go also means no apt step and no root is needed.
+#   dependencies. Kubernetes 1.35 to 1.37 are released and tested against
+#   etcd 3.6. Debian bookworm's etcd-server package is 3.4, past its end of
+#   life and not what they are tested with; building from Go also means no
+#   apt step and no root is needed.
 #
-# Versions: K8S_VERSION is the newest v1.34 patch whose go.mod the Go
-# checksum database could verify through the proxy when this was written
-# (v1.34.11 and v1.34.12 were listed by the proxy but their checksums were
-# not served; v1.34.6 is not served at all).
+# Versions: the first argument, else the newest of K8S_VERSIONS in
+# scripts/supported-versions.sh (the patches the Go module proxy serves and
+# the checksum database verifies); etcd is ETCD_VERSION from there.
+#
+#   scripts/k8s-bins.sh v1.35.4
 #
 # Cache: ${CANADA_KAKTUS_CACHE_DIR:-$HOME/.cache/canada-kaktus}/k8s-<v>-etcd-<v>/bin
 # The Go module and build caches (GOMODCACHE, GOCACHE) keep their defaults
@@ -35,8 +36,9 @@
 # run returns at once.
 set -euo pipefail
 
-K8S_VERSION="v1.34.10"
-ETCD_VERSION="v3.6.16"
+# shellcheck source=scripts/supported-versions.sh
+source "$(dirname "${BASH_SOURCE[0]}")/supported-versions.sh"
+K8S_VERSION="${1:-${K8S_VERSIONS[0]}}"
 
 log() { printf 'k8s-bins: %s\n' "$*" >&2; }
 

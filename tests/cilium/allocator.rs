@@ -1,7 +1,9 @@
 //! Proven with Cilium's own allocator: the pool canada-kaktus writes, read by
 //! Cilium's LB IPAM (the operator's lbipam cell, built by
-//! scripts/cilium-bins.sh from two Cilium releases: one serving
-//! `cilium.io/v2` pools, one serving only `cilium.io/v2alpha1`), gives
+//! scripts/cilium-bins.sh from every supported Cilium release: 1.20, 1.19
+//! and 1.18 serving `cilium.io/v2` pools, 1.15 serving only
+//! `cilium.io/v2alpha1`; the `v2_` and `v2alpha1_` tests run 1.20 and
+//! 1.15), gives
 //! LoadBalancer Services their addresses on a real kube-apiserver with the
 //! CRD that release ships. Every assertion reads Service and pool status
 //! from the API server. Scenarios (issue 12): 1-4 servers come and go and
@@ -223,6 +225,20 @@ async fn v2alpha1_services_get_keep_and_move_addresses_as_servers_come_and_go() 
     services_get_keep_and_move_addresses(Release::of("v2alpha1")).await;
 }
 
+/// The same on Cilium 1.19, which serves `cilium.io/v2` pools too.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn cilium_1_19_services_get_keep_and_move_addresses_as_servers_come_and_go() {
+    services_get_keep_and_move_addresses(Release::minor("v1.19")).await;
+}
+
+/// The same on Cilium 1.18, which serves `cilium.io/v2` pools too.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn cilium_1_18_services_get_keep_and_move_addresses_as_servers_come_and_go() {
+    services_get_keep_and_move_addresses(Release::minor("v1.18")).await;
+}
+
 /// Scenarios 5 and 8: a hand edit the controller repairs, then two
 /// failovers (SIGTERM, then SIGKILL past the Lease), with Services holding
 /// addresses throughout. No Service ever holds a second address, and the
@@ -326,6 +342,20 @@ async fn v2_a_hand_edit_and_failovers_move_no_service() {
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
 async fn v2alpha1_a_hand_edit_and_failovers_move_no_service() {
     a_hand_edit_and_failovers_move_no_service(Release::of("v2alpha1")).await;
+}
+
+/// The same on Cilium 1.19, which serves `cilium.io/v2` pools too.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn cilium_1_19_a_hand_edit_and_failovers_move_no_service() {
+    a_hand_edit_and_failovers_move_no_service(Release::minor("v1.19")).await;
+}
+
+/// The same on Cilium 1.18, which serves `cilium.io/v2` pools too.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn cilium_1_18_a_hand_edit_and_failovers_move_no_service() {
+    a_hand_edit_and_failovers_move_no_service(Release::minor("v1.18")).await;
 }
 
 /// A Service of `type: LoadBalancer` with labels and an IP family policy.
@@ -516,6 +546,20 @@ async fn v2_several_pools_give_each_service_its_pool() {
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
 async fn v2alpha1_several_pools_give_each_service_its_pool() {
     several_pools_give_each_service_its_pool(Release::of("v2alpha1")).await;
+}
+
+/// The same on Cilium 1.19, which serves `cilium.io/v2` pools too.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn cilium_1_19_several_pools_give_each_service_its_pool() {
+    several_pools_give_each_service_its_pool(Release::minor("v1.19")).await;
+}
+
+/// The same on Cilium 1.18, which serves `cilium.io/v2` pools too.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
+async fn cilium_1_18_several_pools_give_each_service_its_pool() {
+    several_pools_give_each_service_its_pool(Release::minor("v1.18")).await;
 }
 
 /// Removes every `description` (the fixtures shorten them).

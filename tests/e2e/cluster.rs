@@ -409,3 +409,41 @@ fn without_the_binaries_a_real_api_server_test_fails_instead_of_passing() {
 fn an_empty_binary_directory_setting_counts_as_unset() {
     support::cluster::bin_dir(Some(std::ffi::OsString::new()));
 }
+
+/// The Kubernetes releases the project supports, from
+/// scripts/supported-versions.sh (`K8S_VERSIONS=("v1.37.2" …)`).
+pub(crate) fn supported_kubernetes() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/supported-versions.sh");
+    let text = std::fs::read_to_string(path).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("K8S_VERSIONS=("))
+        .expect("scripts/supported-versions.sh sets K8S_VERSIONS");
+    line.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Each run of the suite (the whole of it on the newest supported
+/// Kubernetes, the smoke set on the others) is on a supported release: the
+/// API server says which, and scripts/test prints it.
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn the_api_server_is_a_supported_kubernetes_release() {
+    let cluster = TestCluster::start().await;
+    let info = cluster.admin_client().apiserver_version().await.unwrap();
+    let supported = supported_kubernetes();
+    assert_eq!(supported.len(), 3, "{supported:?}");
+    eprintln!(
+        "kube-apiserver {} ({})",
+        info.git_version,
+        cluster.bin_dir().display()
+    );
+    assert!(
+        supported.contains(&info.git_version),
+        "kube-apiserver {} is not one of the supported releases {supported:?}: build one with scripts/k8s-bins.sh VERSION",
+        info.git_version
+    );
+}

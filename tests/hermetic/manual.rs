@@ -430,3 +430,126 @@ fn the_pool_fields_page_names_every_key_of_a_pool() {
         }
     }
 }
+
+/// The rows of the supported-versions table (after its marker) on a page:
+/// (component, release tested).
+fn supported_rows(text: &str) -> Vec<(String, String)> {
+    let start = text
+        .find("<!-- supported-versions -->")
+        .expect("the page marks its supported-versions table");
+    text[start..]
+        .lines()
+        .skip(3)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            (cells[1].to_owned(), cells[2].to_owned())
+        })
+        .collect()
+}
+
+/// A bash array of scripts/supported-versions.sh (`NAME=("a" "b")`).
+fn supported(name: &str) -> Vec<String> {
+    let text = page("scripts/supported-versions.sh");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}=(")))
+        .unwrap_or_else(|| panic!("scripts/supported-versions.sh sets {name}"));
+    line.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_supported_versions_table_is_what_the_test_command_runs() {
+    let kubernetes = supported("K8S_VERSIONS");
+    let cilium = supported("CILIUM_RELEASES");
+    assert_eq!(
+        kubernetes.len(),
+        3,
+        "the three newest minors: {kubernetes:?}"
+    );
+    let minor = |v: &str| {
+        v.trim_start_matches('v')
+            .rsplit_once('.')
+            .unwrap()
+            .0
+            .to_owned()
+    };
+    let mut expected: Vec<(String, String)> = kubernetes
+        .iter()
+        .map(|v| (format!("Kubernetes {}", minor(v)), v.clone()))
+        .collect();
+    expected.extend(
+        cilium
+            .iter()
+            .map(|v| (format!("Cilium {}", minor(v)), v.clone())),
+    );
+    let readme = supported_rows(&page("README.md"));
+    let shown: Vec<(String, String)> = readme
+        .iter()
+        .map(|(component, release)| {
+            // "Cilium 1.15 (`v2alpha1` pools)": the component, without the note.
+            let component = component.split(" (").next().unwrap_or_default().to_owned();
+            (component, release.clone())
+        })
+        .collect();
+    assert_eq!(
+        shown, expected,
+        "README.md's table (left) against scripts/supported-versions.sh (right)"
+    );
+    assert_eq!(
+        supported_rows(&page("docs/guides/install.md")),
+        readme,
+        "the install page shows the README's table"
+    );
+    // Every release the table names is built and run by the test command:
+    // the full suite on the first Kubernetes, the smoke set on each other,
+    // the allocator scenarios on each Cilium minor.
+    let test = page("scripts/test");
+    for needed in [
+        "source scripts/supported-versions.sh",
+        "for version in \"${K8S_VERSIONS[@]}\"; do",
+        "CANADA_KAKTUS_K8S_BIN_DIR=\"${k8s_dirs[0]}\"",
+        "for i in \"${!K8S_VERSIONS[@]}\"; do",
+        "--include-ignored --exact \"${SMOKE_TESTS[@]}\"",
+    ] {
+        assert!(test.contains(needed), "scripts/test: {needed}");
+    }
+    // The smoke set names e2e tests that exist, one per part the issue
+    // named at least.
+    let smoke = test
+        .split("SMOKE_TESTS=(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("scripts/test sets SMOKE_TESTS");
+    let smoke: Vec<&str> = smoke.split_whitespace().collect();
+    assert!(smoke.len() >= 5, "{smoke:?}");
+    for name in &smoke {
+        let (module, function) = name.split_once("::").unwrap();
+        let file = page(&format!("tests/e2e/{module}.rs"));
+        assert!(
+            file.contains(&format!("async fn {function}(")),
+            "the smoke set names {name}, which tests/e2e/{module}.rs does not have"
+        );
+    }
+    let cilium_bins = page("scripts/cilium-bins.sh");
+    assert!(cilium_bins.contains("for release in \"${CILIUM_RELEASES[@]}\"; do"));
+    let allocator = page("tests/cilium/allocator.rs");
+    for release in &cilium {
+        let m = minor(release);
+        let by_minor = format!("Release::minor(\"v{m}\")");
+        let by_api = match m.as_str() {
+            "1.20" => "Release::of(\"v2\")",
+            "1.15" => "Release::of(\"v2alpha1\")",
+            _ => "no such call",
+        };
+        let scenarios = allocator.matches(&by_minor).count() + allocator.matches(by_api).count();
+        assert!(
+            scenarios >= 3,
+            "the allocator scenarios run on Cilium {m}: {scenarios}"
+        );
+    }
+}

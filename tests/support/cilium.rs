@@ -20,9 +20,9 @@ use super::e2e::apply_deploy;
 
 pub const CILIUM_DIR_ENV: &str = "CANADA_KAKTUS_CILIUM_BIN_DIR";
 
-/// One Cilium release as scripts/cilium-bins.sh builds it, named by the
-/// pool API version it serves: its LB IPAM program, the CRD it ships and
-/// its version.
+/// One Cilium release as scripts/cilium-bins.sh builds it: its LB IPAM
+/// program, the CRD it ships, the pool API version it serves first and its
+/// version.
 pub struct Release {
     pub api: &'static str,
     pub dir: PathBuf,
@@ -30,17 +30,46 @@ pub struct Release {
 }
 
 impl Release {
+    /// The newest supported release of a pool API version (`v2`,
+    /// `v2alpha1`).
     pub fn of(api: &'static str) -> Release {
+        let release = Release::at(api);
+        assert_eq!(release.api, api, "{}", release.dir.display());
+        release
+    }
+
+    /// The supported release of a Cilium minor (`v1.18`), which the
+    /// allocator scenarios run on each of.
+    pub fn minor(minor: &str) -> Release {
+        let release = Release::at(minor);
+        assert!(
+            release.version.starts_with(&format!("{minor}.")),
+            "{} is Cilium {}, not {minor}",
+            release.dir.display(),
+            release.version
+        );
+        release
+    }
+
+    fn at(name: &str) -> Release {
         let root = std::env::var_os(CILIUM_DIR_ENV)
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| {
                 panic!("{CILIUM_DIR_ENV} is not set: run scripts/test, or set it to what scripts/cilium-bins.sh prints")
             });
-        let dir = PathBuf::from(root).join(api);
-        let version = std::fs::read_to_string(dir.join("release"))
-            .unwrap_or_else(|e| panic!("{}/release: {e}", dir.display()))
-            .trim()
-            .to_owned();
+        let dir = PathBuf::from(root).join(name);
+        let read = |file: &str| {
+            std::fs::read_to_string(dir.join(file))
+                .unwrap_or_else(|e| panic!("{}/{file}: {e}", dir.display()))
+                .trim()
+                .to_owned()
+        };
+        let api = match read("api").as_str() {
+            "v2" => "v2",
+            "v2alpha1" => "v2alpha1",
+            other => panic!("{}/api: {other}", dir.display()),
+        };
+        let version = read("release");
         Release { api, dir, version }
     }
 

@@ -2,7 +2,8 @@
 // program of its own, for the end-to-end tests: it watches
 // CiliumLoadBalancerIPPools and LoadBalancer Services on the API server named
 // by --k8s-kubeconfig-path and assigns addresses exactly as the operator
-// does. scripts/cilium-bins.sh builds it against the pinned Cilium release.
+// does. scripts/cilium-bins.sh builds it against each pinned Cilium release
+// from 1.18 on (1.18 with the build tag cilium_1_18, see pool_resource_1_18.go).
 //
 // The operator's own constructor for the pool resource lives in a package
 // that needs modules the Go proxy does not serve, so the pool resource is
@@ -15,15 +16,11 @@ import (
 
 	"github.com/cilium/hive/cell"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/cilium/cilium/operator/pkg/lbipam"
 	"github.com/cilium/cilium/pkg/hive"
 	"github.com/cilium/cilium/pkg/k8s"
-	cilium_api_v2 "github.com/cilium/cilium/pkg/k8s/apis/cilium.io/v2"
 	"github.com/cilium/cilium/pkg/k8s/client"
-	"github.com/cilium/cilium/pkg/k8s/resource"
-	"github.com/cilium/cilium/pkg/k8s/utils"
 	"github.com/cilium/cilium/pkg/option"
 )
 
@@ -48,14 +45,4 @@ func main() {
 		slog.Error("LB IPAM stopped", "error", err)
 		os.Exit(1)
 	}
-}
-
-func poolResource(lc cell.Lifecycle, cs client.Clientset, mp workqueue.MetricsProvider) (resource.Resource[*cilium_api_v2.CiliumLoadBalancerIPPool], error) {
-	if !cs.IsEnabled() {
-		return nil, nil
-	}
-	lw := utils.ListerWatcherFromTyped[*cilium_api_v2.CiliumLoadBalancerIPPoolList](
-		cs.CiliumV2().CiliumLoadBalancerIPPools())
-	return resource.New[*cilium_api_v2.CiliumLoadBalancerIPPool](
-		lc, lw, mp, resource.WithMetric("CiliumLoadBalancerIPPool")), nil
 }
