@@ -53,7 +53,11 @@ build() {
   case "$name" in
     v1.15) src=v1.15 api=v2alpha1 ;;
     v1.18) src=v1.20 api=v2 tags=cilium_1_18 ;;
-    *) src=v1.20 api=v2 ;;
+    v1.19 | v1.2[0-9]) src=v1.20 api=v2 ;;
+    *)
+      log "no harness for Cilium ${release} (tests/cilium-lbipam has 1.15, and 1.18 on)"
+      exit 1
+      ;;
   esac
   local dir="$work/$name" out="$bin_dir.tmp/$name"
   mkdir -p "$dir" "$out"
@@ -69,6 +73,13 @@ GOMOD
   local t=$SECONDS
   (cd "$dir" && go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$out/cilium-lbipam" .)
   log "built Cilium ${release} in $((SECONDS - t))s"
+  # The program is built from the release named, not another the module
+  # graph chose.
+  if ! go version -m "$out/cilium-lbipam" | grep -q "github.com/cilium/cilium[[:space:]]*${release}\b"; then
+    log "$out/cilium-lbipam was not built from Cilium ${release}:"
+    go version -m "$out/cilium-lbipam" | grep 'github.com/cilium/cilium' >&2
+    exit 1
+  fi
   local module
   module="$(cd "$dir" && go list -m -f '{{.Dir}}' github.com/cilium/cilium)"
   cp "$module/pkg/k8s/apis/cilium.io/client/crds/$api/ciliumloadbalancerippools.yaml" \
@@ -76,11 +87,15 @@ GOMOD
   chmod u+w "$out/ciliumloadbalancerippools.yaml"
   printf '%s\n' "$release" >"$out/release"
   printf '%s\n' "$api" >"$out/api"
-  # The newest release of each API version answers for it.
-  [[ -e "$bin_dir.tmp/$api" ]] || ln -s "$name" "$bin_dir.tmp/$api"
 }
 
 for release in "${CILIUM_RELEASES[@]}"; do
   build "$release"
+done
+# The newest release of each API version answers for it, whatever the
+# order of CILIUM_RELEASES.
+for api in v2 v2alpha1; do
+  newest="$(grep -lx "$api" "$bin_dir.tmp"/*/api | xargs -n1 dirname | xargs -n1 basename | sort -V | tail -n 1)"
+  ln -s "$newest" "$bin_dir.tmp/$api"
 done
 cache_close "cilium ${CILIUM_RELEASES[*]} lbipam built in $((SECONDS - start_time))s"

@@ -2,8 +2,8 @@
 //! Cilium's LB IPAM (the operator's lbipam cell, built by
 //! scripts/cilium-bins.sh from every supported Cilium release: 1.20, 1.19
 //! and 1.18 serving `cilium.io/v2` pools, 1.15 serving only
-//! `cilium.io/v2alpha1`; the `v2_` and `v2alpha1_` tests run 1.20 and
-//! 1.15), gives
+//! `cilium.io/v2alpha1`; each scenario runs on each, as `cilium_1_20_…`
+//! and so on), gives
 //! LoadBalancer Services their addresses on a real kube-apiserver with the
 //! CRD that release ships. Every assertion reads Service and pool status
 //! from the API server. Scenarios (issue 12): 1-4 servers come and go and
@@ -215,14 +215,14 @@ async fn services_get_keep_and_move_addresses(release: Release) {
 
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
-async fn v2_services_get_keep_and_move_addresses_as_servers_come_and_go() {
-    services_get_keep_and_move_addresses(Release::of("v2")).await;
+async fn cilium_1_20_services_get_keep_and_move_addresses_as_servers_come_and_go() {
+    services_get_keep_and_move_addresses(Release::minor("v1.20")).await;
 }
 
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
-async fn v2alpha1_services_get_keep_and_move_addresses_as_servers_come_and_go() {
-    services_get_keep_and_move_addresses(Release::of("v2alpha1")).await;
+async fn cilium_1_15_services_get_keep_and_move_addresses_as_servers_come_and_go() {
+    services_get_keep_and_move_addresses(Release::minor("v1.15")).await;
 }
 
 /// The same on Cilium 1.19, which serves `cilium.io/v2` pools too.
@@ -334,14 +334,14 @@ async fn a_hand_edit_and_failovers_move_no_service(release: Release) {
 
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
-async fn v2_a_hand_edit_and_failovers_move_no_service() {
-    a_hand_edit_and_failovers_move_no_service(Release::of("v2")).await;
+async fn cilium_1_20_a_hand_edit_and_failovers_move_no_service() {
+    a_hand_edit_and_failovers_move_no_service(Release::minor("v1.20")).await;
 }
 
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
-async fn v2alpha1_a_hand_edit_and_failovers_move_no_service() {
-    a_hand_edit_and_failovers_move_no_service(Release::of("v2alpha1")).await;
+async fn cilium_1_15_a_hand_edit_and_failovers_move_no_service() {
+    a_hand_edit_and_failovers_move_no_service(Release::minor("v1.15")).await;
 }
 
 /// The same on Cilium 1.19, which serves `cilium.io/v2` pools too.
@@ -538,14 +538,14 @@ async fn several_pools_give_each_service_its_pool(release: Release) {
 
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
-async fn v2_several_pools_give_each_service_its_pool() {
-    several_pools_give_each_service_its_pool(Release::of("v2")).await;
+async fn cilium_1_20_several_pools_give_each_service_its_pool() {
+    several_pools_give_each_service_its_pool(Release::minor("v1.20")).await;
 }
 
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver and Cilium's LB IPAM: scripts/test runs it"]
-async fn v2alpha1_several_pools_give_each_service_its_pool() {
-    several_pools_give_each_service_its_pool(Release::of("v2alpha1")).await;
+async fn cilium_1_15_several_pools_give_each_service_its_pool() {
+    several_pools_give_each_service_its_pool(Release::minor("v1.15")).await;
 }
 
 /// The same on Cilium 1.19, which serves `cilium.io/v2` pools too.

@@ -609,17 +609,10 @@ fn the_chart_and_the_kustomize_component_ship_the_same_alerts_and_dashboard() {
 
     // The component from an overlay of the operator's own, as
     // docs/guides/monitoring.md tells.
-    // (kustomize takes relative paths only: the overlay sits in target/.)
-    let overlay = tempfile::tempdir_in(repo().join("target")).unwrap();
-    std::fs::write(
-        overlay.path().join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-         resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/monitoring\n",
-    )
-    .unwrap();
-    let from_kustomize = objects(&ok(Command::new(kubectl())
-        .arg("kustomize")
-        .arg(overlay.path())));
+    let from_kustomize = kustomize_overlay(
+        "resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/monitoring\n",
+        &[],
+    );
 
     let rule_file: Value = serde_yaml_ng::from_str(
         &std::fs::read_to_string(repo().join("deploy/monitoring/prometheusrule.yaml")).unwrap(),
@@ -657,6 +650,28 @@ fn the_chart_and_the_kustomize_component_ship_the_same_alerts_and_dashboard() {
     assert_eq!(rule["metadata"]["labels"]["release"], "prometheus");
 }
 
+/// What `kubectl kustomize` makes of an overlay of the operator's own: a
+/// Kustomization with `body` (its resources and components, relative to an
+/// overlay two folders below the repository) and the other `files` beside
+/// it. (kustomize takes relative paths only: the overlay sits in target/.)
+fn kustomize_overlay(
+    body: &str,
+    files: &[(&str, &str)],
+) -> BTreeMap<(String, String, String), Value> {
+    let overlay = tempfile::tempdir_in(repo().join("target")).unwrap();
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        format!("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n{body}"),
+    )
+    .unwrap();
+    for (name, text) in files {
+        std::fs::write(overlay.path().join(name), text).unwrap();
+    }
+    objects(&ok(Command::new(kubectl())
+        .arg("kustomize")
+        .arg(overlay.path())))
+}
+
 /// Every alert's `runbook_url` of a rendered PrometheusRule, by alert name.
 fn runbook_urls(rule: &Value) -> BTreeMap<String, String> {
     let mut urls = BTreeMap::new();
@@ -689,26 +704,16 @@ fn a_runbook_base_url_reaches_every_alert_of_the_chart_and_the_component() {
 
     // The overlay of docs/guides/monitoring.md: the ConfigMap that names the
     // base, and the runbook-url component after deploy/monitoring.
-    let overlay = tempfile::tempdir_in(repo().join("target")).unwrap();
-    std::fs::write(
-        overlay.path().join("kustomization.yaml"),
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-         resources:\n  - ../../deploy\n  - runbook-url.yaml\n\
+    let config_map = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: canada-kaktus-runbook-url\n\
+         \x20 annotations:\n    config.kubernetes.io/local-config: \"true\"\n\
+         data:\n  baseURL: {BASE}\n"
+    );
+    let from_kustomize = kustomize_overlay(
+        "resources:\n  - ../../deploy\n  - runbook-url.yaml\n\
          components:\n  - ../../deploy/monitoring\n  - ../../deploy/monitoring/runbook-url\n",
-    )
-    .unwrap();
-    std::fs::write(
-        overlay.path().join("runbook-url.yaml"),
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: canada-kaktus-runbook-url\n\
-             \x20 annotations:\n    config.kubernetes.io/local-config: \"true\"\n\
-             data:\n  baseURL: {BASE}\n"
-        ),
-    )
-    .unwrap();
-    let from_kustomize = objects(&ok(Command::new(kubectl())
-        .arg("kustomize")
-        .arg(overlay.path())));
+        &[("runbook-url.yaml", &config_map)],
+    );
     assert!(
         !from_kustomize
             .keys()
