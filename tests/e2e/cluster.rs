@@ -61,7 +61,7 @@ async fn crd_fixtures_serve_the_expected_versions() {
     // a supported one, its major and minor as /version splits them.
     let version = client.apiserver_version().await.expect("/version");
     assert!(
-        supported_kubernetes().contains(&version.git_version),
+        support::supported_versions("K8S_VERSIONS").contains(&version.git_version),
         "{version:?}"
     );
     assert_eq!(
@@ -415,22 +415,6 @@ fn an_empty_binary_directory_setting_counts_as_unset() {
     support::cluster::bin_dir(Some(std::ffi::OsString::new()));
 }
 
-/// The Kubernetes releases the project supports, from
-/// scripts/supported-versions.sh (`K8S_VERSIONS=("v1.37.2" …)`).
-pub(crate) fn supported_kubernetes() -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/supported-versions.sh");
-    let text = std::fs::read_to_string(path).unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("K8S_VERSIONS=("))
-        .expect("scripts/supported-versions.sh sets K8S_VERSIONS");
-    line.split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Each run of the suite (the whole of it on the newest supported
 /// Kubernetes, the smoke set on the others) is on the release it is for:
 /// scripts/test names it in `CANADA_KAKTUS_K8S_VERSION`, and the API server
@@ -441,7 +425,7 @@ pub(crate) fn supported_kubernetes() -> Vec<String> {
 async fn the_api_server_is_a_supported_kubernetes_release() {
     let cluster = TestCluster::start().await;
     let info = cluster.admin_client().apiserver_version().await.unwrap();
-    let supported = supported_kubernetes();
+    let supported = support::supported_versions("K8S_VERSIONS");
     assert!(
         supported.contains(&info.git_version),
         "kube-apiserver {} ({}) is not one of the supported releases {supported:?}: build one with scripts/k8s-bins.sh VERSION",

@@ -69,24 +69,30 @@ enum Item {
     Any,
 }
 
-/// Every `.rs` file under `src/`.
-fn source_files() -> Vec<std::path::PathBuf> {
+/// Every file under a folder of the crate (`relative`), in every folder
+/// below it.
+pub(crate) fn files_under(relative: &str) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
-    let mut dirs = vec![std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/src"
-    ))];
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else {
                 files.push(path);
             }
         }
     }
     files
+}
+
+/// Every `.rs` file under `src/`.
+fn source_files() -> Vec<std::path::PathBuf> {
+    files_under("src")
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .collect()
 }
 
 /// Every string literal of the library's non-test sources, with `\`

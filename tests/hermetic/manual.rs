@@ -5,23 +5,18 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::docs::page;
+use crate::docs::{files_under, page};
+use crate::support::supported_versions;
 
 /// The README and every Markdown page under `docs/`, relative to the crate,
 /// with `/` as separator.
 pub(crate) fn manual_pages() -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut pages = vec!["README.md".to_owned()];
-    let mut dirs = vec![root.join("docs")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                let relative = path.strip_prefix(root).unwrap();
-                pages.push(relative.to_string_lossy().replace('\\', "/"));
-            }
+    for path in files_under("docs") {
+        if path.extension().is_some_and(|e| e == "md") {
+            let relative = path.strip_prefix(root).unwrap();
+            pages.push(relative.to_string_lossy().replace('\\', "/"));
         }
     }
     pages.sort();
@@ -253,20 +248,17 @@ fn texts_outside_the_manual() -> Vec<(String, String)> {
     use clap::CommandFactory;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut texts = Vec::new();
-    let mut dirs = vec![root.join("src"), root.join("deploy"), root.join("scripts")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if let Ok(text) = std::fs::read_to_string(&path) {
-                let name = path
-                    .strip_prefix(root)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-                texts.push((name, text));
-            }
+    for path in ["src", "deploy", "scripts"]
+        .into_iter()
+        .flat_map(files_under)
+    {
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            let name = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            texts.push((name, text));
         }
     }
     for file in [
@@ -448,24 +440,10 @@ fn supported_rows(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A bash array of scripts/supported-versions.sh (`NAME=("a" "b")`).
-fn supported(name: &str) -> Vec<String> {
-    let text = page("scripts/supported-versions.sh");
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(&format!("{name}=(")))
-        .unwrap_or_else(|| panic!("scripts/supported-versions.sh sets {name}"));
-    line.split('"')
-        .skip(1)
-        .step_by(2)
-        .map(str::to_owned)
-        .collect()
-}
-
 #[test]
 fn the_supported_versions_table_is_what_the_test_command_runs() {
-    let kubernetes = supported("K8S_VERSIONS");
-    let cilium = supported("CILIUM_RELEASES");
+    let kubernetes = supported_versions("K8S_VERSIONS");
+    let cilium = supported_versions("CILIUM_RELEASES");
     assert_eq!(
         kubernetes.len(),
         3,

@@ -16,15 +16,9 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use crate::docs::page;
+
 const PROMTOOL_DIR_ENV: &str = "CANADA_KAKTUS_PROMTOOL_BIN_DIR";
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
 
 fn promtool() -> PathBuf {
     let dir = std::env::var_os(PROMTOOL_DIR_ENV)
@@ -54,7 +48,7 @@ fn shown(output: &Output) -> String {
 /// The PrometheusRule's `spec` (a Prometheus rule file), as YAML.
 fn rule_spec() -> Value {
     let rule: Value =
-        serde_yaml_ng::from_str(&read("deploy/monitoring/prometheusrule.yaml")).unwrap();
+        serde_yaml_ng::from_str(&page("deploy/monitoring/prometheusrule.yaml")).unwrap();
     assert_eq!(rule["kind"], "PrometheusRule");
     rule["spec"].clone()
 }
@@ -71,7 +65,7 @@ fn expressions() -> Vec<(String, String)> {
             ));
         }
     }
-    let dashboard: Value = serde_json::from_str(&read("deploy/monitoring/dashboard.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&page("deploy/monitoring/dashboard.json")).unwrap();
     let mut panels: Vec<&Value> = dashboard["panels"].as_array().unwrap().iter().collect();
     while let Some(panel) = panels.pop() {
         panels.extend(panel["panels"].as_array().into_iter().flatten());
@@ -97,7 +91,7 @@ fn promtool_parses_the_alerts_and_their_unit_tests_pass() {
     std::fs::write(dir.path().join("rules.yaml"), &rules).unwrap();
     std::fs::write(
         dir.path().join("alerts_test.yaml"),
-        read("tests/fixtures/monitoring/alerts_test.yaml"),
+        page("tests/fixtures/monitoring/alerts_test.yaml"),
     )
     .unwrap();
     let checked = promtool_in(dir.path(), &["check", "rules", "rules.yaml"]);
@@ -219,12 +213,12 @@ fn every_series_the_alerts_and_the_dashboard_read_is_in_the_metrics_table() {
 #[test]
 fn the_chart_ships_the_same_alerts_and_dashboard() {
     assert_eq!(
-        read("deploy/helm/canada-kaktus/files/dashboard.json"),
-        read("deploy/monitoring/dashboard.json"),
+        page("deploy/helm/canada-kaktus/files/dashboard.json"),
+        page("deploy/monitoring/dashboard.json"),
         "copy deploy/monitoring/dashboard.json to the chart's files/"
     );
     let chart: Value =
-        serde_yaml_ng::from_str(&read("deploy/helm/canada-kaktus/files/alerts.yaml")).unwrap();
+        serde_yaml_ng::from_str(&page("deploy/helm/canada-kaktus/files/alerts.yaml")).unwrap();
     assert_eq!(
         chart,
         rule_spec(),
@@ -234,7 +228,7 @@ fn the_chart_ships_the_same_alerts_and_dashboard() {
 
 #[test]
 fn the_monitoring_guide_lists_every_alert() {
-    let readme = read("docs/guides/monitoring.md");
+    let readme = page("docs/guides/monitoring.md");
     for (name, _) in expressions()
         .iter()
         .filter(|(n, _)| n.starts_with("CanadaKaktus"))
@@ -258,7 +252,7 @@ fn default_runbook_base() -> String {
 
 #[test]
 fn every_alert_has_a_runbook_entry_of_this_release() {
-    let guide = read("docs/guides/troubleshooting.md");
+    let guide = page("docs/guides/troubleshooting.md");
     let entries = crate::manual::anchors(&guide);
     let spec = rule_spec();
     let mut problems = Vec::new();
@@ -290,14 +284,14 @@ fn every_alert_has_a_runbook_entry_of_this_release() {
     assert_eq!(alerts, 15);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     // The chart's template swaps the same base for runbookBaseURL.
-    let template = read("deploy/helm/canada-kaktus/templates/monitoring.yaml");
+    let template = page("deploy/helm/canada-kaktus/templates/monitoring.yaml");
     assert!(
         template.contains(
             "regexReplaceAll \"https://github.com/canada-kaktus/canada-kaktus/blob/[^/]+/docs/\""
         ),
         "the chart replaces the default base of files/alerts.yaml"
     );
-    let chart = read("deploy/helm/canada-kaktus/Chart.yaml");
+    let chart = page("deploy/helm/canada-kaktus/Chart.yaml");
     assert!(
         chart.contains(&format!("appVersion: \"{}\"", env!("CARGO_PKG_VERSION"))),
         "the chart's appVersion is this release"

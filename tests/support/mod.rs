@@ -14,6 +14,23 @@ pub mod openapi;
 pub mod relay;
 pub mod soak;
 
+/// A list of the versions the project supports and the test command runs:
+/// the bash array `name` of scripts/supported-versions.sh
+/// (`K8S_VERSIONS=("v1.37.2" …)`).
+pub fn supported_versions(name: &str) -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/supported-versions.sh");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}=(")))
+        .unwrap_or_else(|| panic!("scripts/supported-versions.sh sets {name}"));
+    line.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Moves this test binary once into an empty temporary directory, so that
 /// no `./config.json` in the crate root (or anywhere the tests are started)
 /// can change a test's configuration. Files the tests write live under
