@@ -74,17 +74,6 @@ pub struct BlockRange {
 }
 
 impl Block {
-    /// A `start`–`stop` block (`stop` absent: one address).
-    pub fn span(start: &str, stop: Option<&str>) -> Self {
-        Self {
-            cidr: None,
-            range: Some(Box::new(BlockRange {
-                start: Some(start.into()),
-                stop: stop.map(Into::into),
-            })),
-        }
-    }
-
     pub fn start(&self) -> Option<&str> {
         self.range.as_ref()?.start.as_deref()
     }

@@ -128,12 +128,10 @@ impl Reconciler {
         // The last good listing: Node changes remove from it from now on,
         // also while later listings fail. Robot servers a failed Robot read
         // did not show keep what the last good one said of them.
-        if let Some(record) = &mut record {
-            if listing.robot.error().is_some() {
-                if let Some(previous) = &self.last_listing {
-                    record.keep_robot_from(previous);
-                }
-            }
+        if let (Some(record), Some(_), Some(previous)) =
+            (&mut record, listing.robot.error(), &self.last_listing)
+        {
+            record.keep_robot_from(previous);
         }
         self.last_listing = record;
         self.listed_at = Some(started);

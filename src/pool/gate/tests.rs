@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::*;
-use crate::pool::object::Block;
+use crate::pool::object::{Block, BlockRange};
 use crate::pool::ranges::range;
 
 fn ip(text: &str) -> IpAddr {
@@ -24,8 +24,15 @@ fn cidr(text: &str) -> Block {
     }
 }
 
+/// A `start`–`stop` block (`stop` absent: one address).
 fn span(start: &str, stop: Option<&str>) -> Block {
-    Block::span(start, stop)
+    Block {
+        cidr: None,
+        range: Some(Box::new(BlockRange {
+            start: Some(start.into()),
+            stop: stop.map(Into::into),
+        })),
+    }
 }
 
 fn wanted(name: &str, addresses: &[&str]) -> DesiredPool {
