@@ -1,7 +1,8 @@
 //! Which server holds each Floating IP of a failover pool (issue 22), as a
 //! pure decision: a Floating IP stays with its holder while the holder is a
-//! healthy member, and otherwise goes to the member that ranks first:
-//! in the IP's home location, then in its network zone, then holding the
+//! healthy member, and otherwise goes to the member that ranks first
+//! among those in its network zone (Hetzner assigns it nowhere else): in
+//! the IP's home location, then holding the
 //! fewest of the pool's Floating IPs, then by a stable hash, so that two
 //! replicas or two runs choose alike and IPs spread over the members. Moves
 //! are bounded per minute ([`MoveBudget`]) so a mass outage cannot thrash.
@@ -46,6 +47,8 @@ pub struct FloatingIpState {
     /// The server a move started in this term is taking it to, while its
     /// Action runs.
     pub moving_to: Option<i64>,
+    /// Servers Hetzner refused to assign it to since the last listing.
+    pub refused: Vec<i64>,
 }
 
 /// Why a Floating IP moves.
@@ -82,8 +85,9 @@ pub struct Move {
 pub struct Plan {
     /// Assignments to make now, in Floating IP order.
     pub moves: Vec<Move>,
-    /// Floating IPs that should move but have no healthy member to go to:
-    /// they stay where they are (reported).
+    /// Floating IPs that should move but have no healthy member to go to
+    /// (in their network zone, not refused by Hetzner): they stay where
+    /// they are (reported).
     pub stranded: Vec<i64>,
     /// Floating IPs that should move but wait for the move budget.
     pub deferred: Vec<i64>,
@@ -138,15 +142,21 @@ fn settled_on(fip: &FloatingIpState, members: &BTreeMap<i64, usize>) -> Option<i
         .find(|server| members.contains_key(server))
 }
 
-/// The member that ranks first for `fip`; `None` without members.
+/// The member that ranks first for `fip`; `None` without one it may go
+/// to. Hetzner assigns a Floating IP only to a server in its network zone
+/// (a zone the listing did not name rules nothing out), and a server that
+/// refused it since the last listing is not asked again.
 fn best_member(
     fip: &FloatingIpState,
     members: &[Member],
     held: &BTreeMap<i64, usize>,
 ) -> Option<i64> {
+    let in_zone = |m: &Member| {
+        fip.home_zone.is_empty() || m.network_zone.is_empty() || m.network_zone == fip.home_zone
+    };
     members
         .iter()
-        .filter(|m| m.takes_new)
+        .filter(|m| m.takes_new && in_zone(m) && !fip.refused.contains(&m.server))
         .min_by_key(|m| {
             (
                 m.location != fip.home_location,

@@ -25,6 +25,7 @@ fn fip(id: i64, home: &str, holder: Option<i64>) -> FloatingIpState {
         home_zone: member(0, home).network_zone,
         holder,
         moving_to: None,
+        refused: Vec::new(),
     }
 }
 
@@ -53,9 +54,37 @@ fn an_ip_whose_holder_left_goes_to_its_home_location_then_its_zone() {
     // Without a member at home, one in the same network zone.
     let members = [member(1, "ash"), member(2, "nbg1")];
     assert_eq!(plan(&fips, &members, 10).moves[0].to, 2);
-    // Without one in the zone, any member rather than none.
-    let members = [member(1, "ash")];
-    assert_eq!(plan(&fips, &members, 10).moves[0].to, 1);
+}
+
+/// Hetzner assigns a Floating IP only to a server in its network zone:
+/// without a member there, the IP is stranded, never sent across zones.
+#[test]
+fn an_ip_never_goes_to_another_network_zone() {
+    let fips = [fip(10, "fsn1", Some(99)), fip(11, "ash", None)];
+    let members = [member(1, "ash"), member(2, "hil")];
+    let got = plan(&fips, &members, 10);
+    assert_eq!(got.stranded, vec![10], "{got:?}");
+    assert_eq!(
+        got.moves
+            .iter()
+            .map(|m| (m.floating_ip, m.to))
+            .collect::<Vec<_>>(),
+        [(11, 1)]
+    );
+}
+
+/// A zone the listing did not name rules nothing out (it only ranks).
+#[test]
+fn an_unknown_network_zone_rules_no_member_out() {
+    let mut unknown = fip(10, "fsn1", Some(99));
+    unknown.home_zone = String::new();
+    assert_eq!(plan(&[unknown], &[member(1, "ash")], 10).moves[0].to, 1);
+    let mut zoneless = member(1, "ash");
+    zoneless.network_zone = String::new();
+    assert_eq!(
+        plan(&[fip(10, "fsn1", Some(99))], &[zoneless], 10).moves[0].to,
+        1
+    );
 }
 
 #[test]
@@ -211,4 +240,18 @@ fn a_resized_budget_keeps_the_moves_of_its_window() {
     assert_eq!(budget.allowed(t0 + Duration::from_secs(1)), 0);
     // The two moves leave the window a minute after they started.
     assert_eq!(budget.allowed(t0 + Duration::from_secs(60)), 1);
+}
+
+/// A server Hetzner refused the IP to since the last listing is not
+/// asked again: the next member, or stranded when none is left.
+#[test]
+fn a_refused_member_is_skipped_and_without_another_the_ip_is_stranded() {
+    let members = [member(1, "fsn1"), member(2, "fsn1")];
+    let mut refused = fip(10, "fsn1", Some(99));
+    refused.refused = vec![1];
+    assert_eq!(plan(&[refused.clone()], &members, 10).moves[0].to, 2);
+    refused.refused = vec![1, 2];
+    let got = plan(&[refused], &members, 10);
+    assert!(got.moves.is_empty(), "{got:?}");
+    assert_eq!(got.stranded, vec![10]);
 }

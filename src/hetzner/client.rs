@@ -498,8 +498,19 @@ impl HetznerClient {
         let message_or_default = || message_text(&message).to_owned();
         match status.as_u16() {
             401 if code.as_deref() == Some("token_readonly") => HetznerError::TokenReadOnly {
+                status: 401,
+                code: code_or("token_readonly"),
                 message: message_or_default(),
             },
+            // hcloud-go's code for a read-only token's write since
+            // 2026-10-05; on a read it still means the token may not read.
+            403 if code.as_deref() == Some("forbidden") && request.method != Method::GET => {
+                HetznerError::TokenReadOnly {
+                    status: 403,
+                    code: code_or("forbidden"),
+                    message: message_or_default(),
+                }
+            }
             // Another Action runs on the resource: it clears by itself.
             423 if single && code.as_deref() == Some("locked") => HetznerError::Locked {
                 code: code_or("locked"),

@@ -51,12 +51,19 @@ pub enum HetznerError {
     #[error("the Hetzner API token is invalid or revoked (401 {code}): {message}")]
     Unauthorized { code: String, message: String },
 
+    /// A write refused for a token that may only read: `401
+    /// token_readonly`, or `403 forbidden` (hcloud-go deprecated
+    /// `token_readonly` for `forbidden` on 2026-10-05).
     #[error(
-        "the Hetzner API token may only read (401 token_readonly): {message}; moving a Floating \
+        "the Hetzner API token may only read ({status} {code}): {message}; moving a Floating \
          IP needs a token with Read & Write permission: put one into CANADA_KAKTUS_HCLOUD_TOKEN \
          (HcloudToken) or the file HcloudTokenFile names"
     )]
-    TokenReadOnly { message: String },
+    TokenReadOnly {
+        status: u16,
+        code: String,
+        message: String,
+    },
 
     #[error(
         "another Hetzner action is still running on the Floating IP or the server (423 \

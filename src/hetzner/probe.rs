@@ -13,7 +13,8 @@ use crate::vocab::SecretString;
 pub enum WriteScope {
     /// The update was accepted (it changed nothing).
     ReadWrite,
-    /// `401 token_readonly`.
+    /// `401 token_readonly`, or `403 forbidden` (hcloud-go's code for it
+    /// since 2026-10-05).
     ReadOnly,
 }
 
@@ -35,7 +36,8 @@ impl HetznerClient {
     /// which changes nothing (name, description and labels are each
     /// replaced only when sent). A read-only token gets
     /// `401 token_readonly` (Hetzner's documented error code for a write
-    /// with such a token).
+    /// with such a token) or `403 forbidden` (the code hcloud-go names
+    /// instead since 2026-10-05): both are [`HetznerError::TokenReadOnly`].
     pub async fn probe_write(
         &self,
         token: &SecretString,

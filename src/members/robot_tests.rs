@@ -144,11 +144,13 @@ fn robot_members_give_their_ipv6_additional_and_routed_failover_ips() {
             // Belongs to 421, routed to 321: 321 gives it.
             RobotFailover {
                 ip: "198.51.100.50".parse().unwrap(),
+                prefix: 32,
                 server_number: 421,
                 active_server_ip: Some("203.0.113.1".parse().unwrap()),
             },
             RobotFailover {
                 ip: "198.51.100.51".parse().unwrap(),
+                prefix: 32,
                 server_number: 321,
                 active_server_ip: None,
             },

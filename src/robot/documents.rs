@@ -84,6 +84,10 @@ struct RawIp {
 #[derive(Deserialize)]
 struct RawFailover {
     ip: IpAddr,
+    /// `255.255.255.248` for an IPv4 /29; `255.255.255.255` for a single
+    /// failover IP (absent: a single IP, as before it was read).
+    #[serde(default)]
+    netmask: Option<String>,
     server_number: i64,
     #[serde(default)]
     active_server_ip: Option<IpAddr>,
@@ -232,15 +236,42 @@ pub fn read_ips(status: u16, body: &[u8]) -> Result<Vec<RobotIp>, RobotError> {
         .collect())
 }
 
-/// `GET /failover`.
+/// `GET /failover`. A netmask that is no mask of the IP's family fails the
+/// list, like an address that is none.
 pub fn read_failovers(status: u16, body: &[u8]) -> Result<Vec<RobotFailover>, RobotError> {
     let raw: Vec<RawFailover> = elements(RobotList::Failovers, status, body)?;
-    Ok(raw
-        .into_iter()
-        .map(|f| RobotFailover {
-            ip: f.ip,
-            server_number: f.server_number,
-            active_server_ip: f.active_server_ip,
+    raw.into_iter()
+        .map(|f| {
+            let prefix = match (&f.netmask, f.ip) {
+                (None, IpAddr::V4(_)) => 32,
+                // Hetzner routes an IPv6 failover net as a /64, whatever
+                // mask it names.
+                (_, IpAddr::V6(_)) => 64,
+                // Hetzner's failover subnets are /29 to /24.
+                (Some(mask), IpAddr::V4(_)) => ipv4_prefix(mask)
+                    .filter(|prefix| *prefix >= 24)
+                    .ok_or_else(|| RobotError::Decode {
+                        list: RobotList::Failovers.name(),
+                        reason: format!(
+                            "the netmask of failover IP {} is no IPv4 netmask of a /24 to /32",
+                            f.ip
+                        ),
+                    })?,
+            };
+            Ok(RobotFailover {
+                ip: f.ip,
+                prefix,
+                server_number: f.server_number,
+                active_server_ip: f.active_server_ip,
+            })
         })
-        .collect())
+        .collect()
+}
+
+/// The prefix length of a dotted IPv4 netmask (`255.255.255.248`: 29);
+/// `None` unless its ones are contiguous.
+fn ipv4_prefix(mask: &str) -> Option<u8> {
+    let bits = u32::from(mask.trim().parse::<Ipv4Addr>().ok()?);
+    let prefix = bits.leading_ones();
+    (bits.checked_shl(prefix).unwrap_or(0) == 0).then_some(prefix as u8)
 }

@@ -54,7 +54,11 @@ pub struct RobotIp {
 /// server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RobotFailover {
+    /// The failover IP, or the network address of a failover subnet.
     pub ip: IpAddr,
+    /// The subnet's prefix length from `netmask`: 32 for a single IPv4,
+    /// 29 to 24 for an IPv4 subnet, 64 for an IPv6 net.
+    pub prefix: u8,
     /// The server the failover IP belongs to (it may be routed elsewhere).
     pub server_number: i64,
     /// The main IP of the server it is routed to now; `None`: unrouted.

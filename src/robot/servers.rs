@@ -3,7 +3,7 @@
 //! additional single IPs and the failover IPs routed to it now. Pure.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use super::{RobotFailover, RobotIp, RobotServer, RobotStatus};
 use crate::hetzner::{FloatingAddress, Ipv6Net, RobotAddresses, Server, ServerStatus, SkipReason};
@@ -28,9 +28,14 @@ pub fn as_servers(
             let routed = failovers
                 .iter()
                 .filter(|f| f.active_server_ip.is_some_and(|to| routed_to(&server, to)))
-                .filter_map(|f| match f.ip {
-                    IpAddr::V4(ip) => Some(FloatingAddress::V4(ip)),
-                    IpAddr::V6(ip) => Ipv6Net::new(ip, 64, false).map(FloatingAddress::V6),
+                .flat_map(|f| match f.ip {
+                    IpAddr::V4(ip) => usable_v4(ip, f.prefix)
+                        .map(FloatingAddress::V4)
+                        .collect::<Vec<_>>(),
+                    IpAddr::V6(ip) => Ipv6Net::new(ip, 64, false)
+                        .map(FloatingAddress::V6)
+                        .into_iter()
+                        .collect(),
                 })
                 .collect();
             let mut own = additional.remove(&server.number).unwrap_or_default();
@@ -62,6 +67,22 @@ pub fn as_servers(
             }
         })
         .collect()
+}
+
+/// The addresses of a failover IPv4 net that Hetzner counts as usable: a
+/// single failover IP itself (a /32, or the two of a /31), else every
+/// address but the network and the broadcast address (six in a /29).
+/// The listing refuses a net wider than /24 (Hetzner's failover subnets
+/// are /29 to /24); the clamp keeps this function whole on its own.
+fn usable_v4(ip: Ipv4Addr, prefix: u8) -> impl Iterator<Item = Ipv4Addr> {
+    let prefix = u32::from(prefix.clamp(24, 32));
+    let size = 1u32 << (32 - prefix);
+    let network = u32::from(ip) & !(size - 1);
+    let (first, last) = match size {
+        1 | 2 => (network, network + size - 1),
+        _ => (network + 1, network + size - 2),
+    };
+    (first..=last).map(Ipv4Addr::from)
 }
 
 /// Whether `active_server_ip` names this server: its main IPv4, or an

@@ -394,8 +394,9 @@ pub fn floating_ips_stranded(ips: &[String]) -> PoolEvent {
         "Failover",
         format!(
             "Floating IP(s) {} should move, but no server of the pool is a healthy member \
-             (running, a Ready Node renewing its Lease, left in by the node rules and the \
-             NodeSelector); they stay where they are",
+             they may go to (running, a Ready Node renewing its Lease, left in by the node rules \
+             and the NodeSelector, in the IP's network zone, not refused by Hetzner since the \
+             last listing); they stay where they are",
             ips.join(", ")
         ),
     )

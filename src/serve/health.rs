@@ -72,6 +72,13 @@ pub struct FloatingIpHolder {
     /// The server a running move takes it to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moving_to: Option<String>,
+    /// The cause of its last failed move (the `cause` of the log line,
+    /// e.g. `token_readonly`), until it moves or its holder is healthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
+    /// What that failure said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// One pool's part of `/health`.

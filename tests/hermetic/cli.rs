@@ -5,7 +5,7 @@ use crate::support;
 use std::process::{Command, Output};
 
 use support::e2e::checks_with;
-use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
+use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer, ReadOnly};
 
 const BIN: &str = env!("CARGO_BIN_EXE_canada-kaktus");
 const TOKEN: &str = "cli-test-token-0042";
@@ -438,11 +438,16 @@ async fn check_finds_a_read_only_token_for_failover_without_changing_anything() 
     let write = checks_with(&report, "Hetzner", "may only read");
     assert_eq!(write.len(), 1, "{report:#}");
     assert_eq!(write[0]["result"], "failure");
+    // hcloud-go's code for it since 2026-10-05: the same finding.
+    hetzner.set_read_only_answer(ReadOnly::Forbidden403);
+    let (code, report, output) = check_json(&env).await;
+    assert_eq!(code, Some(1));
+    let write = checks_with(&report, "Hetzner", "may only read");
+    assert_eq!(write.len(), 1, "{report:#}");
+    assert_eq!(write[0]["result"], "failure");
+    assert!(!output.contains(TOKEN), "the token leaked: {output}");
     // The probe is an update of no field, on the pool's own Floating IP.
-    assert_eq!(
-        hetzner.updates(),
-        vec![(10, "{}".to_owned()), (10, "{}".to_owned())]
-    );
+    assert_eq!(hetzner.updates(), vec![(10, "{}".to_owned()); 3]);
     assert_eq!(hetzner.actions_started(), 0);
 }
 

@@ -17,7 +17,7 @@ use canada_kaktus::run::failover::Mover;
 use canada_kaktus::run::leases::{renew_time, SharedRenewals};
 use canada_kaktus::serve::metrics::Metrics;
 use std::sync::{Arc, Mutex};
-use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner, FakeServer};
+use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner, FakeServer, ReadOnly};
 use support::fake_kube::FakeKube;
 use support::in_process::{hcloud_env, quick_options};
 use tokio::time::Instant;
@@ -218,6 +218,123 @@ async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retrie
         .wake_at()
         .is_some_and(|at| at >= now + Duration::from_secs(4)));
     assert_eq!(fake.action_requests().0, 1);
+}
+
+/// A `403 forbidden` on the assignment (hcloud-go's code for a read-only
+/// token since 2026-10-05): the move fails naming write permission and the
+/// token setting, never "may not list servers" (the cause
+/// `token_readonly` in the log: `e2e::failover`).
+#[tokio::test]
+async fn a_403_forbidden_assignment_fails_the_move_as_a_read_only_token() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.set_read_only_answer(ReadOnly::Forbidden403);
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    let (_, event) = &published[0];
+    assert_eq!(event.reason, "FloatingIpMoveFailed");
+    assert!(
+        event.note.contains("may only read (403 forbidden)") && event.note.contains("HcloudToken"),
+        "{}",
+        event.note
+    );
+    assert!(!event.note.contains("list servers"), "{}", event.note);
+    assert!(!event.note.contains(TOKEN));
+    assert_eq!(holder(&fake), Some(1), "nothing moved");
+}
+
+/// `422 floating_ip_assigned` says the IP is assigned, not to which
+/// server: the move is done only when a read shows it on the target.
+/// Here it is still on the old holder: a failed move, retried later, and
+/// the listing keeps the holder Hetzner shows.
+#[tokio::test]
+async fn a_422_floating_ip_assigned_elsewhere_is_a_failed_move() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.fail_assignments(&[(
+        422,
+        "floating_ip_assigned",
+        "floating ip is already assigned",
+    )]);
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(published.len(), 1, "{published:?}");
+    let (_, event) = &published[0];
+    assert_eq!(event.reason, "FloatingIpMoveFailed", "{}", event.note);
+    assert!(event.note.contains("node-1"), "{}", event.note);
+    assert_eq!(holder(&fake), Some(1), "nothing moved");
+    assert_eq!(mover.holders()[0].holder.as_deref(), Some("node-1"));
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="excluded",result="failure"} 1"#
+    ));
+}
+
+/// Another tool put the IP on the target between the fresh read and the
+/// assignment: the read after the `422` shows it there, and it is moved.
+#[tokio::test]
+async fn a_422_floating_ip_assigned_on_the_target_is_a_move() {
+    let (fake, mut mover, settings) = setup().await;
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    // node-1 and node-3 are being deleted: node-2 is the target, and
+    // another tool puts the IP there just before the assignment.
+    fake.overtake_next_assignment(2);
+    mover.decide(&settings, &nodes(&[1, 3]), &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.action_requests().0, 1, "one assignment, answered 422");
+    assert_eq!(fake.actions_started(), 0, "no Action ran");
+    let (_, event) = &published[0];
+    assert_eq!(event.reason, "FloatingIpMoved", "{}", event.note);
+    assert_eq!(holder(&fake), Some(2));
+    assert_eq!(mover.holders()[0].holder.as_deref(), Some("node-2"));
+}
+
+/// Hetzner assigns a Floating IP only within its network zone. An
+/// assignment Hetzner refuses (a `4xx` that is no lock, conflict, token or
+/// missing resource) is not tried again on that server before the next
+/// listing: with no other member the IP is reported stranded, instead of
+/// the same refused move failing again and again.
+#[tokio::test]
+async fn a_refused_assignment_leaves_the_ip_stranded_until_the_next_listing() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.fail_assignments(&[
+        (422, "invalid_input", "server is in another network zone"),
+        (422, "invalid_input", "server is in another network zone"),
+    ]);
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    // node-1 (the holder) and node-3 are being deleted: node-2 is the one
+    // member, and Hetzner refuses it.
+    let deleting = nodes(&[1, 3]);
+    mover.decide(&settings, &deleting, &metrics, Instant::now());
+    let done = mover.next_done().await.expect("the move ends");
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(published[0].1.reason, "FloatingIpMoveFailed");
+    assert!(
+        published[0].1.note.contains("422 invalid_input"),
+        "{}",
+        published[0].1.note
+    );
+    // Past the backoff: no second try on node-2, the IP is stranded.
+    let later = Instant::now() + Duration::from_secs(400);
+    let published = mover.decide(&settings, &deleting, &metrics, later);
+    assert_eq!(fake.action_requests().0, 1, "node-2 is not asked again");
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].1.reason, "FloatingIpStranded");
+    assert!(metrics
+        .render()
+        .contains(r#"canada_kaktus_floating_ips_stranded{pool="edge"} 1"#));
+    // A fresh listing forgets the refusal: node-2 is tried again.
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &deleting, &metrics, later);
+    let done = mover.next_done().await.expect("the second move ends");
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(fake.action_requests().0, 2);
 }
 
 #[tokio::test]

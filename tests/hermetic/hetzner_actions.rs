@@ -11,7 +11,7 @@ use canada_kaktus::hetzner::{
     Action, ActionStatus, Assignment, HetznerClient, HetznerError, HetznerOptions, RetryPolicy,
 };
 use canada_kaktus::vocab::SecretString;
-use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner};
+use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner, ReadOnly};
 use support::in_process::{quick_options, quick_retry};
 
 const TOKEN: &str = "hz-WRITE-token-5e1b77c2";
@@ -128,6 +128,46 @@ async fn a_read_only_token_fails_the_move_naming_the_token_setting() {
     assert!(!text.contains(TOKEN) && !format!("{error:?}").contains(TOKEN));
     assert_eq!(fake.action_requests(), (1, 0), "not retried");
     assert_eq!(fake.floating_ip_servers()[0], (7, Some(1)));
+}
+
+/// hcloud-go deprecated `token_readonly` for `forbidden` on 2026-10-05: a
+/// `403 forbidden` on a write says the token may only read, reported with
+/// the same cause (alerts match it) and never as "may not list servers".
+#[tokio::test]
+async fn a_403_forbidden_on_a_write_is_a_read_only_token() {
+    let (fake, client) = fake().await;
+    fake.set_read_only_answer(ReadOnly::Forbidden403);
+    let error = mv(&client, 7, 2).await.unwrap_err();
+    assert!(
+        matches!(error, HetznerError::TokenReadOnly { .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.metric_label(), "token_readonly");
+    let text = error.to_string();
+    assert!(
+        text.contains("may only read (403 forbidden)") && text.contains("Read & Write"),
+        "{text}"
+    );
+    assert!(!text.contains("list servers"), "{text}");
+    assert!(!text.contains(TOKEN) && !format!("{error:?}").contains(TOKEN));
+    assert_eq!(fake.action_requests(), (1, 0), "not retried");
+    assert_eq!(fake.floating_ip_servers()[0], (7, Some(1)));
+}
+
+/// The other 403 codes keep their meaning on a write (a `403 forbidden`
+/// on a read: `hetzner::forbidden_names_the_code_and_is_not_retried`).
+#[tokio::test]
+async fn other_403_codes_and_a_forbidden_read_keep_their_meaning() {
+    let (fake, client) = fake().await;
+    for code in ["maintenance", "resource_limit_exceeded"] {
+        fake.fail_assignments(&[(403, code, "no")]);
+        let error = mv(&client, 7, 2).await.unwrap_err();
+        assert!(
+            matches!(error, HetznerError::Forbidden { .. }),
+            "{code}: {error:?}"
+        );
+        assert!(error.to_string().contains(code), "{error}");
+    }
 }
 
 #[tokio::test]

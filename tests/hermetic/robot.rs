@@ -16,8 +16,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use canada_kaktus::hetzner::FloatingAddress;
 use canada_kaktus::robot::{
-    read_failovers, read_ips, read_servers, RobotClient, RobotCredentials, RobotError, RobotStatus,
+    as_servers, read_failovers, read_ips, read_servers, RobotClient, RobotCredentials, RobotError,
+    RobotStatus,
 };
 use canada_kaktus::vocab::SecretString;
 use support::fake_robot::{authorization, FakeRobot, PASSWORD, USER};
@@ -101,6 +103,75 @@ fn the_ip_and_failover_samples_name_their_servers() {
     assert_eq!(failovers[0].ip, ip("123.123.123.123"));
     assert_eq!(failovers[0].server_number, 321);
     assert_eq!(failovers[0].active_server_ip, Some(ip("78.46.1.93")));
+}
+
+fn failover(ip: &str, netmask: &str, routed_to: &str) -> String {
+    format!(
+        r#"{{"failover": {{"ip": "{ip}", "netmask": "{netmask}", "server_ip": "203.0.113.21",
+            "server_number": 321, "active_server_ip": "{routed_to}"}}}}"#
+    )
+}
+
+/// Hetzner routes a failover subnet as a whole (an IPv4 /29 to /24, an
+/// IPv6 /64): a /29 gives the six addresses Hetzner's failover
+/// documentation counts as usable (neither the network nor the broadcast
+/// address), a single failover IP itself, an IPv6 net its /64.
+#[test]
+fn a_failover_subnet_gives_its_usable_addresses_and_an_ipv6_net_stays_a_64() {
+    let servers = read_servers(
+        200,
+        br#"[{"server": {"server_number": 321, "server_name": "server1",
+            "server_ip": "203.0.113.21", "server_ipv6_net": "2a01:4f8:321::",
+            "status": "ready", "cancelled": false, "dc": "FSN1-DC1"}}]"#,
+    )
+    .unwrap();
+    let body = format!(
+        "[{},{},{}]",
+        failover("198.51.100.8", "255.255.255.248", "203.0.113.21"),
+        failover("198.51.100.99", "255.255.255.255", "203.0.113.21"),
+        failover("2a01:4f8:fff0::", "ffff:ffff:ffff:ffff::", "2a01:4f8:321::"),
+    );
+    let failovers = read_failovers(200, body.as_bytes()).unwrap();
+    let members = as_servers(servers, &[], &failovers);
+    let routed: Vec<String> = members[0]
+        .robot
+        .as_ref()
+        .unwrap()
+        .failover
+        .iter()
+        .map(|address| match address {
+            FloatingAddress::V4(ip) => ip.to_string(),
+            FloatingAddress::V6(net) => format!("{}/{}", net.network, net.prefix),
+        })
+        .collect();
+    assert_eq!(
+        routed,
+        [
+            "198.51.100.9",
+            "198.51.100.10",
+            "198.51.100.11",
+            "198.51.100.12",
+            "198.51.100.13",
+            "198.51.100.14",
+            "198.51.100.99",
+            "2a01:4f8:fff0::/64",
+        ]
+    );
+}
+
+/// A netmask that is no mask (or one wider than the /24 Hetzner hands out)
+/// fails the failover list like an address that is none: nothing is
+/// written from an answer read wrong.
+#[test]
+fn a_failover_netmask_that_is_no_mask_fails_the_list() {
+    for netmask in ["255.0.255.0", "a lot", "255.255.255.256", "255.255.0.0"] {
+        let body = format!("[{}]", failover("198.51.100.8", netmask, "203.0.113.21"));
+        let error = read_failovers(200, body.as_bytes()).expect_err(netmask);
+        assert!(
+            matches!(error, RobotError::Decode { .. }),
+            "{netmask}: {error:?}"
+        );
+    }
 }
 
 /// Every JSON path of `value` (array items as `[]`) with the kinds of

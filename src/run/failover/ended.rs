@@ -11,6 +11,7 @@ use tracing::{info, warn};
 use super::task::{Done, Ended, MoveError, Renewed};
 use super::{ip_of, Mover, Moving, Published, RETRY_BASE, RETRY_MAX};
 use crate::backoff;
+use crate::failover::FailoverPool;
 use crate::run::events::{self, PoolEvent};
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
@@ -39,6 +40,12 @@ impl Mover {
         };
         let address = ip_of(pool, done.floating_ip);
         let to = pool.server_name(moving.to);
+        if let Err(MoveError::Refused { server, .. }) = &done.result {
+            self.refused
+                .entry(done.floating_ip)
+                .or_default()
+                .push(*server);
+        }
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),
@@ -64,6 +71,7 @@ impl Mover {
             }
             _ => String::new(),
         };
+        let failure = (done.result.as_ref().err()).map(|e| (e.cause(), failure_text(e, pool, &to)));
         let end = MoveEnd {
             moving,
             address,
@@ -90,7 +98,7 @@ impl Mover {
                 self.holder_back(&end, done.floating_ip, renewed, metrics, now);
                 None
             }
-            Err(error) => Some(self.failed(end, done.floating_ip, &error, metrics, now)),
+            Err(_) => failure.map(|f| self.failed(end, done.floating_ip, f, metrics, now)),
         };
         published.extend(event);
         published
@@ -113,6 +121,7 @@ impl Mover {
             to,
         } = end;
         let since = self.since.remove(&floating_ip).unwrap_or(now);
+        self.failures.remove(&floating_ip);
         metrics.floating_ip_moved(&moving.pool, moving.reason, "success");
         metrics.failover_took(&moving.pool, now.saturating_duration_since(since));
         info!(
@@ -161,11 +170,12 @@ impl Mover {
 
     /// A move failed: tried again after the backoff; the
     /// `FloatingIpMoveFailed` Event.
+    /// `error` is the failure's cause and text.
     fn failed(
         &mut self,
         end: MoveEnd,
         floating_ip: i64,
-        error: &MoveError,
+        (cause, error): (&'static str, String),
         metrics: &Metrics,
         now: Instant,
     ) -> (String, PoolEvent) {
@@ -175,17 +185,13 @@ impl Mover {
             pool = %end.moving.pool,
             floating_ip = %end.address,
             to = %end.to,
-            cause = error.cause(),
+            cause,
             error = %error,
             retry_s = wait.as_secs(),
             "moving a Floating IP failed; trying again later"
         );
-        let event = events::floating_ip_move_failed(
-            &end.address,
-            &end.to,
-            &error.to_string(),
-            wait.as_secs(),
-        );
+        let event = events::floating_ip_move_failed(&end.address, &end.to, &error, wait.as_secs());
+        self.failures.insert(floating_ip, (cause, error));
         (end.moving.pool, event)
     }
 
@@ -197,5 +203,17 @@ impl Mover {
         self.retry
             .insert(fip, (attempts.saturating_add(1), now + wait));
         wait
+    }
+}
+
+/// What a failed move says, with servers named as the pool names them.
+fn failure_text(error: &MoveError, pool: &FailoverPool, to: &str) -> String {
+    match error {
+        MoveError::AssignedElsewhere { holder } => format!(
+            "Hetzner answered 422 floating_ip_assigned, but a read shows the Floating IP on {}, \
+             not on {to}; not moved, tried again later",
+            holder.map_or_else(|| "no server".to_owned(), |id| pool.server_name(id)),
+        ),
+        error => error.to_string(),
     }
 }

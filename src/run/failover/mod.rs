@@ -83,6 +83,12 @@ pub struct Mover {
     since: HashMap<i64, Instant>,
     /// The stranded IPs last reported, per pool.
     stranded: BTreeMap<String, Vec<i64>>,
+    /// Per Floating IP, the servers Hetzner refused to assign it to since
+    /// the last listing: not asked again before the next.
+    refused: HashMap<i64, Vec<i64>>,
+    /// Per Floating IP, the cause and text of its last failed move, for
+    /// `/health`, until it settles or moves.
+    failures: HashMap<i64, (&'static str, String)>,
     tasks: JoinSet<Done>,
     /// The Floating IP each running task moves (a task that panicked is
     /// known by its ID only).
@@ -113,6 +119,8 @@ impl Mover {
             ended: HashMap::new(),
             since: HashMap::new(),
             stranded: BTreeMap::new(),
+            refused: HashMap::new(),
+            failures: HashMap::new(),
             tasks: JoinSet::new(),
             task_ips: HashMap::new(),
             wake_at: None,
@@ -143,12 +151,17 @@ impl Mover {
         self.wake_at = None;
         self.not_ready.clear();
         self.stranded.clear();
+        self.refused.clear();
+        self.failures.clear();
     }
 
     /// A fresh, complete listing: what it shows, with the moves that ended
     /// after it began.
     pub fn set_listing(&mut self, mut listing: FailoverListing) {
         self.ended.retain(|_, (_, at)| *at > listing.started);
+        // What Hetzner refused may have changed (a server moved, the IP
+        // was reassigned): every member may be asked again.
+        self.refused.clear();
         for pool in &mut listing.pools {
             for fip in &mut pool.floating_ips {
                 if let Some((holder, _)) = self.ended.get(&fip.id) {
@@ -242,6 +255,9 @@ impl Mover {
         let members = healthy_members(pool, nodes, &quiet, &fresh);
         self.settle(pool, &members);
         let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
+        for fip in &mut all {
+            fip.refused = self.refused.get(&fip.id).cloned().unwrap_or_default();
+        }
         // An IP whose move runs stays in (the plan leaves it alone and
         // counts it for its target); one whose last move failed waits for
         // its retry.
@@ -298,6 +314,7 @@ impl Mover {
             if kept && !self.moving.contains_key(&fip.id) {
                 self.since.remove(&fip.id);
                 self.retry.remove(&fip.id);
+                self.failures.remove(&fip.id);
             }
         }
     }
@@ -386,7 +403,7 @@ impl Mover {
         warn!(
             pool = %pool.pool,
             floating_ips = %ips.join(","),
-            "Floating IPs should move, but the pool has no healthy member; they stay where they are"
+            "Floating IPs should move, but the pool has no healthy member they may go to; they stay where they are"
         );
         published.push((pool.pool.clone(), events::floating_ips_stranded(&ips)));
     }
@@ -410,6 +427,8 @@ impl Mover {
                     ip: fip.address.to_string(),
                     holder: fip.holder.map(|id| pool.server_name(id)),
                     moving_to: self.moving.get(&fip.id).map(|m| pool.server_name(m.to)),
+                    cause: self.failures.get(&fip.id).map(|(cause, _)| *cause),
+                    last_error: self.failures.get(&fip.id).map(|(_, text)| text.clone()),
                 })
             })
             .collect()

@@ -50,6 +50,33 @@ pub enum MoveError {
         READ_LIMIT.as_secs()
     )]
     ReadTimedOut,
+    /// Hetzner answered `422 floating_ip_assigned`, and a read shows the IP
+    /// on another server than the target (or none).
+    #[error(
+        "Hetzner answered 422 floating_ip_assigned, but the Floating IP is on {} now, not on the \
+         target; not moved, tried again later",
+        holder.map_or_else(|| "no server".to_owned(), |id| format!("server {id}"))
+    )]
+    AssignedElsewhere { holder: Option<i64> },
+    /// Hetzner refused to assign the IP to this server (a `4xx` that is no
+    /// lock, conflict, rate limit, token or missing resource: a server
+    /// outside the IP's network zone, for one). The server is not tried
+    /// again for this IP before the next listing.
+    #[error("Hetzner refused the assignment to server {server}: {error}")]
+    Refused { server: i64, error: HetznerError },
+}
+
+/// An assignment's error: a refusal of the target (see
+/// [`MoveError::Refused`]), or the error as it is.
+fn refused(error: HetznerError, server: i64) -> MoveError {
+    match error {
+        HetznerError::UnexpectedStatus { status, .. }
+            if (400..500).contains(&status) && !matches!(status, 404 | 409) =>
+        {
+            MoveError::Refused { server, error }
+        }
+        error => MoveError::Hetzner(error),
+    }
 }
 
 impl MoveError {
@@ -62,6 +89,8 @@ impl MoveError {
             MoveError::Kube(_) => "kube",
             MoveError::Aborted => "aborted",
             MoveError::ReadTimedOut => "timeout",
+            MoveError::AssignedElsewhere { .. } => "assigned_elsewhere",
+            MoveError::Refused { .. } => "assign_refused",
         }
     }
 }
@@ -71,7 +100,8 @@ impl MoveError {
 pub(super) enum Ended {
     /// Hetzner's Action succeeded after this long.
     Moved(Duration),
-    /// Hetzner says the IP was on that server already.
+    /// Hetzner said the IP was assigned already, and a read showed it on
+    /// the target.
     AlreadyThere,
     /// The IP was no longer where the listing had it: nothing sent.
     Overtaken(Option<i64>),
@@ -213,11 +243,19 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
     if !may_send() {
         return Err(MoveError::LeaseExpired);
     }
-    match hetzner
+    let assigned = hetzner
         .assign_floating_ip(&token, step.floating_ip, step.to, &may_send)
-        .await?
-    {
-        Assignment::AlreadyThere => Ok(Ended::AlreadyThere),
+        .await
+        .map_err(|error| refused(error, step.to))?;
+    match assigned {
+        // Hetzner says "assigned", not to which server: done only when a
+        // read shows it on the target.
+        Assignment::AlreadyThere => {
+            match hetzner.floating_ip_holder(&token, step.floating_ip).await? {
+                Some(holder) if holder == step.to => Ok(Ended::AlreadyThere),
+                holder => Err(MoveError::AssignedElsewhere { holder }),
+            }
+        }
         Assignment::Started(action) => {
             let started = Instant::now();
             hetzner

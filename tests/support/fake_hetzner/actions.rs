@@ -61,6 +61,9 @@ pub(super) struct Actions {
     /// Errors the next assignments get, one each, before any succeeds:
     /// status, code, message.
     pub(super) assign_errors: VecDeque<(u16, String, String)>,
+    /// Another tool assigns the Floating IP of the next assignment to this
+    /// server just before that assignment arrives.
+    pub(super) overtake: Option<i64>,
     /// The Actions started, by ID.
     running: BTreeMap<i64, Running>,
     next_id: i64,
@@ -182,14 +185,32 @@ impl Respond for FloatingIpResponder {
     }
 }
 
+/// How the fake answers a write with a token that may only read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOnly {
+    /// `401 token_readonly`: Hetzner's documented code for it.
+    TokenReadonly401,
+    /// `403 forbidden`: what hcloud-go names instead since 2026-10-05
+    /// (v2.51.0 deprecated `token_readonly` for `forbidden`).
+    Forbidden403,
+}
+
 /// Hetzner's answer to a write with a Read-only token (echoing the token,
 /// which the client must keep out of what it reports).
-fn read_only(request: &Request) -> ResponseTemplate {
-    let message = echo_token(
-        "token {token} is only allowed to perform GET requests",
-        request,
-    );
-    error_response(401, Some("token_readonly"), &message, None)
+fn read_only(answer: ReadOnly, request: &Request) -> ResponseTemplate {
+    match answer {
+        ReadOnly::TokenReadonly401 => {
+            let message = echo_token(
+                "token {token} is only allowed to perform GET requests",
+                request,
+            );
+            error_response(401, Some("token_readonly"), &message, None)
+        }
+        ReadOnly::Forbidden403 => {
+            let message = echo_token("insufficient permissions for token {token}", request);
+            error_response(403, Some("forbidden"), &message, None)
+        }
+    }
 }
 
 /// `PUT /v1/floating_ips/{id}`: an update. The fake changes nothing (the
@@ -207,8 +228,8 @@ impl Respond for UpdateResponder {
             id.unwrap_or_default(),
             String::from_utf8_lossy(&request.body).into_owned(),
         ));
-        if state.read_only {
-            return read_only(request);
+        if let Some(answer) = state.read_only {
+            return read_only(answer, request);
         }
         match state.floating_ips.iter().find(|f| Some(f.id) == id) {
             Some(fip) => ResponseTemplate::new(200)
@@ -228,8 +249,8 @@ impl Respond for AssignResponder {
         let mut state = lock(&self.state);
         settle(&mut state);
         state.actions.assign_requests += 1;
-        if state.read_only {
-            return read_only(request);
+        if let Some(answer) = state.read_only {
+            return read_only(answer, request);
         }
         if let Some((status, code, message)) = state.actions.assign_errors.pop_front() {
             return error_response(status, Some(&code), &echo_token(&message, request), None);
@@ -241,9 +262,14 @@ impl Respond for AssignResponder {
         let (Some(fip), Some(server)) = (fip, server) else {
             return error_response(400, Some("invalid_input"), "invalid input", None);
         };
-        let Some(current) = state.floating_ips.iter().find(|f| f.id == fip) else {
+        let overtake = state.actions.overtake.take();
+        let Some(current) = state.floating_ips.iter_mut().find(|f| f.id == fip) else {
             return error_response(404, Some("not_found"), "Floating IP not found", None);
         };
+        if let Some(by) = overtake {
+            current.server = Some(by);
+        }
+        let current = current.clone();
         let busy = state
             .actions
             .running

@@ -12,6 +12,7 @@ mod errors;
 mod faults;
 mod render;
 mod selector;
+pub use actions::ReadOnly;
 pub use errors::*;
 pub use faults::*;
 use render::*;
@@ -354,6 +355,13 @@ impl FakeHetzner {
             .collect();
     }
 
+    /// Another tool assigns the Floating IP of the next assignment to
+    /// `server` just before that assignment arrives (the fake then answers
+    /// as Hetzner would: `422 floating_ip_assigned` when it is the target).
+    pub fn overtake_next_assignment(&self, server: i64) {
+        self.lock().actions.overtake = Some(server);
+    }
+
     /// Assignment and Action requests served so far.
     pub fn action_requests(&self) -> (usize, usize) {
         let state = self.lock();
@@ -398,9 +406,17 @@ impl FakeHetzner {
     }
 
     /// From now on, every write (an assignment, an update) gets
-    /// `401 token_readonly`, as with a Read-only token.
+    /// `401 token_readonly`, as with a Read-only token (Hetzner's
+    /// documented answer until hcloud-go deprecated the code on 2026-10-05).
     pub fn set_read_only(&self, read_only: bool) {
-        self.lock().read_only = read_only;
+        self.lock().read_only = read_only.then_some(ReadOnly::TokenReadonly401);
+    }
+
+    /// From now on, every write gets this answer of a token that may only
+    /// read: `401 token_readonly`, or `403 forbidden` (the code hcloud-go
+    /// names instead since 2026-10-05).
+    pub fn set_read_only_answer(&self, answer: ReadOnly) {
+        self.lock().read_only = Some(answer);
     }
 
     /// `PUT /floating_ips/{id}` requests served so far, with their bodies.
@@ -435,7 +451,7 @@ struct FakeState {
     requests: usize,
     last_label_selector: Option<String>,
     expected_token: Option<String>,
-    read_only: bool,
+    read_only: Option<ReadOnly>,
     log: VecDeque<FakeRequest>,
     script: Option<Script>,
     /// `requests` when the rate-limit budget was last refilled.
