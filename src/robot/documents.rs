@@ -85,9 +85,10 @@ struct RawIp {
 struct RawFailover {
     ip: IpAddr,
     /// `255.255.255.248` for an IPv4 /29; `255.255.255.255` for a single
-    /// failover IP (absent: a single IP, as before it was read).
+    /// failover IP (absent: a single IP, as before it was read). A prefix
+    /// length (`29`, `"29"`, `"/29"`) is read too.
     #[serde(default)]
-    netmask: Option<String>,
+    netmask: Option<serde_json::Value>,
     server_number: i64,
     #[serde(default)]
     active_server_ip: Option<IpAddr>,
@@ -236,8 +237,9 @@ pub fn read_ips(status: u16, body: &[u8]) -> Result<Vec<RobotIp>, RobotError> {
         .collect())
 }
 
-/// `GET /failover`. A netmask that is no mask of the IP's family fails the
-/// list, like an address that is none.
+/// `GET /failover`. An IPv4 netmask that is no mask of a /24 to /32 fails
+/// the list, like an address that is none (an IPv6 net is a /64 whatever
+/// its netmask says).
 pub fn read_failovers(status: u16, body: &[u8]) -> Result<Vec<RobotFailover>, RobotError> {
     let raw: Vec<RawFailover> = elements(RobotList::Failovers, status, body)?;
     raw.into_iter()
@@ -268,10 +270,22 @@ pub fn read_failovers(status: u16, body: &[u8]) -> Result<Vec<RobotFailover>, Ro
         .collect()
 }
 
-/// The prefix length of a dotted IPv4 netmask (`255.255.255.248`: 29);
-/// `None` unless its ones are contiguous.
-fn ipv4_prefix(mask: &str) -> Option<u8> {
-    let bits = u32::from(mask.trim().parse::<Ipv4Addr>().ok()?);
-    let prefix = bits.leading_ones();
-    (bits.checked_shl(prefix).unwrap_or(0) == 0).then_some(prefix as u8)
+/// The prefix length of an IPv4 netmask: dotted (`255.255.255.248`: 29,
+/// its ones contiguous) or a length (`29`, `"29"`, `"/29"`); `None` for
+/// anything else.
+fn ipv4_prefix(mask: &serde_json::Value) -> Option<u8> {
+    let length = |n: u64| u8::try_from(n).ok().filter(|n| *n <= 32);
+    match mask {
+        serde_json::Value::Number(n) => length(n.as_u64()?),
+        serde_json::Value::String(text) => {
+            let text = text.trim();
+            if let Ok(n) = text.trim_start_matches('/').parse::<u64>() {
+                return length(n);
+            }
+            let bits = u32::from(text.parse::<Ipv4Addr>().ok()?);
+            let prefix = bits.leading_ones();
+            (bits.checked_shl(prefix).unwrap_or(0) == 0).then_some(prefix as u8)
+        }
+        _ => None,
+    }
 }

@@ -92,7 +92,14 @@ impl ControlLoop {
                                 )
                             })
                         });
-                    self.health.record_success(pool, report.addresses, notice);
+                    // Only a full cycle (a listing and its write) makes a
+                    // pool healthy: a Node step or a repair works on the last
+                    // good listing, also while every listing fails.
+                    if kind == CycleKind::Full {
+                        self.health.record_success(pool, report.addresses, notice);
+                    } else {
+                        self.health.record_step(pool, report.addresses, notice);
+                    }
                 }
                 Err(e) => self.health.record_failure(pool, e.to_string()),
             }

@@ -410,10 +410,18 @@ pub struct Target {
     pub resource: Option<ApiResource>,
 }
 
+/// The longest one call of the publisher may take (the pool's reference,
+/// one Event): the Kubernetes client has no read timeout, and one call
+/// that never ends would stop every later Event.
+pub const EVENT_CALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// What the publishing task takes: the events of one pool.
+type Batch = (Target, Vec<PoolEvent>);
+
 /// Publishes events from a task of its own, in order. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct EventSink {
-    tx: Option<mpsc::Sender<(Target, Vec<PoolEvent>)>>,
+    tx: Option<(mpsc::Sender<Batch>, Arc<Metrics>)>,
 }
 
 impl EventSink {
@@ -425,17 +433,26 @@ impl EventSink {
     /// Starts the publishing task; it ends when every sink is dropped.
     pub fn start(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(publish_loop(client, instance, metrics, rx));
-        Self { tx: Some(tx) }
+        tokio::spawn(publish_loop(client, instance, metrics.clone(), rx));
+        Self {
+            tx: Some((tx, metrics)),
+        }
     }
 
     pub fn publish(&self, target: Target, events: Vec<PoolEvent>) {
-        let Some(tx) = &self.tx else { return };
+        let Some((tx, metrics)) = &self.tx else {
+            return;
+        };
         if events.is_empty() {
             return;
         }
-        if tx.try_send((target, events)).is_err() {
-            warn!("too many Kubernetes Events waiting to be published; dropping some");
+        if let Err(refused) = tx.try_send((target, events)) {
+            let (_, events) = refused.into_inner();
+            metrics.events_dropped(events.len());
+            warn!(
+                dropped = events.len(),
+                "too many Kubernetes Events waiting to be published; dropping some"
+            );
         }
     }
 }
@@ -444,7 +461,7 @@ async fn publish_loop(
     client: Client,
     instance: String,
     metrics: Arc<Metrics>,
-    mut rx: mpsc::Receiver<(Target, Vec<PoolEvent>)>,
+    mut rx: mpsc::Receiver<Batch>,
 ) {
     let reporter = Reporter {
         controller: REPORTING_CONTROLLER.to_owned(),
@@ -457,22 +474,27 @@ async fn publish_loop(
             // with the same reason into a series and keep the first note,
             // losing which addresses a later write changed.
             let recorder = Recorder::new(client.clone(), reporter.clone());
-            let published = recorder
-                .publish(
-                    &Event {
-                        type_: if event.warning {
-                            EventType::Warning
-                        } else {
-                            EventType::Normal
-                        },
-                        reason: event.reason.to_owned(),
-                        note: Some(event.note.clone()),
-                        action: event.action.to_owned(),
-                        secondary: None,
-                    },
-                    &reference,
-                )
-                .await;
+            let kube_event = Event {
+                type_: if event.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: event.reason.to_owned(),
+                note: Some(event.note.clone()),
+                action: event.action.to_owned(),
+                secondary: None,
+            };
+            let publish = recorder.publish(&kube_event, &reference);
+            let Ok(published) = tokio::time::timeout(EVENT_CALL_LIMIT, publish).await else {
+                metrics.event_published(false);
+                warn!(
+                    reason = event.reason,
+                    limit_s = EVENT_CALL_LIMIT.as_secs(),
+                    "publishing a Kubernetes Event got no answer in time; going on with the next"
+                );
+                continue;
+            };
             metrics.event_published(published.is_ok());
             match published {
                 Ok(()) => debug!(reason = event.reason, "published a Kubernetes Event"),
@@ -497,10 +519,12 @@ async fn reference(client: &Client, target: &Target) -> ObjectReference {
         .unwrap_or_else(|| format!("{POOL_GROUP}/v2"));
     let uid = match &target.resource {
         Some(resource) => {
+            // Without an answer in time, the reference goes without its uid.
             let api: Api<Pool> = Api::all_with(client.clone(), resource);
-            api.get_metadata_opt(&target.name)
+            tokio::time::timeout(EVENT_CALL_LIMIT, api.get_metadata_opt(&target.name))
                 .await
                 .ok()
+                .and_then(Result::ok)
                 .flatten()
                 .and_then(|o| o.metadata.uid)
         }

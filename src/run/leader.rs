@@ -210,6 +210,12 @@ struct Election {
 /// shutdown gives the release).
 const READ_LIMIT: Duration = Duration::from_secs(3);
 
+/// The longest building a Lease manager (a read, or a create, of the
+/// Lease) may take: the Kubernetes client has no read timeout, and a
+/// connection that went dark would keep this replica out of the election
+/// for ever.
+pub const BUILD_LIMIT: Duration = Duration::from_secs(10);
+
 impl Election {
     /// The election task: takes part until stopped, then releases the
     /// Lease if held. Each attempt builds a manager and follows the Lease
@@ -222,22 +228,30 @@ impl Election {
     /// One attempt: builds a manager for the Lease and follows the Lease
     /// with it, or backs off when the Lease cannot be used.
     async fn attempt(&mut self) -> Next {
+        let build = LeaseManagerBuilder::new(self.client.clone(), &self.config.name)
+            .with_namespace(&self.config.namespace)
+            .with_identity(&self.config.identity)
+            .with_duration(self.config.duration_secs())
+            .with_grace(self.config.grace_secs())
+            .build();
         let built = tokio::select! {
             _ = self.stop.cancelled() => return Next::Stop,
-            built = LeaseManagerBuilder::new(self.client.clone(), &self.config.name)
-                .with_namespace(&self.config.namespace)
-                .with_identity(&self.config.identity)
-                .with_duration(self.config.duration_secs())
-                .with_grace(self.config.grace_secs())
-                .build() => built,
+            built = tokio::time::timeout(BUILD_LIMIT, build) => built,
         };
         match built {
-            Ok(manager) => {
+            Ok(Ok(manager)) => {
                 self.report(None);
                 self.follow(manager).await
             }
-            Err(error) => {
-                self.lease_unusable(error);
+            Ok(Err(error)) => {
+                self.lease_unusable(&error);
+                self.retry().await
+            }
+            Err(_) => {
+                self.lease_unusable(&format!(
+                    "no answer from the API server within {}s",
+                    BUILD_LIMIT.as_secs()
+                ));
                 self.retry().await
             }
         }
@@ -447,7 +461,7 @@ impl Election {
 
     /// Building a manager failed: the Lease cannot be used (RBAC, API
     /// server unreachable).
-    fn lease_unusable(&self, error: LeaseManagerError) {
+    fn lease_unusable(&self, error: &dyn std::fmt::Display) {
         self.report(Some(format!(
             "leader election: cannot use Lease {}/{}: {error}",
             self.config.namespace, self.config.name

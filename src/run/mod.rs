@@ -206,7 +206,7 @@ impl ControlLoop {
         }
         info!("shutting down");
         // No Floating IP move goes on past the Lease.
-        st.mover.reset();
+        st.mover.reset(&self.metrics);
         // The loop no longer writes: now the Lease may go to a standby.
         st.leadership.stop().await;
     }
@@ -284,7 +284,7 @@ impl ControlLoop {
         st.listing = None;
         self.reconciler.new_term();
         self.show_listing();
-        st.mover.reset();
+        st.mover.reset(&self.metrics);
         self.health.set_floating_ips(st.mover.holders());
         if leading {
             st.recorder.announce_leadership = true;

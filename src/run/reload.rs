@@ -54,7 +54,7 @@ impl ControlLoop {
                 || before.hcloud_endpoint != self.settings.hcloud_endpoint
                 || before.token != self.settings.token
             {
-                st.mover.reset();
+                st.mover.reset(&self.metrics);
                 self.health.set_floating_ips(st.mover.holders());
             }
             st.mover.set_hetzner(self.reconciler.hetzner().clone());

@@ -189,7 +189,7 @@ impl Health {
         self.write().report.floating_ips = floating_ips;
     }
 
-    /// A cycle succeeded for `pool`.
+    /// A full cycle (a listing and the pool's write) succeeded for `pool`.
     pub fn record_success(&self, pool: &str, addresses: usize, notice: Option<String>) {
         let mut inner = self.write();
         let entry = Self::pool(&mut inner, pool);
@@ -201,6 +201,18 @@ impl Health {
         if Self::summarise(&mut inner) == Phase::Healthy {
             inner.report.last_success = Some(OffsetDateTime::now_utc());
         }
+    }
+
+    /// A Node step or a repair succeeded for `pool`: what it holds now,
+    /// and whether a removal is held. Never its state or its error: only
+    /// a full cycle says the pool follows Hetzner.
+    pub fn record_step(&self, pool: &str, addresses: usize, notice: Option<String>) {
+        let mut inner = self.write();
+        let entry = Self::pool(&mut inner, pool);
+        entry.addresses = Some(addresses);
+        entry.notice = notice;
+        inner.heartbeat = Instant::now();
+        Self::summarise(&mut inner);
     }
 
     /// A cycle failed for `pool`.

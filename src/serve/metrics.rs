@@ -15,8 +15,8 @@ use prometheus_client::registry::Registry;
 use families::{
     CodeLabels, CycleLabels, CycleMetrics, EndpointLabels, FailoverMetrics, FieldManagerLabels,
     HetznerMetrics, KindLabels, MoveLabels, OperateMetrics, PoolCauseLabels, PoolChangeLabels,
-    PoolGuardLabels, PoolLabels, PoolMetrics, PoolReasonLabels, ResultLabels, RobotLabels,
-    TriggerLabels,
+    PoolGuardLabels, PoolKindLabels, PoolLabels, PoolMetrics, PoolReasonLabels, ResultLabels,
+    RobotLabels, TriggerLabels,
 };
 
 use crate::hetzner::{RequestObserver, RequestOutcome, SkipReason};
@@ -195,10 +195,22 @@ impl Metrics {
                 result: "success",
             })
             .inc();
-        self.cycles
-            .last_success
-            .get_or_create(&PoolLabels { pool: owned() })
-            .set(unix_seconds(SystemTime::now()));
+        // Only a full cycle says the pool follows Hetzner: a Node step or a
+        // repair works on the last good listing, also during an outage.
+        if kind == CycleKind::Full.as_str() {
+            self.cycles
+                .last_success
+                .get_or_create(&PoolLabels { pool: owned() })
+                .set(unix_seconds(SystemTime::now()));
+        } else {
+            self.cycles
+                .last_step_success
+                .get_or_create(&PoolKindLabels {
+                    pool: owned(),
+                    kind,
+                })
+                .set(unix_seconds(SystemTime::now()));
+        }
         self.pools
             .pool_addresses
             .get_or_create(&PoolLabels { pool: owned() })
@@ -271,6 +283,12 @@ impl Metrics {
         self.cycles.last_success.remove(&PoolLabels {
             pool: pool.to_owned(),
         });
+        for kind in [CycleKind::Nodes, CycleKind::Repair] {
+            self.cycles.last_step_success.remove(&PoolKindLabels {
+                pool: pool.to_owned(),
+                kind: kind.as_str(),
+            });
+        }
     }
 
     /// Drops the series that say what `pool` holds now: only a leader
@@ -456,13 +474,28 @@ impl Metrics {
             .set(i64::try_from(stranded).unwrap_or(i64::MAX));
     }
 
+    /// `pool` no longer says how many of its Floating IPs are stranded
+    /// (a new term, or a reload, until the mover looks again).
+    pub fn drop_stranded(&self, pool: &str) {
+        self.failover.stranded.remove(&PoolLabels {
+            pool: pool.to_owned(),
+        });
+    }
+
     pub fn event_published(&self, ok: bool) {
+        self.events(if ok { "success" } else { "failure" }, 1);
+    }
+
+    /// `count` Events were never sent: too many were waiting.
+    pub fn events_dropped(&self, count: usize) {
+        self.events("dropped", count);
+    }
+
+    fn events(&self, result: &'static str, count: usize) {
         self.operate
             .events_total
-            .get_or_create(&ResultLabels {
-                result: if ok { "success" } else { "failure" },
-            })
-            .inc();
+            .get_or_create(&ResultLabels { result })
+            .inc_by(count as u64);
     }
 }
 

@@ -168,9 +168,10 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
 
 /// A token that may only read, as Hetzner answers it since hcloud-go
 /// deprecated `token_readonly` (2026-10-05): `403 forbidden` to the
-/// assignment. The move fails naming write permission with the cause
-/// `token_readonly` in the log, `/health`, the metrics and the Event,
-/// never "may not list servers"; the IP stays where it is, the pool keeps it.
+/// assignment. The move fails naming write permission (the log, `/health`
+/// and the Event), with the cause `token_readonly` (the log and `/health`)
+/// and a `failure` in the moves metric, never "may not list servers"; the
+/// IP stays where it is, the pool keeps it.
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn a_403_forbidden_assignment_is_reported_as_a_read_only_token() {

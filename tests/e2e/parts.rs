@@ -517,3 +517,71 @@ async fn check_before_the_first_cycle_names_a_foreign_pool_over_an_address() {
         "check wrote a pool"
     );
 }
+
+/// Honest health (issue 44, item 1): while every `GET /servers` answers
+/// 503 for several minutes and a Node is labelled in and out every few
+/// seconds, `/health` fails at every sample and
+/// `canada_kaktus_last_success_timestamp_seconds` stands still: Node steps
+/// (they do run, and write) have series of their own. Prometheus' promtool,
+/// fed the series as they were scraped, fires
+/// `CanadaKaktusNoSuccessIn2Intervals` (its `for: 5m` included).
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
+async fn an_outage_with_node_churn_is_never_reported_healthy() {
+    const SAMPLE: Duration = Duration::from_secs(5);
+    // 2 x Interval (20 s), then the alert's `for: 5m`, and a margin.
+    const OUTAGE: Duration = Duration::from_secs(6 * 60);
+    let promtool = support::monitoring::promtool();
+    let (hetzner, _cluster, nodes, mut controller) = four_edge_servers("10s").await;
+    controller.wait_health(200, |_| true).await;
+    hetzner.set_fault(Some(Fault::status(503)));
+    controller
+        .wait_health(503, |h| {
+            h["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("listing Hetzner servers failed"))
+        })
+        .await;
+    let mark = controller.log_text().len();
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    let mut excluded = false;
+    while started.elapsed() < OUTAGE {
+        let tick = Instant::now();
+        excluded = !excluded;
+        exclude(&nodes, "node-4", excluded).await;
+        let (status, body) = controller.health().await.expect("/health answers");
+        assert_eq!(status, 503, "healthy during the outage: {body}");
+        assert_ne!(body["state"], "healthy", "{body}");
+        assert!(body["last_error"].is_string(), "{body}");
+        let metrics = controller.metrics().await.expect("/metrics answers");
+        let series = |name: &str| support::e2e::metric(&metrics, name).unwrap_or(f64::NAN);
+        samples.push((
+            series(r#"canada_kaktus_last_success_timestamp_seconds{pool="edge"}"#),
+            series("canada_kaktus_interval_seconds"),
+            std::time::SystemTime::now(),
+        ));
+        tokio::time::sleep_until(tick + SAMPLE).await;
+    }
+    // The churn was seen: Node steps ran and wrote during the outage.
+    let steps = finished(&controller.log_text(), mark, "nodes");
+    assert!(steps >= 10, "{steps} Node steps in the outage");
+    let step_success = controller
+        .metric(r#"canada_kaktus_last_step_success_timestamp_seconds{pool="edge",kind="nodes"}"#)
+        .await;
+    assert!(step_success.is_some_and(|t| t > 0.0), "{step_success:?}");
+    let last_success = samples[0].0;
+    assert!(
+        samples.iter().all(|s| s.0 == last_success),
+        "last_success moved during the outage: {samples:?}"
+    );
+    support::monitoring::assert_alert_fires(
+        &promtool,
+        "CanadaKaktusNoSuccessIn2Intervals",
+        "edge",
+        &samples,
+        SAMPLE,
+    );
+    assert!(!controller.log_text().contains(TOKEN));
+    controller.assert_running();
+}

@@ -19,7 +19,7 @@ use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, checks_with, cidrs, cluster, events_of, phases, pools, record_history_of,
     run_command, set, several_pools_server as server, start_with_config, wait_event,
-    wait_history_caught_up, wait_named_pool, Controller, TOKEN,
+    wait_history_caught_up, wait_history_ends_with, wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::FakeHetzner;
 use support::fake_robot::{authorization, FakeRobot, PASSWORD, USER};
@@ -449,6 +449,8 @@ async fn a_failover_subnet_gives_its_usable_addresses_and_its_network_address_le
     .await
     .unwrap();
     let (history, watching) = record_history_of(api.clone(), "edge");
+    // The watch has the pool as the release before left it.
+    wait_history_ends_with(&history, &set(&["203.0.113.96/32"])).await;
     let config = r#"{"Pools": [
         {"Name": "edge", "Addresses": ["robot-failover-ip"],
          "Robot": {"NodeSelector": "role=edge"}},

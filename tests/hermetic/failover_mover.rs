@@ -97,6 +97,15 @@ async fn setup_with(
     (fake, kube, mover, settings)
 }
 
+/// The next move that ends; fails (instead of waiting for ever) when none
+/// runs.
+async fn ended(mover: &mut Mover) -> canada_kaktus::run::failover::Done {
+    tokio::time::timeout(Duration::from_secs(30), mover.next_done())
+        .await
+        .expect("a move runs and ends")
+        .expect("the move ends")
+}
+
 fn holder(fake: &FakeHetzner) -> Option<i64> {
     fake.floating_ip_servers()
         .into_iter()
@@ -284,9 +293,14 @@ async fn a_422_floating_ip_assigned_on_the_target_is_a_move() {
     // another tool puts the IP there just before the assignment.
     fake.overtake_next_assignment(2);
     mover.decide(&settings, &nodes(&[1, 3]), &metrics, Instant::now());
-    let done = mover.next_done().await.expect("the move ends");
+    let done = ended(&mut mover).await;
     let published = mover.finish(done, &metrics, Instant::now());
     assert_eq!(fake.action_requests().0, 1, "one assignment, answered 422");
+    assert_eq!(
+        fake.holder_requests(),
+        2,
+        "the IP read before the assignment, and again after the 422"
+    );
     assert_eq!(fake.actions_started(), 0, "no Action ran");
     let (_, event) = &published[0];
     assert_eq!(event.reason, "FloatingIpMoved", "{}", event.note);
@@ -295,12 +309,13 @@ async fn a_422_floating_ip_assigned_on_the_target_is_a_move() {
 }
 
 /// Hetzner assigns a Floating IP only within its network zone. An
-/// assignment Hetzner refuses (a `4xx` that is no lock, conflict, token or
-/// missing resource) is not tried again on that server before the next
-/// listing: with no other member the IP is reported stranded, instead of
-/// the same refused move failing again and again.
+/// assignment Hetzner refuses (`400`/`422` with a code that is no passing
+/// state) is not sent to that server again for 5 minutes, or until a
+/// listing that began after it: the next member is asked at once, and
+/// without one the IP is reported stranded, instead of the same refused
+/// move failing again and again.
 #[tokio::test]
-async fn a_refused_assignment_leaves_the_ip_stranded_until_the_next_listing() {
+async fn a_refused_assignment_skips_that_server_for_a_while() {
     let (fake, mut mover, settings) = setup().await;
     fake.fail_assignments(&[
         (422, "invalid_input", "server is in another network zone"),
@@ -311,30 +326,61 @@ async fn a_refused_assignment_leaves_the_ip_stranded_until_the_next_listing() {
     // node-1 (the holder) and node-3 are being deleted: node-2 is the one
     // member, and Hetzner refuses it.
     let deleting = nodes(&[1, 3]);
-    mover.decide(&settings, &deleting, &metrics, Instant::now());
-    let done = mover.next_done().await.expect("the move ends");
-    let published = mover.finish(done, &metrics, Instant::now());
+    let now = Instant::now();
+    mover.decide(&settings, &deleting, &metrics, now);
+    let done = ended(&mut mover).await;
+    let published = mover.finish(done, &metrics, now);
     assert_eq!(published[0].1.reason, "FloatingIpMoveFailed");
+    let note = &published[0].1.note;
     assert!(
-        published[0].1.note.contains("422 invalid_input"),
-        "{}",
-        published[0].1.note
+        note.contains("422 invalid_input") && note.contains("node-2"),
+        "{note}"
     );
-    // Past the backoff: no second try on node-2, the IP is stranded.
-    let later = Instant::now() + Duration::from_secs(400);
-    let published = mover.decide(&settings, &deleting, &metrics, later);
+    // At once, no backoff: node-2 is not asked again, the IP is stranded.
+    let published = mover.decide(&settings, &deleting, &metrics, now);
     assert_eq!(fake.action_requests().0, 1, "node-2 is not asked again");
     assert_eq!(published.len(), 1, "{published:?}");
     assert_eq!(published[0].1.reason, "FloatingIpStranded");
     assert!(metrics
         .render()
         .contains(r#"canada_kaktus_floating_ips_stranded{pool="edge"} 1"#));
-    // A fresh listing forgets the refusal: node-2 is tried again.
-    mover.set_listing(listing(Some(1)));
+    // Five minutes on, node-2 is asked again (and refuses again).
+    let later = now + Duration::from_secs(301);
     mover.decide(&settings, &deleting, &metrics, later);
-    let done = mover.next_done().await.expect("the second move ends");
-    mover.finish(done, &metrics, Instant::now());
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, later);
     assert_eq!(fake.action_requests().0, 2);
+    // A listing that began after the refusal forgets it: node-2 is asked
+    // again and takes the IP.
+    mover.set_listing(FailoverListing {
+        started: later + Duration::from_secs(1),
+        ..listing(Some(1))
+    });
+    let after = later + Duration::from_secs(2);
+    mover.decide(&settings, &deleting, &metrics, after);
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, after);
+    assert_eq!(fake.action_requests().0, 3);
+    assert_eq!(holder(&fake), Some(2));
+}
+
+/// A listing that began before the refusal does not forget it.
+#[tokio::test]
+async fn a_listing_older_than_a_refusal_keeps_it() {
+    let (fake, mut mover, settings) = setup().await;
+    fake.fail_assignments(&[(422, "invalid_input", "no")]);
+    let metrics = Metrics::new();
+    let old = listing(Some(1));
+    mover.set_listing(old.clone());
+    let deleting = nodes(&[1, 3]);
+    let now = Instant::now();
+    mover.decide(&settings, &deleting, &metrics, now);
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, now);
+    mover.set_listing(old);
+    let published = mover.decide(&settings, &deleting, &metrics, now);
+    assert_eq!(published[0].1.reason, "FloatingIpStranded", "{published:?}");
+    assert_eq!(fake.action_requests().0, 1);
 }
 
 #[tokio::test]

@@ -157,7 +157,7 @@ async fn a_403_forbidden_on_a_write_is_a_read_only_token() {
 /// The other 403 codes keep their meaning on a write (a `403 forbidden`
 /// on a read: `hetzner::forbidden_names_the_code_and_is_not_retried`).
 #[tokio::test]
-async fn other_403_codes_and_a_forbidden_read_keep_their_meaning() {
+async fn other_403_codes_on_a_write_keep_their_meaning() {
     let (fake, client) = fake().await;
     for code in ["maintenance", "resource_limit_exceeded"] {
         fake.fail_assignments(&[(403, code, "no")]);

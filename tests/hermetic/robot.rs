@@ -126,10 +126,12 @@ fn a_failover_subnet_gives_its_usable_addresses_and_an_ipv6_net_stays_a_64() {
     )
     .unwrap();
     let body = format!(
-        "[{},{},{}]",
+        "[{},{},{},{}]",
         failover("198.51.100.8", "255.255.255.248", "203.0.113.21"),
         failover("198.51.100.99", "255.255.255.255", "203.0.113.21"),
         failover("2a01:4f8:fff0::", "ffff:ffff:ffff:ffff::", "2a01:4f8:321::"),
+        // A prefix length instead of a mask, and an address in the net.
+        failover("198.51.100.130", "/30", "203.0.113.21"),
     );
     let failovers = read_failovers(200, body.as_bytes()).unwrap();
     let members = as_servers(servers, &[], &failovers);
@@ -155,8 +157,14 @@ fn a_failover_subnet_gives_its_usable_addresses_and_an_ipv6_net_stays_a_64() {
             "198.51.100.14",
             "198.51.100.99",
             "2a01:4f8:fff0::/64",
+            "198.51.100.129",
+            "198.51.100.130",
         ]
     );
+    // A number works as well as a string.
+    let body = br#"[{"failover": {"ip": "198.51.100.8", "netmask": 29, "server_ip": "203.0.113.21",
+        "server_number": 321, "active_server_ip": "203.0.113.21"}}]"#;
+    assert_eq!(read_failovers(200, body).unwrap()[0].prefix, 29);
 }
 
 /// A netmask that is no mask (or one wider than the /24 Hetzner hands out)
@@ -164,7 +172,14 @@ fn a_failover_subnet_gives_its_usable_addresses_and_an_ipv6_net_stays_a_64() {
 /// written from an answer read wrong.
 #[test]
 fn a_failover_netmask_that_is_no_mask_fails_the_list() {
-    for netmask in ["255.0.255.0", "a lot", "255.255.255.256", "255.255.0.0"] {
+    for netmask in [
+        "255.0.255.0",
+        "a lot",
+        "255.255.255.256",
+        "255.255.0.0",
+        "33",
+        "/16",
+    ] {
         let body = format!("[{}]", failover("198.51.100.8", netmask, "203.0.113.21"));
         let error = read_failovers(200, body.as_bytes()).expect_err(netmask);
         assert!(

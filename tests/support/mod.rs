@@ -9,6 +9,7 @@ pub mod fake_kube;
 pub mod fake_robot;
 pub mod in_process;
 pub mod logs;
+pub mod monitoring;
 pub mod nodes;
 pub mod openapi;
 pub mod relay;

@@ -40,11 +40,13 @@ impl Mover {
         };
         let address = ip_of(pool, done.floating_ip);
         let to = pool.server_name(moving.to);
+        // A refused target is skipped from now on: the next member is
+        // asked at once, without the backoff.
+        let refused = matches!(&done.result, Err(MoveError::Refused { .. }));
         if let Err(MoveError::Refused { server, .. }) = &done.result {
-            self.refused
-                .entry(done.floating_ip)
-                .or_default()
-                .push(*server);
+            let refusals = self.refused.entry(done.floating_ip).or_default();
+            refusals.retain(|(s, _)| s != server);
+            refusals.push((*server, now));
         }
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
@@ -98,7 +100,13 @@ impl Mover {
                 self.holder_back(&end, done.floating_ip, renewed, metrics, now);
                 None
             }
-            Err(_) => failure.map(|f| self.failed(end, done.floating_ip, f, metrics, now)),
+            Err(_) => failure.map(|f| {
+                let wait = match refused {
+                    true => Duration::ZERO,
+                    false => self.back_off(done.floating_ip, now),
+                };
+                self.failed(end, done.floating_ip, f, wait, metrics)
+            }),
         };
         published.extend(event);
         published
@@ -170,16 +178,15 @@ impl Mover {
 
     /// A move failed: tried again after the backoff; the
     /// `FloatingIpMoveFailed` Event.
-    /// `error` is the failure's cause and text.
+    /// `error` is the failure's cause and text, `wait` the backoff.
     fn failed(
         &mut self,
         end: MoveEnd,
         floating_ip: i64,
         (cause, error): (&'static str, String),
+        wait: Duration,
         metrics: &Metrics,
-        now: Instant,
     ) -> (String, PoolEvent) {
-        let wait = self.back_off(floating_ip, now);
         metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "failure");
         warn!(
             pool = %end.moving.pool,
@@ -209,6 +216,11 @@ impl Mover {
 /// What a failed move says, with servers named as the pool names them.
 fn failure_text(error: &MoveError, pool: &FailoverPool, to: &str) -> String {
     match error {
+        MoveError::Refused { error, .. } => format!(
+            "Hetzner refused the assignment to {to}: {error}; {to} is not asked again for this \
+             IP for {}s (or until a newer listing), the next member is",
+            super::REFUSED_FOR.as_secs()
+        ),
         MoveError::AssignedElsewhere { holder } => format!(
             "Hetzner answered 422 floating_ip_assigned, but a read shows the Floating IP on {}, \
              not on {to}; not moved, tried again later",

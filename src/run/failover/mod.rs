@@ -47,6 +47,9 @@ const RETRY_MAX: Duration = Duration::from_secs(300);
 const MOVE_WINDOW: Duration = Duration::from_secs(60);
 /// How soon stranded IPs are looked at again.
 const STRANDED_RECHECK: Duration = Duration::from_secs(1);
+/// How long a server Hetzner refused a Floating IP to is not asked again
+/// for it (a listing that began after the refusal forgets it sooner).
+const REFUSED_FOR: Duration = RETRY_MAX;
 
 /// A move that runs.
 #[derive(Debug, Clone)]
@@ -83,9 +86,10 @@ pub struct Mover {
     since: HashMap<i64, Instant>,
     /// The stranded IPs last reported, per pool.
     stranded: BTreeMap<String, Vec<i64>>,
-    /// Per Floating IP, the servers Hetzner refused to assign it to since
-    /// the last listing: not asked again before the next.
-    refused: HashMap<i64, Vec<i64>>,
+    /// Per Floating IP, the servers Hetzner refused to assign it to, with
+    /// when: not asked again for [`REFUSED_FOR`], or until a listing that
+    /// began after the refusal.
+    refused: HashMap<i64, Vec<(i64, Instant)>>,
     /// Per Floating IP, the cause and text of its last failed move, for
     /// `/health`, until it settles or moves.
     failures: HashMap<i64, (&'static str, String)>,
@@ -137,9 +141,14 @@ impl Mover {
         self.renewals = Some(renewals);
     }
 
-    /// A new leadership term, or none: every running move is dropped and
-    /// nothing moves before a fresh listing.
-    pub fn reset(&mut self) {
+    /// A new leadership term, or none, or a reload: every running move is
+    /// dropped and nothing moves before a fresh listing. The stranded
+    /// gauges it set go until it looks again (a pool whose failover a
+    /// reload turned off keeps none).
+    pub fn reset(&mut self, metrics: &Metrics) {
+        for pool in self.stranded.keys() {
+            metrics.drop_stranded(pool);
+        }
         self.tasks.abort_all();
         self.tasks = JoinSet::new();
         self.task_ips.clear();
@@ -160,8 +169,11 @@ impl Mover {
     pub fn set_listing(&mut self, mut listing: FailoverListing) {
         self.ended.retain(|_, (_, at)| *at > listing.started);
         // What Hetzner refused may have changed (a server moved, the IP
-        // was reassigned): every member may be asked again.
-        self.refused.clear();
+        // was reassigned): a listing newer than a refusal forgets it.
+        for refusals in self.refused.values_mut() {
+            refusals.retain(|(_, at)| *at > listing.started);
+        }
+        self.refused.retain(|_, refusals| !refusals.is_empty());
         for pool in &mut listing.pools {
             for fip in &mut pool.floating_ips {
                 if let Some((holder, _)) = self.ended.get(&fip.id) {
@@ -256,7 +268,11 @@ impl Mover {
         self.settle(pool, &members);
         let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
         for fip in &mut all {
-            fip.refused = self.refused.get(&fip.id).cloned().unwrap_or_default();
+            let refusals = self.refused.get(&fip.id).into_iter().flatten();
+            fip.refused = refusals
+                .filter(|(_, at)| now.saturating_duration_since(*at) < REFUSED_FOR)
+                .map(|(server, _)| *server)
+                .collect();
         }
         // An IP whose move runs stays in (the plan leaves it alone and
         // counts it for its target); one whose last move failed waits for

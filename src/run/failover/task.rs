@@ -50,6 +50,11 @@ pub enum MoveError {
         READ_LIMIT.as_secs()
     )]
     ReadTimedOut,
+    #[error(
+        "reading the Hetzner API token took longer than {}s; nothing sent, tried again later",
+        READ_LIMIT.as_secs()
+    )]
+    TokenTimedOut,
     /// Hetzner answered `422 floating_ip_assigned`, and a read shows the IP
     /// on another server than the target (or none).
     #[error(
@@ -58,23 +63,36 @@ pub enum MoveError {
         holder.map_or_else(|| "no server".to_owned(), |id| format!("server {id}"))
     )]
     AssignedElsewhere { holder: Option<i64> },
-    /// Hetzner refused to assign the IP to this server (a `4xx` that is no
-    /// lock, conflict, rate limit, token or missing resource: a server
-    /// outside the IP's network zone, for one). The server is not tried
-    /// again for this IP before the next listing.
+    /// Hetzner refused to assign the IP to this server (`400` or `422`
+    /// with a code that is no passing state, or the Action failed): a
+    /// server outside the IP's network zone, for one. The server is not
+    /// asked again for this IP for a while ([`super::REFUSED_FOR`]).
     #[error("Hetzner refused the assignment to server {server}: {error}")]
     Refused { server: i64, error: HetznerError },
 }
 
 /// An assignment's error: a refusal of the target (see
-/// [`MoveError::Refused`]), or the error as it is.
+/// [`MoveError::Refused`]), or the error as it is. A refusal is an answer
+/// about this assignment: `400` or `422` with a code that is no passing
+/// state of Hetzner's, or an Action that ended in an error. (Which code
+/// Hetzner gives a server outside the IP's network zone is not
+/// documented.)
 fn refused(error: HetznerError, server: i64) -> MoveError {
+    const PASSING: [&str; 6] = [
+        "service_error",
+        "resource_unavailable",
+        "unavailable",
+        "timeout",
+        "maintenance",
+        "rate_limit_exceeded",
+    ];
     match error {
-        HetznerError::UnexpectedStatus { status, .. }
-            if (400..500).contains(&status) && !matches!(status, 404 | 409) =>
-        {
-            MoveError::Refused { server, error }
-        }
+        HetznerError::UnexpectedStatus {
+            status: 400 | 422,
+            code: Some(ref code),
+            ..
+        } if !PASSING.contains(&code.as_str()) => MoveError::Refused { server, error },
+        HetznerError::ActionFailed { .. } => MoveError::Refused { server, error },
         error => MoveError::Hetzner(error),
     }
 }
@@ -83,7 +101,7 @@ impl MoveError {
     /// The cause, as in logs and metrics.
     pub fn cause(&self) -> &'static str {
         match self {
-            MoveError::Token(_) => "token",
+            MoveError::Token(_) | MoveError::TokenTimedOut => "token",
             MoveError::Hetzner(HetznerError::Fenced) | MoveError::LeaseExpired => "lease_expired",
             MoveError::Hetzner(error) => error.metric_label(),
             MoveError::Kube(_) => "kube",
@@ -227,7 +245,11 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
         token,
         fence,
     } = clients;
-    let token = token.read_async().await?;
+    // The token file may sit on a volume that hangs (a wedged secret
+    // store): a move that never ends would keep its IP "moving" all term.
+    let token = tokio::time::timeout(READ_LIMIT, token.read_async())
+        .await
+        .map_err(|_| MoveError::TokenTimedOut)??;
     let holder = hetzner.floating_ip_holder(&token, step.floating_ip).await?;
     if holder != step.from {
         return Ok(Ended::Overtaken(holder));
@@ -260,7 +282,8 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
             let started = Instant::now();
             hetzner
                 .wait_for_action(&token, action, ACTION_POLL, ACTION_LIMIT)
-                .await?;
+                .await
+                .map_err(|error| refused(error, step.to))?;
             Ok(Ended::Moved(started.elapsed()))
         }
     }

@@ -29,6 +29,12 @@ pub(super) struct PoolLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct PoolKindLabels {
+    pub pool: String,
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct PoolCauseLabels {
     pub pool: String,
     pub cause: &'static str,
@@ -118,6 +124,7 @@ pub(super) struct CycleMetrics {
     pub reconcile_duration: Family<KindLabels, Histogram, fn() -> Histogram>,
     pub full_cycles_total: Family<TriggerLabels, Counter>,
     pub last_success: Family<PoolLabels, Gauge<f64, AtomicU64>>,
+    pub last_step_success: Family<PoolKindLabels, Gauge<f64, AtomicU64>>,
     pub interval_seconds: Gauge<f64, AtomicU64>,
     pub last_listing: Gauge<f64, AtomicU64>,
 }
@@ -153,8 +160,17 @@ impl CycleMetrics {
         let last_success = registered(
             registry,
             "last_success_timestamp_seconds",
-            "UNIX time of the pool's last successful cycle (0 before the first one)",
+            "UNIX time of the pool's last successful full cycle: a Hetzner listing and the \
+             pool's write (or nothing to write) both succeeded (0 before the first one); Node \
+             steps and repairs never set it",
             Family::<PoolLabels, Gauge<f64, AtomicU64>>::default(),
+        );
+        let last_step_success = registered(
+            registry,
+            "last_step_success_timestamp_seconds",
+            "UNIX time of the pool's last successful Node step (kind nodes) or repair (kind \
+             repair): work on the last good listing, which says nothing of whether Hetzner answers",
+            Family::<PoolKindLabels, Gauge<f64, AtomicU64>>::default(),
         );
         let interval_seconds = registered(
             registry,
@@ -175,6 +191,7 @@ impl CycleMetrics {
             reconcile_duration,
             full_cycles_total,
             last_success,
+            last_step_success,
             interval_seconds,
             last_listing,
         }
@@ -366,9 +383,13 @@ impl OperateMetrics {
         let events_total = registered(
             registry,
             "kube_events",
-            "Kubernetes Events published on the pool, by result (success or failure)",
+            "Kubernetes Events on the pool, by result: success, failure (the API server refused \
+             it, or gave no answer within 10s) or dropped (never sent: too many were waiting)",
             Family::<ResultLabels, Counter>::default(),
         );
+        for result in ["success", "failure", "dropped"] {
+            let _ = events_total.get_or_create(&ResultLabels { result });
+        }
         let repair_backoffs_total = registered(
             registry,
             "repair_backoffs",
