@@ -55,7 +55,7 @@ impl ControlLoop {
         // A read without the Node list (it took longer than the wait):
         // the list, when it comes, brings a Node step and a listing.
         st.schedule.nodes_seen(observed.nodes.read().complete);
-        let due = schedule::robot_due(trigger, health_flip);
+        let due = schedule::robot_due(trigger, health_flip || st.schedule.confirming());
         let read = self.reconciler.read_full(&self.settings, due, &observed);
         let limit = self.timings.cycle_timeout;
         let read = async move {

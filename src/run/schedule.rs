@@ -44,10 +44,14 @@ impl Clocks {
 }
 
 /// Whether a full cycle lists Robot: one that Node changes brought forward
-/// uses the last answer (Node changes cost no Robot request), one that a
-/// health clock brought forward needs the servers' status as it is now.
-pub fn robot_due(trigger: Trigger, health_flip: bool) -> RobotDue {
-    if trigger == Trigger::Node && !health_flip {
+/// uses the last answer (Node changes cost no Robot request), unless it
+/// needs a fresh one (`must_list`): a health clock brought it forward (the
+/// servers' status as it is now), or it confirms a held removal (a hold in
+/// a pool with `Robot` is confirmed only by a Robot answer newer than it;
+/// reusing the old one under Node churn would keep the dead addresses for
+/// a whole interval). The Robot client's once-a-minute gap still holds.
+pub fn robot_due(trigger: Trigger, must_list: bool) -> RobotDue {
+    if trigger == Trigger::Node && !must_list {
         RobotDue::Reuse
     } else {
         RobotDue::List
@@ -135,6 +139,8 @@ pub struct Schedule {
     /// A clock of `Nodes.ExcludeUnhealthyAfter` brought the next listing
     /// forward: it needs fresh server status (the Robot servers' too).
     health_flip: bool,
+    /// The last full cycle held a removal: the next one confirms it.
+    confirming: bool,
 }
 
 impl Schedule {
@@ -155,7 +161,14 @@ impl Schedule {
             decided_without_nodes: false,
             last_node_listing: None,
             health_flip: false,
+            confirming: false,
         }
+    }
+
+    /// The last full cycle held a removal (or kept one back to look at
+    /// again): the next one is to confirm it.
+    pub fn confirming(&self) -> bool {
+        self.confirming
     }
 
     pub fn clocks(&self) -> Clocks {
@@ -238,6 +251,7 @@ impl Schedule {
     pub fn end_full(&mut self, end: FullCycleEnd, now: Instant) {
         self.failures = if end.all_ok { 0 } else { self.failures + 1 };
         self.conflicts = end.conflicts;
+        self.confirming = end.holding;
         let interval = self.clocks.interval;
         let brought_forward = (self.trigger != Trigger::Interval).then_some(self.next_full);
         self.next_full = now

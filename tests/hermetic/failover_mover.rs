@@ -383,6 +383,56 @@ async fn a_listing_older_than_a_refusal_keeps_it() {
     assert_eq!(fake.action_requests().0, 1);
 }
 
+/// Issue 44, item 5: the token file sits on a volume that never answers
+/// (here a FIFO nobody writes): the move ends after its read limit as a
+/// failed move, instead of keeping the IP "moving" for the rest of the term.
+#[tokio::test]
+async fn a_token_file_that_never_answers_ends_the_move_in_time() {
+    let (fake, mut mover, mut settings) = setup().await;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("token");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    settings.token = config::TokenSource::File(fifo.clone());
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    let done = ended(&mut mover).await;
+    let published = mover.finish(done, &metrics, Instant::now());
+    let (_, event) = &published[0];
+    assert_eq!(event.reason, "FloatingIpMoveFailed");
+    assert!(
+        event
+            .note
+            .contains("reading the Hetzner API token took longer than 10s"),
+        "{}",
+        event.note
+    );
+    assert_eq!(mover.holders()[0].moving_to, None);
+    assert_eq!(fake.action_requests().0, 0, "nothing sent");
+    // The blocked read ends once someone writes (the runtime can stop).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fifo)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, TOKEN.as_bytes()))
+        .unwrap();
+}
+
+/// Issue 44, item 6 (N7): a reset (a reload that turned failover off, a new
+/// term) takes the stranded gauge along; it is set again by the next look.
+#[tokio::test]
+async fn a_reset_takes_the_stranded_gauge_along() {
+    let (_fake, mut mover, settings) = setup().await;
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    let stranded = r#"canada_kaktus_floating_ips_stranded{pool="edge"}"#;
+    assert!(metrics.render().contains(&format!("{stranded} 1")));
+    mover.reset(&metrics);
+    assert!(!metrics.render().contains(stranded), "{}", metrics.render());
+}
+
 #[tokio::test]
 async fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once() {
     let (fake, mut mover, settings) = setup().await;

@@ -10,6 +10,7 @@
 mod support;
 
 mod architecture;
+mod bounds;
 mod cli;
 mod config;
 mod controller;

@@ -60,6 +60,9 @@ struct State {
     /// call that set it, from 1) is answered: something that happens while
     /// the controller waits for that answer.
     on_pool_list: Option<(usize, Hook)>,
+    /// The next requests whose path has this text never get an answer
+    /// (a connection that went dark), this many of them.
+    hang: Option<(String, usize)>,
 }
 
 /// Something to run at a moment of the fake's answers.
@@ -111,7 +114,26 @@ impl FakeKube {
                 leases: BTreeMap::new(),
                 nodes: BTreeMap::new(),
                 on_pool_list: None,
+                hang: None,
             })),
+        }
+    }
+
+    /// The next `count` requests whose path contains `path` are never
+    /// answered, as over a connection that went dark.
+    pub fn hang_requests(&self, path: &str, count: usize) {
+        self.state.lock().unwrap().hang = Some((path.to_owned(), count));
+    }
+
+    /// Whether this request is one to leave unanswered (and counts it).
+    fn hangs(&self, path: &str) -> bool {
+        let mut state = self.state.lock().unwrap();
+        match &mut state.hang {
+            Some((part, left)) if *left > 0 && path.contains(part.as_str()) => {
+                *left -= 1;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -473,6 +495,9 @@ impl tower::Service<Request<kube::client::Body>> for FakeKube {
         let this = self.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
+            if this.hangs(parts.uri.path()) {
+                return std::future::pending().await;
+            }
             let bytes = body
                 .collect()
                 .await

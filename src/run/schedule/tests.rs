@@ -288,6 +288,40 @@ fn node_changes_reuse_the_robot_answer_and_everything_else_lists() {
     }
 }
 
+/// Issue 44, item 2: Node churn brings the listing that is to confirm a
+/// held removal forward again and again; it lists Robot all the same (a
+/// hold in a pool with `Robot` is confirmed only by a newer Robot answer).
+#[test]
+fn a_listing_that_confirms_a_hold_lists_robot_whatever_brought_it() {
+    use crate::reconcile::RobotDue;
+    use crate::run::schedule::robot_due;
+    let t0 = Instant::now();
+    let mut s = Schedule::new(clocks(), leading(), t0);
+    s.start_full(t0);
+    s.end_full(
+        FullCycleEnd {
+            holding: true,
+            ..ok()
+        },
+        t0 + S(1),
+    );
+    assert!(matches!(
+        s.on_node_change(false, t0 + S(2)),
+        NodeChangeAnswer::ListEarly(_)
+    ));
+    let trigger = s.start_full(t0 + S(4));
+    assert_eq!(trigger, Trigger::Node);
+    assert_eq!(robot_due(trigger, s.confirming()), RobotDue::List);
+    // Once nothing is held, Node changes reuse the answer again.
+    s.end_full(ok(), t0 + S(5));
+    assert!(matches!(
+        s.on_node_change(false, t0 + S(40)),
+        NodeChangeAnswer::ListEarly(_)
+    ));
+    let trigger = s.start_full(t0 + S(42));
+    assert_eq!(robot_due(trigger, s.confirming()), RobotDue::Reuse);
+}
+
 #[test]
 fn conflicts_are_remembered_until_a_repair_of_that_pool_succeeds() {
     let t0 = Instant::now();
