@@ -31,9 +31,19 @@ pub struct Member {
     pub location: String,
     /// Its location's network zone (`eu-central`, …).
     pub network_zone: String,
+    /// It keeps the IPs it holds; `false`: the Lease watch says its Node
+    /// fell silent, so its IPs move, but it may still be a target once a
+    /// fresh read of its Lease finds a renewal (a watch that stalled
+    /// without an error makes every Node look silent).
+    pub keeps: bool,
     /// It may be given an IP; `false`: it only keeps those it holds (its
     /// Node turned NotReady a moment ago, or the server is migrating).
     pub takes_new: bool,
+    /// The Lease watch has seen no renewal of its Node lately: it ranks
+    /// after every member seen renewing, and a move to it reads its Lease
+    /// fresh first (a watch that stalled without an error makes every Node
+    /// look late).
+    pub lease_late: bool,
 }
 
 /// One Floating IP of the pool, as the last listing shows it.
@@ -96,7 +106,11 @@ pub struct Plan {
 /// Decides the moves of one pool. `allowed` is how many moves the budget
 /// allows now; Floating IPs that must move past it are deferred.
 pub fn plan(floating_ips: &[FloatingIpState], members: &[Member], allowed: usize) -> Plan {
-    let mut held: BTreeMap<i64, usize> = members.iter().map(|m| (m.server, 0)).collect();
+    let mut held: BTreeMap<i64, usize> = members
+        .iter()
+        .filter(|m| m.keeps)
+        .map(|m| (m.server, 0))
+        .collect();
     for fip in floating_ips {
         if let Some(count) = settled_on(fip, &held).and_then(|s| held.get_mut(&s)) {
             *count += 1;
@@ -157,8 +171,10 @@ fn best_member(
     members
         .iter()
         .filter(|m| m.takes_new && in_zone(m) && !fip.refused.contains(&m.server))
+        .filter(|m| fip.holder != Some(m.server))
         .min_by_key(|m| {
             (
+                m.lease_late,
                 m.location != fip.home_location,
                 m.network_zone != fip.home_zone,
                 held.get(&m.server).copied().unwrap_or_default(),

@@ -14,7 +14,9 @@ fn member(server: i64, location: &str) -> Member {
         server,
         location: location.to_owned(),
         network_zone: network_zone.to_owned(),
+        keeps: true,
         takes_new: true,
+        lease_late: false,
     }
 }
 
@@ -254,4 +256,44 @@ fn a_refused_member_is_skipped_and_without_another_the_ip_is_stranded() {
     let got = plan(&[refused], &members, 10);
     assert!(got.moves.is_empty(), "{got:?}");
     assert_eq!(got.stranded, vec![10]);
+}
+
+/// A member the Lease watch saw renewing lately ranks before one it did
+/// not (whatever the location); a late one is still a target when no
+/// other is (the move reads its Lease fresh first).
+#[test]
+fn a_member_seen_renewing_ranks_before_a_late_one() {
+    let late_home = Member {
+        lease_late: true,
+        ..member(1, "fsn1")
+    };
+    let fresh_away = member(2, "nbg1");
+    let fips = [fip(10, "fsn1", Some(99))];
+    assert_eq!(
+        plan(&fips, &[late_home.clone(), fresh_away], 10).moves[0].to,
+        2
+    );
+    assert_eq!(plan(&fips, &[late_home], 10).moves[0].to, 1);
+}
+
+/// A member the Lease watch calls silent keeps nothing (its IPs move) but
+/// may be a target, last, and never for the IP it holds.
+#[test]
+fn a_silent_member_keeps_nothing_but_may_take_another_ip() {
+    let silent = |server| Member {
+        keeps: false,
+        lease_late: true,
+        ..member(server, "fsn1")
+    };
+    let fips = [fip(10, "fsn1", Some(1))];
+    let got = plan(&fips, &[silent(1), silent(2)], 10);
+    assert_eq!(
+        got.moves
+            .iter()
+            .map(|m| (m.floating_ip, m.to))
+            .collect::<Vec<_>>(),
+        [(10, 2)]
+    );
+    let got = plan(&fips, &[silent(1)], 10);
+    assert_eq!(got.stranded, vec![10], "not to its own holder");
 }

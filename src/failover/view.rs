@@ -231,9 +231,11 @@ pub type Fresh<'a> = &'a dyn Fn(&NodeFacts) -> bool;
 pub const TAKES_NEW_WITHIN: Duration = Duration::from_secs(15);
 
 /// The healthy members of `pool` now, for [`super::plan`]: those that keep
-/// their IPs. Only a running server whose Node is Ready now and renewed its
-/// Lease lately (`fresh`) takes a new one (a Node NotReady, or late, for
-/// less than `FailoverAfter` keeps, but gets nothing).
+/// their IPs. Only a running server whose Node is Ready now takes a new
+/// one (a Node NotReady for less than `FailoverAfter` keeps, but gets
+/// nothing); one whose Lease the watch has not seen renewed lately
+/// (`fresh`) is `lease_late`: it ranks last, and a move to it reads its
+/// Lease fresh before it assigns.
 pub fn healthy_members(
     pool: &FailoverPool,
     nodes: &NodeView,
@@ -242,15 +244,23 @@ pub fn healthy_members(
 ) -> Vec<Member> {
     pool.candidates
         .iter()
-        .filter(|c| departure(pool, c.id, nodes, quiet).is_none())
-        .map(|c| Member {
-            server: c.id,
-            location: c.location.name.clone(),
-            network_zone: c.location.network_zone.clone(),
-            takes_new: c.status == ServerStatus::Running
-                && nodes
-                    .node_of(c.id, &c.name)
-                    .is_some_and(|n| n.ready && fresh(n)),
+        .filter_map(|c| {
+            let keeps = match departure(pool, c.id, nodes, quiet) {
+                None => true,
+                // Silent by the watch: its IPs go, but a fresh read of its
+                // Lease may still make it a target.
+                Some(Departure::Silent) => false,
+                Some(_) => return None,
+            };
+            let node = nodes.node_of(c.id, &c.name);
+            Some(Member {
+                server: c.id,
+                location: c.location.name.clone(),
+                network_zone: c.location.network_zone.clone(),
+                keeps,
+                takes_new: c.status == ServerStatus::Running && node.is_some_and(|n| n.ready),
+                lease_late: !keeps || node.is_some_and(|n| !fresh(n)),
+            })
         })
         .collect()
 }
@@ -346,6 +356,9 @@ pub struct Renewals {
     seen: HashMap<String, (Option<String>, Instant)>,
     /// The watch has listed the Leases and is not failing now.
     current: bool,
+    /// When the watch last delivered an event (any Lease): with kubelets
+    /// renewing every 10 s, a long gap means the watch stalled.
+    last_event: Option<Instant>,
 }
 
 impl Renewals {
@@ -360,6 +373,16 @@ impl Renewals {
             return;
         }
         self.seen.insert(node.to_owned(), (renew_time, now));
+    }
+
+    /// The watch delivered an event at `now`.
+    pub fn heard(&mut self, now: Instant) {
+        self.last_event = Some(now);
+    }
+
+    /// When the watch last delivered an event; `None` before the first.
+    pub fn last_heard(&self) -> Option<Instant> {
+        self.last_event
     }
 
     /// The Lease of `node` was deleted.

@@ -87,8 +87,8 @@ pub enum HetznerError {
     },
 
     #[error(
-        "this replica's leader Lease ran out before the write was sent (again); nothing more \
-         sent, a standby may have taken over"
+        "this replica's leader Lease ran out (or a new leadership term began) before the write \
+         was sent (again); nothing more sent, a standby may have taken over"
     )]
     Fenced,
 

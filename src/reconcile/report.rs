@@ -32,6 +32,11 @@ pub enum ReconcileError {
     #[error("the cycle took longer than {seconds}s and was abandoned; pool left unchanged")]
     TimedOut { seconds: u64 },
     #[error(
+        "the Hetzner listing stopped unexpectedly (a bug: please report it); pool left \
+         unchanged, listed again later"
+    )]
+    ReadStopped,
+    #[error(
         "the Node watch has not listed the Nodes yet, so which servers are Nodes is not known \
          (Nodes.RequireNode); pool left unchanged"
     )]
@@ -66,6 +71,7 @@ impl ReconcileError {
             ReconcileError::Kube(e) => e.metric_label(),
             ReconcileError::PoolConflict { .. } => "pool_conflict",
             ReconcileError::TimedOut { .. } => "cycle_timeout",
+            ReconcileError::ReadStopped => "read_stopped",
             ReconcileError::NodesUnknown => "nodes_unknown",
             ReconcileError::NetworkMissing { .. } => "network_missing",
             ReconcileError::Robot(e) => e.metric_label(),

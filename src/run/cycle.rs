@@ -101,7 +101,10 @@ impl ControlLoop {
                         self.health.record_step(pool, report.addresses, notice);
                     }
                 }
-                Err(e) => self.health.record_failure(pool, e.to_string()),
+                Err(e) if kind == CycleKind::Full => {
+                    self.health.record_failure(pool, e.to_string())
+                }
+                Err(e) => self.health.record_step_failure(pool, e.to_string()),
             }
             let mut planned = st.recorder.planner(pool).plan(result);
             if announce {

@@ -4,10 +4,9 @@
 //! moves go on while it is in flight. When it ends, the writes follow from
 //! it with the Nodes as they are then.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -22,16 +21,27 @@ const NODE_LIST_WAIT: Duration = Duration::from_secs(10);
 /// What a read in flight ends with.
 type ReadResult = Result<FullRead, ReconcileError>;
 
-/// The read of a full cycle, in flight.
+/// The read of a full cycle, in flight as a task of its own: it goes on
+/// while the loop awaits a Node step or a repair (a request's timeout
+/// never runs out on an answer that arrived meanwhile). Dropped (a new
+/// term, a reload), it is aborted.
 pub(super) struct InFlight {
     started: Instant,
-    read: Pin<Box<dyn Future<Output = ReadResult> + Send>>,
+    read: JoinHandle<ReadResult>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.read.abort();
+    }
 }
 
 /// The end of the read in flight, if there is one (else never).
 pub(super) async fn read_done(listing: &mut Option<InFlight>) -> ReadResult {
     match listing {
-        Some(in_flight) => in_flight.read.as_mut().await,
+        Some(in_flight) => (&mut in_flight.read)
+            .await
+            .unwrap_or(Err(ReconcileError::ReadStopped)),
         None => std::future::pending().await,
     }
 }
@@ -67,7 +77,7 @@ impl ControlLoop {
         };
         st.listing = Some(InFlight {
             started: Instant::now(),
-            read: Box::pin(read),
+            read: tokio::spawn(read),
         });
         Flow::Go
     }

@@ -451,6 +451,11 @@ impl Election {
         let Some(deadline) = held.write_deadline(SystemTime::now(), self.clocks.margin) else {
             return;
         };
+        if !held.leading {
+            // The new term's number before the fence opens: the old term's
+            // moves that still run must not find it open.
+            self.writes.set_term(self.tx.borrow().then(true).number);
+        }
         self.writes.allow_until(Some(deadline));
         if !held.leading {
             held.leading = true;

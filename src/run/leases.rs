@@ -39,6 +39,7 @@ pub fn renew_time(lease: &Lease) -> Option<String> {
 /// (re)list between `Init` and `InitDone`.
 fn fold(event: Event<Lease>, renewals: &mut Renewals, relist: &mut Option<BTreeSet<String>>) {
     let now = Instant::now();
+    renewals.heard(now);
     match event {
         Event::Init => *relist = Some(BTreeSet::new()),
         Event::InitApply(lease) => {

@@ -243,13 +243,14 @@ impl ControlLoop {
             self.metrics.clone(),
         );
         self.reconciler.set_fence(leadership.fence());
-        let mover = failover::Mover::new(
+        let mut mover = failover::Mover::new(
             self.reconciler.hetzner().clone(),
             client.clone(),
             leadership.fence(),
             None,
         );
         let term = *leadership.term.borrow_and_update();
+        mover.set_term(term.number);
         self.metrics.set_leader(term.leading);
         if !term.leading {
             self.health.record_standby();
@@ -285,6 +286,7 @@ impl ControlLoop {
         self.reconciler.new_term();
         self.show_listing();
         st.mover.reset(&self.metrics);
+        st.mover.set_term(term.number);
         self.health.set_floating_ips(st.mover.holders());
         if leading {
             st.recorder.announce_leadership = true;

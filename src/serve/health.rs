@@ -59,6 +59,12 @@ pub struct HealthReport {
     /// without failover pools).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub floating_ips: Vec<FloatingIpHolder>,
+    /// How long ago the Node-Lease watch last delivered an event (absent
+    /// without failover pools, or before its first): far past the
+    /// kubelets' 10 s renewal period, the watch has stalled and failover
+    /// reads every target's Lease fresh. Does not change the status code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_view_age_seconds: Option<u64>,
 }
 
 /// One Floating IP of a failover pool in `/health`.
@@ -90,6 +96,9 @@ pub struct PoolHealth {
     pub last_error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
+    /// `last_error` is a full cycle's: only a full cycle clears it.
+    #[serde(skip)]
+    pub full_failed: bool,
 }
 
 impl HealthReport {
@@ -115,6 +124,8 @@ struct Inner {
     listed: bool,
     /// When the last good listing of this term began.
     listed_at: Option<Instant>,
+    /// When the Node-Lease watch last delivered an event (failover pools).
+    lease_heard: Option<Instant>,
 }
 
 /// Shared between the loop and the web server.
@@ -141,11 +152,13 @@ impl Health {
                     config_error: None,
                     pools: Vec::new(),
                     floating_ips: Vec::new(),
+                    lease_view_age_seconds: None,
                 },
                 heartbeat: Instant::now(),
                 pools: Vec::new(),
                 listed: false,
                 listed_at: None,
+                lease_heard: None,
             }),
             liveness_timeout,
         }
@@ -177,6 +190,7 @@ impl Health {
                         addresses: None,
                         last_error: None,
                         notice: None,
+                        full_failed: false,
                     })
             })
             .collect();
@@ -189,6 +203,12 @@ impl Health {
         self.write().report.floating_ips = floating_ips;
     }
 
+    /// When the Node-Lease watch last delivered an event (`None`: no
+    /// failover pool, or no event yet).
+    pub fn set_lease_heard(&self, at: Option<Instant>) {
+        self.write().lease_heard = at;
+    }
+
     /// A full cycle (a listing and the pool's write) succeeded for `pool`.
     pub fn record_success(&self, pool: &str, addresses: usize, notice: Option<String>) {
         let mut inner = self.write();
@@ -196,6 +216,7 @@ impl Health {
         entry.state = Phase::Healthy;
         entry.addresses = Some(addresses);
         entry.last_error = None;
+        entry.full_failed = false;
         entry.notice = notice;
         inner.heartbeat = Instant::now();
         if Self::summarise(&mut inner) == Phase::Healthy {
@@ -204,23 +225,43 @@ impl Health {
     }
 
     /// A Node step or a repair succeeded for `pool`: what it holds now,
-    /// and whether a removal is held. Never its state or its error: only
-    /// a full cycle says the pool follows Hetzner.
+    /// and whether a removal is held. It clears only the error of a step
+    /// before it, never a full cycle's: only a full cycle says the pool
+    /// follows Hetzner.
     pub fn record_step(&self, pool: &str, addresses: usize, notice: Option<String>) {
         let mut inner = self.write();
         let entry = Self::pool(&mut inner, pool);
         entry.addresses = Some(addresses);
         entry.notice = notice;
+        if entry.state == Phase::Failing && !entry.full_failed {
+            entry.state = Phase::Healthy;
+            entry.last_error = None;
+        }
         inner.heartbeat = Instant::now();
         Self::summarise(&mut inner);
     }
 
-    /// A cycle failed for `pool`.
+    /// A Node step or a repair failed for `pool`: failing with its error,
+    /// unless a full cycle's failure is shown already (the outage stays
+    /// what `/health` says).
+    pub fn record_step_failure(&self, pool: &str, error: String) {
+        let mut inner = self.write();
+        let entry = Self::pool(&mut inner, pool);
+        if !entry.full_failed {
+            entry.state = Phase::Failing;
+            entry.last_error = Some(error);
+        }
+        inner.heartbeat = Instant::now();
+        Self::summarise(&mut inner);
+    }
+
+    /// A full cycle failed for `pool`.
     pub fn record_failure(&self, pool: &str, error: String) {
         let mut inner = self.write();
         let entry = Self::pool(&mut inner, pool);
         entry.state = Phase::Failing;
         entry.last_error = Some(error);
+        entry.full_failed = true;
         inner.heartbeat = Instant::now();
         Self::summarise(&mut inner);
     }
@@ -244,6 +285,7 @@ impl Health {
                     addresses: None,
                     last_error: None,
                     notice: None,
+                    full_failed: false,
                 });
                 inner.pools.len() - 1
             }
@@ -295,6 +337,7 @@ impl Health {
         for pool in &mut inner.pools {
             pool.state = Phase::Standby;
             pool.last_error = None;
+            pool.full_failed = false;
             pool.notice = None;
         }
         inner.report.state = Phase::Standby;
@@ -330,6 +373,7 @@ impl Health {
         let inner = self.read();
         let mut report = inner.report.clone();
         report.last_listing_age_seconds = inner.listed_at.map(|at| at.elapsed().as_secs());
+        report.lease_view_age_seconds = inner.lease_heard.map(|at| at.elapsed().as_secs());
         report
     }
 

@@ -143,6 +143,15 @@ impl Metrics {
                 .cycles
                 .last_success
                 .get_or_create(&PoolLabels { pool: pool.clone() });
+            for kind in [CycleKind::Nodes, CycleKind::Repair] {
+                let _ = self
+                    .cycles
+                    .last_step_success
+                    .get_or_create(&PoolKindLabels {
+                        pool: pool.clone(),
+                        kind: kind.as_str(),
+                    });
+            }
             for reason in SkipReason::LABELS {
                 let _ = self.pools.servers_skipped.get_or_create(&PoolReasonLabels {
                     pool: pool.clone(),

@@ -234,10 +234,16 @@ async fn events_on_the_pool_tell_the_story_and_metrics_follow() {
         value(r#"canada_kaktus_kube_events_total{result="success"}"#),
         Some(listed as f64)
     );
-    assert_eq!(
-        value(r#"canada_kaktus_kube_events_total{result="failure"}"#),
-        None
-    );
+    // Every result is served from the start (at 0 until it happens).
+    for result in ["failure", "dropped"] {
+        assert_eq!(
+            value(&format!(
+                r#"canada_kaktus_kube_events_total{{result="{result}"}}"#
+            )),
+            Some(0.0),
+            "{result}"
+        );
+    }
     assert!(
         value(
             r#"canada_kaktus_reconcile_errors_total{pool="covidnetes-pool",cause="unauthorized"}"#

@@ -419,6 +419,35 @@ async fn a_token_file_that_never_answers_ends_the_move_in_time() {
         .unwrap();
 }
 
+/// Issue 44, item 6 (N8): the replica lost the Lease and won it back while
+/// a move of the old term was on its way: the fence, open again for the
+/// new term, holds that move back (its holder read may predate another
+/// replica's move).
+#[tokio::test]
+async fn a_move_of_an_old_term_sends_nothing_once_the_fence_opens_for_a_new_one() {
+    let (fake, kube, _mover, settings) = setup_with(None).await;
+    let fence = Fence::closed();
+    fence.set_term(1);
+    fence.allow_until(Some(std::time::SystemTime::now() + Duration::from_secs(60)));
+    let client = HetznerClient::new(quick_options(fake.endpoint())).unwrap();
+    let mut mover = Mover::new(client, kube.client(), fence.clone(), None);
+    mover.set_term(1);
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    // Before the task runs: term 2 began and the fence opened for it.
+    fence.set_term(2);
+    let done = ended(&mut mover).await;
+    let published = mover.finish(done, &metrics, Instant::now());
+    assert_eq!(published[0].1.reason, "FloatingIpMoveFailed");
+    assert!(
+        published[0].1.note.contains("leader Lease"),
+        "{}",
+        published[0].1.note
+    );
+    assert_eq!(fake.action_requests().0, 0, "nothing assigned");
+}
+
 /// Issue 44, item 6 (N7): a reset (a reload that turned failover off, a new
 /// term) takes the stranded gauge along; it is set again by the next look.
 #[tokio::test]
@@ -529,6 +558,87 @@ async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
     let done = mover.next_done().await.expect("the second move ends");
     mover.finish(done, &metrics, Instant::now());
     assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
+}
+
+/// The Renewals of a Lease watch that stalled 30 s ago without an error
+/// (every Node's last renewal seen then), node-1 the holder.
+fn stalled_watch() -> SharedRenewals {
+    let past = Instant::now().checked_sub(Duration::from_secs(30)).unwrap();
+    let mut seen = Renewals::default();
+    seen.set_current_at(true, past);
+    for node in ["node-1", "node-2", "node-3"] {
+        seen.saw(node, Some(renewed("2026-11-25T03:00:00.000000Z")), past);
+    }
+    Arc::new(Mutex::new(seen))
+}
+
+/// Issue 44, item 3: the Lease watch stalled without an error, so every
+/// Node looks late (and the holder silent). The holder really stopped;
+/// the target really renews: the move reads the target's Lease fresh,
+/// finds the renewal and moves (0148c81 stranded the IP until the watch
+/// came back, about 295 s).
+#[tokio::test]
+async fn a_stalled_lease_watch_strands_no_ip_a_fresh_read_finds_the_target_renewing() {
+    let shared = stalled_watch();
+    let (fake, kube, mut mover, settings) = setup_with(Some(shared.clone())).await;
+    // The holder's Lease is as the watch saw it; node-2's was renewed since.
+    kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
+    kube.set_lease("node-2", "2026-11-25T03:00:29.000000Z");
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    // node-3 is being deleted: node-2 is the one target.
+    let published = mover.decide(&settings, &nodes(&[3]), &metrics, Instant::now());
+    assert!(published.is_empty(), "nothing stranded: {published:?}");
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, Instant::now());
+    assert_eq!(holder(&fake), Some(2));
+    // The renewal the read found restarted node-2's clock.
+    let clock = shared
+        .lock()
+        .unwrap()
+        .renew_time("node-2")
+        .map(str::to_owned);
+    assert_eq!(
+        clock,
+        Some(renewed("2026-11-25T03:00:29.000000Z")),
+        "the renewal the read found"
+    );
+}
+
+/// The target is late and a fresh read finds no renewal either (a location
+/// failing): nothing is sent to Hetzner, the IP is stranded, and the
+/// target is read again 15 s later.
+#[tokio::test]
+async fn a_late_target_whose_lease_is_not_renewed_takes_nothing() {
+    let shared = stalled_watch();
+    let (fake, kube, mut mover, settings) = setup_with(Some(shared)).await;
+    kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
+    kube.set_lease("node-2", "2026-11-25T03:00:00.000000Z");
+    let metrics = Metrics::new();
+    mover.set_listing(listing(Some(1)));
+    let now = Instant::now();
+    mover.decide(&settings, &nodes(&[3]), &metrics, now);
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, now);
+    assert_eq!(fake.holder_requests(), 0, "no Hetzner request");
+    assert_eq!(fake.action_requests().0, 0);
+    assert!(metrics.render().contains(
+        r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="silent",result="target_late"} 1"#
+    ));
+    let published = mover.decide(&settings, &nodes(&[3]), &metrics, now);
+    assert_eq!(published[0].1.reason, "FloatingIpStranded", "{published:?}");
+    assert_eq!(mover.holders()[0].moving_to, None);
+    // 15 s on, node-2 is read again (and has renewed by then).
+    kube.set_lease("node-2", "2026-11-25T03:00:40.000000Z");
+    mover.decide(
+        &settings,
+        &nodes(&[3]),
+        &metrics,
+        now + Duration::from_secs(16),
+    );
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, now + Duration::from_secs(16));
+    assert_eq!(holder(&fake), Some(2));
 }
 
 #[tokio::test]

@@ -115,11 +115,14 @@ fn a_healthy_member_runs_has_a_ready_node_left_in_by_the_rules_and_is_not_silent
     assert_eq!(why(7), Some(Departure::Excluded(Exclusion::ServerDeleting)));
     assert_eq!(why(99), Some(Departure::ServerGone));
     let members = healthy_members(&pool, &nodes, &quiet, &|_| true);
-    assert_eq!(members.len(), 1);
-    assert_eq!(
-        (members[0].server, members[0].location.as_str()),
-        (1, "fsn1")
-    );
+    let keeps: Vec<(i64, bool, bool)> = members
+        .iter()
+        .map(|m| (m.server, m.keeps, m.lease_late))
+        .collect();
+    // The silent one keeps nothing; it is a late target (a fresh read of
+    // its Lease decides).
+    assert_eq!(keeps, [(1, true, false), (6, false, true)]);
+    assert_eq!(members[0].location, "fsn1");
 }
 
 #[test]
@@ -279,11 +282,13 @@ fn failover_members_follow_the_node_selector() {
     assert_eq!(Departure::NotSelected.as_str(), "not_selected");
 }
 
-/// Issue 34, finding 6: a Ready Node whose Lease was not renewed lately
-/// (late, not yet silent) keeps what it holds but takes no new Floating
-/// IP: in a location failure the IP must not hop through dying servers.
+/// Issue 34, finding 6, and issue 44, item 3: a Ready Node whose Lease
+/// the watch has not seen renewed lately (late, not yet silent) keeps what
+/// it holds and ranks after every member seen renewing; a move to it reads
+/// its Lease fresh first (in a location failure the IP must not hop
+/// through dying servers, and a stalled watch must not strand every IP).
 #[test]
-fn a_member_that_renewed_its_lease_long_ago_takes_no_new_floating_ip() {
+fn a_member_that_renewed_its_lease_long_ago_is_late() {
     let pools = [failover_pool("edge", "use=edge")];
     let servers = [
         server(1, ServerStatus::Running, "fsn1"),
@@ -307,6 +312,9 @@ fn a_member_that_renewed_its_lease_long_ago_takes_no_new_floating_ip() {
     };
     let fresh = |n: &NodeFacts| !renewals.silent(&n.name, TAKES_NEW_WITHIN, now);
     let members = healthy_members(&pool, &nodes, &quiet, &fresh);
-    let takes: Vec<(i64, bool)> = members.iter().map(|m| (m.server, m.takes_new)).collect();
-    assert_eq!(takes, [(1, false), (2, true)]);
+    let late: Vec<(i64, bool, bool)> = members
+        .iter()
+        .map(|m| (m.server, m.takes_new, m.lease_late))
+        .collect();
+    assert_eq!(late, [(1, true, true), (2, true, false)]);
 }

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use super::task::{Done, Ended, MoveError, Renewed};
 use super::{ip_of, Mover, Moving, Published, RETRY_BASE, RETRY_MAX};
 use crate::backoff;
-use crate::failover::FailoverPool;
+use crate::failover::{FailoverPool, TAKES_NEW_WITHIN};
 use crate::run::events::{self, PoolEvent};
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
@@ -31,6 +31,10 @@ impl Mover {
         let Some(moving) = self.moving.remove(&done.floating_ip) else {
             return published;
         };
+        // A late target renewed after all: its clock starts again.
+        if let (Some(renewed), Some(renewals)) = (&done.target_renewed, &self.renewals) {
+            lock(renewals).saw(&renewed.node, renewed.renew_time.clone(), now);
+        }
         let Some(pool) = self
             .listing
             .as_mut()
@@ -43,15 +47,24 @@ impl Mover {
         // A refused target is skipped from now on: the next member is
         // asked at once, without the backoff.
         let refused = matches!(&done.result, Err(MoveError::Refused { .. }));
-        if let Err(MoveError::Refused { server, .. }) = &done.result {
-            let refusals = self.refused.entry(done.floating_ip).or_default();
-            refusals.retain(|(s, _)| s != server);
-            refusals.push((*server, now));
+        let skip = match &done.result {
+            Err(MoveError::Refused { server, .. }) => Some((*server, super::REFUSED_FOR)),
+            Ok(Ended::TargetLate) => Some((moving.to, TAKES_NEW_WITHIN)),
+            _ => None,
+        };
+        if let Some((server, lasts)) = skip {
+            let skips = self.refused.entry(done.floating_ip).or_default();
+            skips.retain(|s| s.server != server);
+            skips.push(super::Skip {
+                server,
+                at: now,
+                lasts,
+            });
         }
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),
-            Ok(Ended::HolderBack(_)) | Err(_) => None,
+            Ok(Ended::HolderBack(_) | Ended::TargetLate) | Err(_) => None,
         };
         if let Some(holder) = holder {
             if let Some(fip) = pool
@@ -98,6 +111,17 @@ impl Mover {
             }
             Ok(Ended::HolderBack(renewed)) => {
                 self.holder_back(&end, done.floating_ip, renewed, metrics, now);
+                None
+            }
+            Ok(Ended::TargetLate) => {
+                metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "target_late");
+                info!(
+                    pool = %end.moving.pool,
+                    floating_ip = %end.address,
+                    to = %end.to,
+                    "the target's Lease was not renewed since the watch saw it either; not \
+                     moved, that server is not asked for this IP for 15s"
+                );
                 None
             }
             Err(_) => failure.map(|f| {

@@ -37,7 +37,7 @@ mod ended;
 mod handlers;
 mod task;
 
-use task::{evidence_of, move_one, Clients, Evidence, Move};
+use task::{evidence_of, move_one, Clients, Evidence, Move, TargetLease};
 pub use task::{Done, MoveError};
 
 /// The first wait after a failed move; it doubles up to [`RETRY_MAX`].
@@ -50,6 +50,14 @@ const STRANDED_RECHECK: Duration = Duration::from_secs(1);
 /// How long a server Hetzner refused a Floating IP to is not asked again
 /// for it (a listing that began after the refusal forgets it sooner).
 const REFUSED_FOR: Duration = RETRY_MAX;
+
+/// A server not to give a Floating IP to, since `at` for `lasts`.
+#[derive(Debug, Clone, Copy)]
+struct Skip {
+    server: i64,
+    at: Instant,
+    lasts: Duration,
+}
 
 /// A move that runs.
 #[derive(Debug, Clone)]
@@ -86,10 +94,11 @@ pub struct Mover {
     since: HashMap<i64, Instant>,
     /// The stranded IPs last reported, per pool.
     stranded: BTreeMap<String, Vec<i64>>,
-    /// Per Floating IP, the servers Hetzner refused to assign it to, with
-    /// when: not asked again for [`REFUSED_FOR`], or until a listing that
-    /// began after the refusal.
-    refused: HashMap<i64, Vec<(i64, Instant)>>,
+    /// Per Floating IP, the servers not to give it to for a while: Hetzner
+    /// refused it ([`REFUSED_FOR`]), or a fresh read found the target's
+    /// Lease not renewed ([`TAKES_NEW_WITHIN`]); each with when, and for
+    /// how long. A listing that began after it forgets it.
+    refused: HashMap<i64, Vec<Skip>>,
     /// Per Floating IP, the cause and text of its last failed move, for
     /// `/health`, until it settles or moves.
     failures: HashMap<i64, (&'static str, String)>,
@@ -102,6 +111,9 @@ pub struct Mover {
     wake_at: Option<Instant>,
     /// Since when each Node has been NotReady.
     not_ready: NotReady,
+    /// The leadership term the moves started now belong to: the fence
+    /// holds back a move of an earlier one.
+    term: u64,
 }
 
 impl Mover {
@@ -129,7 +141,13 @@ impl Mover {
             task_ips: HashMap::new(),
             wake_at: None,
             not_ready: NotReady::default(),
+            term: 0,
         }
+    }
+
+    /// Moves started from now on belong to leadership term `term`.
+    pub fn set_term(&mut self, term: u64) {
+        self.term = term;
     }
 
     /// The Hetzner client moves use (the loop's, with its observer).
@@ -171,7 +189,7 @@ impl Mover {
         // What Hetzner refused may have changed (a server moved, the IP
         // was reassigned): a listing newer than a refusal forgets it.
         for refusals in self.refused.values_mut() {
-            refusals.retain(|(_, at)| *at > listing.started);
+            refusals.retain(|skip| skip.at > listing.started);
         }
         self.refused.retain(|_, refusals| !refusals.is_empty());
         for pool in &mut listing.pools {
@@ -204,6 +222,7 @@ impl Mover {
             Err(error) => self.task_ips.remove(&error.id()).map(|floating_ip| Done {
                 floating_ip,
                 result: Err(MoveError::Aborted),
+                target_renewed: None,
             }),
         }
     }
@@ -270,8 +289,8 @@ impl Mover {
         for fip in &mut all {
             let refusals = self.refused.get(&fip.id).into_iter().flatten();
             fip.refused = refusals
-                .filter(|(_, at)| now.saturating_duration_since(*at) < REFUSED_FOR)
-                .map(|(server, _)| *server)
+                .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
+                .map(|skip| skip.server)
                 .collect();
         }
         // An IP whose move runs stays in (the plan leaves it alone and
@@ -307,6 +326,17 @@ impl Mover {
                     Evidence::None,
                 ),
             };
+            // A target the watch has not seen renewing is taken only when
+            // a fresh read of its Lease finds a renewal since.
+            let target_lease = members
+                .iter()
+                .find(|m| m.server == step.to && m.lease_late)
+                .and_then(|_| pool.candidate(step.to))
+                .and_then(|c| nodes.node_of(c.id, &c.name))
+                .map(|node| TargetLease {
+                    seen: signals.renewals.renew_time(&node.name).map(str::to_owned),
+                    node: node.name.clone(),
+                });
             let moving = Moving {
                 pool: pool.pool.clone(),
                 from: step.from,
@@ -314,7 +344,8 @@ impl Mover {
                 reason,
                 why,
             };
-            self.start_move(look.settings, pool, step.floating_ip, moving, evidence, now);
+            let checks = (evidence, target_lease);
+            self.start_move(look.settings, pool, step.floating_ip, moving, checks, now);
         }
         self.report_stranded(pool, plan.stranded, look.metrics, published);
         self.plan_wake(pool, look);
@@ -326,7 +357,7 @@ impl Mover {
         for fip in &pool.floating_ips {
             let kept = fip
                 .holder
-                .is_some_and(|h| members.iter().any(|m| m.server == h));
+                .is_some_and(|h| members.iter().any(|m| m.server == h && m.keeps));
             if kept && !self.moving.contains_key(&fip.id) {
                 self.since.remove(&fip.id);
                 self.retry.remove(&fip.id);
@@ -350,14 +381,15 @@ impl Mover {
     }
 
     /// Starts moving Floating IP `floating_ip` as `moving` says, in a task
-    /// of its own that first reads `evidence` again.
+    /// of its own that first reads again what `checks` name: the evidence
+    /// that the holder left, and the target's Lease when it is late.
     fn start_move(
         &mut self,
         settings: &Settings,
         pool: &FailoverPool,
         floating_ip: i64,
         moving: Moving,
-        evidence: Evidence,
+        (evidence, target_lease): (Evidence, Option<TargetLease>),
         now: Instant,
     ) {
         self.since.entry(floating_ip).or_insert(now);
@@ -374,6 +406,7 @@ impl Mover {
             from: moving.from,
             to: moving.to,
             evidence,
+            target_lease,
         };
         self.moving.insert(floating_ip, moving);
         let clients = Clients {
@@ -381,6 +414,7 @@ impl Mover {
             kube: self.kube.clone(),
             token: settings.token.clone(),
             fence: self.fence.clone(),
+            term: self.term,
         };
         let task = self.tasks.spawn(move_one(clients, work));
         self.task_ips.insert(task.id(), floating_ip);
@@ -422,6 +456,13 @@ impl Mover {
             "Floating IPs should move, but the pool has no healthy member they may go to; they stay where they are"
         );
         published.push((pool.pool.clone(), events::floating_ips_stranded(&ips)));
+    }
+
+    /// When the Node-Lease watch last delivered an event, while there is
+    /// a failover pool.
+    pub fn lease_heard(&self) -> Option<Instant> {
+        let renewals = self.renewals.as_ref().filter(|_| self.has_pools())?;
+        lock(renewals).last_heard()
     }
 
     /// Whether the last listing has a failover pool to look at.

@@ -38,8 +38,8 @@ pub enum MoveError {
     #[error("reading what said the holder left failed: {0}")]
     Kube(#[from] kube::Error),
     #[error(
-        "this replica's leader Lease ran out before the assignment; nothing sent, a standby may \
-         have taken over"
+        "this replica's leader Lease ran out (or a new leadership term began) before the \
+         assignment; nothing sent, a standby may have taken over"
     )]
     LeaseExpired,
     #[error("the move stopped unexpectedly (a bug: please report it); tried again later")]
@@ -127,6 +127,9 @@ pub(super) enum Ended {
     /// listing was behind): nothing sent. With the Lease's `renewTime` as
     /// the API server has it, when that was the read.
     HolderBack(Option<Renewed>),
+    /// The target was late by the Lease watch, and a fresh read of its
+    /// Lease finds no renewal since either: nothing sent.
+    TargetLate,
 }
 
 /// A Lease renewal a fresh read found, for the Lease clocks.
@@ -167,6 +170,16 @@ pub(super) struct Move {
     pub(super) from: Option<i64>,
     pub(super) to: i64,
     pub(super) evidence: Evidence,
+    /// The target is late by the Lease watch: read its Lease first.
+    pub(super) target_lease: Option<TargetLease>,
+}
+
+/// The Lease of a target the watch has not seen renewing lately, with the
+/// `renewTime` the watch saw last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct TargetLease {
+    pub(super) node: String,
+    pub(super) seen: Option<String>,
 }
 
 /// What a move reads again before it assigns: what made `from` leave.
@@ -218,6 +231,8 @@ pub(super) fn evidence_of(
 pub struct Done {
     pub(super) floating_ip: i64,
     pub(super) result: Result<Ended, MoveError>,
+    /// A late target's renewal that the fresh read found, for the clocks.
+    pub(super) target_renewed: Option<Renewed>,
 }
 
 /// The clients a move reads and writes with.
@@ -227,15 +242,45 @@ pub(super) struct Clients {
     pub(super) kube: kube::Client,
     pub(super) token: TokenSource,
     pub(super) fence: Fence,
+    /// The leadership term the move belongs to.
+    pub(super) term: u64,
 }
 
-/// One move, start to end.
+/// One move, start to end. A late target's Lease is read first (no
+/// Hetzner request for a target that does not renew).
 pub(super) async fn move_one(clients: Clients, step: Move) -> Done {
     let floating_ip = step.floating_ip;
+    let (target_renewed, result) = match &step.target_lease {
+        None => (None, run(&clients, &step).await),
+        Some(target) => match target_renewal(&clients.kube, target).await {
+            Ok(Some(renewed)) => (Some(renewed), run(&clients, &step).await),
+            Ok(None) => (None, Ok(Ended::TargetLate)),
+            Err(error) => (None, Err(error)),
+        },
+    };
     Done {
         floating_ip,
-        result: run(&clients, &step).await,
+        result,
+        target_renewed,
     }
+}
+
+/// The renewal of `target`'s Lease since the watch saw it last, read
+/// fresh; `None` when there is none.
+async fn target_renewal(
+    kube: &kube::Client,
+    target: &TargetLease,
+) -> Result<Option<Renewed>, MoveError> {
+    let leases: Api<Lease> = Api::namespaced(kube.clone(), NODE_LEASE_NAMESPACE);
+    let read = leases.get_opt(&target.node);
+    let lease = tokio::time::timeout(READ_LIMIT, read)
+        .await
+        .map_err(|_| MoveError::ReadTimedOut)??;
+    let fresh = lease.and_then(|l| renew_time(&l));
+    Ok((fresh.is_some() && fresh != target.seen).then(|| Renewed {
+        node: target.node.clone(),
+        renew_time: fresh,
+    }))
 }
 
 async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
@@ -244,6 +289,7 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
         kube,
         token,
         fence,
+        term,
     } = clients;
     // The token file may sit on a volume that hangs (a wedged secret
     // store): a move that never ends would keep its IP "moving" all term.
@@ -261,7 +307,7 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
     {
         return Ok(Ended::HolderBack(back));
     }
-    let may_send = || fence.allows();
+    let may_send = || fence.allows_in(*term);
     if !may_send() {
         return Err(MoveError::LeaseExpired);
     }

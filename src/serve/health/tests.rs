@@ -94,3 +94,42 @@ fn one_pool_without_pools_shows_no_pools_list() {
     assert_eq!(body["pool_addresses"], 2);
     assert_eq!(body["state"], "healthy");
 }
+
+/// Issue 44, item 1: a Node step or a repair never clears a full cycle's
+/// failure (nor moves `last_success`): while every listing fails, `/health`
+/// stays failing however often Nodes change. A step's own failure is
+/// cleared by a later step.
+#[test]
+fn only_a_full_cycle_clears_a_full_cycles_failure() {
+    let health = Health::new(Duration::from_secs(60));
+    health.record_success("p", 3, None);
+    let succeeded = health.report().last_success;
+    health.record_failure("p", "listing Hetzner servers failed".into());
+    health.record_step("p", 2, None);
+    let report = health.report();
+    assert_eq!(report.state, Phase::Failing);
+    assert_eq!(
+        report.last_error.as_deref(),
+        Some("listing Hetzner servers failed")
+    );
+    assert_eq!(report.pool_addresses, Some(2), "what the step wrote");
+    assert_eq!(report.last_success, succeeded);
+    // A step failing meanwhile does not hide the outage behind its own
+    // error, which the next step would clear.
+    health.record_step_failure("p", "writing the pool failed".into());
+    health.record_step("p", 2, None);
+    assert_eq!(
+        health.report().last_error.as_deref(),
+        Some("listing Hetzner servers failed")
+    );
+    assert!(!health.report().is_healthy());
+    health.record_success("p", 3, None);
+    assert!(health.report().is_healthy());
+
+    // A step's own failure is the step's to clear.
+    health.record_step_failure("p", "writing the pool failed".into());
+    assert!(!health.report().is_healthy());
+    health.record_step("p", 3, None);
+    assert!(health.report().is_healthy());
+    assert_eq!(health.report().last_error, None);
+}
