@@ -9,12 +9,13 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::task::{Done, Ended, MoveError, Renewed};
-use super::{ip_of, Mover, Moving, Published, RETRY_BASE, RETRY_MAX};
+use super::{ip_of, Mover, Moving, Published, Skip, RETRY_BASE, RETRY_MAX};
 use crate::backoff;
 use crate::failover::{FailoverPool, TAKES_NEW_WITHIN};
 use crate::run::events::{self, PoolEvent};
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
+use std::collections::HashMap;
 
 /// A move that ended, with what its reports name.
 struct MoveEnd {
@@ -47,45 +48,24 @@ impl Mover {
         // A refused target is skipped from now on: the next member is
         // asked at once, without the backoff.
         let refused = matches!(&done.result, Err(MoveError::Refused { .. }));
-        let skip = match &done.result {
-            Err(MoveError::Refused { server, .. }) => Some((*server, super::REFUSED_FOR)),
-            Ok(Ended::TargetLate) => Some((moving.to, TAKES_NEW_WITHIN)),
-            _ => None,
-        };
-        if let Some((server, lasts)) = skip {
-            let skips = self.refused.entry(done.floating_ip).or_default();
-            skips.retain(|s| s.server != server);
-            skips.push(super::Skip {
-                server,
-                at: now,
-                lasts,
-            });
-        }
+        skip_target(&mut self.refused, &done, moving.to, now);
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),
             Ok(Ended::HolderBack(_) | Ended::TargetLate) | Err(_) => None,
         };
         if let Some(holder) = holder {
-            if let Some(fip) = pool
+            let fip = pool
                 .floating_ips
                 .iter_mut()
-                .find(|f| f.id == done.floating_ip)
-            {
+                .find(|f| f.id == done.floating_ip);
+            if let Some(fip) = fip {
                 fip.holder = holder;
             }
             self.ended.insert(done.floating_ip, (holder, now));
             self.retry.remove(&done.floating_ip);
         }
-        let from = moving
-            .from
-            .map_or_else(|| "no server".to_owned(), |id| pool.server_name(id));
-        let overtaken_by = match &done.result {
-            Ok(Ended::Overtaken(holder)) => {
-                holder.map_or_else(|| "none".to_owned(), |id| pool.server_name(id))
-            }
-            _ => String::new(),
-        };
+        let (from, overtaken_by) = named(pool, moving.from, &done.result);
         let failure = (done.result.as_ref().err()).map(|e| (e.cause(), failure_text(e, pool, &to)));
         let end = MoveEnd {
             moving,
@@ -100,13 +80,7 @@ impl Mover {
                 self.moved(end, done.floating_ip, Duration::ZERO, metrics, now)
             }
             Ok(Ended::Overtaken(_)) => {
-                metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "overtaken");
-                info!(
-                    pool = %end.moving.pool,
-                    floating_ip = %end.address,
-                    holder = %overtaken_by,
-                    "the Floating IP was no longer where the listing had it; not moved, looking again"
-                );
+                overtaken(&end, &overtaken_by, metrics);
                 None
             }
             Ok(Ended::HolderBack(renewed)) => {
@@ -114,14 +88,7 @@ impl Mover {
                 None
             }
             Ok(Ended::TargetLate) => {
-                metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "target_late");
-                info!(
-                    pool = %end.moving.pool,
-                    floating_ip = %end.address,
-                    to = %end.to,
-                    "the target's Lease was not renewed since the watch saw it either; not \
-                     moved, that server is not asked for this IP for 15s"
-                );
+                target_late(&end, metrics);
                 None
             }
             Err(_) => failure.map(|f| {
@@ -252,4 +219,61 @@ fn failure_text(error: &MoveError, pool: &FailoverPool, to: &str) -> String {
         ),
         error => error.to_string(),
     }
+}
+
+/// A target not to ask again for a while: Hetzner refused it, or its Lease
+/// was not renewed (read fresh).
+fn skip_target(skips: &mut HashMap<i64, Vec<Skip>>, done: &Done, to: i64, now: Instant) {
+    let (server, lasts) = match &done.result {
+        Err(MoveError::Refused { server, .. }) => (*server, super::REFUSED_FOR),
+        Ok(Ended::TargetLate) => (to, TAKES_NEW_WITHIN),
+        _ => return,
+    };
+    let skips = skips.entry(done.floating_ip).or_default();
+    skips.retain(|s| s.server != server);
+    skips.push(Skip {
+        server,
+        at: now,
+        lasts,
+    });
+}
+
+/// The target's Lease, read fresh, was not renewed either.
+fn target_late(end: &MoveEnd, metrics: &Metrics) {
+    metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "target_late");
+    info!(
+        pool = %end.moving.pool,
+        floating_ip = %end.address,
+        to = %end.to,
+        "the target's Lease was not renewed since the watch saw it either; not moved, that \
+         server is not asked for this IP for 15s"
+    );
+}
+
+/// The IP was no longer where the listing had it (now on `holder`).
+fn overtaken(end: &MoveEnd, holder: &str, metrics: &Metrics) {
+    metrics.floating_ip_moved(&end.moving.pool, end.moving.reason, "overtaken");
+    info!(
+        pool = %end.moving.pool,
+        floating_ip = %end.address,
+        holder = %holder,
+        "the Floating IP was no longer where the listing had it; not moved, looking again"
+    );
+}
+
+/// The server a move came from, and the one that had the IP when the move
+/// was overtaken, as the pool names them.
+fn named(
+    pool: &FailoverPool,
+    from: Option<i64>,
+    result: &Result<Ended, MoveError>,
+) -> (String, String) {
+    let from = from.map_or_else(|| "no server".to_owned(), |id| pool.server_name(id));
+    let overtaken_by = match result {
+        Ok(Ended::Overtaken(holder)) => {
+            holder.map_or_else(|| "none".to_owned(), |id| pool.server_name(id))
+        }
+        _ => String::new(),
+    };
+    (from, overtaken_by)
 }
