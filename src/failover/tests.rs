@@ -297,3 +297,15 @@ fn a_silent_member_keeps_nothing_but_may_take_another_ip() {
     let got = plan(&fips, &[silent(1)], 10);
     assert_eq!(got.stranded, vec![10], "not to its own holder");
 }
+
+/// Old finding 3: a target must have renewed within `FailoverAfter` less a
+/// kubelet period (5 s to 15 s), so one that died with the holder is late
+/// when the holder's time is up.
+#[test]
+fn a_target_must_have_renewed_within_failover_after_less_a_kubelet_period() {
+    use super::takes_new_within;
+    let s = Duration::from_secs;
+    assert_eq!(takes_new_within(s(20)), s(10));
+    assert_eq!(takes_new_within(s(15)), s(5));
+    assert_eq!(takes_new_within(s(60)), s(15));
+}

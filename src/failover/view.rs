@@ -224,11 +224,26 @@ pub fn departure(
 /// recently (see [`TAKES_NEW_WITHIN`]).
 pub type Fresh<'a> = &'a dyn Fn(&NodeFacts) -> bool;
 
-/// A new holder must have renewed its Node's Lease within this long: one
-/// and a half kubelet periods (10 s). A Node late beyond it may be about to
-/// go silent (a location failing), and a move to it would be undone soon,
-/// each hop a real Action that spends the move budget.
+/// A new holder must have renewed its Node's Lease within this long at
+/// most: one and a half kubelet periods. A Node late beyond it may be
+/// about to go silent (a location failing), and a move to it would be
+/// undone soon, each hop a real Action that spends the move budget.
 pub const TAKES_NEW_WITHIN: Duration = Duration::from_secs(15);
+
+/// How often a kubelet renews its Node's Lease (its default).
+pub const KUBELET_PERIOD: Duration = Duration::from_secs(10);
+
+/// How recent a target's last renewal the watch saw must be for the move
+/// to go without reading the target's Lease first: `FailoverAfter` less one
+/// kubelet period, from 5 s to [`TAKES_NEW_WITHIN`]. When a whole location
+/// fails at once, the mover looks at the holder `FailoverAfter` after its
+/// last renewal; a target that died with it renewed at most one period
+/// later, so it is late by then, and a fresh read finds it not renewing.
+pub fn takes_new_within(failover_after: Duration) -> Duration {
+    failover_after
+        .saturating_sub(KUBELET_PERIOD)
+        .clamp(Duration::from_secs(5), TAKES_NEW_WITHIN)
+}
 
 /// The healthy members of `pool` now, for [`super::plan`]: those that keep
 /// their IPs. Only a running server whose Node is Ready now takes a new

@@ -607,11 +607,11 @@ async fn a_stalled_lease_watch_strands_no_ip_a_fresh_read_finds_the_target_renew
 
 /// The target is late and a fresh read finds no renewal either (a location
 /// failing): nothing is sent to Hetzner, the IP is stranded, and the
-/// target is read again 15 s later.
+/// target is asked again once the watch sees it renew.
 #[tokio::test]
 async fn a_late_target_whose_lease_is_not_renewed_takes_nothing() {
     let shared = stalled_watch();
-    let (fake, kube, mut mover, settings) = setup_with(Some(shared)).await;
+    let (fake, kube, mut mover, settings) = setup_with(Some(shared.clone())).await;
     kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
     kube.set_lease("node-2", "2026-11-25T03:00:00.000000Z");
     let metrics = Metrics::new();
@@ -628,17 +628,56 @@ async fn a_late_target_whose_lease_is_not_renewed_takes_nothing() {
     let published = mover.decide(&settings, &nodes(&[3]), &metrics, now);
     assert_eq!(published[0].1.reason, "FloatingIpStranded", "{published:?}");
     assert_eq!(mover.holders()[0].moving_to, None);
-    // 15 s on, node-2 is read again (and has renewed by then).
-    kube.set_lease("node-2", "2026-11-25T03:00:40.000000Z");
-    mover.decide(
-        &settings,
-        &nodes(&[3]),
-        &metrics,
-        now + Duration::from_secs(16),
-    );
+    // The watch sees node-2 renew: it is a target again at once.
+    let later = now + Duration::from_secs(1);
+    let renewal = Some(renewed("2026-11-25T03:00:40.000000Z"));
+    shared.lock().unwrap().saw("node-2", renewal, later);
+    mover.decide(&settings, &nodes(&[3]), &metrics, later);
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, now + Duration::from_secs(16));
+    mover.finish(done, &metrics, later);
     assert_eq!(holder(&fake), Some(2));
+}
+
+/// Old finding 3: a whole location fails at once. The holder node-1 fell
+/// silent (FailoverAfter 20 s); node-2, at home, renewed 12 s ago, just
+/// before it died with it; node-3, in another location, renewed 2 s ago.
+/// A target must have renewed within FailoverAfter less a kubelet period
+/// (10 s): node-2 is late and ranks last, so the IP goes to node-3 in one
+/// move (0148c81 took node-2 first: one useless hop).
+#[tokio::test]
+async fn a_target_that_died_with_the_holder_is_not_chosen() {
+    let now = Instant::now();
+    let at = |ago: u64| now.checked_sub(Duration::from_secs(ago)).unwrap();
+    let mut seen = Renewals::default();
+    seen.set_current_at(true, at(60));
+    seen.saw(
+        "node-1",
+        Some(renewed("2026-11-25T03:00:00.000000Z")),
+        at(21),
+    );
+    seen.saw(
+        "node-2",
+        Some(renewed("2026-11-25T03:00:09.000000Z")),
+        at(12),
+    );
+    seen.saw(
+        "node-3",
+        Some(renewed("2026-11-25T03:00:19.000000Z")),
+        at(2),
+    );
+    let (fake, _kube, mut mover, settings) = setup_with(Some(Arc::new(Mutex::new(seen)))).await;
+    let mut spread = listing(Some(1));
+    spread.pools[0].candidates[2].location = Location {
+        name: "nbg1".into(),
+        network_zone: "eu-central".into(),
+    };
+    mover.set_listing(spread);
+    let metrics = Metrics::new();
+    mover.decide(&settings, &nodes(&[]), &metrics, now);
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, now);
+    assert_eq!(holder(&fake), Some(3));
+    assert_eq!(fake.action_requests().0, 1, "one move");
 }
 
 #[tokio::test]

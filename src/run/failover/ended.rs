@@ -52,7 +52,7 @@ impl Mover {
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),
-            Ok(Ended::HolderBack(_) | Ended::TargetLate) | Err(_) => None,
+            Ok(Ended::HolderBack(_) | Ended::TargetLate(_)) | Err(_) => None,
         };
         if let Some(holder) = holder {
             let fip = pool
@@ -87,7 +87,7 @@ impl Mover {
                 self.holder_back(&end, done.floating_ip, renewed, metrics, now);
                 None
             }
-            Ok(Ended::TargetLate) => {
+            Ok(Ended::TargetLate(_)) => {
                 target_late(&end, metrics);
                 None
             }
@@ -224,9 +224,9 @@ fn failure_text(error: &MoveError, pool: &FailoverPool, to: &str) -> String {
 /// A target not to ask again for a while: Hetzner refused it, or its Lease
 /// was not renewed (read fresh).
 fn skip_target(skips: &mut HashMap<i64, Vec<Skip>>, done: &Done, to: i64, now: Instant) {
-    let (server, lasts) = match &done.result {
-        Err(MoveError::Refused { server, .. }) => (*server, super::REFUSED_FOR),
-        Ok(Ended::TargetLate) => (to, TAKES_NEW_WITHIN),
+    let (server, lasts, until_renewed) = match &done.result {
+        Err(MoveError::Refused { server, .. }) => (*server, super::REFUSED_FOR, None),
+        Ok(Ended::TargetLate(lease)) => (to, TAKES_NEW_WITHIN, Some(lease.clone())),
         _ => return,
     };
     let skips = skips.entry(done.floating_ip).or_default();
@@ -235,6 +235,7 @@ fn skip_target(skips: &mut HashMap<i64, Vec<Skip>>, done: &Done, to: i64, now: I
         server,
         at: now,
         lasts,
+        until_renewed,
     });
 }
 
@@ -246,7 +247,7 @@ fn target_late(end: &MoveEnd, metrics: &Metrics) {
         floating_ip = %end.address,
         to = %end.to,
         "the target's Lease was not renewed since the watch saw it either; not moved, that \
-         server is not asked for this IP for 15s"
+         server is not asked for this IP until its Lease renews (15s at most)"
     );
 }
 

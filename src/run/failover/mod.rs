@@ -19,8 +19,8 @@ use tracing::{debug, info, warn};
 
 use crate::config::Settings;
 use crate::failover::{
-    self, departure, healthy_members, states, Departure, FailoverPool, MoveBudget, MoveReason,
-    NotReady, Renewals, TAKES_NEW_WITHIN,
+    self, departure, healthy_members, states, takes_new_within, Departure, FailoverPool,
+    MoveBudget, MoveReason, NotReady, Renewals,
 };
 use crate::hetzner::HetznerClient;
 use crate::members::{NodeFacts, NodeView};
@@ -51,12 +51,14 @@ const STRANDED_RECHECK: Duration = Duration::from_secs(1);
 /// for it (a listing that began after the refusal forgets it sooner).
 const REFUSED_FOR: Duration = RETRY_MAX;
 
-/// A server not to give a Floating IP to, since `at` for `lasts`.
-#[derive(Debug, Clone, Copy)]
+/// A server not to give a Floating IP to, since `at` for `lasts`, or
+/// (`until_renewed`) until the watch sees its Node's Lease renewed.
+#[derive(Debug, Clone)]
 struct Skip {
     server: i64,
     at: Instant,
     lasts: Duration,
+    until_renewed: Option<TargetLease>,
 }
 
 /// A move that runs.
@@ -96,8 +98,9 @@ pub struct Mover {
     stranded: BTreeMap<String, Vec<i64>>,
     /// Per Floating IP, the servers not to give it to for a while: Hetzner
     /// refused it ([`REFUSED_FOR`]), or a fresh read found the target's
-    /// Lease not renewed ([`TAKES_NEW_WITHIN`]); each with when, and for
-    /// how long. A listing that began after it forgets it.
+    /// Lease not renewed (until the watch sees it renewed, 15 s at most);
+    /// each with when, and for how long. A listing that began after it
+    /// forgets it.
     refused: HashMap<i64, Vec<Skip>>,
     /// Per Floating IP, the cause and text of its last failed move, for
     /// `/health`, until it settles or moves.
@@ -282,7 +285,8 @@ impl Mover {
         let (nodes, signals, now) = (look.nodes, look.signals, look.now);
         let after = pool.failover.after;
         let quiet = |node: &NodeFacts| signals.quiet(node, after, now);
-        let fresh = |node: &NodeFacts| !signals.renewals.silent(&node.name, TAKES_NEW_WITHIN, now);
+        let within = takes_new_within(after);
+        let fresh = |node: &NodeFacts| !signals.renewals.silent(&node.name, within, now);
         let members = healthy_members(pool, nodes, &quiet, &fresh);
         self.settle(pool, &members);
         let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
@@ -290,6 +294,11 @@ impl Mover {
             let refusals = self.refused.get(&fip.id).into_iter().flatten();
             fip.refused = refusals
                 .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
+                .filter(|skip| {
+                    skip.until_renewed.as_ref().is_none_or(|lease| {
+                        signals.renewals.renew_time(&lease.node) == lease.seen.as_deref()
+                    })
+                })
                 .map(|skip| skip.server)
                 .collect();
         }

@@ -129,7 +129,7 @@ pub(super) enum Ended {
     HolderBack(Option<Renewed>),
     /// The target was late by the Lease watch, and a fresh read of its
     /// Lease finds no renewal since either: nothing sent.
-    TargetLate,
+    TargetLate(TargetLease),
 }
 
 /// A Lease renewal a fresh read found, for the Lease clocks.
@@ -254,7 +254,7 @@ pub(super) async fn move_one(clients: Clients, step: Move) -> Done {
         None => (None, run(&clients, &step).await),
         Some(target) => match target_renewal(&clients.kube, target).await {
             Ok(Some(renewed)) => (Some(renewed), run(&clients, &step).await),
-            Ok(None) => (None, Ok(Ended::TargetLate)),
+            Ok(None) => (None, Ok(Ended::TargetLate(target.clone()))),
             Err(error) => (None, Err(error)),
         },
     };
