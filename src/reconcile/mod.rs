@@ -330,6 +330,11 @@ impl Reconciler {
         };
         let resource = self.pools.resource().await?;
         let all = self.pools.list_all(&resource).await?;
+        // What the last write had that the pool lacks now (someone's edit,
+        // or a write that failed) and the step does not remove: the step
+        // does not write it, but keeps it in what the pool was written
+        // with, so the repair the edit called for still puts it back.
+        let mut missing: Vec<(String, Vec<IpAddr>)> = Vec::new();
         // Removals only: what each pool was written with and holds now (a
         // failed write may not have written all of it), less the addresses
         // of servers a node rule leaves out now.
@@ -341,16 +346,15 @@ impl Reconciler {
                 let live = find_pool(&all, &pool.name)
                     .map(pool::live_addresses)
                     .unwrap_or_default();
-                let kept: Vec<IpAddr> = self
-                    .last_desired(&pool.name)
-                    .map(|last| {
-                        last.addresses
-                            .iter()
-                            .filter(|a| !removed.contains(a) && live.addresses.contains(a))
-                            .copied()
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let last = self.last_desired(&pool.name);
+                let (kept, lacking): (Vec<IpAddr>, Vec<IpAddr>) = last
+                    .map(|last| last.addresses.iter().filter(|a| !removed.contains(a)))
+                    .into_iter()
+                    .flatten()
+                    .partition(|a| live.addresses.contains(a));
+                if !lacking.is_empty() {
+                    missing.push((pool.name.clone(), lacking));
+                }
                 let members = Members {
                     pool: pool.name.clone(),
                     servers_matched: servers,
@@ -369,9 +373,21 @@ impl Reconciler {
                 }
             })
             .collect();
-        self.converge_all(settings, &resource, all, rendered, inputs)
-            .await
-            .map(Some)
+        let outcomes = self
+            .converge_all(settings, &resource, all, rendered, inputs)
+            .await;
+        for (pool, lacking) in missing {
+            let last = self
+                .state
+                .get_mut(&pool)
+                .and_then(|s| s.last_desired.as_mut());
+            if let Some(last) = last {
+                last.addresses.extend(lacking);
+                last.addresses.sort_unstable();
+                last.addresses.dedup();
+            }
+        }
+        outcomes.map(Some)
     }
 
     /// Re-applies what `pool` was last written with, less what the latest

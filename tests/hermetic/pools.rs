@@ -868,6 +868,54 @@ async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
     assert!(blocks(&kube).contains("203.0.113.7/32"));
 }
 
+/// Issue 44, item 6 (N6): someone takes an address out of the pool by hand,
+/// and a Node step runs before the repair the edit called for. The Node
+/// step writes what the pool holds (less what it removes), but does not
+/// adopt the edit as what it wrote: the repair then puts the address back
+/// (0148c81 left it out until the next listing).
+#[tokio::test]
+async fn a_node_step_between_a_foreign_edit_and_its_repair_does_not_adopt_the_edit() {
+    let mut observed = Observed::default();
+    let pools = json!([{"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
+                        "MaxRemovalRatio": 1}]);
+    let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
+    hetzner.set_servers(
+        (1..=4)
+            .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
+            .collect(),
+    );
+    observed.nodes = NodeStore::new(deleting(&[]));
+    reconciler.full(&settings, &observed).await.unwrap();
+    let blocks = |kube: &FakeKube| cidrs(&kube.pool("edge").unwrap()["spec"]["blocks"]);
+    // The edit: 198.51.100.3 taken out by hand.
+    let mut edited = kube.pool("edge").unwrap();
+    edited["spec"]["blocks"] = json!([
+        {"cidr": "198.51.100.1/32"}, {"cidr": "198.51.100.2/32"}, {"cidr": "198.51.100.4/32"}
+    ]);
+    kube.insert_pool("edge", edited);
+    // A Node step (server 1's Node is being deleted), then the repair.
+    observed.nodes = NodeStore::new(deleting(&[1]));
+    reconciler
+        .nodes_changed(&settings, &observed)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!blocks(&kube).contains("198.51.100.1/32"));
+    reconciler
+        .repair(&settings, "edge", &observed)
+        .await
+        .unwrap();
+    assert_eq!(
+        blocks(&kube),
+        BTreeSet::from([
+            "198.51.100.2/32".to_owned(),
+            "198.51.100.3/32".to_owned(),
+            "198.51.100.4/32".to_owned(),
+        ]),
+        "the repair puts the hand-removed address back, and the Node step's removal stays"
+    );
+}
+
 /// A Node NotReady since `ago`, as the API server has it (the Ready
 /// condition's lastTransitionTime says since when).
 fn not_ready_for(id: i64, ago: Duration) -> NodeFacts {
