@@ -376,6 +376,13 @@ impl Reconciler {
         let outcomes = self
             .converge_all(settings, &resource, all, rendered, inputs)
             .await;
+        self.remember_lacking(missing);
+        outcomes.map(Some)
+    }
+
+    /// Puts back into each pool's last write what the pool lacked and a
+    /// Node step did not remove (the step wrote the pool without it).
+    fn remember_lacking(&mut self, missing: Vec<(String, Vec<IpAddr>)>) {
         for (pool, lacking) in missing {
             let last = self
                 .state
@@ -387,7 +394,6 @@ impl Reconciler {
                 last.addresses.dedup();
             }
         }
-        outcomes.map(Some)
     }
 
     /// Re-applies what `pool` was last written with, less what the latest
