@@ -235,6 +235,14 @@ impl MoveBudget {
         self.recent.push_back(now);
     }
 
+    /// The move started at `at` sent nothing (a fresh read found the holder
+    /// back, the target late, the IP elsewhere): its slot is free again.
+    pub fn refund(&mut self, at: Instant) {
+        if let Some(index) = self.recent.iter().position(|t| *t == at) {
+            self.recent.remove(index);
+        }
+    }
+
     /// The same moves with another maximum (a reload changed
     /// `FailoverMovesPerMinute`): the moves of the last window still count.
     pub fn resize(&mut self, max: usize) {

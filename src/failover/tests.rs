@@ -309,3 +309,14 @@ fn a_target_must_have_renewed_within_failover_after_less_a_kubelet_period() {
     assert_eq!(takes_new_within(s(15)), s(5));
     assert_eq!(takes_new_within(s(60)), s(15));
 }
+
+/// A move that sent nothing gives its slot back.
+#[test]
+fn a_refunded_move_frees_its_slot() {
+    let t0 = Instant::now();
+    let mut budget = MoveBudget::new(1, Duration::from_secs(60));
+    budget.spend(t0);
+    assert_eq!(budget.allowed(t0 + Duration::from_secs(1)), 0);
+    budget.refund(t0);
+    assert_eq!(budget.allowed(t0 + Duration::from_secs(1)), 1);
+}

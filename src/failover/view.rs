@@ -446,6 +446,11 @@ impl Renewals {
         self.deadline(node, after).filter(|due| *due > now)
     }
 
+    /// When the watch saw `node`'s last renewal (by this process's clock).
+    pub fn seen_at(&self, node: &str) -> Option<Instant> {
+        Some(self.seen.get(node)?.1)
+    }
+
     /// The `renewTime` of `node`'s Lease as the watch saw it last.
     pub fn renew_time(&self, node: &str) -> Option<&str> {
         self.seen.get(node)?.0.as_deref()

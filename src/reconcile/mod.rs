@@ -250,6 +250,13 @@ impl Reconciler {
         self.unhealthy.next_flip(after)
     }
 
+    /// Whether the shrink guard holds a removal in some pool of this term:
+    /// the next listing is to confirm it (with a fresh Robot answer),
+    /// also when the cycle that was to confirm it failed.
+    pub fn holding(&self) -> bool {
+        self.state.values().any(|s| s.held.is_some())
+    }
+
     pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
         self.hetzner = hetzner;
     }

@@ -36,6 +36,15 @@ impl Drop for InFlight {
     }
 }
 
+/// Stops the read in flight, if there is one, and waits until its task is
+/// gone: what it holds (the Robot source's lock) is free when this returns.
+pub(super) async fn stop(listing: &mut Option<InFlight>) {
+    if let Some(mut in_flight) = listing.take() {
+        in_flight.read.abort();
+        let _ = (&mut in_flight.read).await;
+    }
+}
+
 /// The end of the read in flight, if there is one (else never).
 pub(super) async fn read_done(listing: &mut Option<InFlight>) -> ReadResult {
     match listing {
@@ -65,7 +74,8 @@ impl ControlLoop {
         // A read without the Node list (it took longer than the wait):
         // the list, when it comes, brings a Node step and a listing.
         st.schedule.nodes_seen(observed.nodes.read().complete);
-        let due = schedule::robot_due(trigger, health_flip || st.schedule.confirming());
+        let confirming = st.schedule.confirming() || self.reconciler.holding();
+        let due = schedule::robot_due(trigger, health_flip || confirming);
         let read = self.reconciler.read_full(&self.settings, due, &observed);
         let limit = self.timings.cycle_timeout;
         let read = async move {

@@ -171,7 +171,7 @@ impl ControlLoop {
             let flow = tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => Flow::Stop,
-                Ok(()) = st.leadership.term.changed() => self.on_term(&mut st),
+                Ok(()) = st.leadership.term.changed() => self.on_term(&mut st).await,
                 Ok(()) = st.leadership.problem.changed() => self.on_election_problem(&mut st),
                 // A Node step due with a listing goes first: the listing
                 // then has nothing of that change left to remove (one
@@ -273,7 +273,7 @@ impl ControlLoop {
 
     /// A new leadership term (lost and won again since the last look is a
     /// new term too, and starts afresh).
-    fn on_term(&mut self, st: &mut Running) -> Flow {
+    async fn on_term(&mut self, st: &mut Running) -> Flow {
         let term = *st.leadership.term.borrow_and_update();
         let Some(leading) = st.schedule.on_term(term, Instant::now()) else {
             return Flow::Go;
@@ -282,12 +282,13 @@ impl ControlLoop {
         // A new term starts from a fresh listing: while we did not lead,
         // another replica may have written the pool. A read of the old
         // term in flight is dropped first.
-        st.listing = None;
+        full::stop(&mut st.listing).await;
         self.reconciler.new_term();
         self.show_listing();
         st.mover.reset(&self.metrics);
         st.mover.set_term(term.number);
         self.health.set_floating_ips(st.mover.holders());
+        self.health.set_lease_heard(st.mover.lease_clock());
         if leading {
             st.recorder.announce_leadership = true;
         } else {

@@ -46,7 +46,7 @@ impl ControlLoop {
             st.schedule.on_reload(self.clocks(), &names, Instant::now());
             // The listing in flight read for the old settings; the reload
             // lists anew at once.
-            st.listing = None;
+            super::full::stop(&mut st.listing).await;
             st.pool_watches.retain(|name, _| names.contains(name));
             // New pools or another API: moves wait for the listing the
             // reload brings. Any reload: later moves use the new client.
@@ -56,6 +56,7 @@ impl ControlLoop {
             {
                 st.mover.reset(&self.metrics);
                 self.health.set_floating_ips(st.mover.holders());
+                self.health.set_lease_heard(st.mover.lease_clock());
             }
             st.mover.set_hetzner(self.reconciler.hetzner().clone());
             self.ensure_lease_watch(st);

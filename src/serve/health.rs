@@ -25,6 +25,16 @@ pub enum Phase {
     Standby,
 }
 
+/// When the Node-Lease watch last delivered an event, read when asked.
+#[derive(Clone)]
+pub struct LeaseClock(pub std::sync::Arc<dyn Fn() -> Option<Instant> + Send + Sync>);
+
+impl std::fmt::Debug for LeaseClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseClock")
+    }
+}
+
 /// The body of `/health` and `/readyz`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HealthReport {
@@ -124,8 +134,9 @@ struct Inner {
     listed: bool,
     /// When the last good listing of this term began.
     listed_at: Option<Instant>,
-    /// When the Node-Lease watch last delivered an event (failover pools).
-    lease_heard: Option<Instant>,
+    /// When the Node-Lease watch last delivered an event, asked when the
+    /// report is read (failover pools of a leader).
+    lease_heard: Option<LeaseClock>,
 }
 
 /// Shared between the loop and the web server.
@@ -203,10 +214,10 @@ impl Health {
         self.write().report.floating_ips = floating_ips;
     }
 
-    /// When the Node-Lease watch last delivered an event (`None`: no
-    /// failover pool, or no event yet).
-    pub fn set_lease_heard(&self, at: Option<Instant>) {
-        self.write().lease_heard = at;
+    /// Where `/health` learns when the Node-Lease watch last delivered an
+    /// event (`None`: no failover pool, or not leading).
+    pub fn set_lease_heard(&self, clock: Option<LeaseClock>) {
+        self.write().lease_heard = clock;
     }
 
     /// A full cycle (a listing and the pool's write) succeeded for `pool`.
@@ -373,7 +384,9 @@ impl Health {
         let inner = self.read();
         let mut report = inner.report.clone();
         report.last_listing_age_seconds = inner.listed_at.map(|at| at.elapsed().as_secs());
-        report.lease_view_age_seconds = inner.lease_heard.map(|at| at.elapsed().as_secs());
+        report.lease_view_age_seconds = (inner.lease_heard.as_ref())
+            .and_then(|heard| (heard.0)())
+            .map(|at| at.elapsed().as_secs());
         report
     }
 

@@ -522,7 +522,7 @@ async fn check_before_the_first_cycle_names_a_foreign_pool_over_an_address() {
 /// 503 for several minutes and a Node is labelled in and out every few
 /// seconds, `/health` fails at every sample and
 /// `canada_kaktus_last_success_timestamp_seconds` stands still: Node steps
-/// (they do run, and write) have series of their own. Prometheus' promtool,
+/// (they run all along) have series of their own. Prometheus' promtool,
 /// fed the series as they were scraped, fires
 /// `CanadaKaktusNoSuccessIn2Intervals` (its `for: 5m` included).
 #[tokio::test]

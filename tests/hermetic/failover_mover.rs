@@ -395,6 +395,18 @@ async fn a_token_file_that_never_answers_ends_the_move_in_time() {
     // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
     assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
     settings.token = config::TokenSource::File(fifo.clone());
+    // The blocked read ends once someone writes (so the runtime can stop,
+    // also when an assertion below fails).
+    struct Unblock(std::path::PathBuf);
+    impl Drop for Unblock {
+        fn drop(&mut self) {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.0)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, TOKEN.as_bytes()));
+        }
+    }
+    let _unblock = Unblock(fifo.clone());
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
     mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
@@ -411,12 +423,6 @@ async fn a_token_file_that_never_answers_ends_the_move_in_time() {
     );
     assert_eq!(mover.holders()[0].moving_to, None);
     assert_eq!(fake.action_requests().0, 0, "nothing sent");
-    // The blocked read ends once someone writes (the runtime can stop).
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&fifo)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, TOKEN.as_bytes()))
-        .unwrap();
 }
 
 /// Issue 44, item 6 (N8): the replica lost the Lease and won it back while
@@ -635,6 +641,46 @@ async fn a_late_target_whose_lease_is_not_renewed_takes_nothing() {
     mover.decide(&settings, &nodes(&[3]), &metrics, later);
     let done = ended(&mut mover).await;
     mover.finish(done, &metrics, later);
+    assert_eq!(holder(&fake), Some(2));
+}
+
+/// After the outside read: with FailoverAfter 15 s a target must have
+/// renewed within 5 s, but a live kubelet renews every 10 s, so a healthy
+/// target often looks late. Its Lease, unchanged at the first read, is
+/// read again when its next renewal is due, and it takes the IP.
+#[tokio::test]
+async fn a_live_target_that_only_looks_late_is_read_again_when_its_renewal_is_due() {
+    let now = Instant::now();
+    let at = |ago: u64| now.checked_sub(Duration::from_secs(ago)).unwrap();
+    let mut seen = Renewals::default();
+    seen.set_current_at(true, at(60));
+    seen.saw(
+        "node-1",
+        Some(renewed("2026-11-25T03:00:00.000000Z")),
+        at(16),
+    );
+    seen.saw(
+        "node-2",
+        Some(renewed("2026-11-25T03:00:09.000000Z")),
+        at(7),
+    );
+    let (fake, kube, mut mover, settings) = setup_with(Some(Arc::new(Mutex::new(seen)))).await;
+    kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
+    kube.set_lease("node-2", "2026-11-25T03:00:09.000000Z");
+    let mut quick = listing(Some(1));
+    quick.pools[0].failover.after = Duration::from_secs(15);
+    mover.set_listing(quick);
+    let metrics = Metrics::new();
+    // node-3 is being deleted: node-2 is the one target.
+    mover.decide(&settings, &nodes(&[3]), &metrics, now);
+    // The kubelet renews a second after the first read.
+    let renewing = kube.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        renewing.set_lease("node-2", "2026-11-25T03:00:19.000000Z");
+    });
+    let done = ended(&mut mover).await;
+    mover.finish(done, &metrics, Instant::now());
     assert_eq!(holder(&fake), Some(2));
 }
 

@@ -125,6 +125,16 @@ impl FakeKube {
         self.state.lock().unwrap().hang = Some((path.to_owned(), count));
     }
 
+    /// How many requests are still to be left unanswered.
+    pub fn hangs_left(&self) -> usize {
+        self.state
+            .lock()
+            .unwrap()
+            .hang
+            .as_ref()
+            .map_or(0, |(_, n)| *n)
+    }
+
     /// Whether this request is one to leave unanswered (and counts it).
     fn hangs(&self, path: &str) -> bool {
         let mut state = self.state.lock().unwrap();

@@ -32,7 +32,8 @@ pub fn rule_file() -> String {
 /// `step` from one replica: per sample `last_success_timestamp_seconds` of
 /// `pool`, `interval_seconds` and when it was taken (promtool's clock
 /// starts at the first sample). Asserts that `alert` fires for `pool` at
-/// the last sample and does not yet 5 minutes before it (its `for: 5m`).
+/// the last sample, and (the control) that it does not with a success at
+/// every sample.
 pub fn assert_alert_fires(
     promtool: &Path,
     alert: &str,
@@ -58,12 +59,21 @@ pub fn assert_alert_fires(
     let interval = values(&|s| s.1);
     let step_s = step.as_secs();
     let end = (samples.len() as u64 - 1) * step_s;
+    // Samples taken later than every `step` make promtool's clock lag the
+    // real one (the alert then fires later, never sooner); a lag of more
+    // than 30 s would make the check mean something else.
+    let real_end = since_start(samples.last().unwrap().2);
     assert!(
-        since_start(samples.last().unwrap().2) + 1.0 >= end as f64,
-        "the samples are further apart than {step:?}"
+        real_end + 1.0 >= end as f64 && real_end <= end as f64 + 30.0,
+        "the samples are not {step:?} apart: the last came at {real_end:.1}s, not {end}s"
     );
     let labels = r#"job="canada-kaktus",instance="127.0.0.1:8080""#;
     let firing = format!(r#"ALERTS{{alertname="{alert}",alertstate="firing",pool="{pool}"}}"#);
+    // The control: the same series with a success at every sample.
+    let fresh = (0..samples.len())
+        .map(|i| format!("{}", i as u64 * step.as_secs()))
+        .collect::<Vec<_>>()
+        .join(" ");
     let test = format!(
         r#"rule_files:
   - rules.yaml
@@ -81,11 +91,17 @@ tests:
         exp_samples:
           - labels: '{{__name__="ALERTS",alertname="{alert}",alertstate="firing",pool="{pool}",severity="critical"}}'
             value: 1
+  - interval: {step_s}s
+    input_series:
+      - series: 'canada_kaktus_last_success_timestamp_seconds{{{labels},pool="{pool}"}}'
+        values: '{fresh}'
+      - series: 'canada_kaktus_interval_seconds{{{labels}}}'
+        values: '{interval}'
+    promql_expr_test:
       - expr: '{firing}'
-        eval_time: {early}s
+        eval_time: {end}s
         exp_samples: []
 "#,
-        early = end.saturating_sub(300),
     );
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("rules.yaml"), rule_file()).unwrap();

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use super::task::{Done, Ended, MoveError, Renewed};
 use super::{ip_of, Mover, Moving, Published, Skip, RETRY_BASE, RETRY_MAX};
 use crate::backoff;
-use crate::failover::{FailoverPool, TAKES_NEW_WITHIN};
+use crate::failover::FailoverPool;
 use crate::run::events::{self, PoolEvent};
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
@@ -32,6 +32,7 @@ impl Mover {
         let Some(moving) = self.moving.remove(&done.floating_ip) else {
             return published;
         };
+        self.refund_if_nothing_sent(&done, &moving);
         // A late target renewed after all: its clock starts again.
         if let (Some(renewed), Some(renewals)) = (&done.target_renewed, &self.renewals) {
             lock(renewals).saw(&renewed.node, renewed.renew_time.clone(), now);
@@ -101,6 +102,18 @@ impl Mover {
         };
         published.extend(event);
         published
+    }
+
+    /// A move that sent nothing gives its slot of the move budget back.
+    fn refund_if_nothing_sent(&mut self, done: &Done, moving: &Moving) {
+        let sent_nothing = match &done.result {
+            Ok(Ended::Overtaken(_) | Ended::HolderBack(_) | Ended::TargetLate(_)) => true,
+            Ok(_) => false,
+            Err(error) => error.sent_nothing(),
+        };
+        if let Some(budget) = self.budgets.get_mut(&moving.pool).filter(|_| sent_nothing) {
+            budget.refund(moving.spent_at);
+        }
     }
 
     /// A move succeeded (or the IP was there already): metrics, a log line
@@ -226,7 +239,7 @@ fn failure_text(error: &MoveError, pool: &FailoverPool, to: &str) -> String {
 fn skip_target(skips: &mut HashMap<i64, Vec<Skip>>, done: &Done, to: i64, now: Instant) {
     let (server, lasts, until_renewed) = match &done.result {
         Err(MoveError::Refused { server, .. }) => (*server, super::REFUSED_FOR, None),
-        Ok(Ended::TargetLate(lease)) => (to, TAKES_NEW_WITHIN, Some(lease.clone())),
+        Ok(Ended::TargetLate(lease)) => (to, super::REFUSED_FOR, Some(lease.clone())),
         _ => return,
     };
     let skips = skips.entry(done.floating_ip).or_default();
@@ -247,7 +260,7 @@ fn target_late(end: &MoveEnd, metrics: &Metrics) {
         floating_ip = %end.address,
         to = %end.to,
         "the target's Lease was not renewed since the watch saw it either; not moved, that \
-         server is not asked for this IP until its Lease renews (15s at most)"
+         server is not asked for this IP until its Lease renews (5 minutes at most)"
     );
 }
 

@@ -58,6 +58,6 @@ impl ControlLoop {
             st.recorder.publish(self.event_target(&pool), vec![event]);
         }
         self.health.set_floating_ips(st.mover.holders());
-        self.health.set_lease_heard(st.mover.lease_heard());
+        self.health.set_lease_heard(st.mover.lease_clock());
     }
 }

@@ -70,6 +70,8 @@ struct Moving {
     /// The `reason` label and the words for logs and Events.
     reason: &'static str,
     why: String,
+    /// When its slot of the move budget was spent.
+    spent_at: Instant,
 }
 
 /// What the loop publishes for the mover.
@@ -344,6 +346,7 @@ impl Mover {
                 .and_then(|c| nodes.node_of(c.id, &c.name))
                 .map(|node| TargetLease {
                     seen: signals.renewals.renew_time(&node.name).map(str::to_owned),
+                    seen_at: signals.renewals.seen_at(&node.name),
                     node: node.name.clone(),
                 });
             let moving = Moving {
@@ -352,6 +355,7 @@ impl Mover {
                 to: step.to,
                 reason,
                 why,
+                spent_at: now,
             };
             let checks = (evidence, target_lease);
             self.start_move(look.settings, pool, step.floating_ip, moving, checks, now);
@@ -467,11 +471,13 @@ impl Mover {
         published.push((pool.pool.clone(), events::floating_ips_stranded(&ips)));
     }
 
-    /// When the Node-Lease watch last delivered an event, while there is
-    /// a failover pool.
-    pub fn lease_heard(&self) -> Option<Instant> {
-        let renewals = self.renewals.as_ref().filter(|_| self.has_pools())?;
-        lock(renewals).last_heard()
+    /// Where to read when the Node-Lease watch last delivered an event,
+    /// while there is a failover pool.
+    pub fn lease_clock(&self) -> Option<crate::serve::health::LeaseClock> {
+        let renewals = self.renewals.clone().filter(|_| self.has_pools())?;
+        Some(crate::serve::health::LeaseClock(std::sync::Arc::new(
+            move || lock(&renewals).last_heard(),
+        )))
     }
 
     /// Whether the last listing has a failover pool to look at.

@@ -13,7 +13,7 @@ use kube::api::Api;
 use tokio::time::Instant;
 
 use crate::config::{TokenError, TokenSource};
-use crate::failover::{Departure, FailoverPool, Renewals};
+use crate::failover::{Departure, FailoverPool, Renewals, KUBELET_PERIOD};
 use crate::hetzner::{Assignment, HetznerClient, HetznerError, ServerStatus};
 use crate::members::{Exclusion, NodeFacts, NodeView};
 use crate::pool::Fence;
@@ -92,12 +92,27 @@ fn refused(error: HetznerError, server: i64) -> MoveError {
             code: Some(ref code),
             ..
         } if !PASSING.contains(&code.as_str()) => MoveError::Refused { server, error },
-        HetznerError::ActionFailed { .. } => MoveError::Refused { server, error },
+        HetznerError::ActionFailed { ref code, .. } if !PASSING.contains(&code.as_str()) => {
+            MoveError::Refused { server, error }
+        }
         error => MoveError::Hetzner(error),
     }
 }
 
 impl MoveError {
+    /// Whether the move ended before anything could have been sent to
+    /// Hetzner's assignment (its budget slot is given back).
+    pub fn sent_nothing(&self) -> bool {
+        matches!(
+            self,
+            MoveError::Token(_)
+                | MoveError::TokenTimedOut
+                | MoveError::Kube(_)
+                | MoveError::ReadTimedOut
+                | MoveError::LeaseExpired
+        )
+    }
+
     /// The cause, as in logs and metrics.
     pub fn cause(&self) -> &'static str {
         match self {
@@ -180,6 +195,8 @@ pub(super) struct Move {
 pub(super) struct TargetLease {
     pub(super) node: String,
     pub(super) seen: Option<String>,
+    /// When the watch saw that renewal.
+    pub(super) seen_at: Option<Instant>,
 }
 
 /// What a move reads again before it assigns: what made `from` leave.
@@ -266,22 +283,40 @@ pub(super) async fn move_one(clients: Clients, step: Move) -> Done {
 }
 
 /// The renewal of `target`'s Lease since the watch saw it last, read
-/// fresh; `None` when there is none.
+/// fresh; `None` when there is none. A live kubelet may just not have
+/// renewed yet (its period is 10 s, the window can be shorter): without a
+/// renewal, the Lease is read once more when the next one is due (at most
+/// [`READ_LIMIT`] later).
 async fn target_renewal(
     kube: &kube::Client,
     target: &TargetLease,
 ) -> Result<Option<Renewed>, MoveError> {
     let leases: Api<Lease> = Api::namespaced(kube.clone(), NODE_LEASE_NAMESPACE);
-    let read = leases.get_opt(&target.node);
-    let lease = tokio::time::timeout(READ_LIMIT, read)
-        .await
-        .map_err(|_| MoveError::ReadTimedOut)??;
-    let fresh = lease.and_then(|l| renew_time(&l));
-    Ok((fresh.is_some() && fresh != target.seen).then(|| Renewed {
-        node: target.node.clone(),
-        renew_time: fresh,
-    }))
+    let read = || async {
+        let lease = tokio::time::timeout(READ_LIMIT, leases.get_opt(&target.node))
+            .await
+            .map_err(|_| MoveError::ReadTimedOut)??;
+        let fresh = lease.and_then(|l| renew_time(&l));
+        Ok::<_, MoveError>((fresh.is_some() && fresh != target.seen).then(|| Renewed {
+            node: target.node.clone(),
+            renew_time: fresh,
+        }))
+    };
+    if let Some(renewed) = read().await? {
+        return Ok(Some(renewed));
+    }
+    let due = target.seen_at.map(|at| at + KUBELET_PERIOD + RENEWAL_SLACK);
+    match due.filter(|due| *due > Instant::now()) {
+        Some(due) => {
+            tokio::time::sleep_until(due.min(Instant::now() + READ_LIMIT)).await;
+            read().await
+        }
+        None => Ok(None),
+    }
 }
+
+/// How late past its period a kubelet's renewal may still arrive.
+const RENEWAL_SLACK: Duration = Duration::from_secs(2);
 
 async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
     let Clients {
@@ -296,16 +331,18 @@ async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
     let token = tokio::time::timeout(READ_LIMIT, token.read_async())
         .await
         .map_err(|_| MoveError::TokenTimedOut)??;
-    let holder = hetzner.floating_ip_holder(&token, step.floating_ip).await?;
-    if holder != step.from {
-        return Ok(Ended::Overtaken(holder));
-    }
+    // What said the holder left first (mostly a Kubernetes read): a watch
+    // that fell behind spends no Hetzner request.
     let read = still_gone(hetzner, kube, &token, &step.evidence);
     if let Some(back) = tokio::time::timeout(READ_LIMIT, read)
         .await
         .map_err(|_| MoveError::ReadTimedOut)??
     {
         return Ok(Ended::HolderBack(back));
+    }
+    let holder = hetzner.floating_ip_holder(&token, step.floating_ip).await?;
+    if holder != step.from {
+        return Ok(Ended::Overtaken(holder));
     }
     let may_send = || fence.allows_in(*term);
     if !may_send() {
