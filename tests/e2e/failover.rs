@@ -17,11 +17,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use support::cluster::CrdFixture;
+use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
     apply_several_pools, blocks_of, cluster, phases, pools, record_history_of,
     several_pools_server as server, start_several_pools_with, wait_event, wait_history_caught_up,
-    wait_named_pool, TOKEN,
+    wait_named_pool, Controller, TOKEN,
 };
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer, ReadOnly};
 use support::nodes::{set_ready, wait_holder as holder_within, Kubelets};
@@ -166,6 +166,44 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
     controller.assert_running();
 }
 
+/// The cluster with `deploy/` and the component, kubelets renewing the
+/// Leases of the Nodes of `servers` every 500 ms, and the controller keeping
+/// pool `edge` of Floating IP 10 with failover after 15 s (2 s interval),
+/// once it has written the pool.
+async fn failover_rig(
+    hetzner: &FakeHetzner,
+    servers: std::ops::RangeInclusive<i64>,
+) -> (TestCluster, Api<Node>, Kubelets, Controller) {
+    let cluster = cluster(Some(CrdFixture::V2)).await;
+    apply_several_pools(&cluster);
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    let kubelets = Kubelets::start(&cluster, &nodes, servers, Duration::from_millis(500)).await;
+    let edge = json!([{
+        "Name": "edge",
+        "LabelSelector": "role=edge",
+        "Addresses": ["floating-ip"],
+        "FloatingIpSelector": "pool=edge",
+        "FloatingIpFailover": true,
+        "FailoverAfter": "15s",
+    }])
+    .to_string();
+    let controller = start_several_pools_with(
+        &cluster,
+        hetzner,
+        &[
+            ("CANADA_KAKTUS_INTERVAL", "2s"),
+            ("CANADA_KAKTUS_POOLS", edge.as_str()),
+        ],
+    )
+    .await;
+    let api = pools(&cluster, "v2");
+    wait_named_pool(&api, "edge", WITHIN, "the failover pool written", |p| {
+        p.is_some_and(|p| blocks_of(p) == json!([{ "cidr": FIP_CIDR }]))
+    })
+    .await;
+    (cluster, nodes, kubelets, controller)
+}
+
 /// A token that may only read, as Hetzner answers it since hcloud-go
 /// deprecated `token_readonly` (2026-10-05): `403 forbidden` to the
 /// assignment. The move fails naming write permission (the log, `/health`
@@ -182,33 +220,7 @@ async fn a_403_forbidden_assignment_is_reported_as_a_read_only_token() {
         FakeFloatingIp::new(10, FIP, Some(1)).with_label("pool", "edge")
     ]);
     hetzner.set_read_only_answer(ReadOnly::Forbidden403);
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let _kubelets = Kubelets::start(&cluster, &nodes, 1..=2, Duration::from_millis(500)).await;
-    let edge = json!([{
-        "Name": "edge",
-        "LabelSelector": "role=edge",
-        "Addresses": ["floating-ip"],
-        "FloatingIpSelector": "pool=edge",
-        "FloatingIpFailover": true,
-        "FailoverAfter": "15s",
-    }])
-    .to_string();
-    let mut controller = start_several_pools_with(
-        &cluster,
-        &hetzner,
-        &[
-            ("CANADA_KAKTUS_INTERVAL", "2s"),
-            ("CANADA_KAKTUS_POOLS", edge.as_str()),
-        ],
-    )
-    .await;
-    let api = pools(&cluster, "v2");
-    wait_named_pool(&api, "edge", WITHIN, "the failover pool written", |p| {
-        p.is_some_and(|p| blocks_of(p) == json!([{ "cidr": FIP_CIDR }]))
-    })
-    .await;
+    let (cluster, nodes, _kubelets, mut controller) = failover_rig(&hetzner, 1..=2).await;
     set_ready(&nodes, 1, false).await;
     wait_event(
         &cluster,

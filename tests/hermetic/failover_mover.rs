@@ -566,6 +566,18 @@ async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
     assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
 }
 
+/// Renewals as a current Lease watch saw them at `now`: per Node, its
+/// `renewTime` and how many seconds before `now` the watch saw it.
+fn seen_ago(now: Instant, seen: &[(&str, &str, u64)]) -> SharedRenewals {
+    let at = |ago: u64| now.checked_sub(Duration::from_secs(ago)).unwrap();
+    let mut renewals = Renewals::default();
+    renewals.set_current_at(true, at(60));
+    for (node, renew_time, ago) in seen {
+        renewals.saw(node, Some(renewed(renew_time)), at(*ago));
+    }
+    Arc::new(Mutex::new(renewals))
+}
+
 /// The Renewals of a Lease watch that stalled 30 s ago without an error
 /// (every Node's last renewal seen then), node-1 the holder.
 fn stalled_watch() -> SharedRenewals {
@@ -651,20 +663,14 @@ async fn a_late_target_whose_lease_is_not_renewed_takes_nothing() {
 #[tokio::test]
 async fn a_live_target_that_only_looks_late_is_read_again_when_its_renewal_is_due() {
     let now = Instant::now();
-    let at = |ago: u64| now.checked_sub(Duration::from_secs(ago)).unwrap();
-    let mut seen = Renewals::default();
-    seen.set_current_at(true, at(60));
-    seen.saw(
-        "node-1",
-        Some(renewed("2026-11-25T03:00:00.000000Z")),
-        at(16),
+    let seen = seen_ago(
+        now,
+        &[
+            ("node-1", "2026-11-25T03:00:00.000000Z", 16),
+            ("node-2", "2026-11-25T03:00:09.000000Z", 7),
+        ],
     );
-    seen.saw(
-        "node-2",
-        Some(renewed("2026-11-25T03:00:09.000000Z")),
-        at(7),
-    );
-    let (fake, kube, mut mover, settings) = setup_with(Some(Arc::new(Mutex::new(seen)))).await;
+    let (fake, kube, mut mover, settings) = setup_with(Some(seen)).await;
     kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
     kube.set_lease("node-2", "2026-11-25T03:00:09.000000Z");
     let mut quick = listing(Some(1));
@@ -693,25 +699,15 @@ async fn a_live_target_that_only_looks_late_is_read_again_when_its_renewal_is_du
 #[tokio::test]
 async fn a_target_that_died_with_the_holder_is_not_chosen() {
     let now = Instant::now();
-    let at = |ago: u64| now.checked_sub(Duration::from_secs(ago)).unwrap();
-    let mut seen = Renewals::default();
-    seen.set_current_at(true, at(60));
-    seen.saw(
-        "node-1",
-        Some(renewed("2026-11-25T03:00:00.000000Z")),
-        at(21),
+    let seen = seen_ago(
+        now,
+        &[
+            ("node-1", "2026-11-25T03:00:00.000000Z", 21),
+            ("node-2", "2026-11-25T03:00:09.000000Z", 12),
+            ("node-3", "2026-11-25T03:00:19.000000Z", 2),
+        ],
     );
-    seen.saw(
-        "node-2",
-        Some(renewed("2026-11-25T03:00:09.000000Z")),
-        at(12),
-    );
-    seen.saw(
-        "node-3",
-        Some(renewed("2026-11-25T03:00:19.000000Z")),
-        at(2),
-    );
-    let (fake, _kube, mut mover, settings) = setup_with(Some(Arc::new(Mutex::new(seen)))).await;
+    let (fake, _kube, mut mover, settings) = setup_with(Some(seen)).await;
     let mut spread = listing(Some(1));
     spread.pools[0].candidates[2].location = Location {
         name: "nbg1".into(),
