@@ -57,8 +57,9 @@ pub struct FloatingIpState {
     /// The server a move started in this term is taking it to, while its
     /// Action runs.
     pub moving_to: Option<i64>,
-    /// Servers Hetzner refused to assign it to since the last listing.
-    pub refused: Vec<i64>,
+    /// Servers not to give it to now: Hetzner refused it to them, or a
+    /// fresh read found their Lease not renewing.
+    pub skipped: Vec<i64>,
 }
 
 /// Why a Floating IP moves.
@@ -96,7 +97,7 @@ pub struct Plan {
     /// Assignments to make now, in Floating IP order.
     pub moves: Vec<Move>,
     /// Floating IPs that should move but have no healthy member to go to
-    /// (in their network zone, not refused by Hetzner): they stay where
+    /// (in their network zone, not skipped): they stay where
     /// they are (reported).
     pub stranded: Vec<i64>,
     /// Floating IPs that should move but wait for the move budget.
@@ -170,7 +171,7 @@ fn best_member(
     };
     members
         .iter()
-        .filter(|m| m.takes_new && in_zone(m) && !fip.refused.contains(&m.server))
+        .filter(|m| m.takes_new && in_zone(m) && !fip.skipped.contains(&m.server))
         .filter(|m| fip.holder != Some(m.server))
         .min_by_key(|m| {
             (

@@ -27,7 +27,7 @@ fn fip(id: i64, home: &str, holder: Option<i64>) -> FloatingIpState {
         home_zone: member(0, home).network_zone,
         holder,
         moving_to: None,
-        refused: Vec::new(),
+        skipped: Vec::new(),
     }
 }
 
@@ -250,9 +250,9 @@ fn a_resized_budget_keeps_the_moves_of_its_window() {
 fn a_refused_member_is_skipped_and_without_another_the_ip_is_stranded() {
     let members = [member(1, "fsn1"), member(2, "fsn1")];
     let mut refused = fip(10, "fsn1", Some(99));
-    refused.refused = vec![1];
+    refused.skipped = vec![1];
     assert_eq!(plan(&[refused.clone()], &members, 10).moves[0].to, 2);
-    refused.refused = vec![1, 2];
+    refused.skipped = vec![1, 2];
     let got = plan(&[refused], &members, 10);
     assert!(got.moves.is_empty(), "{got:?}");
     assert_eq!(got.stranded, vec![10]);

@@ -291,7 +291,7 @@ pub fn states(pool: &FailoverPool, moving_to: &dyn Fn(i64) -> Option<i64>) -> Ve
             home_zone: fip.home.network_zone.clone(),
             holder: fip.holder,
             moving_to: moving_to(fip.id),
-            refused: Vec::new(),
+            skipped: Vec::new(),
         })
         .collect()
 }

@@ -49,7 +49,7 @@ impl Mover {
         // A refused target is skipped from now on: the next member is
         // asked at once, without the backoff.
         let refused = matches!(&done.result, Err(MoveError::Refused { .. }));
-        skip_target(&mut self.refused, &done, moving.to, now);
+        skip_target(&mut self.skips, &done, moving.to, now);
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),

@@ -103,7 +103,7 @@ pub struct Mover {
     /// Lease not renewed (until the watch sees it renewed, 15 s at most);
     /// each with when, and for how long. A listing that began after it
     /// forgets it.
-    refused: HashMap<i64, Vec<Skip>>,
+    skips: HashMap<i64, Vec<Skip>>,
     /// Per Floating IP, the cause and text of its last failed move, for
     /// `/health`, until it settles or moves.
     failures: HashMap<i64, (&'static str, String)>,
@@ -140,7 +140,7 @@ impl Mover {
             ended: HashMap::new(),
             since: HashMap::new(),
             stranded: BTreeMap::new(),
-            refused: HashMap::new(),
+            skips: HashMap::new(),
             failures: HashMap::new(),
             tasks: JoinSet::new(),
             task_ips: HashMap::new(),
@@ -183,7 +183,7 @@ impl Mover {
         self.wake_at = None;
         self.not_ready.clear();
         self.stranded.clear();
-        self.refused.clear();
+        self.skips.clear();
         self.failures.clear();
     }
 
@@ -193,10 +193,10 @@ impl Mover {
         self.ended.retain(|_, (_, at)| *at > listing.started);
         // What Hetzner refused may have changed (a server moved, the IP
         // was reassigned): a listing newer than a refusal forgets it.
-        for refusals in self.refused.values_mut() {
-            refusals.retain(|skip| skip.at > listing.started);
+        for skips in self.skips.values_mut() {
+            skips.retain(|skip| skip.at > listing.started);
         }
-        self.refused.retain(|_, refusals| !refusals.is_empty());
+        self.skips.retain(|_, skips| !skips.is_empty());
         for pool in &mut listing.pools {
             for fip in &mut pool.floating_ips {
                 if let Some((holder, _)) = self.ended.get(&fip.id) {
@@ -293,8 +293,8 @@ impl Mover {
         self.settle(pool, &members);
         let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
         for fip in &mut all {
-            let refusals = self.refused.get(&fip.id).into_iter().flatten();
-            fip.refused = refusals
+            let skips = self.skips.get(&fip.id).into_iter().flatten();
+            fip.skipped = skips
                 .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
                 .filter(|skip| {
                     skip.until_renewed.as_ref().is_none_or(|lease| {
