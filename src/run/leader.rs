@@ -20,6 +20,10 @@
 //!   released (the leader shut down) it starts over at once and acquires
 //!   it, instead of waiting out the old duration. While the watch delivers,
 //!   it also spares the leader its reads.
+//! - **No standby stuck for ever**: a standby whose manager has not taken
+//!   a Lease that ran out (as last seen) within its grace and a build's
+//!   time starts over with a new manager; one of its calls hangs on a
+//!   connection that went dark (the client has no read timeout).
 //!
 //! On shutdown the caller stops its writers first, then calls
 //! [`LeaderElection::stop`], which releases the Lease if held.
@@ -38,9 +42,11 @@ use tracing::{debug, info, warn};
 use crate::pool::Fence;
 use held::{Clocks, Held, LeaseView, Seen};
 use lease_watch::watch_lease;
+use wait::{finish, retry_wait, sleep_or_stop, sleep_until, LeaseRead};
 
 mod held;
 mod lease_watch;
+mod wait;
 
 /// Where the Lease is and who we are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +134,7 @@ impl LeaderElection {
                 grace: Duration::from_secs(config.grace_secs()),
             },
             read_failing: false,
+            stuck: false,
             client,
             config,
             tx,
@@ -202,6 +209,8 @@ struct Election {
     clocks: Clocks,
     /// Reading the Lease failed last time (warned once per streak).
     read_failing: bool,
+    /// The standby's manager was found stuck (warned once per streak).
+    stuck: bool,
     /// Failed attempts in a row: the wait before the next one doubles.
     failures: u32,
 }
@@ -241,6 +250,7 @@ impl Election {
         match built {
             Ok(Ok(manager)) => {
                 self.report(None);
+                debug!(holder = ?self.views.borrow().holder, "following the leader Lease");
                 self.follow(manager).await
             }
             Ok(Err(error)) => {
@@ -265,6 +275,7 @@ impl Election {
     async fn follow(&mut self, manager: LeaseManager) -> Next {
         let mut held = Held::default();
         self.views.borrow_and_update();
+        let since = SystemTime::now();
         // Kept across iterations: re-creating it on every Lease event could
         // interrupt a renewal and make the manager renew again at once.
         let mut pending = Box::pin(manager.changed());
@@ -273,6 +284,8 @@ impl Election {
         loop {
             let step_down = held.step_down(self.clocks.margin);
             let read = held.read_due().filter(|_| reading.is_none());
+            let stuck =
+                (!held.claimed).then(|| self.views.borrow().standby_deadline(since, self.clocks));
             let next = tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => {
@@ -296,12 +309,17 @@ impl Election {
                     }
                 },
                 Ok(()) = self.views.changed() => {
+                    self.stuck = false;
                     let view = self.views.borrow_and_update().clone();
                     self.lease_seen(&mut held, &view, None)
                 }
                 _ = sleep_until(step_down) => {
                     warn!("the leader Lease was not renewed in time; standing by");
                     self.publish(false);
+                    Some(Next::Restart)
+                }
+                _ = sleep_until(stuck) => {
+                    self.standby_stuck();
                     Some(Next::Restart)
                 }
                 _ = sleep_until(read) => {
@@ -326,6 +344,7 @@ impl Election {
         self.report(None);
         self.failures = 0;
         if now {
+            self.stuck = false;
             let view = self.views.borrow().clone();
             held.claim(&view, &self.config.identity, SystemTime::now(), self.clocks);
             self.lead_while_valid(held);
@@ -464,6 +483,26 @@ impl Election {
         }
     }
 
+    /// The standby's manager has not taken a Lease that ran out in time
+    /// (see [`LeaseView::standby_deadline`]): warned once until the watch
+    /// delivers again or the manager takes the Lease.
+    fn standby_stuck(&mut self) {
+        let ran_out_seconds_ago = (self.views.borrow().expires)
+            .and_then(|at| SystemTime::now().duration_since(at).ok())
+            .map(|ago| ago.as_secs());
+        if std::mem::replace(&mut self.stuck, true) {
+            debug!(
+                ?ran_out_seconds_ago,
+                "the standby's Lease manager is still stuck; starting over"
+            );
+        } else {
+            warn!(lease = %self.config.name, ?ran_out_seconds_ago,
+                "the leader Lease ran out (or was last seen long ago) and this standby has not \
+                 taken it: a call to the API server may hang; starting over with a new \
+                 Lease manager");
+        }
+    }
+
     /// Building a manager failed: the Lease cannot be used (RBAC, API
     /// server unreachable).
     fn lease_unusable(&self, error: &dyn std::fmt::Display) {
@@ -543,51 +582,6 @@ impl Election {
             *current = current.then(leader);
             changed
         });
-    }
-}
-
-/// A read of the Lease in flight: when it was sent, and the Lease as read
-/// (a deleted one holds nobody) or why it failed.
-type LeaseRead = std::pin::Pin<
-    Box<dyn std::future::Future<Output = (SystemTime, Result<LeaseView, kube::Error>)> + Send>,
->;
-
-/// The answer of the read in flight; never, while none is.
-async fn finish(reading: &mut Option<LeaseRead>) -> (SystemTime, Result<LeaseView, kube::Error>) {
-    match reading {
-        Some(read) => read.await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sleeps until `step_down`, or for ever without one (standing by).
-async fn sleep_until(step_down: Option<SystemTime>) {
-    match step_down {
-        Some(step_down) => {
-            let wait = step_down
-                .duration_since(SystemTime::now())
-                .unwrap_or(Duration::ZERO);
-            tokio::time::sleep(wait).await;
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
-
-/// The wait after `failures` failed Lease attempts in a row: 0.5 s,
-/// doubling up to 15 s.
-fn retry_wait(failures: u32) -> Duration {
-    crate::backoff::exponential(
-        Duration::from_millis(500),
-        failures,
-        Duration::from_secs(15),
-    )
-}
-
-/// Sleeps, or returns `true` at once when stopped.
-async fn sleep_or_stop(duration: Duration, stop: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = stop.cancelled() => true,
-        _ = tokio::time::sleep(duration) => false,
     }
 }
 

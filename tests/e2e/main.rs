@@ -19,3 +19,4 @@ mod operate;
 mod parts;
 mod pools;
 mod robot;
+mod stalls;

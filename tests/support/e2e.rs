@@ -714,11 +714,22 @@ pub async fn start_with_config(
     config: &str,
     extra_env: &[(&str, &str)],
 ) -> Controller {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.json"), config).unwrap();
     let kubeconfig = cluster
         .service_account_kubeconfig(NAMESPACE, NAMESPACE)
         .await;
+    start_with_config_at(&kubeconfig, hetzner, config, extra_env)
+}
+
+/// Like [`start_with_config`], with `kubeconfig` (the shipped
+/// ServiceAccount's, pointed elsewhere: [`kubeconfig_via`]).
+pub fn start_with_config_at(
+    kubeconfig: &Path,
+    hetzner: &FakeHetzner,
+    config: &str,
+    extra_env: &[(&str, &str)],
+) -> Controller {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), config).unwrap();
     let mut env = vec![
         ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN.to_owned()),
         ("CANADA_KAKTUS_HCLOUD_ENDPOINT", hetzner.endpoint()),
@@ -727,7 +738,18 @@ pub async fn start_with_config(
         ("CANADA_KAKTUS_NODE_MIN_GAP", "1s".to_owned()),
     ];
     env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
-    Controller::spawn_in(dir, &kubeconfig, &env, &[])
+    Controller::spawn_in(dir, kubeconfig, &env, &[])
+}
+
+/// A copy of `kubeconfig` (one cluster, as the harness writes them) whose
+/// server is `server`: the API server through a relay.
+pub fn kubeconfig_via(kubeconfig: &Path, server: &str) -> PathBuf {
+    let mut config: Value = serde_yaml_ng::from_slice(&std::fs::read(kubeconfig).unwrap())
+        .expect("a kubeconfig the harness wrote");
+    config["clusters"][0]["cluster"]["server"] = Value::String(server.to_owned());
+    let path = kubeconfig.with_extension("via-relay.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    path
 }
 
 /// A server for the component's pools: `edge` ones carry `role=edge`; every

@@ -1,14 +1,19 @@
-//! A TCP relay on loopback between the controller and the fake Hetzner API,
-//! for faults below HTTP: the port refusing connections, or a connection
-//! reset in the middle of an answer. The controller's endpoint is fixed at
-//! start, so faults of the network are made here rather than by pointing it
-//! elsewhere.
+//! A TCP relay on loopback between the controller and a server (the fake
+//! Hetzner API, or the kube-apiserver: TLS passes through untouched), for
+//! faults below HTTP: the port refusing connections, a connection reset in
+//! the middle of an answer, connections that go dark without an error
+//! (frozen), and new ones that are never answered (black-holed). The
+//! controller's endpoints are fixed at start, so faults of the network are
+//! made here rather than by pointing it elsewhere.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
 /// What the relay does with connections.
@@ -21,6 +26,67 @@ pub enum Mode {
     /// Relay the request, then only this many bytes of the answer, then
     /// reset the connection (RST), as a broken network path does.
     ResetAfter(usize),
+    /// Accept the connection and never answer: nothing reaches the server,
+    /// the client's bytes are read and dropped, the connection stays open
+    /// until the client closes it (a path that drops packets).
+    BlackHole,
+}
+
+/// What every connection shares: which of them are frozen, and how many
+/// dark ones (frozen or black-holed) the clients still hold open.
+#[derive(Clone)]
+struct Dark {
+    /// Connections accepted before this generation are frozen.
+    frozen_before: watch::Sender<u64>,
+    /// Frozen or black-holed connections not yet closed by their client.
+    open: Arc<AtomicUsize>,
+    /// Connections black-holed so far.
+    black_holed: Arc<AtomicUsize>,
+    /// Connections relaying, by the generation they were accepted in.
+    passing: Arc<Mutex<BTreeMap<u64, usize>>>,
+}
+
+/// A relaying connection, counted out of `Dark::passing` when dropped.
+struct Passing(Arc<Mutex<BTreeMap<u64, usize>>>, u64);
+
+impl Drop for Passing {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap().entry(self.1).or_default() -= 1;
+    }
+}
+
+/// A dark connection, counted out of `Dark::open` when dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Dark {
+    /// Counts a relaying connection of generation `born` in, and out when
+    /// the guard goes (however its task ends).
+    fn passing(&self, born: u64) -> Passing {
+        *self.passing.lock().unwrap().entry(born).or_default() += 1;
+        Passing(self.passing.clone(), born)
+    }
+
+    /// Connections accepted before generation `generation` still relaying.
+    fn passing_before(&self, generation: u64) -> usize {
+        self.passing
+            .lock()
+            .unwrap()
+            .range(..generation)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Counts a dark connection in, and out when the guard goes.
+    fn dark(&self) -> Counted {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        Counted(self.open.clone())
+    }
 }
 
 pub struct Relay {
@@ -31,6 +97,7 @@ pub struct Relay {
     accept: Mutex<Option<JoinHandle<()>>>,
     /// The connections being relayed.
     connections: Arc<Mutex<Vec<AbortHandle>>>,
+    dark: Dark,
 }
 
 impl Relay {
@@ -44,6 +111,12 @@ impl Relay {
             mode: Arc::new(Mutex::new(Mode::Pass)),
             accept: Mutex::new(None),
             connections: Arc::default(),
+            dark: Dark {
+                frozen_before: watch::Sender::new(0),
+                open: Arc::default(),
+                black_holed: Arc::default(),
+                passing: Arc::default(),
+            },
         };
         relay.serve(listener);
         relay
@@ -56,6 +129,43 @@ impl Relay {
 
     pub fn address(&self) -> SocketAddr {
         self.address
+    }
+
+    /// The kube-apiserver through this relay (its certificate names
+    /// 127.0.0.1, whatever the port).
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.address)
+    }
+
+    /// Every connection open now goes dark: nothing more passes either way,
+    /// and it stays open (no FIN, no RST) until its client gives up on it.
+    /// New connections meet the mode, as before. Returns once every one of
+    /// them is dark, with [`Relay::dark_open`] then.
+    pub async fn freeze_open(&self) -> usize {
+        self.dark.frozen_before.send_modify(|g| *g += 1);
+        let generation = *self.dark.frozen_before.borrow();
+        while self.dark.passing_before(generation) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.dark_open()
+    }
+
+    /// New connections meet `mode`; open ones are left as they are (frozen
+    /// ones stay frozen). [`Relay::set`] closes them instead.
+    pub fn admit(&self, mode: Mode) {
+        assert_ne!(mode, Mode::Refuse, "admit keeps the port open");
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    /// How many frozen or black-holed connections their clients still hold
+    /// open (a client that gave up on one closed it).
+    pub fn dark_open(&self) -> usize {
+        self.dark.open.load(Ordering::SeqCst)
+    }
+
+    /// How many new connections were black-holed so far.
+    pub fn black_holed(&self) -> usize {
+        self.dark.black_holed.load(Ordering::SeqCst)
     }
 
     /// Switches the mode; open connections are closed, so the next request
@@ -80,10 +190,11 @@ impl Relay {
         let mode = self.mode.clone();
         let connections = self.connections.clone();
         let target = self.target;
+        let dark = self.dark.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let mode = *mode.lock().unwrap();
-                let connection = tokio::spawn(relay(client, target, mode));
+                let connection = tokio::spawn(relay(client, target, mode, dark.clone()));
                 let mut open = connections.lock().unwrap();
                 open.retain(|c| !c.is_finished());
                 open.push(connection.abort_handle());
@@ -107,13 +218,27 @@ fn listen(address: SocketAddr) -> TcpListener {
     socket.listen(64).unwrap()
 }
 
-async fn relay(mut client: TcpStream, target: SocketAddr, mode: Mode) {
+async fn relay(mut client: TcpStream, target: SocketAddr, mode: Mode, dark: Dark) {
+    if mode == Mode::BlackHole {
+        dark.black_holed.fetch_add(1, Ordering::SeqCst);
+        let passing = dark.passing(u64::MAX);
+        return hold_dark(client, &dark, passing).await;
+    }
+    let born = *dark.frozen_before.borrow();
+    let passing = dark.passing(born);
     let Ok(mut server) = TcpStream::connect(target).await else {
         return;
     };
     match mode {
-        Mode::Pass | Mode::Refuse => {
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        Mode::Pass | Mode::Refuse | Mode::BlackHole => {
+            let mut frozen = dark.frozen_before.subscribe();
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                true = async { frozen.wait_for(|g| *g > born).await.is_ok() } => {
+                    drop(server);
+                    hold_dark(client, &dark, passing).await;
+                }
+            }
         }
         Mode::ResetAfter(limit) => {
             let (mut client_read, mut client_write) = client.split();
@@ -145,4 +270,14 @@ async fn relay(mut client: TcpStream, target: SocketAddr, mode: Mode) {
             drop(client);
         }
     }
+}
+
+/// Keeps `client` open and unanswered, its bytes read and dropped, until
+/// the client closes it; counted in `dark.open` meanwhile (before it stops
+/// counting as `passing`).
+async fn hold_dark(mut client: TcpStream, dark: &Dark, passing: Passing) {
+    let _dark = dark.dark();
+    drop(passing);
+    let mut buffer = vec![0u8; 4096];
+    while let Ok(1..) = client.read(&mut buffer).await {}
 }

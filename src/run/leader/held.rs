@@ -38,6 +38,19 @@ impl LeaseView {
     pub(super) fn is_free(&self) -> bool {
         self.holder.is_none() || self.expires.is_none_or(|e| e <= SystemTime::now())
     }
+
+    /// When a standby that has followed the Lease since `since` without
+    /// taking it starts over with a new manager. A manager whose calls are
+    /// answered takes a Lease that ran out within `grace` and a build's
+    /// time ([`super::BUILD_LIMIT`]): the Lease as last seen ran out, or
+    /// following began after it did (or before it was seen at all). Past
+    /// that moment one of the manager's calls hangs (the client sets no
+    /// read timeout). While the watch shows a live leader's renewals, the
+    /// moment keeps moving ahead.
+    pub(super) fn standby_deadline(&self, since: SystemTime, clocks: Clocks) -> SystemTime {
+        let ran_out = self.expires.map_or(since, |expires| expires.max(since));
+        ran_out + clocks.grace + super::BUILD_LIMIT
+    }
 }
 
 /// The clocks of holding: how long before the last renewal runs out writes

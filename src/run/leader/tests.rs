@@ -24,6 +24,24 @@ fn a_released_or_expired_lease_is_free() {
 }
 
 #[test]
+fn a_standby_starts_over_when_a_lease_that_ran_out_is_not_taken_in_time() {
+    let since = SystemTime::now();
+    let slack = CLOCKS.grace + BUILD_LIMIT;
+    // A live leader renewed 2 s ago: the moment follows its expiry.
+    let live = view(Some("other"), Duration::from_secs(2));
+    let expires = live.expires.unwrap();
+    assert_eq!(live.standby_deadline(since, CLOCKS), expires + slack);
+    // Seen running out a minute ago (a watch that went quiet), or never
+    // seen: counted from when following began.
+    let old = view(Some("other"), Duration::from_secs(60));
+    assert_eq!(old.standby_deadline(since, CLOCKS), since + slack);
+    assert_eq!(
+        LeaseView::default().standby_deadline(since, CLOCKS),
+        since + slack
+    );
+}
+
+#[test]
 fn grace_is_a_third_of_the_duration() {
     let config = |secs| LeaseConfig {
         name: "l".into(),
