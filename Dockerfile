@@ -71,6 +71,9 @@ LABEL org.opencontainers.image.title="canada-kaktus" \
       org.opencontainers.image.licenses="MIT"
 
 COPY --from=builder /out/canada-kaktus /canada-kaktus
+# Also on PATH, so `kubectl exec … -- canada-kaktus check` works; the
+# entrypoint stays /canada-kaktus, which `command:` overrides may name.
+COPY --from=builder /out/canada-kaktus /usr/local/bin/canada-kaktus
 
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without reading
 # /etc/passwd; matches runAsUser/runAsGroup in deploy/deployment.yaml.

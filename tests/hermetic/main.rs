@@ -19,6 +19,7 @@ mod failover_mover;
 mod faults;
 mod hetzner;
 mod hetzner_actions;
+mod install;
 mod manual;
 mod monitoring;
 mod pools;

@@ -1,0 +1,133 @@
+//! The way in, as the install page describes it (issue 45): one image
+//! reference in every default (kustomize, the chart, the README, the
+//! install page, the release workflow), tagged with the release; the binary
+//! on `PATH` in the image, read from the Dockerfile (no container engine
+//! runs here).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Where releases are published (the project's home is
+/// github.com/canada-kaktus/canada-kaktus).
+const IMAGE: &str = "ghcr.io/canada-kaktus/canada-kaktus";
+
+fn read(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+}
+
+fn yaml(path: &str) -> Value {
+    serde_yaml_ng::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// This release's version, as Cargo.toml says.
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+#[test]
+fn every_default_pulls_the_released_image_of_this_version() {
+    let release = format!("{IMAGE}:{}", version());
+
+    let kustomization = yaml("deploy/kustomization.yaml");
+    let images = kustomization["images"].as_array().expect("images:");
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images[0]["name"], "canada-kaktus");
+    assert_eq!(images[0]["newName"], IMAGE);
+    assert_eq!(images[0]["newTag"], version());
+
+    let values = yaml("deploy/helm/canada-kaktus/values.yaml");
+    assert_eq!(values["image"]["repository"], IMAGE);
+    assert_eq!(values["image"]["tag"], "", "the tag defaults to appVersion");
+    assert_eq!(values["image"]["digest"], "");
+    let chart = yaml("deploy/helm/canada-kaktus/Chart.yaml");
+    assert_eq!(chart["appVersion"], version());
+    assert_eq!(chart["version"], version());
+
+    for page in ["README.md", "docs/guides/install.md"] {
+        assert!(
+            read(page).contains(&release),
+            "{page} does not name {release}"
+        );
+    }
+
+    let workflow = read(".gitea/workflows/build-image.yaml");
+    for default in [
+        "${{ vars.REGISTRY || 'ghcr.io' }}/${{ vars.IMAGE_NAME || 'canada-kaktus/canada-kaktus' }}",
+        "registry: ${{ vars.REGISTRY || 'ghcr.io' }}",
+        "REGISTRY: ${{ vars.REGISTRY || 'ghcr.io' }}",
+        "IMAGE_NAME: ${{ vars.IMAGE_NAME || 'canada-kaktus/canada-kaktus' }}",
+    ] {
+        assert!(
+            workflow.contains(default),
+            "the release workflow lacks {default}"
+        );
+    }
+    assert!(
+        !workflow.contains("${{ vars.REGISTRY }}"),
+        "a registry without the default"
+    );
+}
+
+#[test]
+fn no_default_names_latest_or_an_example_registry() {
+    for path in [
+        "deploy/kustomization.yaml",
+        "deploy/deployment.yaml",
+        "deploy/helm/canada-kaktus/values.yaml",
+        "deploy/helm/canada-kaktus/templates/deployment.yaml",
+        "deploy/helm/canada-kaktus/templates/_helpers.tpl",
+    ] {
+        let text = read(path);
+        for word in [":latest", "newTag: latest", "registry.example.com"] {
+            assert!(!text.contains(word), "{path} names {word}");
+        }
+    }
+    let deployment = yaml("deploy/deployment.yaml");
+    let image = &deployment["spec"]["template"]["spec"]["containers"][0]["image"];
+    assert_eq!(image, "canada-kaktus", "a name kustomize's images: sets");
+}
+
+/// The last stage of the Dockerfile: what the image holds.
+fn runtime_stage(dockerfile: &str) -> Vec<&str> {
+    let lines: Vec<&str> = dockerfile
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let last_from = lines
+        .iter()
+        .rposition(|l| l.starts_with("FROM "))
+        .expect("a FROM");
+    lines[last_from..].to_vec()
+}
+
+#[test]
+fn the_image_has_the_binary_on_path_and_keeps_its_entrypoint() {
+    let dockerfile = read("Dockerfile");
+    let stage = runtime_stage(&dockerfile);
+    assert!(
+        stage[0].contains("gcr.io/distroless/static-debian12:nonroot@sha256:"),
+        "{}",
+        stage[0]
+    );
+    let copies: Vec<&str> = stage
+        .iter()
+        .filter_map(|l| l.strip_prefix("COPY --from=builder /out/canada-kaktus "))
+        .collect();
+    assert_eq!(copies, ["/canada-kaktus", "/usr/local/bin/canada-kaktus"]);
+    assert!(
+        stage.contains(&r#"ENTRYPOINT ["/canada-kaktus"]"#),
+        "{stage:?}"
+    );
+    // distroless sets PATH=/usr/local/sbin:/usr/local/bin:…; nothing here
+    // may change it.
+    assert!(
+        !stage.iter().any(|l| l.starts_with("ENV PATH")),
+        "{stage:?}"
+    );
+    assert!(!stage
+        .iter()
+        .any(|l| l.starts_with("WORKDIR /usr/local/bin")));
+}
