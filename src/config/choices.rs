@@ -33,6 +33,9 @@ macro_rules! choice {
         { $($variant:ident => $word:literal $(| $alias:literal)*),+ $(,)? }
     ) => {
         impl $name {
+            /// Every canonical word, in the order declared.
+            pub const WORDS: &'static [&'static str] = &[$($word),+];
+
             pub fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $word),+

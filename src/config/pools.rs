@@ -138,36 +138,12 @@ pub struct NodeRules {
 /// The host part `::1`: what Hetzner's images configure on the interface.
 pub const DEFAULT_IPV6_HOST_PART: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1);
 
-/// The keys of one entry of `Pools`, as docs/reference/pool-fields.md lists them.
-pub const POOL_KEYS: &[&str] = &[
-    "Name",
-    "LabelSelector",
-    "Addresses",
-    "Ipv6HostPart",
-    "PrivateNetwork",
-    "IncludeAliasIps",
-    "FloatingIpSelector",
-    "ServiceSelector",
-    "Annotations",
-    "Labels",
-    "MaxRemovalRatio",
-    "Nodes",
-    "FloatingIpFailover",
-    "FailoverAfter",
-    "FailoverMovesPerMinute",
-    "NodeSelector",
-    "Robot",
-];
-
-/// The keys of a pool's `Robot` object.
-pub const ROBOT_KEYS: &[&str] = &["NodeSelector", "Servers"];
-
-/// The keys of a pool's `Nodes` object (the node rules).
-pub const NODE_KEYS: &[&str] = &["ExcludeUnhealthyAfter", "RequireNode"];
-
 mod addresses;
+mod fields;
 mod parse;
 mod servers;
+
+pub use fields::*;
 
 use addresses::*;
 pub use parse::parse_pools;

@@ -152,13 +152,15 @@ pub const POOLS: Setting = Setting {
          MaxRemovalRatio describe one pool",
     ),
     description: "Several pools, as a JSON list (in config.json a list, in the environment its \
-                  JSON text); each entry has Name and LabelSelector, and optionally Addresses \
+                  JSON text); each entry has Name and LabelSelector (or Robot), and optionally Addresses \
                   (public-ipv4, public-ipv6, private-ipv4, floating-ip, robot-additional-ip, \
                   robot-failover-ip), Ipv6HostPart, \
                   PrivateNetwork, IncludeAliasIps, FloatingIpSelector, ServiceSelector, \
                   Annotations, Labels, MaxRemovalRatio and Nodes (docs/reference/pool-fields.md), \
-                  NodeSelector, and Robot for dedicated servers (docs/guides/dedicated-servers.md). Cannot \
-                  be combined with the single-pool settings",
+                  NodeSelector, Robot for dedicated servers (docs/guides/dedicated-servers.md), \
+                  and FloatingIpFailover, FailoverAfter and FailoverMovesPerMinute \
+                  (docs/guides/floating-ip-failover.md). Cannot be combined with the single-pool \
+                  settings",
 };
 pub const INTERVAL: Setting = Setting {
     env: "CANADA_KAKTUS_INTERVAL",

@@ -131,3 +131,76 @@ fn the_image_has_the_binary_on_path_and_keeps_its_entrypoint() {
         .iter()
         .any(|l| l.starts_with("WORKDIR /usr/local/bin")));
 }
+
+const SCHEMA: &str = "deploy/helm/canada-kaktus/values.schema.json";
+
+/// The chart's `config` schema is the one the settings table and the pool
+/// fields make (written there with `UPDATE_DOCS=1`), so the chart takes
+/// every setting and pool field the manual documents.
+#[test]
+fn the_chart_schema_is_made_from_the_settings_and_the_pool_fields() {
+    use canada_kaktus::config::chart_config_schema;
+    let mut schema: Value = serde_json::from_str(&read(SCHEMA)).unwrap();
+    let generated = chart_config_schema();
+    if schema["properties"]["config"] == generated {
+        return;
+    }
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        schema["properties"]["config"] = generated;
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SCHEMA);
+        let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        std::fs::write(path, text).unwrap();
+        return;
+    }
+    panic!(
+        "{SCHEMA}'s config part is out of date; run `UPDATE_DOCS=1 cargo test --test hermetic \
+         install::`"
+    );
+}
+
+#[test]
+fn the_settings_table_names_every_pool_field() {
+    use canada_kaktus::config::{POOLS, POOL_KEYS};
+    let missing: Vec<&&str> = POOL_KEYS
+        .iter()
+        .filter(|key| !POOLS.description.contains(**key))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the Pools setting does not name {missing:?}"
+    );
+}
+
+/// The credentials the manual's steps put beside a config.json (the
+/// token's Secret, and for Robot pools the Robot user's).
+fn example_env() -> std::collections::HashMap<String, String> {
+    [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", "example-token"),
+        ("CANADA_KAKTUS_ROBOT_USER", "#ws+example"),
+        ("CANADA_KAKTUS_ROBOT_PASSWORD", "example-password"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+#[test]
+fn every_config_example_of_the_manual_is_taken_as_written() {
+    use crate::support::examples::config_examples;
+    let examples = config_examples();
+    // README, settings, several pools, failover, dedicated servers, deploy/.
+    assert!(examples.len() >= 6, "{examples:#?}");
+    let dir = tempfile::tempdir().unwrap();
+    let mut wrong = Vec::new();
+    for example in &examples {
+        let file = dir.path().join("config.json");
+        std::fs::write(&file, example.config.to_string()).unwrap();
+        let loaded = canada_kaktus::config::load(Some(&file), &example_env());
+        match (&loaded, example.refused) {
+            (Ok(_), false) | (Err(_), true) => {}
+            (Ok(_), true) => wrong.push(format!("{}: taken, but marked refused", example.place)),
+            (Err(errors), false) => wrong.push(format!("{}: {errors}", example.place)),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
