@@ -395,8 +395,9 @@ pub fn floating_ips_stranded(ips: &[String]) -> PoolEvent {
         format!(
             "Floating IP(s) {} should move, but no server of the pool is a healthy member \
              they may go to (running, a Ready Node renewing its Lease, left in by the node rules \
-             and the NodeSelector, in the IP's network zone, not refused by Hetzner in the last \
-             5 minutes, not found with a stale Lease by a fresh read); they stay where they are",
+             and the NodeSelector, in the IP's network zone, neither refused by Hetzner nor \
+             found with a stale Lease by a fresh read in the last 5 minutes and since the last \
+             listing); they stay where they are",
             ips.join(", ")
         ),
     )

@@ -20,10 +20,11 @@
 //!   released (the leader shut down) it starts over at once and acquires
 //!   it, instead of waiting out the old duration. While the watch delivers,
 //!   it also spares the leader its reads.
-//! - **No standby stuck for ever**: a standby whose manager has not taken
-//!   a Lease that ran out (as last seen) within its grace and a build's
-//!   time starts over with a new manager; one of its calls hangs on a
-//!   connection that went dark (the client has no read timeout).
+//! - **No manager stuck for ever**: a standby whose manager has not taken
+//!   a Lease that ran out (as last seen), or a claim that has not settled
+//!   by our last renewal's end, starts over with a new manager after its
+//!   grace and 30 s: one of its calls hangs on a connection that went dark
+//!   (the client has no read timeout).
 //!
 //! On shutdown the caller stops its writers first, then calls
 //! [`LeaderElection::stop`], which releases the Lease if held.
@@ -275,7 +276,8 @@ impl Election {
     async fn follow(&mut self, manager: LeaseManager) -> Next {
         let mut held = Held::default();
         self.views.borrow_and_update();
-        let since = SystemTime::now();
+        // When this replica last became a standby or claimed the Lease.
+        let mut since = SystemTime::now();
         // Kept across iterations: re-creating it on every Lease event could
         // interrupt a renewal and make the manager renew again at once.
         let mut pending = Box::pin(manager.changed());
@@ -284,8 +286,7 @@ impl Election {
         loop {
             let step_down = held.step_down(self.clocks.margin);
             let read = held.read_due().filter(|_| reading.is_none());
-            let stuck =
-                (!held.claimed).then(|| self.views.borrow().standby_deadline(since, self.clocks));
+            let stuck = held.stuck_after(&self.views.borrow(), since, self.clocks);
             let next = tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => {
@@ -301,6 +302,7 @@ impl Election {
                         pending = Box::pin(manager.changed());
                         // A read sent before this claim tells nothing of it.
                         reading = None;
+                        since = SystemTime::now();
                         self.leadership_changed(&mut held, now)
                     }
                     Err(error) => {
@@ -319,7 +321,7 @@ impl Election {
                     Some(Next::Restart)
                 }
                 _ = sleep_until(stuck) => {
-                    self.standby_stuck();
+                    self.manager_stuck(&held);
                     Some(Next::Restart)
                 }
                 _ = sleep_until(read) => {
@@ -483,23 +485,21 @@ impl Election {
         }
     }
 
-    /// The standby's manager has not taken a Lease that ran out in time
-    /// (see [`LeaseView::standby_deadline`]): warned once until the watch
-    /// delivers again or the manager takes the Lease.
-    fn standby_stuck(&mut self) {
-        let ran_out_seconds_ago = (self.views.borrow().expires)
-            .and_then(|at| SystemTime::now().duration_since(at).ok())
-            .map(|ago| ago.as_secs());
-        if std::mem::replace(&mut self.stuck, true) {
+    /// The manager did not act in time (see [`Held::stuck_after`]): warned
+    /// once until the watch delivers again or the manager claims; at debug
+    /// while the watch never showed the Lease (a Role without `watch`,
+    /// which the watch's own warning names).
+    fn manager_stuck(&mut self, held: &Held) {
+        let seen = self.views.borrow().expires.is_some();
+        if std::mem::replace(&mut self.stuck, true) || !(seen || held.claimed) {
             debug!(
-                ?ran_out_seconds_ago,
-                "the standby's Lease manager is still stuck; starting over"
+                claimed = held.claimed,
+                "the Lease manager did not act in time; starting over"
             );
         } else {
-            warn!(lease = %self.config.name, ?ran_out_seconds_ago,
-                "the leader Lease ran out (or was last seen long ago) and this standby has not \
-                 taken it: a call to the API server may hang; starting over with a new \
-                 Lease manager");
+            warn!(lease = %self.config.name, claimed = held.claimed,
+                "the leader-election Lease manager did not act in time (a call to the API server \
+                 may hang); starting over with a new one");
         }
     }
 

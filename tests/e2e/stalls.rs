@@ -105,7 +105,7 @@ async fn a_floating_ip_moves_while_the_lease_watch_is_dark() {
     .await;
     let moved = frozen.elapsed();
     // The watch still waits on its dark connection: its view is as old as
-    // the freeze, and the client has not closed that connection.
+    // the freeze.
     let (_, health) = controller.health().await.expect("/health answers");
     let age = health["lease_view_age_seconds"]
         .as_u64()
@@ -115,7 +115,6 @@ async fn a_floating_ip_moves_while_the_lease_watch_is_dark() {
         "the Lease watch delivered again before the move ({age} s old, {moved:?} after the \
          freeze): {health}"
     );
-    assert!(relay.dark_open() > 0, "the client gave up the dark watch");
     let log = controller.log_text();
     assert!(
         !log[mark..].contains("watch stream idle timeout"),
@@ -153,9 +152,11 @@ fn replica_at(kubeconfig: &std::path::Path, hetzner: &FakeHetzner, name: &str) -
 }
 
 /// Item 5 (N5): a standby's connections go dark and new ones get no
-/// answer when the leader shuts down and releases the Lease. The standby's
-/// calls are bounded: once new connections are answered again it takes
-/// the Lease, while its Lease watch still waits on its dark connection.
+/// answer when the leader shuts down and releases the Lease. Its Lease
+/// manager's call hangs on a dark connection; the election gives up on it,
+/// starts over (builds bounded too), and once new connections are answered
+/// again takes the Lease, before its Lease watch gives up on its dark
+/// connection.
 #[tokio::test]
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn a_standby_whose_connections_went_dark_takes_the_lease_once_answered_again() {
@@ -217,12 +218,12 @@ async fn a_standby_whose_connections_went_dark_takes_the_lease_once_answered_aga
     a.wait_health(200, |h| h["state"] == "healthy").await;
     let log = a.log_text();
     assert!(
-        !log[mark..].contains("watch stream idle timeout"),
-        "the Lease watch gave up before the takeover\n{log}"
+        log[mark..].contains("the leader-election Lease manager did not act in time"),
+        "the takeover did not come through the bound on a stuck manager\n{log}"
     );
     assert!(
-        relay.dark_open() > 0,
-        "the client gave up every dark connection"
+        !log[mark..].contains("watch stream idle timeout"),
+        "the Lease watch gave up before the takeover\n{log}"
     );
     eprintln!(
         "a standby with dark connections took the Lease {:.1} s after its release",

@@ -32,14 +32,12 @@ pub enum Mode {
     BlackHole,
 }
 
-/// What every connection shares: which of them are frozen, and how many
-/// dark ones (frozen or black-holed) the clients still hold open.
+/// What every connection shares: which of them are frozen, which still
+/// relay, how many were black-holed.
 #[derive(Clone)]
 struct Dark {
     /// Connections accepted before this generation are frozen.
     frozen_before: watch::Sender<u64>,
-    /// Frozen or black-holed connections not yet closed by their client.
-    open: Arc<AtomicUsize>,
     /// Connections black-holed so far.
     black_holed: Arc<AtomicUsize>,
     /// Connections relaying, by the generation they were accepted in.
@@ -52,15 +50,6 @@ struct Passing(Arc<Mutex<BTreeMap<u64, usize>>>, u64);
 impl Drop for Passing {
     fn drop(&mut self) {
         *self.0.lock().unwrap().entry(self.1).or_default() -= 1;
-    }
-}
-
-/// A dark connection, counted out of `Dark::open` when dropped.
-struct Counted(Arc<AtomicUsize>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -80,12 +69,6 @@ impl Dark {
             .range(..generation)
             .map(|(_, n)| n)
             .sum()
-    }
-
-    /// Counts a dark connection in, and out when the guard goes.
-    fn dark(&self) -> Counted {
-        self.open.fetch_add(1, Ordering::SeqCst);
-        Counted(self.open.clone())
     }
 }
 
@@ -113,7 +96,6 @@ impl Relay {
             connections: Arc::default(),
             dark: Dark {
                 frozen_before: watch::Sender::new(0),
-                open: Arc::default(),
                 black_holed: Arc::default(),
                 passing: Arc::default(),
             },
@@ -139,15 +121,16 @@ impl Relay {
 
     /// Every connection open now goes dark: nothing more passes either way,
     /// and it stays open (no FIN, no RST) until its client gives up on it.
-    /// New connections meet the mode, as before. Returns once every one of
-    /// them is dark, with [`Relay::dark_open`] then.
+    /// New connections meet the mode, as before. Returns, once every one of
+    /// them is dark, how many it froze.
     pub async fn freeze_open(&self) -> usize {
         self.dark.frozen_before.send_modify(|g| *g += 1);
         let generation = *self.dark.frozen_before.borrow();
+        let frozen = self.dark.passing_before(generation);
         while self.dark.passing_before(generation) > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        self.dark_open()
+        frozen
     }
 
     /// New connections meet `mode`; open ones are left as they are (frozen
@@ -155,12 +138,6 @@ impl Relay {
     pub fn admit(&self, mode: Mode) {
         assert_ne!(mode, Mode::Refuse, "admit keeps the port open");
         *self.mode.lock().unwrap() = mode;
-    }
-
-    /// How many frozen or black-holed connections their clients still hold
-    /// open (a client that gave up on one closed it).
-    pub fn dark_open(&self) -> usize {
-        self.dark.open.load(Ordering::SeqCst)
     }
 
     /// How many new connections were black-holed so far.
@@ -222,7 +199,7 @@ async fn relay(mut client: TcpStream, target: SocketAddr, mode: Mode, dark: Dark
     if mode == Mode::BlackHole {
         dark.black_holed.fetch_add(1, Ordering::SeqCst);
         let passing = dark.passing(u64::MAX);
-        return hold_dark(client, &dark, passing).await;
+        return hold_dark(client, passing).await;
     }
     let born = *dark.frozen_before.borrow();
     let passing = dark.passing(born);
@@ -236,7 +213,7 @@ async fn relay(mut client: TcpStream, target: SocketAddr, mode: Mode, dark: Dark
                 _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
                 true = async { frozen.wait_for(|g| *g > born).await.is_ok() } => {
                     drop(server);
-                    hold_dark(client, &dark, passing).await;
+                    hold_dark(client, passing).await;
                 }
             }
         }
@@ -273,10 +250,8 @@ async fn relay(mut client: TcpStream, target: SocketAddr, mode: Mode, dark: Dark
 }
 
 /// Keeps `client` open and unanswered, its bytes read and dropped, until
-/// the client closes it; counted in `dark.open` meanwhile (before it stops
-/// counting as `passing`).
-async fn hold_dark(mut client: TcpStream, dark: &Dark, passing: Passing) {
-    let _dark = dark.dark();
+/// the client closes it.
+async fn hold_dark(mut client: TcpStream, passing: Passing) {
     drop(passing);
     let mut buffer = vec![0u8; 4096];
     while let Ok(1..) = client.read(&mut buffer).await {}

@@ -99,9 +99,9 @@ pub struct Mover {
     /// The stranded IPs last reported, per pool.
     stranded: BTreeMap<String, Vec<i64>>,
     /// Per Floating IP, the servers not to give it to for a while: Hetzner
-    /// refused it ([`REFUSED_FOR`]), or a fresh read found the target's
-    /// Lease not renewed (until the watch sees it renewed, 15 s at most);
-    /// each with when, and for how long. A listing that began after it
+    /// refused it, or a fresh read found the target's Lease not renewed
+    /// (then until the watch sees it renewed too); each for
+    /// [`REFUSED_FOR`] at most, with when. A listing that began after it
     /// forgets it.
     skips: HashMap<i64, Vec<Skip>>,
     /// Per Floating IP, the cause and text of its last failed move, for

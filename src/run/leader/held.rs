@@ -38,20 +38,14 @@ impl LeaseView {
     pub(super) fn is_free(&self) -> bool {
         self.holder.is_none() || self.expires.is_none_or(|e| e <= SystemTime::now())
     }
-
-    /// When a standby that has followed the Lease since `since` without
-    /// taking it starts over with a new manager. A manager whose calls are
-    /// answered takes a Lease that ran out within `grace` and a build's
-    /// time ([`super::BUILD_LIMIT`]): the Lease as last seen ran out, or
-    /// following began after it did (or before it was seen at all). Past
-    /// that moment one of the manager's calls hangs (the client sets no
-    /// read timeout). While the watch shows a live leader's renewals, the
-    /// moment keeps moving ahead.
-    pub(super) fn standby_deadline(&self, since: SystemTime, clocks: Clocks) -> SystemTime {
-        let ran_out = self.expires.map_or(since, |expires| expires.max(since));
-        ran_out + clocks.grace + super::BUILD_LIMIT
-    }
 }
+
+/// How long past the moment its manager should have acted the election
+/// waits before starting over: taking a Lease that ran out takes the
+/// library nine calls in a row (and a conflict's back-off), so a slow API
+/// server (3 s a call) still gets through; the client's connect limit is
+/// 30 s too.
+pub(super) const MANAGER_SLACK: Duration = Duration::from_secs(30);
 
 /// The clocks of holding: how long before the last renewal runs out writes
 /// stop (`margin`), and how long before it the manager renews (`grace`).
@@ -230,6 +224,32 @@ impl Held {
         let until = self.valid_until?;
         let deadline = until.checked_sub(margin).unwrap_or(until);
         (deadline > now).then_some(deadline)
+    }
+
+    /// When the election gives up on its manager and starts over with a
+    /// new one, `None` while leading (stepping down covers that). The
+    /// manager should have acted by then: taken a Lease that ran out (as
+    /// `view` last showed it), or, holding a claim that has not settled,
+    /// renewed before our newest renewal read ran out; counted from `since`
+    /// (when this replica last became a standby or claimed) when that was
+    /// later, or nothing was seen. Past `grace` and [`MANAGER_SLACK`] more,
+    /// one of its calls hangs (the client sets no read timeout). While the
+    /// watch shows a live leader's renewals, the moment keeps moving ahead.
+    pub(super) fn stuck_after(
+        &self,
+        view: &LeaseView,
+        since: SystemTime,
+        clocks: Clocks,
+    ) -> Option<SystemTime> {
+        if self.leading {
+            return None;
+        }
+        let due = if self.claimed {
+            self.valid_until
+        } else {
+            view.expires
+        };
+        Some(due.map_or(since, |due| due.max(since)) + clocks.grace + MANAGER_SLACK)
     }
 
     /// When a leader steps down unless a renewal is read first.

@@ -1,3 +1,4 @@
+use super::held::MANAGER_SLACK;
 use super::*;
 use k8s_openapi::api::coordination::v1::LeaseSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -21,24 +22,6 @@ fn a_released_or_expired_lease_is_free() {
     assert!(LeaseView::of(&lease(Some("a"), Duration::from_secs(20), 15)).is_free());
     assert!(!LeaseView::of(&lease(Some("a"), Duration::from_secs(1), 15)).is_free());
     assert!(LeaseView::default().is_free());
-}
-
-#[test]
-fn a_standby_starts_over_when_a_lease_that_ran_out_is_not_taken_in_time() {
-    let since = SystemTime::now();
-    let slack = CLOCKS.grace + BUILD_LIMIT;
-    // A live leader renewed 2 s ago: the moment follows its expiry.
-    let live = view(Some("other"), Duration::from_secs(2));
-    let expires = live.expires.unwrap();
-    assert_eq!(live.standby_deadline(since, CLOCKS), expires + slack);
-    // Seen running out a minute ago (a watch that went quiet), or never
-    // seen: counted from when following began.
-    let old = view(Some("other"), Duration::from_secs(60));
-    assert_eq!(old.standby_deadline(since, CLOCKS), since + slack);
-    assert_eq!(
-        LeaseView::default().standby_deadline(since, CLOCKS),
-        since + slack
-    );
 }
 
 #[test]
@@ -302,4 +285,57 @@ fn only_a_read_sent_after_the_settle_time_settles_a_claim() {
     );
     held.saw(&fresh, "me", after, CLOCKS, Some(settle));
     assert!(held.write_deadline(after, CLOCKS.margin).is_some());
+}
+
+#[test]
+fn a_standby_starts_over_when_a_lease_that_ran_out_is_not_taken_in_time() {
+    let since = SystemTime::now();
+    let slack = CLOCKS.grace + MANAGER_SLACK;
+    let standby = Held::default();
+    // A live leader renewed 2 s ago: the moment follows its expiry.
+    let live = view(Some("other"), Duration::from_secs(2));
+    let expires = live.expires.unwrap();
+    assert_eq!(
+        standby.stuck_after(&live, since, CLOCKS),
+        Some(expires + slack)
+    );
+    // Seen running out a minute ago (a watch that went quiet), or never
+    // seen: counted from when it became a standby.
+    let old = view(Some("other"), Duration::from_secs(60));
+    assert_eq!(
+        standby.stuck_after(&old, since, CLOCKS),
+        Some(since + slack)
+    );
+    assert_eq!(
+        standby.stuck_after(&LeaseView::default(), since, CLOCKS),
+        Some(since + slack)
+    );
+}
+
+#[test]
+fn a_claim_that_never_settles_starts_over_and_a_term_never_does() {
+    let now = SystemTime::now();
+    let slack = CLOCKS.grace + MANAGER_SLACK;
+    // Claimed with a renewal of ours read, which then ran out unsettled
+    // (the manager's next renewal hangs): the watch shows nothing newer.
+    let mut held = Held::default();
+    let renewed = view(Some("me"), Duration::from_secs(1));
+    held.claim(&renewed, "me", now, CLOCKS);
+    assert!(held.claimed && !held.leading);
+    let valid_until = held.valid_until.expect("the renewal read");
+    assert_eq!(
+        held.stuck_after(&renewed, now, CLOCKS),
+        Some(valid_until + slack)
+    );
+    // Claimed, nothing read yet: from the claim.
+    let mut unread = Held::default();
+    unread.claim(&LeaseView::default(), "me", now, CLOCKS);
+    assert_eq!(
+        unread.stuck_after(&LeaseView::default(), now, CLOCKS),
+        Some(now + slack)
+    );
+    // Leading: the step-down bounds it instead.
+    let mut leading = settled(now);
+    leading.leading = true;
+    assert_eq!(leading.stuck_after(&renewed, now, CLOCKS), None);
 }
