@@ -204,3 +204,30 @@ fn every_config_example_of_the_manual_is_taken_as_written() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The RBAC page and the install page count the Roles and bindings that
+/// deploy/rbac.yaml holds (a namespace move that misses one breaks a part).
+#[test]
+fn the_pages_count_the_roles_and_bindings_rbac_yaml_holds() {
+    let rbac = read("deploy/rbac.yaml");
+    let bindings = serde_yaml_ng::Deserializer::from_str(&rbac)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).unwrap())
+        .filter(|o| {
+            o["kind"]
+                .as_str()
+                .is_some_and(|k| k.ends_with("RoleBinding"))
+        })
+        .count();
+    let word = ["zero", "one", "two", "three", "four", "five", "six"][bindings];
+    let rbac_page = read("docs/reference/rbac.md");
+    assert!(
+        rbac_page.contains(&format!("ServiceAccount {word} sets of\nrights")),
+        "docs/reference/rbac.md does not say {word} sets of rights"
+    );
+    let install = read("docs/guides/install.md");
+    assert!(
+        install.contains(&format!("all {word} bindings"))
+            && install.contains(&format!("their {word} bindings")),
+        "docs/guides/install.md does not count {word} bindings"
+    );
+}
