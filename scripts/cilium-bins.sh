@@ -4,8 +4,10 @@
 # its own, so the end-to-end tests can show that a LoadBalancer Service
 # really gets an address from the pool canada-kaktus writes.
 #
-# One build per supported Cilium release (CILIUM_RELEASES in
-# scripts/supported-versions.sh), each in a folder named by its minor:
+# One build per Cilium release named as an argument, else per supported
+# release (CILIUM_RELEASES in scripts/supported-versions.sh; scripts/demo
+# names only the newest, and reuses a complete build of them all), each in
+# a folder named by its minor:
 #   <bin dir>/v1.20/, v1.19/, v1.18/   cilium.io/v2 pools
 #   <bin dir>/v1.15/                   cilium.io/v2alpha1 pools only
 # each with `cilium-lbipam`, the CiliumLoadBalancerIPPool CRD that release
@@ -38,13 +40,34 @@ minor() { # v1.20.2 -> v1.20
   cut -d. -f1,2 <<<"$1"
 }
 
+releases=("$@")
+if [ "${#releases[@]}" -eq 0 ]; then
+  releases=("${CILIUM_RELEASES[@]}")
+fi
+cache_key() { # RELEASE... -> the cache folder's name
+  echo "cilium-lbipam-$(IFS=-; echo "$*")-${src_hash}"
+}
+# A complete build of every supported release serves any subset.
+all="${CANADA_KAKTUS_CACHE_DIR:-$HOME/.cache/canada-kaktus}/$(cache_key "${CILIUM_RELEASES[@]}")"
+if [ -f "$all/.complete" ]; then
+  served=true
+  for release in "${releases[@]}"; do
+    [ -x "$all/bin/$(minor "$release")/cilium-lbipam" ] || served=false
+  done
+  if $served; then
+    log "using cached binaries in $all/bin"
+    printf '%s\n' "$all/bin"
+    exit 0
+  fi
+fi
+
 binaries=()
-for release in "${CILIUM_RELEASES[@]}"; do
+for release in "${releases[@]}"; do
   binaries+=("$(minor "$release")/cilium-lbipam")
 done
 # shellcheck source=scripts/build-cache.sh
 source "$here/build-cache.sh"
-cache_open "cilium-lbipam-$(IFS=-; echo "${CILIUM_RELEASES[*]}")-${src_hash}" "${binaries[@]}"
+cache_open "$(cache_key "${releases[@]}")" "${binaries[@]}"
 
 # build RELEASE: the harness, the tags and the CRD that release needs.
 build() {
@@ -89,13 +112,15 @@ GOMOD
   printf '%s\n' "$api" >"$out/api"
 }
 
-for release in "${CILIUM_RELEASES[@]}"; do
+for release in "${releases[@]}"; do
   build "$release"
 done
 # The newest release of each API version answers for it, whatever the
-# order of CILIUM_RELEASES.
+# order of the releases (none for an API version no release built serves).
 for api in v2 v2alpha1; do
-  newest="$(grep -lx "$api" "$bin_dir.tmp"/*/api | xargs -n1 dirname | xargs -n1 basename | sort -V | tail -n 1)"
-  ln -s "$newest" "$bin_dir.tmp/$api"
+  newest="$(grep -lx "$api" "$bin_dir.tmp"/*/api | xargs -rn1 dirname | xargs -rn1 basename | sort -V | tail -n 1)"
+  if [ -n "$newest" ]; then
+    ln -s "$newest" "$bin_dir.tmp/$api"
+  fi
 done
-cache_close "cilium ${CILIUM_RELEASES[*]} lbipam built in $((SECONDS - start_time))s"
+cache_close "cilium ${releases[*]} lbipam built in $((SECONDS - start_time))s"

@@ -267,3 +267,14 @@ mod operate_settings_tests {
         assert!(load_env(&[("CANADA_KAKTUS_LEASE_DURATION", "4500ms")]).is_err());
     }
 }
+
+#[test]
+fn the_ratio_error_says_what_the_guard_does_at_the_boundary() {
+    // The guard holds a removal of exactly the ratio (safety-guards.md:
+    // "the boundary holds"); the example in the error must say so.
+    let error = super::values::parse_ratio("half").unwrap_err();
+    assert!(
+        error.contains("0.5 (hold removals of half the pool or more)"),
+        "{error}"
+    );
+}

@@ -214,7 +214,7 @@ pub(super) fn parse_interval(text: &str) -> Result<Duration, String> {
 pub(super) fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
-        _ => Err("is not a share between 0 and 1; use e.g. 0.5 (hold removals of more than half the pool), 0 (hold every removal) or 1 (guard off)".to_owned()),
+        _ => Err("is not a share between 0 and 1; use e.g. 0.5 (hold removals of half the pool or more), 0 (hold every removal) or 1 (guard off)".to_owned()),
     }
 }
 

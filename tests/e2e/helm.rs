@@ -163,6 +163,43 @@ fn the_chart_takes_every_config_example_of_the_manual() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The install notes name the pools of `Pools` (not the single pool's
+/// default name) and read the leader's log, not any pod's (a dry-run
+/// install prints them; helm asks the API server its version).
+#[tokio::test]
+#[ignore = "needs helm and a kube-apiserver (scripts/tool-bins.sh, scripts/k8s-bins.sh): scripts/test runs it"]
+async fn the_install_notes_name_the_pools_and_the_leaders_log() {
+    let cluster = TestCluster::start().await;
+    let chart = chart();
+    let pools = r#"config={"Pools":[{"Name":"edge","LabelSelector":"role=edge"},{"Name":"internal","LabelSelector":"role=db"}]}"#;
+    let mut install = helm(&[
+        "install",
+        "canada-kaktus",
+        chart.to_str().unwrap(),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--dry-run=client",
+        "--set-json",
+        pools,
+    ]);
+    install.env("KUBECONFIG", cluster.admin_kubeconfig());
+    let notes = ok(&mut install);
+    for pool in ["edge", "internal"] {
+        assert!(
+            notes.contains(&format!(
+                "kubectl describe ciliumloadbalancerippool {pool} "
+            )),
+            "{notes}"
+        );
+    }
+    assert!(!notes.contains("covidnetes-pool"), "{notes}");
+    assert!(!notes.contains("logs deploy/"), "{notes}");
+    assert!(
+        notes.contains("get lease canada-kaktus -o jsonpath='{.spec.holderIdentity}'"),
+        "{notes}"
+    );
+}
+
 #[test]
 #[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
 fn the_chart_lints_strictly_with_default_and_full_values() {

@@ -231,3 +231,78 @@ fn the_pages_count_the_roles_and_bindings_rbac_yaml_holds() {
         "docs/guides/install.md does not count {word} bindings"
     );
 }
+
+/// The `pub` fields of `struct NAME` in `source` (serialised as they are
+/// named: /health renames none).
+fn struct_fields(source: &str, name: &str) -> std::collections::BTreeSet<String> {
+    let start = source
+        .find(&format!("pub struct {name} {{"))
+        .unwrap_or_else(|| panic!("no struct {name}"));
+    let body = &source[start..start + source[start..].find("\n}").unwrap()];
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub "))
+        .filter_map(|l| l.split_once(':').map(|(f, _)| f.trim().to_owned()))
+        .collect()
+}
+
+/// The health page lists every field `/health` has and no other, and the
+/// troubleshooting page sends the reader to no field `/health` lacks.
+#[test]
+fn the_pages_name_the_fields_health_has() {
+    let source = read("src/serve/health.rs");
+    let mut fields = struct_fields(&source, "HealthReport");
+    fields.extend(struct_fields(&source, "PoolHealth"));
+    fields.extend(struct_fields(&source, "FloatingIpHolder"));
+    let top = struct_fields(&source, "HealthReport");
+
+    // The health page's top-level bullets: "- `a`, `b`: …".
+    let page = read("docs/reference/health.md");
+    let listed: std::collections::BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `"))
+        .filter_map(|l| l.split_once("`:").map(|(names, _)| names.to_owned()))
+        .flat_map(|names| names.split("`, `").map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    assert_eq!(
+        listed, top,
+        "docs/reference/health.md's fields (left), /health's (right)"
+    );
+
+    // "`a` and `b` in the leader's `/health`", "`a` of `/health`", …
+    let mut wrong = Vec::new();
+    for path in ["docs/guides/troubleshooting.md", "docs/reference/health.md"] {
+        let text = read(path).split_whitespace().collect::<Vec<_>>().join(" ");
+        // The leader's /health is its top level; "in `/health`" may be a
+        // Floating IP's or a pool's field.
+        for (marker, known) in [
+            (" in the leader's `/health`", &top),
+            (" of `/health`", &top),
+            (" in `/health`", &fields),
+        ] {
+            for (at, _) in text.match_indices(marker) {
+                let before = &text[..at];
+                // The backticked names right before the marker.
+                let mut rest = before;
+                while let Some(stripped) = rest.strip_suffix('`') {
+                    let Some(open) = stripped.rfind('`') else {
+                        break;
+                    };
+                    let name = &stripped[open + 1..];
+                    if !name.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                        break;
+                    }
+                    if !known.contains(name) {
+                        wrong.push(format!("{path}: `{name}`{marker}"));
+                    }
+                    rest = stripped[..open]
+                        .trim_end()
+                        .trim_end_matches(" and")
+                        .trim_end_matches(',')
+                        .trim_end_matches(" or")
+                        .trim_end();
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "fields /health lacks: {wrong:?}");
+}

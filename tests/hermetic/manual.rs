@@ -521,8 +521,11 @@ fn the_supported_versions_table_is_what_the_test_command_runs() {
             "the smoke set names {name}, which tests/e2e/{module}.rs does not have"
         );
     }
+    // Without arguments (as scripts/test calls it), every supported release.
     let cilium_bins = code(&page("scripts/cilium-bins.sh"), "#");
-    assert!(cilium_bins.contains("for release in \"${CILIUM_RELEASES[@]}\"; do"));
+    assert!(cilium_bins.contains("releases=(\"${CILIUM_RELEASES[@]}\")"));
+    assert!(cilium_bins.contains("for release in \"${releases[@]}\"; do"));
+    assert!(test.contains("scripts/cilium-bins.sh | tail -n 1"));
     let allocator = code(&page("tests/cilium/allocator.rs"), "//");
     for release in &cilium {
         let m = minor(release);

@@ -408,6 +408,11 @@ impl TestCluster {
         }
     }
 
+    /// The built kubectl.
+    pub fn kubectl_path(&self) -> PathBuf {
+        self.bin_dir.join("kubectl")
+    }
+
     /// Runs the built kubectl with the admin kubeconfig.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(self.bin_dir.join("kubectl"))

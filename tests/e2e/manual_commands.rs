@@ -1,0 +1,297 @@
+//! The commands of the README, the install page and the troubleshooting
+//! page, run as written against a real kube-apiserver (issue 45): every
+//! `kubectl` and `helm` command that needs no running pod. Each fenced
+//! block runs in a cluster of its own, from nothing, in order (an install);
+//! a block that reads what an install made, and the commands quoted in the
+//! prose, run in a cluster where `deploy/` is installed, its pool written
+//! and a Service and the leader Lease exist. The others are listed with the
+//! reason they are not run (a pod, a checkout, a placeholder).
+//!
+//! `#[ignore]`d (counted as ignored by a plain `cargo test`); the README's
+//! test command runs it with CANADA_KAKTUS_K8S_BIN_DIR and
+//! CANADA_KAKTUS_TOOL_BIN_DIR set.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use support::cluster::{CrdFixture, TestCluster};
+use support::e2e::{apply_deploy, repo};
+
+const PAGES: &[&str] = &[
+    "README.md",
+    "docs/guides/install.md",
+    "docs/guides/troubleshooting.md",
+];
+
+/// One command of a page: where, what, and whether it is part of a fenced
+/// block (with its block's number on the page).
+#[derive(Debug, Clone)]
+struct Quoted {
+    place: String,
+    command: String,
+    block: Option<usize>,
+}
+
+/// The commands of `page`: each line of its `sh` blocks (continuations
+/// joined, comments cut) and each `kubectl …` or `helm …` in backticks.
+fn commands(page: &str) -> Vec<Quoted> {
+    let text = std::fs::read_to_string(repo().join(page)).unwrap();
+    let mut out = Vec::new();
+    let mut block = None;
+    let mut blocks = 0;
+    let mut pending = String::new();
+    for (n, line) in text.lines().enumerate() {
+        let place = format!("{page}:{}", n + 1);
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            block = match (block, trimmed) {
+                (None, "```sh" | "```bash") => {
+                    blocks += 1;
+                    Some(blocks)
+                }
+                (None, _) => Some(0),
+                (Some(_), _) => None,
+            };
+            continue;
+        }
+        match block {
+            Some(0) => {}
+            Some(number) => {
+                let code = trimmed.split(" # ").next().unwrap_or_default();
+                let code = if code.starts_with('#') { "" } else { code };
+                if let Some(head) = code.strip_suffix('\\') {
+                    pending.push_str(head);
+                    continue;
+                }
+                pending.push_str(code);
+                let command = std::mem::take(&mut pending).trim().to_owned();
+                if !command.is_empty() {
+                    out.push(Quoted {
+                        place,
+                        command,
+                        block: Some(number),
+                    });
+                }
+            }
+            None => {}
+        }
+    }
+    // Inline ones: in prose, a command may wrap over lines.
+    let prose: String = text.split("```").step_by(2).collect::<Vec<_>>().join("\n");
+    for (i, piece) in prose.split('`').enumerate() {
+        let command = piece.split_whitespace().collect::<Vec<_>>().join(" ");
+        if i % 2 == 1 && (command.starts_with("kubectl ") || command.starts_with("helm ")) {
+            out.push(Quoted {
+                place: page.to_owned(),
+                command,
+                block: None,
+            });
+        }
+    }
+    out
+}
+
+/// Whether a command is run, or why not.
+fn verdict(command: &str) -> Result<(), &'static str> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    if command.contains('…') {
+        return Err("has a placeholder (…)");
+    }
+    match words.first().copied() {
+        Some("kubectl") | Some("helm") => {}
+        _ => return Err("not kubectl or helm: needs a checkout, a toolchain or a Docker engine"),
+    }
+    if words.len() < 4 {
+        return Err("a fragment in prose");
+    }
+    // The verb: the first word after the tool that is no flag or flag value.
+    let mut verb = None;
+    let mut skip = false;
+    for word in &words[1..] {
+        if skip {
+            skip = false;
+        } else if *word == "-n" || *word == "--namespace" {
+            skip = true;
+        } else if !word.starts_with('-') {
+            verb = Some(*word);
+            break;
+        }
+    }
+    match (words[0], verb) {
+        ("kubectl", Some("get" | "describe" | "auth" | "apply" | "create")) => Ok(()),
+        ("kubectl", Some("logs" | "exec" | "port-forward")) => Err("needs a running pod"),
+        ("kubectl", Some("rollout" | "set")) => Err("changes or waits on running pods"),
+        ("kubectl", Some("edit")) => Err("interactive"),
+        ("kubectl", Some("delete")) => Err("deletes what the other commands read"),
+        ("helm", Some("install" | "template")) => Ok(()),
+        ("helm", Some("upgrade" | "uninstall")) => Err("needs a release of its own"),
+        _ => Err("not a command this test runs"),
+    }
+}
+
+/// The page's placeholders, filled in as an operator would.
+fn filled(command: &str) -> String {
+    command
+        .replace(
+            "ciliumloadbalancerippool NAME",
+            "ciliumloadbalancerippool covidnetes-pool",
+        )
+        .replace(
+            "ciliumloadbalancerippool POOL",
+            "ciliumloadbalancerippool covidnetes-pool",
+        )
+        .replace("service NAME", "service web")
+        .replace("YOUR_HCLOUD_API_TOKEN", "example-token")
+        .replace("NEW_TOKEN", "example-token-2")
+}
+
+/// A working directory like a checkout's (`deploy/`), with the files the
+/// pages tell the reader to write (`./hcloud-token`).
+fn workdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo().join("deploy"), dir.path().join("deploy")).unwrap();
+    std::fs::write(dir.path().join("hcloud-token"), "example-token\n").unwrap();
+    dir
+}
+
+fn tool_dir() -> PathBuf {
+    PathBuf::from(
+        std::env::var_os("CANADA_KAKTUS_TOOL_BIN_DIR")
+            .expect("CANADA_KAKTUS_TOOL_BIN_DIR is not set: run scripts/test"),
+    )
+}
+
+/// Runs `command` with bash in `dir`, kubectl and helm on PATH, against
+/// `cluster` as its admin; its output when it fails.
+fn run(cluster: &TestCluster, dir: &Path, command: &str) -> Result<(), String> {
+    let kubectl_dir = cluster
+        .kubectl_path()
+        .parent()
+        .expect("kubectl's directory")
+        .to_owned();
+    let path = format!(
+        "{}:{}:/usr/bin:/bin",
+        kubectl_dir.display(),
+        tool_dir().display()
+    );
+    let home = dir.join(".home");
+    let output = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", command])
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &home)
+        .env("KUBECONFIG", cluster.admin_kubeconfig())
+        .env("HELM_CACHE_HOME", home.join("helm-cache"))
+        .env("HELM_CONFIG_HOME", home.join("helm-config"))
+        .env("HELM_DATA_HOME", home.join("helm-data"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running bash");
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    ))
+}
+
+/// A cluster with `deploy/` installed and what its commands read: the
+/// pool, a LoadBalancer Service `web`, the leader Lease.
+async fn installed() -> TestCluster {
+    let cluster = TestCluster::start().await;
+    cluster.install_crd(CrdFixture::V2).await;
+    apply_deploy(&cluster);
+    let objects = r#"
+apiVersion: cilium.io/v2
+kind: CiliumLoadBalancerIPPool
+metadata: {name: covidnetes-pool}
+spec: {blocks: [{cidr: 198.51.100.1/32}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default, labels: {app: web}}
+spec: {type: LoadBalancer, ports: [{port: 80}], selector: {app: web}}
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: canada-kaktus, namespace: canada-kaktus}
+spec: {holderIdentity: canada-kaktus-0, leaseDurationSeconds: 15}
+"#;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), objects).unwrap();
+    let out = cluster.kubectl(&["apply", "-f", file.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    cluster
+}
+
+#[tokio::test]
+#[ignore = "needs kube-apiserver, kubectl and helm (scripts/k8s-bins.sh, scripts/tool-bins.sh): scripts/test runs it"]
+async fn the_pages_commands_run_as_written() {
+    let quoted: Vec<Quoted> = PAGES.iter().flat_map(|p| commands(p)).collect();
+    let mut not_run = Vec::new();
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    // Fenced blocks that install run from nothing, each in a cluster of its
+    // own; the rest after an install.
+    let mut blocks: Vec<(String, Option<usize>)> = quoted
+        .iter()
+        .filter_map(|q| {
+            q.block
+                .map(|b| (q.place.split(':').next().unwrap().to_owned(), Some(b)))
+        })
+        .collect();
+    blocks.dedup();
+    let installs = |q: &Quoted| {
+        let c = &q.command;
+        c.starts_with("helm install")
+            || c.contains("create namespace")
+            || c.contains("apply -f deploy/namespace.yaml")
+    };
+    let after_install = installed().await;
+    let shared = workdir();
+    for (page, block) in blocks {
+        let commands: Vec<&Quoted> = quoted
+            .iter()
+            .filter(|q| q.block == block && q.place.starts_with(&format!("{page}:")))
+            .collect();
+        let fresh = commands.iter().any(|q| installs(q));
+        let own = if fresh {
+            Some(TestCluster::start().await)
+        } else {
+            None
+        };
+        let cluster = own.as_ref().unwrap_or(&after_install);
+        let dir = workdir();
+        for q in commands {
+            match verdict(&q.command) {
+                Err(why) => not_run.push(format!("{}: {} ({why})", q.place, q.command)),
+                Ok(()) => {
+                    ran += 1;
+                    if let Err(output) = run(cluster, dir.path(), &filled(&q.command)) {
+                        failed.push(format!("{}: {}\n{output}", q.place, q.command));
+                    }
+                }
+            }
+        }
+    }
+    for q in quoted.iter().filter(|q| q.block.is_none()) {
+        match verdict(&q.command) {
+            Err(why) => not_run.push(format!("{}: {} ({why})", q.place, q.command)),
+            Ok(()) => {
+                ran += 1;
+                if let Err(output) = run(&after_install, shared.path(), &filled(&q.command)) {
+                    failed.push(format!("{}: {}\n{output}", q.place, q.command));
+                }
+            }
+        }
+    }
+    eprintln!("not run:\n  {}", not_run.join("\n  "));
+    assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+    // The README's two installs and the install page's, at least.
+    assert!(ran >= 12, "only {ran} commands ran");
+}
