@@ -118,7 +118,7 @@ done
 # The newest release of each API version answers for it, whatever the
 # order of the releases (none for an API version no release built serves).
 for api in v2 v2alpha1; do
-  newest="$(grep -lx "$api" "$bin_dir.tmp"/*/api | xargs -rn1 dirname | xargs -rn1 basename | sort -V | tail -n 1)"
+  newest="$({ grep -lx "$api" "$bin_dir.tmp"/*/api || true; } | xargs -rn1 dirname | xargs -rn1 basename | sort -V | tail -n 1)"
   if [ -n "$newest" ]; then
     ln -s "$newest" "$bin_dir.tmp/$api"
   fi

@@ -48,7 +48,8 @@ pub const LABEL_SELECTOR: Setting = Setting {
     description:
         "Hetzner label selector choosing the servers whose public IPv4s form the single pool \
                   (each entry of Pools has its own): \
-                  k=v, k!=v, k, !k, k in (a,b), k notin (a,b); a comma means AND; must not be empty",
+                  k=v, k!=v, k, !k, k in (a,b), k notin (a,b); a comma means AND; an empty value \
+                  counts as unset, so the default applies",
 };
 pub const HCLOUD_TOKEN: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_TOKEN",

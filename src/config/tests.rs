@@ -278,3 +278,19 @@ fn the_ratio_error_says_what_the_guard_does_at_the_boundary() {
         "{error}"
     );
 }
+
+#[test]
+fn an_empty_label_selector_is_unset_as_the_table_says() {
+    let mut vars = env(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "t")]);
+    vars.insert("CANADA_KAKTUS_LABELSELECTOR".into(), "  ".into());
+    let settings = load_with_default_file(None, &vars, Path::new("/nonexistent/config.json"))
+        .expect("an empty selector is no error");
+    let SettingDefault::Value(default) = LABEL_SELECTOR.default else {
+        panic!("LabelSelector has a default");
+    };
+    let selector = settings.pools[0].label_selector.as_ref();
+    assert_eq!(selector.map(ToString::to_string).as_deref(), Some(default));
+    assert!(LABEL_SELECTOR
+        .description
+        .contains("an empty value counts as unset"));
+}
