@@ -7,7 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{
-    accepts_list, accepts_object, AddressKind, FieldType, PoolField, Setting, POOL_FIELDS, SETTINGS,
+    accepts_list, accepts_object, AddressKind, FieldType, PoolField, Setting, POOL_FIELDS,
+    SETTINGS, SINGLE_POOL_SETTINGS,
 };
 
 /// Settings the chart sets itself, so `config` refuses them: the token and
@@ -31,9 +32,15 @@ pub fn chart_config_schema() -> Value {
         .filter(|s| !MANAGED_BY_THE_CHART.contains(&s.key))
         .map(|s| (s.key.to_owned(), setting_schema(s)))
         .collect();
+    // `Pools` replaces the single-pool settings: never both.
+    let single: Vec<Value> = SINGLE_POOL_SETTINGS
+        .iter()
+        .map(|s| json!({"required": [s.key]}))
+        .collect();
     json!({
         "type": "object",
         "additionalProperties": false,
+        "not": {"allOf": [{"required": ["Pools"]}, {"anyOf": single}]},
         "description": format!(
             "Controller settings by config.json key (docs/reference/settings.md); {} are set by \
              the chart",
@@ -67,6 +74,8 @@ fn pool_schema() -> Value {
     let mut schema = object_schema(POOL_FIELDS);
     schema["required"] = json!(["Name"]);
     schema["anyOf"] = json!([{"required": ["LabelSelector"]}, {"required": ["Robot"]}]);
+    // A Robot object names servers or a Node selector, at least one.
+    schema["properties"]["Robot"]["minProperties"] = json!(1);
     schema
 }
 
@@ -86,14 +95,17 @@ fn field_schema(value: FieldType) -> Value {
     match value {
         FieldType::Text => json!({"type": "string"}),
         FieldType::TextOrNumber => json!({"type": ["string", "number"]}),
-        FieldType::TextOrBool => json!({"type": ["string", "boolean"]}),
-        // An object of labels (or annotations), or its JSON or selector text.
+        // true/false, their text, or 1/0.
+        FieldType::TextOrBool => json!({"type": ["string", "number", "boolean"]}),
+        // An object of labels (or annotations; numbers and booleans become
+        // their text), or its JSON or selector text.
         FieldType::Map => json!({
             "type": ["object", "string"],
-            "additionalProperties": {"type": "string"},
+            "additionalProperties": {"type": ["string", "number", "boolean"]},
         }),
         FieldType::Kinds => json!({
             "type": "array",
+            "minItems": 1,
             "items": {"type": "string", "enum": AddressKind::WORDS},
         }),
         FieldType::Servers => json!({
@@ -148,6 +160,8 @@ mod tests {
             json!([{"required": ["LabelSelector"]}, {"required": ["Robot"]}])
         );
         assert_eq!(pool["properties"]["Robot"]["additionalProperties"], false);
+        assert_eq!(pool["properties"]["Robot"]["minProperties"], 1);
+        assert_eq!(pool["properties"]["Addresses"]["minItems"], 1);
         assert!(pool["properties"]["Robot"]["properties"]["Servers"].is_object());
     }
 }

@@ -149,7 +149,13 @@ fn the_chart_takes_every_config_example_of_the_manual() {
     let mut wrong = Vec::new();
     for example in &examples {
         let value = format!("config={}", example.config);
-        let out = template(&["--set-json", &value]);
+        // The manual's Robot pools come with the Robot user's Secret.
+        let out = template(&[
+            "--set-json",
+            &value,
+            "--set",
+            "robot.existingSecret=robot-credentials",
+        ]);
         match (out.status.success(), example.refused) {
             (true, false) | (false, true) => {}
             (true, true) => wrong.push(format!("{}: rendered, but marked refused", example.place)),
@@ -409,6 +415,30 @@ fn the_schema_refuses_wrong_types_and_unknown_keys() {
                 && stderr.contains(needle),
             "--set {set}: {stderr}"
         );
+    }
+    // What the binary refuses at start, refused at install instead of a
+    // pod that exits 2.
+    let edge = r#"{"Name":"edge","LabelSelector":"role=edge"}"#;
+    for (config, needle) in [
+        (format!(r#"{{"Pools":[{edge}],"PoolName":"x"}}"#), "/config"),
+        (
+            r#"{"Pools":[{"Name":"e","LabelSelector":"r=e","Addresses":[]}]}"#.to_owned(),
+            "/config/Pools/0/Addresses",
+        ),
+        (
+            r#"{"Pools":[{"Name":"e","Robot":{}}]}"#.to_owned(),
+            "/config/Pools/0/Robot",
+        ),
+        (
+            r#"{"Pools":[{"Name":"e","Robot":{"Servers":[1]}}]}"#.to_owned(),
+            "robot.existingSecret",
+        ),
+    ] {
+        let value = format!("config={config}");
+        let rendered = template(&["--set-json", &value]);
+        let stderr = String::from_utf8_lossy(&rendered.stderr);
+        assert!(!rendered.status.success(), "{config} was accepted");
+        assert!(stderr.contains(needle), "{config}: {stderr}");
     }
 }
 

@@ -153,6 +153,7 @@ fn workdir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(repo().join("deploy"), dir.path().join("deploy")).unwrap();
     std::fs::write(dir.path().join("hcloud-token"), "example-token\n").unwrap();
+    std::fs::write(dir.path().join("new-token"), "example-token-2\n").unwrap();
     dir
 }
 
@@ -201,7 +202,7 @@ fn run(cluster: &TestCluster, dir: &Path, command: &str) -> Result<(), String> {
 }
 
 /// A cluster with `deploy/` installed and what its commands read: the
-/// pool, a LoadBalancer Service `web`, the leader Lease.
+/// token Secret, the pool, a LoadBalancer Service `web`, the leader Lease.
 async fn installed() -> TestCluster {
     let cluster = TestCluster::start().await;
     cluster.install_crd(CrdFixture::V2).await;
@@ -221,6 +222,11 @@ apiVersion: coordination.k8s.io/v1
 kind: Lease
 metadata: {name: canada-kaktus, namespace: canada-kaktus}
 spec: {holderIdentity: canada-kaktus-0, leaseDurationSeconds: 15}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: hetzner-credentials, namespace: canada-kaktus}
+stringData: {token: example-token}
 "#;
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), objects).unwrap();

@@ -51,6 +51,23 @@ fn every_default_pulls_the_released_image_of_this_version() {
             "{page} does not name {release}"
         );
     }
+    // Every image a page tells kustomize or kubectl to set is the project's
+    // (or the pages' one example of a mirror).
+    for page in [
+        "README.md",
+        "docs/guides/install.md",
+        "docs/reference/cli.md",
+    ] {
+        let text = read(page).split_whitespace().collect::<Vec<_>>().join(" ");
+        for (at, _) in text.match_indices("canada-kaktus=") {
+            let image = &text[at + "canada-kaktus=".len()..];
+            assert!(
+                image.starts_with(IMAGE) || image.starts_with("registry.example.net/mirror/"),
+                "{page} sets another image: {}",
+                &image[..image.len().min(60)]
+            );
+        }
+    }
 
     let workflow = read(".gitea/workflows/build-image.yaml");
     for default in [
