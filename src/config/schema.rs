@@ -7,8 +7,8 @@
 use serde_json::{json, Map, Value};
 
 use super::{
-    accepts_list, accepts_object, AddressKind, FieldType, PoolField, Setting, POOL_FIELDS,
-    SETTINGS, SINGLE_POOL_SETTINGS,
+    accepts_list, accepts_object, values::TRUE_WORDS, AddressKind, FieldType, PoolField, Setting,
+    POOL_FIELDS, SETTINGS, SINGLE_POOL_SETTINGS,
 };
 
 /// Settings the chart sets itself, so `config` refuses them: the token and
@@ -23,6 +23,16 @@ pub const MANAGED_BY_THE_CHART: &[&str] = &[
     "RobotPasswordFile",
     "ListenAddress",
     "LeaseNamespace",
+];
+
+/// Settings read as a duration, which needs its unit: a bare number such
+/// as `60` is refused (a test holds this list to what the binary does).
+pub const DURATION_SETTINGS: &[&str] = &[
+    "HcloudTimeout",
+    "Interval",
+    "LeaseDuration",
+    "NodeDebounce",
+    "NodeMinGap",
 ];
 
 /// The schema of the chart's `config` value.
@@ -55,7 +65,8 @@ fn setting_schema(setting: &Setting) -> Value {
     if accepts_list(setting) {
         return json!({
             "description": description,
-            "type": "array",
+            // A list (its JSON text is for the environment variable).
+            "type": ["array", "null"],
             "minItems": 1,
             "items": pool_schema(),
         });
@@ -65,18 +76,103 @@ fn setting_schema(setting: &Setting) -> Value {
         schema["description"] = Value::String(description);
         return schema;
     }
+    if DURATION_SETTINGS.contains(&setting.key) {
+        let mut schema = field_schema(FieldType::Duration);
+        schema["description"] = Value::String(description);
+        return schema;
+    }
     // Read as text, as config.json's numbers and booleans are.
-    json!({"description": description, "type": ["string", "number", "boolean"]})
+    json!({"description": description, "type": ["string", "number", "boolean", "null"]})
 }
 
-/// One entry of `Pools`: `Name`, and `LabelSelector` or `Robot`.
+/// One entry of `Pools`: `Name`, and `LabelSelector` or `Robot`, and the
+/// rules between fields the binary checks (values.rs, servers.rs): a value
+/// that is null or blank text counts as left out, as it does there.
 fn pool_schema() -> Value {
     let mut schema = object_schema(POOL_FIELDS);
     schema["required"] = json!(["Name"]);
-    schema["anyOf"] = json!([{"required": ["LabelSelector"]}, {"required": ["Robot"]}]);
+    schema["anyOf"] = json!([given("LabelSelector"), given("Robot")]);
     // A Robot object names servers or a Node selector, at least one.
     schema["properties"]["Robot"]["minProperties"] = json!(1);
+    let robot_only: Vec<&str> = AddressKind::WORDS
+        .iter()
+        .copied()
+        .filter(|w| w.parse::<AddressKind>().is_ok_and(AddressKind::robot_only))
+        .collect();
+    schema["allOf"] = json!([
+        {
+            // Failover: a floating-ip pool naming its Floating IPs, no Robot.
+            "if": {
+                "required": ["FloatingIpFailover"],
+                "properties": {"FloatingIpFailover": truthy()},
+            },
+            "then": {
+                "allOf": [given("FloatingIpSelector"), lists("floating-ip")],
+                "not": given("Robot"),
+            },
+            "else": {"not": {"anyOf": [given("FailoverAfter"), given("FailoverMovesPerMinute")]}},
+        },
+        // NodeSelector narrows the Cloud servers LabelSelector chose.
+        {"if": given("NodeSelector"), "then": given("LabelSelector")},
+        {
+            // A Robot server's kinds of address need Robot servers.
+            "if": {"anyOf": robot_only.iter().map(|w| lists(w)).collect::<Vec<_>>()},
+            "then": given("Robot"),
+        },
+    ]);
     schema
+}
+
+/// `key` is there, not null and not blank text.
+fn given(key: &str) -> Value {
+    json!({
+        "required": [key],
+        "properties": {key: {"not": {"anyOf": [
+            {"type": "null"},
+            {"type": "string", "pattern": "^\\s*$"},
+        ]}}},
+    })
+}
+
+/// `Addresses` lists the address kind `word` (in any case).
+fn lists(word: &str) -> Value {
+    json!({
+        "required": ["Addresses"],
+        "properties": {"Addresses": {"type": "array", "contains": {
+            "type": "string",
+            "pattern": words_pattern(&[word]),
+        }}},
+    })
+}
+
+/// A value the binary reads as true (values.rs `parse_bool`).
+fn truthy() -> Value {
+    json!({"anyOf": [
+        {"const": true},
+        {"const": 1},
+        {"type": "string", "pattern": words_pattern(TRUE_WORDS)},
+    ]})
+}
+
+/// One of `words`, in any case, with blanks around it: the binary trims
+/// and lowercases. Spelled with character classes, as every regex dialect
+/// of JSON Schema validators reads them.
+fn words_pattern(words: &[&str]) -> String {
+    let spelled: Vec<String> = words
+        .iter()
+        .map(|word| {
+            word.chars()
+                .map(|c| match c {
+                    c if c.is_ascii_alphabetic() => {
+                        format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+                    }
+                    c if c.is_ascii_alphanumeric() => c.to_string(),
+                    c => format!("\\{c}"),
+                })
+                .collect()
+        })
+        .collect();
+    format!("^\\s*({})\\s*$", spelled.join("|"))
 }
 
 fn object_schema(fields: &[PoolField]) -> Value {
@@ -91,28 +187,35 @@ fn object_schema(fields: &[PoolField]) -> Value {
     json!({"type": "object", "additionalProperties": false, "properties": properties})
 }
 
+/// A field's value; null is always taken (the binary reads it as left
+/// out), and text also as a number or a boolean (read as its text).
 fn field_schema(value: FieldType) -> Value {
     match value {
-        FieldType::Text => json!({"type": "string"}),
-        FieldType::TextOrNumber => json!({"type": ["string", "number"]}),
-        // true/false, their text, or 1/0.
-        FieldType::TextOrBool => json!({"type": ["string", "number", "boolean"]}),
+        FieldType::Text | FieldType::TextOrNumber | FieldType::TextOrBool => {
+            json!({"type": ["string", "number", "boolean", "null"]})
+        }
+        FieldType::Duration => json!({"type": ["string", "null"]}),
         // An object of labels (or annotations; numbers and booleans become
         // their text), or its JSON or selector text.
         FieldType::Map => json!({
-            "type": ["object", "string"],
+            "type": ["object", "string", "null"],
             "additionalProperties": {"type": ["string", "number", "boolean"]},
         }),
         FieldType::Kinds => json!({
-            "type": "array",
+            "type": ["array", "null"],
             "minItems": 1,
-            "items": {"type": "string", "enum": AddressKind::WORDS},
+            "items": {"type": "string", "pattern": words_pattern(AddressKind::WORDS)},
+            "description": format!("any of {}", AddressKind::WORDS.join(", ")),
         }),
         FieldType::Servers => json!({
-            "type": "array",
+            "type": ["array", "null"],
             "items": {"type": ["string", "integer"]},
         }),
-        FieldType::Object(fields) => object_schema(fields),
+        FieldType::Object(fields) => {
+            let mut schema = object_schema(fields);
+            schema["type"] = json!(["object", "null"]);
+            schema
+        }
     }
 }
 
@@ -143,6 +246,31 @@ fn plain(text: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The binary refuses `60` (no unit) for exactly the settings the
+    /// schema types as durations.
+    #[test]
+    fn exactly_the_duration_settings_refuse_a_bare_number() {
+        let nowhere = std::path::Path::new("/nonexistent/config.json");
+        for setting in SETTINGS {
+            let mut env = std::collections::HashMap::from([(
+                "CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(),
+                "t0ken".to_owned(),
+            )]);
+            env.insert(setting.env.to_owned(), "60".to_owned());
+            let error = super::super::load_with_default_file(None, &env, nowhere)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            let refused = error.contains(setting.env) && error.contains("unit");
+            assert_eq!(
+                refused,
+                DURATION_SETTINGS.contains(&setting.key),
+                "{}: {error}",
+                setting.key
+            );
+        }
+    }
+
     #[test]
     fn plain_text_keeps_a_links_words() {
         assert_eq!(
@@ -157,7 +285,7 @@ mod tests {
         assert_eq!(pool["required"], json!(["Name"]));
         assert_eq!(
             pool["anyOf"],
-            json!([{"required": ["LabelSelector"]}, {"required": ["Robot"]}])
+            json!([given("LabelSelector"), given("Robot")])
         );
         assert_eq!(pool["properties"]["Robot"]["additionalProperties"], false);
         assert_eq!(pool["properties"]["Robot"]["minProperties"], 1);

@@ -12,12 +12,19 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub(super) fn parse_bool(text: &str) -> Result<bool, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" => Ok(false),
-        _ => Err("is not a boolean; use true or false".to_owned()),
+    let word = text.trim().to_ascii_lowercase();
+    if TRUE_WORDS.contains(&word.as_str()) {
+        Ok(true)
+    } else if FALSE_WORDS.contains(&word.as_str()) {
+        Ok(false)
+    } else {
+        Err("is not a boolean; use true or false".to_owned())
     }
 }
+
+/// The words `parse_bool` reads as true (in any case).
+pub(super) const TRUE_WORDS: &[&str] = &["true", "yes", "on", "1"];
+const FALSE_WORDS: &[&str] = &["false", "no", "off", "0"];
 
 pub(super) fn parse_leader_election(text: &str) -> Result<LeaderElectionMode, String> {
     match text.trim().to_ascii_lowercase().as_str() {

@@ -15,6 +15,7 @@ mod controller;
 mod failover;
 mod faults;
 mod helm;
+mod helm_schema;
 mod manual_commands;
 mod operate;
 mod parts;

@@ -8,6 +8,8 @@
 pub enum FieldType {
     /// A string.
     Text,
+    /// A duration with its unit (`20s`); a bare number is refused.
+    Duration,
     /// A string or a number (an ID, a ratio).
     TextOrNumber,
     /// A string or a boolean.
@@ -66,7 +68,7 @@ pub const ROBOT_FIELDS: &[PoolField] = &[
 pub const NODE_FIELDS: &[PoolField] = &[
     field(
         "ExcludeUnhealthyAfter",
-        FieldType::Text,
+        FieldType::Duration,
         "none",
         "a duration, 10s to 24h",
     ),
@@ -184,7 +186,7 @@ pub const POOL_FIELDS: &[PoolField] = &[
     ),
     field(
         "FailoverAfter",
-        FieldType::Text,
+        FieldType::Duration,
         "`20s`",
         "with `FloatingIpFailover`: how long a holder's Node may be NotReady, or its Lease go \
          unrenewed, before its IPs move (15s to 10m: kubelets renew every 10 s)",

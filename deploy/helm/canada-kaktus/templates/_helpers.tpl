@@ -25,7 +25,12 @@ one pool of config.PoolName. A JSON list, for the RBAC resourceNames. */}}
 {{- if .Values.config.Pools -}}
 {{- $names := list -}}
 {{- range .Values.config.Pools -}}
-{{- $names = append $names .Name -}}
+{{- /* As the controller reads it: text, blanks around it dropped. */ -}}
+{{- $name := toString .Name | trim -}}
+{{- if has $name $names -}}
+{{- fail (printf "config.Pools: two pools are named %q; each pool keeps its own CiliumLoadBalancerIPPool, so give each its own Name" $name) -}}
+{{- end -}}
+{{- $names = append $names $name -}}
 {{- end -}}
 {{- toJson $names -}}
 {{- else -}}

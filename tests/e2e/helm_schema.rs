@@ -1,0 +1,305 @@
+//! The chart's schema against the binary: a `config` the chart installs is
+//! one the controller starts with, and what the controller refuses at start
+//! is refused at install instead of a pod that exits 2. The chart's verdict
+//! is `helm template` and then the binary's `config::load` of the rendered
+//! ConfigMap and Deployment env; the binary's verdict is `config::load` of
+//! the same `config` as config.json.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Value};
+
+use super::helm::{objects, template, RELEASE_NAMESPACE};
+
+const ROBOT_SECRET: &str = "robot.existingSecret=robot-credentials";
+
+/// Files the pod would mount: the token and the Robot password.
+struct Mounts {
+    dir: tempfile::TempDir,
+}
+
+impl Mounts {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "t0ken").unwrap();
+        std::fs::write(dir.path().join("password"), "passw0rd").unwrap();
+        Mounts { dir }
+    }
+
+    /// A mounted file in place of the path the chart names.
+    fn file(&self, chart_path: &str) -> String {
+        let name = match chart_path {
+            "/var/run/secrets/hetzner/token" => "token",
+            "/var/run/secrets/robot/password" => "password",
+            other => panic!("the chart names a file this test does not mount: {other}"),
+        };
+        self.dir.path().join(name).display().to_string()
+    }
+
+    fn load(&self, config: &str, env: HashMap<String, String>) -> Result<(), String> {
+        let path = self.dir.path().join("config.json");
+        std::fs::write(&path, config).unwrap();
+        let settings = canada_kaktus::config::load(Some(&path), &env).map_err(|e| e.to_string())?;
+        // The binary ignores a key it does not know, with a warning; the
+        // chart refuses it, so a typo fails the install.
+        match settings.warnings.iter().find(|w| w.contains("unknown key")) {
+            Some(warning) => Err(warning.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The binary with `config` as config.json and the env the chart sets.
+fn binary(config: &Value) -> Result<(), String> {
+    let mounts = Mounts::new();
+    let mut env: HashMap<String, String> = [
+        (
+            "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
+            mounts.file("/var/run/secrets/hetzner/token"),
+        ),
+        ("CANADA_KAKTUS_ROBOT_USER", "robot-user".to_owned()),
+        (
+            "CANADA_KAKTUS_ROBOT_PASSWORD_FILE",
+            mounts.file("/var/run/secrets/robot/password"),
+        ),
+        ("POD_NAME", "canada-kaktus-0".to_owned()),
+        ("POD_NAMESPACE", RELEASE_NAMESPACE.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    if config.get("Pools").is_none() {
+        env.insert("CANADA_KAKTUS_POOL_NAME".into(), "canada-kaktus".into());
+    }
+    mounts.load(&config.to_string(), env)
+}
+
+/// `helm template` with `config`: `Err` when the chart refuses it, else
+/// the binary's verdict on what it rendered (the ConfigMap's config.json
+/// and the Deployment's env).
+fn chart(config: &Value) -> Result<Result<(), String>, String> {
+    let set = format!("config={config}");
+    let out = template(&["--set-json", &set, "--set", ROBOT_SECRET]);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let objects = objects(&String::from_utf8(out.stdout).unwrap());
+    let key = |kind: &str, name: &str| {
+        (
+            kind.to_owned(),
+            RELEASE_NAMESPACE.to_owned(),
+            name.to_owned(),
+        )
+    };
+    let rendered = objects
+        .get(&key("ConfigMap", "canada-kaktus-config"))
+        .map(|map| map["data"]["config.json"].as_str().unwrap().to_owned())
+        .unwrap_or_else(|| "{}".to_owned());
+    // The RBAC names the pools by the names the controller reads.
+    let role = &objects[&(
+        "ClusterRole".to_owned(),
+        String::new(),
+        "canada-kaktus".to_owned(),
+    )];
+    for rule in role["rules"].as_array().unwrap() {
+        for name in rule["resourceNames"].as_array().into_iter().flatten() {
+            assert!(
+                name.as_str().is_some_and(|n| n == n.trim()),
+                "{config}: resourceNames holds {name}"
+            );
+        }
+    }
+    let deployment = &objects[&key("Deployment", "canada-kaktus")];
+    let mounts = Mounts::new();
+    let mut env = HashMap::new();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    for var in container["env"].as_array().unwrap() {
+        let name = var["name"].as_str().unwrap();
+        let value = if let Some(value) = var["value"].as_str() {
+            if name.ends_with("_FILE") {
+                mounts.file(value)
+            } else {
+                value.to_owned()
+            }
+        } else if var["valueFrom"]["secretKeyRef"].is_object() {
+            "robot-user".to_owned()
+        } else {
+            match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                Some("metadata.name") => "canada-kaktus-0".to_owned(),
+                Some("metadata.namespace") => RELEASE_NAMESPACE.to_owned(),
+                other => panic!("{name}: unexpected valueFrom {other:?}"),
+            }
+        };
+        env.insert(name.to_owned(), value);
+    }
+    Ok(mounts.load(&rendered, env))
+}
+
+/// Configs at the edges of what the schema can say: each must get the same
+/// verdict from the chart as from the binary.
+fn edge_configs() -> Vec<Value> {
+    let edge = json!({"Name": "edge", "LabelSelector": "role=edge"});
+    let pool = |extra: Value| {
+        let mut pool = edge.clone();
+        pool.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"Pools": [pool]})
+    };
+    let robot = |extra: Value| {
+        let mut pool = json!({"Name": "dedicated", "Robot": {"Servers": [321]}});
+        pool.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"Pools": [pool]})
+    };
+    let failover = json!({
+        "Addresses": ["floating-ip"],
+        "FloatingIpSelector": "role=ingress",
+        "FloatingIpFailover": true,
+    });
+    vec![
+        json!({}),
+        json!({"LabelSelector": "role=edge"}),
+        json!({"Interval": null}),
+        json!({"Interval": 60}),
+        json!({"Interval": "1m", "WatchNodes": true, "Events": "off"}),
+        json!({"Intervall": "1m"}),
+        json!({"LabelSelector": ""}),
+        json!({"PoolLabels": {"team": "edge", "tier": 1}}),
+        pool(json!({})),
+        pool(json!({"Addresses": ["Public-IPv4"]})),
+        pool(json!({"Addresses": ["public-ipv4", "public-ipv4"]})),
+        pool(json!({"Name": 5})),
+        pool(json!({"Name": " edge "})),
+        pool(json!({"LabelSelector": ""})),
+        pool(json!({"NodeSelector": "role=edge"})),
+        pool(json!({"Addresses": ["robot-additional-ip"]})),
+        pool(failover.clone()),
+        pool(json!({"FailoverAfter": "30s"})),
+        pool(
+            json!({"Addresses": ["FLOATING-IP"], "FloatingIpSelector": "role=ingress", "FloatingIpFailover": "Yes", "FailoverAfter": "30s"}),
+        ),
+        pool(
+            json!({"Addresses": ["floating-ip"], "FloatingIpSelector": "role=ingress", "FloatingIpFailover": true, "FailoverAfter": 30}),
+        ),
+        pool(
+            json!({"Addresses": ["floating-ip"], "FloatingIpSelector": " ", "FloatingIpFailover": 1}),
+        ),
+        pool(json!({"Nodes": {"ExcludeUnhealthyAfter": 60}})),
+        pool(json!({"Nodes": {"ExcludeUnhealthyAfter": "60s", "RequireNode": "on"}})),
+        pool(json!({"FailoverMovesPerMinute": 5})),
+        robot(json!({})),
+        robot(json!({"LabelSelector": ""})),
+        robot(json!({"NodeSelector": "role=edge"})),
+        robot(failover),
+        robot(json!({"Addresses": ["robot-failover-ip"]})),
+        json!({"Pools": edge.to_string()}),
+        json!({"Pools": [edge.clone(), edge.clone()]}),
+    ]
+}
+
+/// Where the chart is stricter than the binary, on purpose.
+fn stricter_configs() -> Vec<(Value, &'static str)> {
+    let edge = json!([{"Name": "edge", "LabelSelector": "role=edge"}]);
+    vec![(
+        json!({"Pools": edge.to_string()}),
+        // The JSON text of Pools is for CANADA_KAKTUS_POOLS; in values
+        // a list, which the chart reads to name the pools in its RBAC.
+        "/config/Pools",
+    )]
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn where_the_chart_is_stricter_it_says_what_to_write() {
+    for (config, needle) in stricter_configs() {
+        assert!(binary(&config).is_ok(), "{config}: the binary refuses it");
+        match chart(&config) {
+            Ok(_) => panic!("{config}: the chart installs it"),
+            Err(e) => assert!(e.contains(needle), "{config}: {e}"),
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_chart_and_the_binary_agree_on_each_config() {
+    let mut disagree = Vec::new();
+    for config in edge_configs() {
+        let binary = binary(&config);
+        match chart(&config) {
+            // What the chart installs, the binary starts with, and the
+            // ConfigMap and env it renders mean what `config` says.
+            Ok(rendered) => {
+                if let Err(e) = &binary {
+                    disagree.push(format!(
+                        "{config}: the chart installs it, the binary refuses: {e}"
+                    ));
+                }
+                if rendered.is_ok() != binary.is_ok() {
+                    disagree.push(format!(
+                        "{config}: rendered, the binary says {rendered:?}, as written {binary:?}"
+                    ));
+                }
+            }
+            Err(e) => {
+                if binary.is_ok() {
+                    disagree.push(format!(
+                        "{config}: the binary takes it, the chart refuses: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(disagree.is_empty(), "{}", disagree.join("\n\n"));
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_schema_refuses_wrong_types_and_unknown_keys() {
+    for (set, needle) in [
+        ("replicaCount=two", "replicaCount"),
+        ("config.Intervall=1m", "Intervall"),
+        ("config.HcloudToken=abc", "HcloudToken"),
+        ("image.pullPolicy=Sometimes", "pullPolicy"),
+        ("colour=blue", "colour"),
+        (
+            "monitoring.prometheusRule.runbookBaseURL=https://docs.example.com/docs/",
+            "runbookBaseURL",
+        ),
+    ] {
+        let rendered = template(&["--set", set]);
+        let stderr = String::from_utf8_lossy(&rendered.stderr);
+        assert!(!rendered.status.success(), "--set {set} was accepted");
+        assert!(
+            stderr.contains("values don't meet the specifications of the schema")
+                && stderr.contains(needle),
+            "--set {set}: {stderr}"
+        );
+    }
+    // What the binary refuses at start, refused at install instead of a
+    // pod that exits 2.
+    let edge = r#"{"Name":"edge","LabelSelector":"role=edge"}"#;
+    for (config, needle) in [
+        (format!(r#"{{"Pools":[{edge}],"PoolName":"x"}}"#), "/config"),
+        (
+            r#"{"Pools":[{"Name":"e","LabelSelector":"r=e","Addresses":[]}]}"#.to_owned(),
+            "/config/Pools/0/Addresses",
+        ),
+        (
+            r#"{"Pools":[{"Name":"e","Robot":{}}]}"#.to_owned(),
+            "/config/Pools/0/Robot",
+        ),
+        (
+            r#"{"Pools":[{"Name":"e","Robot":{"Servers":[1]}}]}"#.to_owned(),
+            "robot.existingSecret",
+        ),
+    ] {
+        let value = format!("config={config}");
+        let rendered = template(&["--set-json", &value]);
+        let stderr = String::from_utf8_lossy(&rendered.stderr);
+        assert!(!rendered.status.success(), "{config} was accepted");
+        assert!(stderr.contains(needle), "{config}: {stderr}");
+    }
+}
