@@ -303,3 +303,45 @@ fn the_schema_refuses_wrong_types_and_unknown_keys() {
         assert!(stderr.contains(needle), "{config}: {stderr}");
     }
 }
+
+/// Without leader election every replica lists and writes: the chart
+/// refuses a second replica, and replaces its one pod without a surge (a
+/// rolling update would run the new pod beside the old one).
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn without_leader_election_one_pod_runs_at_a_time() {
+    for off in [r#"false"#, r#""off""#, r#""False""#, r#"0"#] {
+        let set = format!("config.LeaderElection={off}");
+        let two = template(&["--set-json", &set, "--set", "replicaCount=2"]);
+        let stderr = String::from_utf8_lossy(&two.stderr);
+        assert!(!two.status.success(), "{set} with two replicas rendered");
+        assert!(
+            stderr.contains("replicaCount") && stderr.contains("LeaderElection"),
+            "{set}: {stderr}"
+        );
+        let one = template(&["--set-json", &set, "--set", "replicaCount=1"]);
+        assert!(one.status.success(), "{set}: {one:?}");
+        let objects = objects(&String::from_utf8(one.stdout).unwrap());
+        let deployment = &objects[&(
+            "Deployment".to_owned(),
+            RELEASE_NAMESPACE.to_owned(),
+            "canada-kaktus".to_owned(),
+        )];
+        assert_eq!(
+            deployment["spec"]["strategy"],
+            json!({"type": "Recreate"}),
+            "{set}"
+        );
+    }
+    // With it (the default, auto), two replicas and a rolling update.
+    let out = template(&["--set-json", "config.LeaderElection=\"auto\""]);
+    assert!(out.status.success(), "{out:?}");
+    let objects = objects(&String::from_utf8(out.stdout).unwrap());
+    let deployment = &objects[&(
+        "Deployment".to_owned(),
+        RELEASE_NAMESPACE.to_owned(),
+        "canada-kaktus".to_owned(),
+    )];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+}

@@ -59,3 +59,10 @@ canada-kaktus-token
 {{- required "token.existingSecret or token.value must be set" .Values.token.existingSecret -}}
 {{- end -}}
 {{- end }}
+
+{{/* "true" when config.LeaderElection turns leader election off (false, off,
+no or 0 in any case, as the controller reads it). */}}
+{{- define "canada-kaktus.leaderElectionOff" -}}
+{{- $mode := .Values.config.LeaderElection | toString | trim | lower -}}
+{{- has $mode (list "false" "off" "no" "0") -}}
+{{- end }}
