@@ -107,7 +107,7 @@ pub(crate) fn files_under(relative: &str) -> Vec<std::path::PathBuf> {
 }
 
 /// Every `.rs` file under `src/`.
-fn source_files() -> Vec<std::path::PathBuf> {
+pub(crate) fn source_files() -> Vec<std::path::PathBuf> {
     files_under("src")
         .into_iter()
         .filter(|path| path.extension().is_some_and(|e| e == "rs"))

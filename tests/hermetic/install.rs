@@ -323,3 +323,65 @@ fn the_pages_name_the_fields_health_has() {
     }
     assert!(wrong.is_empty(), "fields /health lacks: {wrong:?}");
 }
+
+/// The backticked names a sentence about `/health` gives as its fields
+/// that are none of `known` (a sentence that also names a log line, a
+/// metric or an Event may mean their fields, and is left out).
+fn unknown_health_names(text: &str, known: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut unknown = Vec::new();
+    for sentence in text.split_inclusive(['.', ';', '|']) {
+        let elsewhere = ["log", "metric", "Event", "canada_kaktus_"];
+        if !sentence.contains("`/health`") || elsewhere.iter().any(|w| sentence.contains(w)) {
+            continue;
+        }
+        for (i, quoted) in sentence.split('`').enumerate() {
+            let snake = !quoted.is_empty()
+                && quoted.starts_with(|c: char| c.is_ascii_lowercase())
+                && quoted
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if i % 2 == 1 && snake && !known(quoted) {
+                unknown.push(quoted.to_owned());
+            }
+        }
+    }
+    unknown
+}
+
+/// What a page may name in a sentence about `/health`: a field of it, a
+/// cause label (`=> "label"` in src/), or a command or an RBAC verb.
+fn health_names() -> impl Fn(&str) -> bool {
+    let source = read("src/serve/health.rs");
+    let mut fields = struct_fields(&source, "HealthReport");
+    fields.extend(struct_fields(&source, "PoolHealth"));
+    fields.extend(struct_fields(&source, "FloatingIpHolder"));
+    let sources: String = crate::docs::source_files()
+        .iter()
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect();
+    move |name: &str| {
+        fields.contains(name)
+            || sources.contains(&format!("=> \"{name}\""))
+            || ["check", "explain", "get", "list", "watch"].contains(&name)
+    }
+}
+
+/// No page says `/health` has a field it lacks: 2.0.0's troubleshooting
+/// page sent the reader to `cause` and `notices` there.
+#[test]
+fn no_sentence_about_health_names_a_field_it_lacks() {
+    let known = health_names();
+    let mut wrong = Vec::new();
+    for path in crate::manual::manual_pages() {
+        for name in unknown_health_names(&read(&path), &known) {
+            wrong.push(format!("{path}: `{name}`"));
+        }
+    }
+    assert!(wrong.is_empty(), "not in /health: {wrong:?}");
+    // 2.0.0's sentence is caught.
+    let old = "1. The leader's `/health` (`kubectl -n canada-kaktus port-forward` to its\n   \
+               pod, port 8080): `last_error` and `cause` say why the last cycle failed,\n   \
+               `notices` what it is waiting for. See [Health endpoints](../reference/health.md).";
+    assert_eq!(unknown_health_names(old, &known), ["notices"]);
+}
