@@ -124,9 +124,15 @@ fn verdict(command: &str) -> Result<(), &'static str> {
         ("kubectl", Some("logs" | "exec" | "port-forward")) => Err("needs a running pod"),
         ("kubectl", Some("rollout" | "set")) => Err("changes or waits on running pods"),
         ("kubectl", Some("edit")) => Err("interactive"),
+        ("kubectl", Some("delete")) if command.contains(" deploy/") => {
+            Err("uninstalls: uninstalling_removes_and_keeps_what_the_page_says runs it")
+        }
         ("kubectl", Some("delete")) => Err("deletes what the other commands read"),
         ("helm", Some("install" | "template")) => Ok(()),
-        ("helm", Some("upgrade" | "uninstall")) => Err("needs a release of its own"),
+        ("helm", Some("uninstall")) => {
+            Err("uninstalls: uninstalling_removes_and_keeps_what_the_page_says runs it")
+        }
+        ("helm", Some("upgrade")) => Err("needs a release of its own"),
         _ => Err("not a command this test runs"),
     }
 }
@@ -178,8 +184,17 @@ fn run(cluster: &TestCluster, dir: &Path, command: &str) -> Result<(), String> {
         tool_dir().display()
     );
     let home = dir.join(".home");
-    let output = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", command])
+    // No command of a page may hang the suite.
+    let output = Command::new("timeout")
+        .args([
+            "--kill-after=5",
+            "120",
+            "bash",
+            "-euo",
+            "pipefail",
+            "-c",
+            command,
+        ])
         .current_dir(dir)
         .env_clear()
         .env("PATH", path)
@@ -300,4 +315,141 @@ async fn the_pages_commands_run_as_written() {
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
     // The README's two installs and the install page's, at least.
     assert!(ran >= 12, "only {ran} commands ran");
+}
+
+/// The install page's uninstall commands, as written.
+fn uninstall_commands() -> [String; 3] {
+    let page = commands("docs/guides/install.md");
+    let find = |prefix: &str| {
+        page.iter()
+            .find(|q| q.command.starts_with(prefix))
+            .unwrap_or_else(|| panic!("the install page has no `{prefix}…`"))
+            .command
+            .clone()
+    };
+    // kubectl waits until what it deleted is gone; no namespace controller
+    // runs here to finish deleting a namespace, so it is told not to.
+    [
+        find("kubectl delete -k deploy/") + " --wait=false",
+        find("kubectl delete -f deploy/deployment.yaml") + " --wait=false",
+        find("helm uninstall canada-kaktus"),
+    ]
+}
+
+/// Whether each named object exists (`kind/name`, in `canada-kaktus`
+/// unless cluster-scoped), and whether the namespace is being deleted.
+fn present(cluster: &TestCluster, objects: &[&str]) -> Vec<(String, bool)> {
+    objects
+        .iter()
+        .map(|object| {
+            let mut args = vec!["get", *object, "--ignore-not-found", "-o", "name"];
+            if !object.starts_with("clusterrole") && !object.starts_with("ciliumloadbalancerippool")
+            {
+                args.extend(["-n", "canada-kaktus"]);
+            }
+            let out = cluster.kubectl(&args);
+            assert!(out.status.success(), "{out:?}");
+            (object.to_string(), !out.stdout.is_empty())
+        })
+        .collect()
+}
+
+fn namespace_going(cluster: &TestCluster) -> bool {
+    let out = cluster.kubectl(&[
+        "get",
+        "namespace",
+        "canada-kaktus",
+        "--ignore-not-found",
+        "-o",
+        "jsonpath={.metadata.deletionTimestamp}",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    // No namespace controller runs here: a deleted namespace stays
+    // Terminating, with its deletion timestamp set.
+    !out.stdout.is_empty()
+}
+
+/// Uninstalling with each of the page's commands removes what the page
+/// says and keeps the rest: the namespace and its Secrets with
+/// `delete -k`, the Secret and ConfigMap made by hand with the narrower
+/// delete and with Helm; the pool always stays.
+#[tokio::test]
+#[ignore = "needs kube-apiserver, kubectl and helm (scripts/k8s-bins.sh, scripts/tool-bins.sh): scripts/test runs it"]
+async fn uninstalling_removes_and_keeps_what_the_page_says() {
+    let [delete_all, delete_some, uninstall] = uninstall_commands();
+    let made_by_hand = [
+        "secret/hetzner-credentials",
+        "configmap/canada-kaktus-config",
+    ];
+    let config = "kubectl -n canada-kaktus create configmap canada-kaktus-config --from-literal=config.json={}";
+
+    // kustomize: the namespace goes, with everything in it.
+    let cluster = installed().await;
+    let dir = workdir();
+    run(&cluster, dir.path(), config).unwrap();
+    run(&cluster, dir.path(), &delete_all).unwrap();
+    assert!(namespace_going(&cluster), "{delete_all} kept the namespace");
+    let left = present(
+        &cluster,
+        &[
+            "deployment/canada-kaktus",
+            "clusterrole/canada-kaktus",
+            "ciliumloadbalancerippool/covidnetes-pool",
+        ],
+    );
+    assert_eq!(
+        left.iter().map(|(_, p)| *p).collect::<Vec<_>>(),
+        [false, false, true],
+        "{left:?}"
+    );
+
+    // kustomize, keeping the Secret and the ConfigMap.
+    let cluster = installed().await;
+    run(&cluster, dir.path(), config).unwrap();
+    run(&cluster, dir.path(), &delete_some).unwrap();
+    assert!(
+        !namespace_going(&cluster),
+        "{delete_some} deletes the namespace"
+    );
+    let mut objects = made_by_hand.to_vec();
+    objects.extend(["ciliumloadbalancerippool/covidnetes-pool"]);
+    let kept = present(&cluster, &objects);
+    assert!(kept.iter().all(|(_, p)| *p), "{delete_some}: {kept:?}");
+    let gone = present(
+        &cluster,
+        &[
+            "deployment/canada-kaktus",
+            "serviceaccount/canada-kaktus",
+            "clusterrole/canada-kaktus",
+            "poddisruptionbudget/canada-kaktus",
+        ],
+    );
+    assert!(gone.iter().all(|(_, p)| !*p), "{delete_some}: {gone:?}");
+
+    // Helm, in a namespace made before: it and the Secret made by hand stay.
+    let cluster = TestCluster::start().await;
+    cluster.install_crd(CrdFixture::V2).await;
+    let chart = repo().join("deploy/helm/canada-kaktus");
+    let install = format!(
+        "kubectl create namespace canada-kaktus && helm install canada-kaktus {} --namespace canada-kaktus",
+        chart.display()
+    );
+    run(&cluster, dir.path(), &install).unwrap();
+    run(&cluster, dir.path(), "kubectl -n canada-kaktus create secret generic hetzner-credentials --from-literal=token=example-token").unwrap();
+    assert!(
+        present(&cluster, &["deployment/canada-kaktus"])[0].1,
+        "{install}"
+    );
+    run(&cluster, dir.path(), &uninstall).unwrap();
+    assert!(
+        !namespace_going(&cluster),
+        "{uninstall} deletes the namespace"
+    );
+    let gone = present(
+        &cluster,
+        &["deployment/canada-kaktus", "clusterrole/canada-kaktus"],
+    );
+    assert!(gone.iter().all(|(_, p)| !*p), "{uninstall}: {gone:?}");
+    let kept = present(&cluster, &["secret/hetzner-credentials"]);
+    assert!(kept[0].1, "{uninstall} took the Secret made by hand");
 }
