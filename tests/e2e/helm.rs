@@ -145,7 +145,7 @@ fn normalise(value: &mut Value) {
 #[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
 fn the_chart_takes_every_config_example_of_the_manual() {
     let examples = support::examples::config_examples();
-    assert!(examples.len() >= 6, "{examples:#?}");
+    assert!(examples.len() >= 7, "{examples:#?}");
     let mut wrong = Vec::new();
     for example in &examples {
         let value = format!("config={}", example.config);

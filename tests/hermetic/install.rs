@@ -205,14 +205,22 @@ fn example_env() -> std::collections::HashMap<String, String> {
 fn every_config_example_of_the_manual_is_taken_as_written() {
     use crate::support::examples::config_examples;
     let examples = config_examples();
-    // README, settings, several pools, failover, dedicated servers, deploy/.
-    assert!(examples.len() >= 6, "{examples:#?}");
+    // README, settings, several pools, failover, dedicated servers, and
+    // deploy/ (the ConfigMap example, the several-pools component).
+    assert!(examples.len() >= 7, "{examples:#?}");
     let dir = tempfile::tempdir().unwrap();
     let mut wrong = Vec::new();
     for example in &examples {
         let file = dir.path().join("config.json");
         std::fs::write(&file, example.config.to_string()).unwrap();
         let loaded = canada_kaktus::config::load(Some(&file), &example_env());
+        // A key the binary does not know it ignores, with a warning.
+        let loaded = loaded.map_err(|e| e.to_string()).and_then(|settings| {
+            match settings.warnings.iter().find(|w| w.contains("unknown key")) {
+                Some(warning) => Err(warning.clone()),
+                None => Ok(()),
+            }
+        });
         match (&loaded, example.refused) {
             (Ok(_), false) | (Err(_), true) => {}
             (Ok(_), true) => wrong.push(format!("{}: taken, but marked refused", example.place)),
@@ -220,6 +228,47 @@ fn every_config_example_of_the_manual_is_taken_as_written() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The examples' collector reads every block it should and says which it
+/// cannot read.
+#[test]
+fn a_block_that_cannot_be_read_is_a_problem() {
+    let page = "```json\n{\"LabelSelector\": \"role=edge\",}\n```\n\n\
+                <!-- example: refused -->\n```json\n{\"Interval\": 5,}\n```\n\n\
+                ```json\n{\"state\":\"healthy\"}\n{\"state\":\"healthy\"}\n```\n\n\
+                ```yaml\nconfig: [unclosed\n```\n";
+    let mut problems = Vec::new();
+    let examples = crate::support::examples::page_examples("page.md", page, &mut problems);
+    assert!(examples.is_empty(), "{examples:?}");
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].starts_with("page.md:1: names a setting"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].starts_with("page.md:15: not YAML"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn yaml_configs_and_lone_pool_entries_are_examples() {
+    let page = "```yaml\napiVersion: v1\nkind: ConfigMap\ndata:\n  config.json: |\n    \
+                {\"Interval\": \"1m\"}\n```\n\n  ```yaml\n  config:\n    LogLevel: Debug\n  \
+                ```\n\n```json\n{\"Name\": \"edge\", \"Typo\": 1}\n```\n";
+    let mut problems = Vec::new();
+    let examples = crate::support::examples::page_examples("page.md", page, &mut problems);
+    assert!(problems.is_empty(), "{problems:?}");
+    let configs: Vec<&serde_json::Value> = examples.iter().map(|e| &e.config).collect();
+    assert_eq!(
+        configs,
+        [
+            &serde_json::json!({"Interval": "1m"}),
+            &serde_json::json!({"LogLevel": "Debug"}),
+            &serde_json::json!({"Pools": [{"Name": "edge", "Typo": 1}]}),
+        ]
+    );
 }
 
 /// The RBAC page and the install page count the Roles and bindings that
