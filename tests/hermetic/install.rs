@@ -8,14 +8,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::docs::page as read;
+
 /// Where releases are published (the project's home is
 /// github.com/canada-kaktus/canada-kaktus).
 const IMAGE: &str = "ghcr.io/canada-kaktus/canada-kaktus";
-
-fn read(path: &str) -> String {
-    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("reading {path}: {e}"))
-}
 
 fn yaml(path: &str) -> Value {
     serde_yaml_ng::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -296,141 +293,4 @@ fn the_pages_count_the_roles_and_bindings_rbac_yaml_holds() {
             && install.contains(&format!("their {word} bindings")),
         "docs/guides/install.md does not count {word} bindings"
     );
-}
-
-/// The `pub` fields of `struct NAME` in `source` (serialised as they are
-/// named: /health renames none).
-fn struct_fields(source: &str, name: &str) -> std::collections::BTreeSet<String> {
-    let start = source
-        .find(&format!("pub struct {name} {{"))
-        .unwrap_or_else(|| panic!("no struct {name}"));
-    let body = &source[start..start + source[start..].find("\n}").unwrap()];
-    body.lines()
-        .filter_map(|l| l.trim().strip_prefix("pub "))
-        .filter_map(|l| l.split_once(':').map(|(f, _)| f.trim().to_owned()))
-        .collect()
-}
-
-/// The health page lists every field `/health` has and no other, and the
-/// troubleshooting page sends the reader to no field `/health` lacks.
-#[test]
-fn the_pages_name_the_fields_health_has() {
-    let source = read("src/serve/health.rs");
-    let mut fields = struct_fields(&source, "HealthReport");
-    fields.extend(struct_fields(&source, "PoolHealth"));
-    fields.extend(struct_fields(&source, "FloatingIpHolder"));
-    let top = struct_fields(&source, "HealthReport");
-
-    // The health page's top-level bullets: "- `a`, `b`: …".
-    let page = read("docs/reference/health.md");
-    let listed: std::collections::BTreeSet<String> = page
-        .lines()
-        .filter_map(|l| l.strip_prefix("- `"))
-        .filter_map(|l| l.split_once("`:").map(|(names, _)| names.to_owned()))
-        .flat_map(|names| names.split("`, `").map(str::to_owned).collect::<Vec<_>>())
-        .collect();
-    assert_eq!(
-        listed, top,
-        "docs/reference/health.md's fields (left), /health's (right)"
-    );
-
-    // "`a` and `b` in the leader's `/health`", "`a` of `/health`", …
-    let mut wrong = Vec::new();
-    for path in ["docs/guides/troubleshooting.md", "docs/reference/health.md"] {
-        let text = read(path).split_whitespace().collect::<Vec<_>>().join(" ");
-        // The leader's /health is its top level; "in `/health`" may be a
-        // Floating IP's or a pool's field.
-        for (marker, known) in [
-            (" in the leader's `/health`", &top),
-            (" of `/health`", &top),
-            (" in `/health`", &fields),
-        ] {
-            for (at, _) in text.match_indices(marker) {
-                let before = &text[..at];
-                // The backticked names right before the marker.
-                let mut rest = before;
-                while let Some(stripped) = rest.strip_suffix('`') {
-                    let Some(open) = stripped.rfind('`') else {
-                        break;
-                    };
-                    let name = &stripped[open + 1..];
-                    if !name.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
-                        break;
-                    }
-                    if !known.contains(name) {
-                        wrong.push(format!("{path}: `{name}`{marker}"));
-                    }
-                    rest = stripped[..open]
-                        .trim_end()
-                        .trim_end_matches(" and")
-                        .trim_end_matches(',')
-                        .trim_end_matches(" or")
-                        .trim_end();
-                }
-            }
-        }
-    }
-    assert!(wrong.is_empty(), "fields /health lacks: {wrong:?}");
-}
-
-/// The backticked names a sentence about `/health` gives as its fields
-/// that are none of `known` (a sentence that also names a log line, a
-/// metric or an Event may mean their fields, and is left out).
-fn unknown_health_names(text: &str, known: &dyn Fn(&str) -> bool) -> Vec<String> {
-    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut unknown = Vec::new();
-    for sentence in text.split_inclusive(['.', ';', '|']) {
-        let elsewhere = ["log", "metric", "Event", "canada_kaktus_"];
-        if !sentence.contains("`/health`") || elsewhere.iter().any(|w| sentence.contains(w)) {
-            continue;
-        }
-        for (i, quoted) in sentence.split('`').enumerate() {
-            let snake = !quoted.is_empty()
-                && quoted.starts_with(|c: char| c.is_ascii_lowercase())
-                && quoted
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-            if i % 2 == 1 && snake && !known(quoted) {
-                unknown.push(quoted.to_owned());
-            }
-        }
-    }
-    unknown
-}
-
-/// What a page may name in a sentence about `/health`: a field of it, a
-/// cause label (`=> "label"` in src/), or a command or an RBAC verb.
-fn health_names() -> impl Fn(&str) -> bool {
-    let source = read("src/serve/health.rs");
-    let mut fields = struct_fields(&source, "HealthReport");
-    fields.extend(struct_fields(&source, "PoolHealth"));
-    fields.extend(struct_fields(&source, "FloatingIpHolder"));
-    let sources: String = crate::docs::source_files()
-        .iter()
-        .map(|path| std::fs::read_to_string(path).unwrap())
-        .collect();
-    move |name: &str| {
-        fields.contains(name)
-            || sources.contains(&format!("=> \"{name}\""))
-            || ["check", "explain", "get", "list", "watch"].contains(&name)
-    }
-}
-
-/// No page says `/health` has a field it lacks: 2.0.0's troubleshooting
-/// page sent the reader to `cause` and `notices` there.
-#[test]
-fn no_sentence_about_health_names_a_field_it_lacks() {
-    let known = health_names();
-    let mut wrong = Vec::new();
-    for path in crate::manual::manual_pages() {
-        for name in unknown_health_names(&read(&path), &known) {
-            wrong.push(format!("{path}: `{name}`"));
-        }
-    }
-    assert!(wrong.is_empty(), "not in /health: {wrong:?}");
-    // 2.0.0's sentence is caught.
-    let old = "1. The leader's `/health` (`kubectl -n canada-kaktus port-forward` to its\n   \
-               pod, port 8080): `last_error` and `cause` say why the last cycle failed,\n   \
-               `notices` what it is waiting for. See [Health endpoints](../reference/health.md).";
-    assert_eq!(unknown_health_names(old, &known), ["notices"]);
 }

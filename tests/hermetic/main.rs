@@ -11,6 +11,7 @@ mod support;
 
 mod architecture;
 mod bounds;
+mod claims;
 mod cli;
 mod config;
 mod controller;
