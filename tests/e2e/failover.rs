@@ -17,17 +17,17 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
-use support::cluster::{CrdFixture, TestCluster};
+use support::cluster::TestCluster;
 use support::e2e::{
-    apply_several_pools, blocks_of, cluster, phases, pools, record_history_of,
-    several_pools_server as server, start_several_pools_with, wait_event, wait_history_caught_up,
-    wait_named_pool, Controller, TOKEN,
+    blocks_of, phases, pools, record_history_of, several_pools_server as server,
+    start_several_pools_with, wait_event, wait_history_caught_up, wait_named_pool, Controller,
+    TOKEN,
 };
+use support::failover::{edge_fip, failover_cluster, failover_pool, FIP};
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer, ReadOnly};
 use support::nodes::{set_ready, wait_holder as holder_within, Kubelets};
 
 const WITHIN: Duration = Duration::from_secs(60);
-const FIP: &str = "203.0.113.10";
 const FIP_CIDR: &str = "203.0.113.10/32";
 
 /// Waits until the fake says Floating IP 10 is on one of `servers`.
@@ -46,23 +46,12 @@ async fn a_floating_ip_follows_the_healthy_members_and_stays_in_the_pool() {
     hetzner.expect_token(TOKEN);
     hetzner.set_servers((1..=4).map(edge_server).collect());
     hetzner.set_floating_ips(vec![
-        FakeFloatingIp::new(10, FIP, Some(1)).with_label("pool", "edge"),
+        edge_fip(),
         // Not selected: never moved, never in the pool.
         FakeFloatingIp::new(11, "203.0.113.11", Some(1)),
     ]);
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let kubelets = Kubelets::start(&cluster, &nodes, 1..=4, Duration::from_millis(500)).await;
-    let edge = json!([{
-        "Name": "edge",
-        "LabelSelector": "role=edge",
-        "Addresses": ["floating-ip"],
-        "FloatingIpSelector": "pool=edge",
-        "FloatingIpFailover": true,
-        "FailoverAfter": "15s",
-    }])
-    .to_string();
+    let (cluster, nodes, kubelets) = failover_cluster(1..=4).await;
+    let edge = json!([failover_pool(json!({}))]).to_string();
     let mut controller = start_several_pools_with(
         &cluster,
         &hetzner,
@@ -174,19 +163,8 @@ async fn failover_rig(
     hetzner: &FakeHetzner,
     servers: std::ops::RangeInclusive<i64>,
 ) -> (TestCluster, Api<Node>, Kubelets, Controller) {
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let kubelets = Kubelets::start(&cluster, &nodes, servers, Duration::from_millis(500)).await;
-    let edge = json!([{
-        "Name": "edge",
-        "LabelSelector": "role=edge",
-        "Addresses": ["floating-ip"],
-        "FloatingIpSelector": "pool=edge",
-        "FloatingIpFailover": true,
-        "FailoverAfter": "15s",
-    }])
-    .to_string();
+    let (cluster, nodes, kubelets) = failover_cluster(servers).await;
+    let edge = json!([failover_pool(json!({}))]).to_string();
     let controller = start_several_pools_with(
         &cluster,
         hetzner,
@@ -216,9 +194,7 @@ async fn a_403_forbidden_assignment_is_reported_as_a_read_only_token() {
     let hetzner = FakeHetzner::start().await;
     hetzner.expect_token(TOKEN);
     hetzner.set_servers((1..=2).map(edge_server).collect());
-    hetzner.set_floating_ips(vec![
-        FakeFloatingIp::new(10, FIP, Some(1)).with_label("pool", "edge")
-    ]);
+    hetzner.set_floating_ips(vec![edge_fip()]);
     hetzner.set_read_only_answer(ReadOnly::Forbidden403);
     let (cluster, nodes, _kubelets, mut controller) = failover_rig(&hetzner, 1..=2).await;
     set_ready(&nodes, 1, false).await;

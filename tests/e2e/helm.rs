@@ -35,7 +35,7 @@ fn chart() -> PathBuf {
     repo().join("deploy/helm/canada-kaktus")
 }
 
-fn tool(name: &str) -> PathBuf {
+pub(super) fn tool(name: &str) -> PathBuf {
     let dir = std::env::var_os(TOOL_DIR_ENV)
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| {

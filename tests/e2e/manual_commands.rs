@@ -13,7 +13,7 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use support::cluster::{CrdFixture, TestCluster};
@@ -163,13 +163,6 @@ fn workdir() -> tempfile::TempDir {
     dir
 }
 
-fn tool_dir() -> PathBuf {
-    PathBuf::from(
-        std::env::var_os("CANADA_KAKTUS_TOOL_BIN_DIR")
-            .expect("CANADA_KAKTUS_TOOL_BIN_DIR is not set: run scripts/test"),
-    )
-}
-
 /// Runs `command` with bash in `dir`, kubectl and helm on PATH, against
 /// `cluster` as its admin; its output when it fails.
 fn run(cluster: &TestCluster, dir: &Path, command: &str) -> Result<(), String> {
@@ -181,7 +174,7 @@ fn run(cluster: &TestCluster, dir: &Path, command: &str) -> Result<(), String> {
     let path = format!(
         "{}:{}:/usr/bin:/bin",
         kubectl_dir.display(),
-        tool_dir().display()
+        super::helm::tool("helm").parent().unwrap().display()
     );
     let home = dir.join(".home");
     // No command of a page may hang the suite.

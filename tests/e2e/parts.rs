@@ -24,8 +24,9 @@ use support::e2e::{
     several_pools_server as server, start_with_config, wait_history_caught_up,
     wait_history_ends_with, wait_named_pool, Controller, TOKEN,
 };
-use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, Fault};
-use support::nodes::{node, wait_holder, Kubelets};
+use support::failover::{edge_fip, failover_cluster, failover_pool};
+use support::fake_hetzner::{FakeHetzner, Fault};
+use support::nodes::{node, wait_holder};
 use tokio::time::Instant;
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -261,18 +262,9 @@ async fn node_churn_does_not_keep_a_held_removal_from_its_confirmation() {
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn a_floating_ip_moves_while_a_slow_listing_is_in_flight() {
     let hetzner = edge_servers(&[1, 2, 3, 4]).await;
-    hetzner.set_floating_ips(vec![
-        FakeFloatingIp::new(10, "203.0.113.10", Some(1)).with_label("pool", "edge")
-    ]);
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let kubelets = Kubelets::start(&cluster, &nodes, 1..=4, Duration::from_millis(500)).await;
-    let config = json!({"Pools": [{
-        "Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
-        "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true, "FailoverAfter": "15s",
-    }]})
-    .to_string();
+    hetzner.set_floating_ips(vec![edge_fip()]);
+    let (cluster, _nodes, kubelets) = failover_cluster(1..=4).await;
+    let config = json!({"Pools": [failover_pool(json!({}))]}).to_string();
     let mut controller = start_with_config(
         &cluster,
         &hetzner,
@@ -391,13 +383,8 @@ async fn deleting_one_pool_of_a_swap_ends_it() {
 #[ignore = "needs a real kube-apiserver: scripts/test and scripts/e2e.sh run it"]
 async fn failover_follows_the_node_selector() {
     let hetzner = edge_servers(&[1, 2, 3]).await;
-    hetzner.set_floating_ips(vec![
-        FakeFloatingIp::new(10, "203.0.113.10", Some(1)).with_label("pool", "edge")
-    ]);
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let _kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
+    hetzner.set_floating_ips(vec![edge_fip()]);
+    let (cluster, nodes, _kubelets) = failover_cluster(1..=3).await;
     let label = |value: Option<&str>| json!({"metadata": {"labels": {"edge": value}}});
     for name in ["node-1", "node-3"] {
         let patch = label(Some("true"));
@@ -406,12 +393,8 @@ async fn failover_follows_the_node_selector() {
             .await
             .unwrap();
     }
-    let config = json!({"Pools": [{
-        "Name": "edge", "LabelSelector": "role=edge", "NodeSelector": "edge=true",
-        "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge",
-        "FloatingIpFailover": true, "FailoverAfter": "15s",
-    }]})
-    .to_string();
+    let config =
+        json!({"Pools": [failover_pool(json!({"NodeSelector": "edge=true"}))]}).to_string();
     let mut controller = start_with_config(
         &cluster,
         &hetzner,

@@ -17,16 +17,15 @@ use crate::support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
 use serde_json::json;
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_several_pools, cluster, kubeconfig_via, lease_holder, several_pools_server as server,
-    start_with_config_at, Controller, NAMESPACE, TOKEN,
+    cluster, kubeconfig_via, lease_holder, several_pools_server as server, start_with_config_at,
+    Controller, NAMESPACE, TOKEN,
 };
-use support::fake_hetzner::{FakeFloatingIp, FakeHetzner};
-use support::nodes::{wait_holder, Kubelets};
+use support::failover::{edge_fip, failover_cluster, failover_pool};
+use support::fake_hetzner::FakeHetzner;
+use support::nodes::wait_holder;
 use support::relay::{Mode, Relay};
 use tokio::time::Instant;
 
@@ -63,19 +62,10 @@ async fn a_floating_ip_moves_while_the_lease_watch_is_dark() {
     let hetzner = FakeHetzner::start().await;
     hetzner.expect_token(TOKEN);
     hetzner.set_servers((1..=4).map(|id| server(id, true)).collect());
-    hetzner.set_floating_ips(vec![
-        FakeFloatingIp::new(10, "203.0.113.10", Some(1)).with_label("pool", "edge")
-    ]);
-    let cluster = cluster(Some(CrdFixture::V2)).await;
-    apply_several_pools(&cluster);
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let kubelets = Kubelets::start(&cluster, &nodes, 1..=4, Duration::from_millis(500)).await;
+    hetzner.set_floating_ips(vec![edge_fip()]);
+    let (cluster, _nodes, kubelets) = failover_cluster(1..=4).await;
     let (relay, kubeconfig) = relayed(&cluster).await;
-    let config = json!({"Pools": [{
-        "Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
-        "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true, "FailoverAfter": "15s",
-    }]})
-    .to_string();
+    let config = json!({"Pools": [failover_pool(json!({}))]}).to_string();
     let mut controller = start_with_config_at(
         &kubeconfig,
         &hetzner,

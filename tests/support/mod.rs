@@ -5,6 +5,7 @@ pub mod cilium;
 pub mod cluster;
 pub mod e2e;
 pub mod examples;
+pub mod failover;
 pub mod fake_hetzner;
 pub mod fake_kube;
 pub mod fake_robot;
