@@ -233,6 +233,9 @@ fn start(settings: &Settings) -> telemetry::LogControl {
     for warning in &settings.warnings {
         warn!(%warning, "config");
     }
+    for notice in &settings.notices {
+        info!(%notice, "config");
+    }
     crate::sync::install_crypto_provider();
     info!(
         version = env!("CARGO_PKG_VERSION"),

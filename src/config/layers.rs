@@ -5,7 +5,7 @@
 use super::loader::Loader;
 use super::{
     accepts_list, accepts_object, is_token_setting, json_to_text, json_type, normalize, suggestion,
-    Entries, Setting, CONFIG_FILE_ENV, ENV_PREFIX, SETTINGS,
+    Entries, Setting, SettingDefault, CONFIG_FILE_ENV, ENV_PREFIX, LABEL_SELECTOR, POOLS, SETTINGS,
 };
 use crate::vocab::quote::quote;
 use figment::providers::Serialized;
@@ -70,6 +70,8 @@ impl Loader {
                             self.empty_token_sources
                                 .push(format!("{name} is set but empty"));
                         }
+                        self.empty_values
+                            .push((setting, format!("environment variable {name}")));
                     } else {
                         layer.insert(setting.key.to_owned(), value.to_owned());
                     }
@@ -222,6 +224,8 @@ impl Loader {
                         self.empty_token_sources
                             .push(format!("{} in config file {shown} is empty", setting.key));
                     }
+                    self.empty_values
+                        .push((setting, format!("config file {shown}")));
                 }
                 Err(kind) => {
                     let expected = expected_json(setting);
@@ -254,6 +258,69 @@ impl Loader {
         self.warnings.push(format!(
             "config file {shown}: unknown key {} is ignored; {hint}",
             quote(key)
+        ));
+    }
+
+    /// Names the keys of config.json that an environment variable
+    /// overrides, in one notice (names only: a value may be the token).
+    pub(super) fn note_overrides(
+        &mut self,
+        file: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) {
+        let overridden: Vec<String> = SETTINGS
+            .iter()
+            .filter(|s| file.contains_key(s.key) && env.contains_key(s.key))
+            .map(|s| format!("{} overrides {}", s.env, s.key))
+            .collect();
+        if overridden.is_empty() {
+            return;
+        }
+        let file = match &self.config_file {
+            Some(path) => format!("config file {}", path.display()),
+            None => "the config file".to_owned(),
+        };
+        self.notices.push(format!(
+            "environment variables override keys of {file}: {}; edits of those keys in the file \
+             change nothing while the variables are set",
+            overridden.join(", ")
+        ));
+    }
+
+    /// An empty LabelSelector counts as unset (as in the Go version), so
+    /// the default selects the servers of the single pool: said, with where
+    /// the empty value came from, unless another source sets it or `Pools`
+    /// replaces the single pool.
+    pub(super) fn warn_empty_label_selector(
+        &mut self,
+        file: &BTreeMap<String, String>,
+        env: &BTreeMap<String, String>,
+    ) {
+        let key = LABEL_SELECTOR.key;
+        let set = |layer: &BTreeMap<String, String>| layer.contains_key(key);
+        let pools = |layer: &BTreeMap<String, String>| layer.contains_key(POOLS.key);
+        if set(file) || set(env) || pools(file) || pools(env) {
+            return;
+        }
+        let origins: Vec<&str> = self
+            .empty_values
+            .iter()
+            .filter(|(s, _)| s.key == key)
+            .map(|(_, origin)| origin.as_str())
+            .collect();
+        if origins.is_empty() {
+            return;
+        }
+        let default = match LABEL_SELECTOR.default {
+            SettingDefault::Value(value) => value,
+            SettingDefault::Unset(_) => "",
+        };
+        self.warnings.push(format!(
+            "{} is empty (from {}); an empty value counts as unset, so the default {default} \
+             selects the servers: set the selector the pool should take, or remove the empty \
+             value to use the default without this warning",
+            LABEL_SELECTOR.label(),
+            origins.join(" and ")
         ));
     }
 }

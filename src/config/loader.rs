@@ -40,6 +40,10 @@ pub(super) struct Loader {
     pub(super) warnings: Vec<String>,
     /// Token settings that were present but empty, for the "no token" hint.
     pub(super) empty_token_sources: Vec<String>,
+    /// Settings given an empty value (which counts as unset), and where.
+    pub(super) empty_values: Vec<(&'static Setting, String)>,
+    /// Worth saying at start, no problem (see [`super::Settings::notices`]).
+    pub(super) notices: Vec<String>,
 }
 
 impl Loader {
@@ -234,6 +238,7 @@ impl Loader {
                 config_file: self.config_file,
                 config_digest: self.config_digest,
                 warnings: self.warnings,
+                notices: self.notices,
             }),
             _ => Err(self.into_errors()),
         }

@@ -137,6 +137,9 @@ pub struct Settings {
     /// http, …); the Go version ignored unknown keys silently, so they are not
     /// errors. Never contains a value, only names.
     pub warnings: Vec<String>,
+    /// Things worth saying at start that are no problem (a config.json key
+    /// an environment variable overrides). Names only, never a value.
+    pub notices: Vec<String>,
 }
 
 /// One configuration problem; `setting` is None for problems with the file itself.
@@ -215,12 +218,14 @@ pub(crate) fn load_with_default_file(
         })
         .merge(Layer {
             kind: LayerKind::File,
-            values: file_layer,
+            values: file_layer.clone(),
         })
         .merge(Layer {
             kind: LayerKind::Env,
-            values: env_layer,
+            values: env_layer.clone(),
         });
+    loader.note_overrides(&file_layer, &env_layer);
+    loader.warn_empty_label_selector(&file_layer, &env_layer);
     loader.settings()
 }
 

@@ -294,3 +294,108 @@ fn an_empty_label_selector_is_unset_as_the_table_says() {
         .description
         .contains("an empty value counts as unset"));
 }
+
+/// An empty LabelSelector counts as unset (as in the Go version), so the
+/// default selects the servers; it is said, naming the setting and where
+/// the empty value came from, and not when another source sets it or
+/// `Pools` replaces the single pool.
+#[test]
+fn an_empty_label_selector_is_a_warning_naming_its_origin() {
+    let nowhere = Path::new("/nonexistent/config.json");
+    let empty = |w: &String| w.contains("LabelSelector") && w.contains("empty");
+    let settings = load_with_default_file(
+        None,
+        &env(&[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", "t"),
+            ("CANADA_KAKTUS_LABELSELECTOR", " "),
+        ]),
+        nowhere,
+    )
+    .expect("an empty variable is no error");
+    let warning = settings
+        .warnings
+        .iter()
+        .find(|w| empty(w))
+        .expect("a warning");
+    assert!(
+        warning.contains("environment variable CANADA_KAKTUS_LABELSELECTOR")
+            && warning.contains("kops.k8s.io/instance-role=Node"),
+        "{warning}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.json");
+    std::fs::write(&file, r#"{"LabelSelector": ""}"#).unwrap();
+    let vars = env(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "t")]);
+    let settings = load_with_default_file(Some(&file), &vars, nowhere).unwrap();
+    let warning = settings
+        .warnings
+        .iter()
+        .find(|w| empty(w))
+        .expect("a warning");
+    assert!(
+        warning.contains(&format!("config file {}", file.display())),
+        "{warning}"
+    );
+
+    // Set elsewhere, or no single pool: nothing to say.
+    let vars = env(&[
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", "t"),
+        ("CANADA_KAKTUS_LABELSELECTOR", "role=edge"),
+    ]);
+    let settings = load_with_default_file(Some(&file), &vars, nowhere).unwrap();
+    assert!(
+        !settings.warnings.iter().any(empty),
+        "{:?}",
+        settings.warnings
+    );
+    std::fs::write(
+        &file,
+        r#"{"LabelSelector": "", "Pools": [{"Name": "e", "LabelSelector": "r=e"}]}"#,
+    )
+    .unwrap();
+    let vars = env(&[("CANADA_KAKTUS_HCLOUD_TOKEN", "t")]);
+    let settings = load_with_default_file(Some(&file), &vars, nowhere).unwrap();
+    assert!(
+        !settings.warnings.iter().any(empty),
+        "{:?}",
+        settings.warnings
+    );
+}
+
+/// A key of config.json that an environment variable overrides is named,
+/// once, with the variable, never with either value.
+#[test]
+fn a_file_key_an_environment_variable_overrides_is_named_without_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.json");
+    std::fs::write(
+        &file,
+        r#"{"Interval": "5m", "LabelSelector": "role=file", "HcloudToken": "file-secret"}"#,
+    )
+    .unwrap();
+    let vars = env(&[
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", "env-secret"),
+        ("CANADA_KAKTUS_INTERVAL", "7m"),
+    ]);
+    let settings = load_with_default_file(Some(&file), &vars, Path::new("/nonexistent")).unwrap();
+    let overrides: Vec<&String> = settings
+        .notices
+        .iter()
+        .filter(|n| n.contains("overrides"))
+        .collect();
+    assert_eq!(overrides.len(), 1, "{:?}", settings.notices);
+    let notice = overrides[0];
+    for named in [
+        "CANADA_KAKTUS_INTERVAL",
+        "Interval",
+        "CANADA_KAKTUS_HCLOUD_TOKEN",
+        "HcloudToken",
+    ] {
+        assert!(notice.contains(named), "{notice}");
+    }
+    for value in ["5m", "7m", "secret", "role=file"] {
+        assert!(!notice.contains(value), "{notice}");
+    }
+    assert!(!notice.contains("LabelSelector"), "{notice}");
+}
