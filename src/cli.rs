@@ -35,7 +35,7 @@ see docs/reference/settings.md."
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
-    /// Path of config.json (default: CANADA_KAKTUS_CONFIG, else ./config.json if present).
+    /// Path of config.json [env: CANADA_KAKTUS_CONFIG; else ./config.json if present]
     #[arg(long, value_name = "PATH", global = true)]
     pub config: Option<PathBuf>,
     /// Run one reconcile and exit: 0 on success, 1 on failure.
@@ -45,7 +45,7 @@ pub struct Cli {
     #[arg(long)]
     pub dry_run: bool,
     /// Output format of --dry-run.
-    #[arg(long, value_enum, default_value_t = Output::Yaml, requires = "dry_run")]
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Yaml, requires = "dry_run")]
     pub output: Output,
 }
 
@@ -92,8 +92,9 @@ pub struct CheckArgs {
     /// The namespace Cilium runs in (its cilium-config and operator).
     #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
     pub cilium_namespace: String,
-    /// The controller's namespace, for its leader Lease (without it:
-    /// LeaseNamespace, else POD_NAMESPACE, else the kubeconfig's).
+    /// The controller's namespace, for its leader Lease [env:
+    /// CANADA_KAKTUS_LEASE_NAMESPACE, else POD_NAMESPACE, else the
+    /// kubeconfig's]
     #[arg(long, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
 }

@@ -40,9 +40,17 @@ async fn version_and_help() {
     let out = run(&["--help"], &[]).await;
     assert!(out.status.success());
     let help = text(&out.stdout);
-    for flag in ["--config", "--once", "--dry-run", "--output"] {
+    for flag in ["--config", "--once", "--dry-run", "-o, --output"] {
         assert!(help.contains(flag), "--help lacks {flag}: {help}");
     }
+    // Each option that has an environment variable names it.
+    assert!(help.contains("CANADA_KAKTUS_CONFIG"), "{help}");
+    let out = run(&["check", "--help"], &[]).await;
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("CANADA_KAKTUS_LEASE_NAMESPACE") && help.contains("POD_NAMESPACE"),
+        "{help}"
+    );
 }
 
 #[tokio::test]
@@ -105,9 +113,14 @@ async fn dry_run_prints_the_pool_as_yaml_or_json_without_a_cluster() {
     let second = yaml.find("203.0.113.20/32").expect("second block");
     assert!(first < second, "blocks are in numeric order: {yaml}");
 
+    // `-o` as with `check` and `explain`.
+    let out = run(&["--dry-run", "-o", "json"], &env).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let short: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let out = run(&["--dry-run", "--output", "json"], &env).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(short, json);
     assert_eq!(
         json["spec"]["blocks"],
         serde_json::json!([{"cidr": "203.0.113.3/32"}, {"cidr": "203.0.113.20/32"}])
