@@ -89,15 +89,29 @@ choice!(LogLevel, what: "log level", accepted: "Debug, Info, Warn or Error (any 
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum LogFormat {
+    /// Text when stderr is a terminal (a person), else JSON (a pod, a pipe).
     #[default]
+    Auto,
     Json,
     Text,
 }
 
-choice!(LogFormat, what: "log format", accepted: "json or text (any case)", {
+choice!(LogFormat, what: "log format", accepted: "auto, json or text (any case)", {
+    Auto => "auto",
     Json => "json",
     Text => "text",
 });
+
+impl LogFormat {
+    /// The format to write: `Auto` is text at a terminal, JSON elsewhere.
+    pub fn resolve(self, terminal: bool) -> LogFormat {
+        match self {
+            LogFormat::Auto if terminal => LogFormat::Text,
+            LogFormat::Auto => LogFormat::Json,
+            chosen => chosen,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum CiliumApiVersion {

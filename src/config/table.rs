@@ -38,8 +38,8 @@ pub const LOG_LEVEL: Setting = Setting {
 pub const LOG_FORMAT: Setting = Setting {
     env: "CANADA_KAKTUS_LOG_FORMAT",
     key: "LogFormat",
-    default: SettingDefault::Value("json"),
-    description: "Log format: json (one JSON object per line) or text",
+    default: SettingDefault::Value("auto"),
+    description: "Log format: auto (text when stderr is a terminal, else JSON: a pod logs JSON), json (one JSON object per line) or text",
 };
 pub const LABEL_SELECTOR: Setting = Setting {
     env: "CANADA_KAKTUS_LABELSELECTOR",

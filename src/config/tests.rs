@@ -399,3 +399,12 @@ fn a_file_key_an_environment_variable_overrides_is_named_without_values() {
     }
     assert!(!notice.contains("LabelSelector"), "{notice}");
 }
+
+#[test]
+fn auto_log_format_is_text_at_a_terminal_and_json_elsewhere() {
+    assert_eq!(LogFormat::Auto.resolve(true), LogFormat::Text);
+    assert_eq!(LogFormat::Auto.resolve(false), LogFormat::Json);
+    assert_eq!(LogFormat::Json.resolve(true), LogFormat::Json);
+    assert_eq!(LogFormat::Text.resolve(false), LogFormat::Text);
+    assert_eq!("AUTO".parse::<LogFormat>(), Ok(LogFormat::Auto));
+}

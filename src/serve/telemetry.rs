@@ -59,8 +59,8 @@ where
     W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
     let (filter, handle) = reload::Layer::new(filter_for(level));
-    let output = match format {
-        LogFormat::Json => tracing_subscriber::fmt::layer()
+    let output = match format.resolve(std::io::stderr().is_terminal()) {
+        LogFormat::Json | LogFormat::Auto => tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(false)

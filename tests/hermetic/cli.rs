@@ -599,3 +599,62 @@ async fn check_and_explain_give_up_on_a_kubernetes_api_that_never_answers() {
         text(&out.stderr)
     );
 }
+
+/// Runs the binary with a pseudo-terminal as its stdin, stdout and stderr
+/// (util-linux `script`); what the terminal showed.
+async fn run_in_terminal(args: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let quoted: Vec<String> = std::iter::once(BIN)
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let mut command = Command::new("script");
+    command
+        .args(["-q", "-e", "-c", &quoted.join(" "), "/dev/null"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("PATH", "/usr/bin:/bin")
+        .env("TERM", "dumb");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("util-linux `script` runs the binary in a pseudo-terminal");
+    text(&out.stdout)
+}
+
+/// `LogFormat` is `auto` by default: text for a person at a terminal, JSON
+/// lines otherwise (a pod, a pipe); `json` and `text` force one.
+#[tokio::test]
+async fn logs_are_text_at_a_terminal_and_json_elsewhere() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![FakeServer::new(1, "203.0.113.20")]);
+    let endpoint = hetzner.endpoint();
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+    ];
+    let json_line = "\"level\":\"INFO\"";
+
+    let terminal = run_in_terminal(&["--dry-run"], &env).await;
+    assert!(terminal.contains("203.0.113.20/32"), "{terminal}");
+    assert!(terminal.contains("INFO"), "no log line at the terminal: {terminal}");
+    assert!(!terminal.contains(json_line), "JSON at a terminal: {terminal}");
+
+    let mut forced = env.to_vec();
+    forced.push(("CANADA_KAKTUS_LOG_FORMAT", "json"));
+    let terminal = run_in_terminal(&["--dry-run"], &forced).await;
+    assert!(terminal.contains(json_line), "json not forced: {terminal}");
+
+    let piped = run(&["--dry-run"], &env).await;
+    assert!(text(&piped.stderr).contains(json_line), "{}", text(&piped.stderr));
+    let mut forced = env.to_vec();
+    forced.push(("CANADA_KAKTUS_LOG_FORMAT", "text"));
+    let piped = run(&["--dry-run"], &forced).await;
+    let logs = text(&piped.stderr);
+    assert!(logs.contains("INFO") && !logs.contains(json_line), "{logs}");
+}

@@ -67,7 +67,7 @@ fn token_of(settings: &Settings) -> String {
 fn defaults() {
     let s = ok(None, &with_token(&[]));
     assert_eq!(s.log_level, LogLevel::Info);
-    assert_eq!(s.log_format, LogFormat::Json);
+    assert_eq!(s.log_format, LogFormat::Auto);
     assert_eq!(
         s.pools[0].label_selector.as_ref().unwrap().to_string(),
         "kops.k8s.io/instance-role=Node"
