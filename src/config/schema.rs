@@ -7,8 +7,9 @@
 use serde_json::{json, Map, Value};
 
 use super::{
-    accepts_list, accepts_object, values::TRUE_WORDS, AddressKind, FieldType, PoolField, Setting,
-    POOL_FIELDS, SETTINGS, SINGLE_POOL_SETTINGS,
+    accepts_list, accepts_object,
+    values::{FALSE_WORDS, TRUE_WORDS},
+    AddressKind, FieldType, PoolField, Setting, POOL_FIELDS, SETTINGS, SINGLE_POOL_SETTINGS,
 };
 
 /// Settings the chart sets itself, so `config` refuses them: the token and
@@ -35,6 +36,11 @@ pub const DURATION_SETTINGS: &[&str] = &[
     "NodeMinGap",
 ];
 
+/// A DNS subdomain (values.rs `check_dns_subdomain`), blanks around it
+/// trimmed as the binary does.
+const DNS_SUBDOMAIN: &str =
+    "^\\s*[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\s*$";
+
 /// The schema of the chart's `config` value.
 pub fn chart_config_schema() -> Value {
     let properties: Map<String, Value> = SETTINGS
@@ -42,15 +48,14 @@ pub fn chart_config_schema() -> Value {
         .filter(|s| !MANAGED_BY_THE_CHART.contains(&s.key))
         .map(|s| (s.key.to_owned(), setting_schema(s)))
         .collect();
-    // `Pools` replaces the single-pool settings: never both.
-    let single: Vec<Value> = SINGLE_POOL_SETTINGS
-        .iter()
-        .map(|s| json!({"required": [s.key]}))
-        .collect();
+    // `Pools` replaces the single-pool settings: never both (a null or
+    // blank value is left out, so it does not count).
+    let single: Vec<Value> = SINGLE_POOL_SETTINGS.iter().map(|s| given(s.key)).collect();
     json!({
         "type": "object",
         "additionalProperties": false,
-        "not": {"allOf": [{"required": ["Pools"]}, {"anyOf": single}]},
+        "not": {"allOf": [given("Pools"), {"anyOf": single}]},
+        "allOf": [without_node_watch()],
         "description": format!(
             "Controller settings by config.json key (docs/reference/settings.md); {} are set by \
              the chart",
@@ -91,9 +96,18 @@ fn setting_schema(setting: &Setting) -> Value {
 fn pool_schema() -> Value {
     let mut schema = object_schema(POOL_FIELDS);
     schema["required"] = json!(["Name"]);
+    // A Kubernetes object name (a DNS subdomain), as text: Helm would
+    // write a large number as 1e+06 into the RBAC's resourceNames.
+    schema["properties"]["Name"]["type"] = json!("string");
+    schema["properties"]["Name"]["pattern"] = json!(DNS_SUBDOMAIN);
+    schema["properties"]["Name"]["maxLength"] = json!(253);
     schema["anyOf"] = json!([given("LabelSelector"), given("Robot")]);
-    // A Robot object names servers or a Node selector, at least one.
-    schema["properties"]["Robot"]["minProperties"] = json!(1);
+    // A Robot object chooses a server: a Node selector, or servers.
+    schema["properties"]["Robot"]["if"] = json!({"type": "object"});
+    schema["properties"]["Robot"]["then"] = json!({"anyOf": [
+        given("NodeSelector"),
+        {"required": ["Servers"], "properties": {"Servers": {"type": "array", "minItems": 1}}},
+    ]});
     let robot_only: Vec<&str> = AddressKind::WORDS
         .iter()
         .copied()
@@ -102,10 +116,7 @@ fn pool_schema() -> Value {
     schema["allOf"] = json!([
         {
             // Failover: a floating-ip pool naming its Floating IPs, no Robot.
-            "if": {
-                "required": ["FloatingIpFailover"],
-                "properties": {"FloatingIpFailover": truthy()},
-            },
+            "if": is("FloatingIpFailover", true),
             "then": {
                 "allOf": [given("FloatingIpSelector"), lists("floating-ip")],
                 "not": given("Robot"),
@@ -145,13 +156,41 @@ fn lists(word: &str) -> Value {
     })
 }
 
-/// A value the binary reads as true (values.rs `parse_bool`).
-fn truthy() -> Value {
-    json!({"anyOf": [
-        {"const": true},
-        {"const": 1},
-        {"type": "string", "pattern": words_pattern(TRUE_WORDS)},
-    ]})
+/// `key` holds what the binary reads as `boolean` (values.rs
+/// `parse_bool`): the JSON boolean, 1 or 0, or one of its words.
+fn is(key: &str, boolean: bool) -> Value {
+    let words = if boolean { TRUE_WORDS } else { FALSE_WORDS };
+    json!({
+        "required": [key],
+        "properties": {key: {"anyOf": [
+            {"const": boolean},
+            {"const": u8::from(boolean)},
+            {"type": "string", "pattern": words_pattern(words)},
+        ]}},
+    })
+}
+
+/// With `WatchNodes` false, no pool may need the Node watch: failover,
+/// NodeSelector (its own or Robot's) and node rules other than the
+/// defaults (loader.rs).
+fn without_node_watch() -> Value {
+    let object = |inner: Value| {
+        let mut inner = inner;
+        inner["type"] = json!("object");
+        inner
+    };
+    json!({
+        "if": is("WatchNodes", false),
+        "then": {"properties": {"Pools": {"items": {"not": {"anyOf": [
+            is("FloatingIpFailover", true),
+            given("NodeSelector"),
+            {"required": ["Robot"], "properties": {"Robot": object(given("NodeSelector"))}},
+            {"required": ["Nodes"], "properties": {"Nodes": object(json!({"anyOf": [
+                given("ExcludeUnhealthyAfter"),
+                is("RequireNode", true),
+            ]}))}},
+        ]}}}}},
+    })
 }
 
 /// One of `words`, in any case, with blanks around it: the binary trims
@@ -166,7 +205,9 @@ fn words_pattern(words: &[&str]) -> String {
                     c if c.is_ascii_alphabetic() => {
                         format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
                     }
-                    c if c.is_ascii_alphanumeric() => c.to_string(),
+                    // `-` needs no escape outside a class (and `\-` is
+                    // refused by ECMA-262's `u` mode).
+                    c if c.is_ascii_alphanumeric() || c == '-' => c.to_string(),
                     c => format!("\\{c}"),
                 })
                 .collect()
@@ -194,7 +235,8 @@ fn field_schema(value: FieldType) -> Value {
         FieldType::Text | FieldType::TextOrNumber | FieldType::TextOrBool => {
             json!({"type": ["string", "number", "boolean", "null"]})
         }
-        FieldType::Duration => json!({"type": ["string", "null"]}),
+        // A duration needs its unit; only 0 may go without.
+        FieldType::Duration => json!({"anyOf": [{"type": ["string", "null"]}, {"const": 0}]}),
         // An object of labels (or annotations; numbers and booleans become
         // their text), or its JSON or selector text.
         FieldType::Map => json!({
@@ -288,7 +330,7 @@ mod tests {
             json!([given("LabelSelector"), given("Robot")])
         );
         assert_eq!(pool["properties"]["Robot"]["additionalProperties"], false);
-        assert_eq!(pool["properties"]["Robot"]["minProperties"], 1);
+        assert!(pool["properties"]["Robot"]["then"]["anyOf"].is_array());
         assert_eq!(pool["properties"]["Addresses"]["minItems"], 1);
         assert!(pool["properties"]["Robot"]["properties"]["Servers"].is_object());
     }

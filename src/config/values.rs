@@ -24,7 +24,7 @@ pub(super) fn parse_bool(text: &str) -> Result<bool, String> {
 
 /// The words `parse_bool` reads as true (in any case).
 pub(super) const TRUE_WORDS: &[&str] = &["true", "yes", "on", "1"];
-const FALSE_WORDS: &[&str] = &["false", "no", "off", "0"];
+pub(super) const FALSE_WORDS: &[&str] = &["false", "no", "off", "0"];
 
 pub(super) fn parse_leader_election(text: &str) -> Result<LeaderElectionMode, String> {
     match text.trim().to_ascii_lowercase().as_str() {

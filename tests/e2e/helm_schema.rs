@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 
+use canada_kaktus::config::Settings;
+
 use serde_json::{json, Value};
 
 use super::helm::{objects, template, RELEASE_NAMESPACE};
@@ -36,7 +38,7 @@ impl Mounts {
         self.dir.path().join(name).display().to_string()
     }
 
-    fn load(&self, config: &str, env: HashMap<String, String>) -> Result<(), String> {
+    fn load(&self, config: &str, env: HashMap<String, String>) -> Result<Settings, String> {
         let path = self.dir.path().join("config.json");
         std::fs::write(&path, config).unwrap();
         let settings = canada_kaktus::config::load(Some(&path), &env).map_err(|e| e.to_string())?;
@@ -44,13 +46,13 @@ impl Mounts {
         // chart refuses it, so a typo fails the install.
         match settings.warnings.iter().find(|w| w.contains("unknown key")) {
             Some(warning) => Err(warning.clone()),
-            None => Ok(()),
+            None => Ok(settings),
         }
     }
 }
 
 /// The binary with `config` as config.json and the env the chart sets.
-fn binary(config: &Value) -> Result<(), String> {
+fn binary(config: &Value) -> Result<Settings, String> {
     let mounts = Mounts::new();
     let mut env: HashMap<String, String> = [
         (
@@ -68,7 +70,8 @@ fn binary(config: &Value) -> Result<(), String> {
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    if config.get("Pools").is_none() {
+    // As the chart: the single pool's name unless Pools is given.
+    if config.get("Pools").is_none_or(Value::is_null) {
         env.insert("CANADA_KAKTUS_POOL_NAME".into(), "canada-kaktus".into());
     }
     mounts.load(&config.to_string(), env)
@@ -77,7 +80,7 @@ fn binary(config: &Value) -> Result<(), String> {
 /// `helm template` with `config`: `Err` when the chart refuses it, else
 /// the binary's verdict on what it rendered (the ConfigMap's config.json
 /// and the Deployment's env).
-fn chart(config: &Value) -> Result<Result<(), String>, String> {
+fn chart(config: &Value) -> Result<Result<Settings, String>, String> {
     let set = format!("config={config}");
     let out = template(&["--set-json", &set, "--set", ROBOT_SECRET]);
     if !out.status.success() {
@@ -95,20 +98,6 @@ fn chart(config: &Value) -> Result<Result<(), String>, String> {
         .get(&key("ConfigMap", "canada-kaktus-config"))
         .map(|map| map["data"]["config.json"].as_str().unwrap().to_owned())
         .unwrap_or_else(|| "{}".to_owned());
-    // The RBAC names the pools by the names the controller reads.
-    let role = &objects[&(
-        "ClusterRole".to_owned(),
-        String::new(),
-        "canada-kaktus".to_owned(),
-    )];
-    for rule in role["rules"].as_array().unwrap() {
-        for name in rule["resourceNames"].as_array().into_iter().flatten() {
-            assert!(
-                name.as_str().is_some_and(|n| n == n.trim()),
-                "{config}: resourceNames holds {name}"
-            );
-        }
-    }
     let deployment = &objects[&key("Deployment", "canada-kaktus")];
     let mounts = Mounts::new();
     let mut env = HashMap::new();
@@ -132,7 +121,34 @@ fn chart(config: &Value) -> Result<Result<(), String>, String> {
         };
         env.insert(name.to_owned(), value);
     }
-    Ok(mounts.load(&rendered, env))
+    let loaded = mounts.load(&rendered, env);
+    if let Ok(settings) = &loaded {
+        // The RBAC names the pools and the Lease the controller uses.
+        let names = |kind: &str, name: &str, rule: usize| {
+            let namespace = if kind == "Role" {
+                RELEASE_NAMESPACE
+            } else {
+                ""
+            };
+            let object = &objects[&(kind.to_owned(), namespace.to_owned(), name.to_owned())];
+            object["rules"][rule]["resourceNames"].clone()
+        };
+        let pools: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names("ClusterRole", "canada-kaktus", 1),
+            json!(pools),
+            "{config}"
+        );
+        assert_eq!(
+            names("ClusterRole", "canada-kaktus", 2),
+            json!(pools),
+            "{config}"
+        );
+        let lease = &settings.operate.lease_name;
+        let role = names("Role", "canada-kaktus-leader-election", 0);
+        assert_eq!(role, json!([lease]), "{config}");
+    }
+    Ok(loaded)
 }
 
 /// Configs at the edges of what the schema can say: each must get the same
@@ -158,6 +174,15 @@ fn edge_configs() -> Vec<Value> {
         "FloatingIpSelector": "role=ingress",
         "FloatingIpFailover": true,
     });
+    let with = |base: &Value, extra: Value| {
+        let mut value = base.clone();
+        value
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        value
+    };
+    let failover_pool = with(&edge, failover.clone());
     vec![
         json!({}),
         json!({"LabelSelector": "role=edge"}),
@@ -170,8 +195,22 @@ fn edge_configs() -> Vec<Value> {
         pool(json!({})),
         pool(json!({"Addresses": ["Public-IPv4"]})),
         pool(json!({"Addresses": ["public-ipv4", "public-ipv4"]})),
-        pool(json!({"Name": 5})),
         pool(json!({"Name": " edge "})),
+        pool(json!({"Name": null})),
+        pool(json!({"Name": "  "})),
+        pool(json!({"Name": "Edge"})),
+        json!({"PoolName": " edge ", "LeaseName": " lease "}),
+        json!({"PoolName": "  "}),
+        json!({"NodeDebounce": 0, "NodeMinGap": "1s"}),
+        json!({"Pools": [edge.clone()], "LabelSelector": null, "PoolName": ""}),
+        json!({"Pools": null, "LabelSelector": "role=edge"}),
+        json!({"WatchNodes": false, "Pools": [failover_pool.clone()]}),
+        json!({"WatchNodes": "Off", "Pools": [with(&edge, json!({"NodeSelector": "a=b"}))]}),
+        json!({"WatchNodes": 0, "Pools": [with(&edge, json!({"Nodes": {"RequireNode": true}}))]}),
+        json!({"WatchNodes": false, "Pools": [with(&edge, json!({"Nodes": {"RequireNode": false}}))]}),
+        json!({"WatchNodes": false, "Pools": [{"Name": "d", "Robot": {"NodeSelector": "a=b"}}]}),
+        json!({"WatchNodes": false, "Pools": [{"Name": "d", "Robot": {"Servers": [1]}}]}),
+        pool(json!({"Robot": null})),
         pool(json!({"LabelSelector": ""})),
         pool(json!({"NodeSelector": "role=edge"})),
         pool(json!({"Addresses": ["robot-additional-ip"]})),
@@ -190,11 +229,14 @@ fn edge_configs() -> Vec<Value> {
         pool(json!({"Nodes": {"ExcludeUnhealthyAfter": "60s", "RequireNode": "on"}})),
         pool(json!({"FailoverMovesPerMinute": 5})),
         robot(json!({})),
+        robot(json!({"Robot": {"Servers": []}})),
+        robot(json!({"Robot": {"NodeSelector": null}})),
+        robot(json!({"Robot": {"NodeSelector": " ", "Servers": []}})),
+        robot(json!({"Robot": {"NodeSelector": "role=db", "Servers": []}})),
         robot(json!({"LabelSelector": ""})),
         robot(json!({"NodeSelector": "role=edge"})),
         robot(failover),
         robot(json!({"Addresses": ["robot-failover-ip"]})),
-        json!({"Pools": edge.to_string()}),
         json!({"Pools": [edge.clone(), edge.clone()]}),
     ]
 }
@@ -202,12 +244,19 @@ fn edge_configs() -> Vec<Value> {
 /// Where the chart is stricter than the binary, on purpose.
 fn stricter_configs() -> Vec<(Value, &'static str)> {
     let edge = json!([{"Name": "edge", "LabelSelector": "role=edge"}]);
-    vec![(
-        json!({"Pools": edge.to_string()}),
-        // The JSON text of Pools is for CANADA_KAKTUS_POOLS; in values
-        // a list, which the chart reads to name the pools in its RBAC.
-        "/config/Pools",
-    )]
+    vec![
+        (
+            json!({"Pools": edge.to_string()}),
+            // The JSON text of Pools is for CANADA_KAKTUS_POOLS; in values
+            // a list, which the chart reads to name the pools in its RBAC.
+            "/config/Pools",
+        ),
+        (
+            // A name is text: Helm would write a large number as 1e+06.
+            json!({"Pools": [{"Name": 1000000, "LabelSelector": "role=edge"}]}),
+            "/config/Pools/0/Name",
+        ),
+    ]
 }
 
 #[test]
@@ -237,9 +286,9 @@ fn the_chart_and_the_binary_agree_on_each_config() {
                         "{config}: the chart installs it, the binary refuses: {e}"
                     ));
                 }
-                if rendered.is_ok() != binary.is_ok() {
+                if let (Err(e), Ok(_)) = (&rendered, &binary) {
                     disagree.push(format!(
-                        "{config}: rendered, the binary says {rendered:?}, as written {binary:?}"
+                        "{config}: the binary takes it as written, not as rendered: {e}"
                     ));
                 }
             }
@@ -332,6 +381,13 @@ fn without_leader_election_one_pod_runs_at_a_time() {
             json!({"type": "Recreate"}),
             "{set}"
         );
+        // One pod: a budget of one available would block every drain.
+        assert!(
+            !objects
+                .keys()
+                .any(|(kind, _, _)| kind == "PodDisruptionBudget"),
+            "{set}: a PodDisruptionBudget with one replica"
+        );
     }
     // With it (the default, auto), two replicas and a rolling update.
     let out = template(&["--set-json", "config.LeaderElection=\"auto\""]);
@@ -344,4 +400,7 @@ fn without_leader_election_one_pod_runs_at_a_time() {
     )];
     assert_eq!(deployment["spec"]["replicas"], 2);
     assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    assert!(objects
+        .keys()
+        .any(|(kind, _, _)| kind == "PodDisruptionBudget"));
 }

@@ -335,7 +335,14 @@ fn present(cluster: &TestCluster, objects: &[&str]) -> Vec<(String, bool)> {
     objects
         .iter()
         .map(|object| {
-            let mut args = vec!["get", *object, "--ignore-not-found", "-o", "name"];
+            let mut args = vec![
+                "get",
+                *object,
+                "--ignore-not-found",
+                "-o",
+                "name",
+                "--request-timeout=30s",
+            ];
             if !object.starts_with("clusterrole") && !object.starts_with("ciliumloadbalancerippool")
             {
                 args.extend(["-n", "canada-kaktus"]);
@@ -355,6 +362,7 @@ fn namespace_going(cluster: &TestCluster) -> bool {
         "--ignore-not-found",
         "-o",
         "jsonpath={.metadata.deletionTimestamp}",
+        "--request-timeout=30s",
     ]);
     assert!(out.status.success(), "{out:?}");
     // No namespace controller runs here: a deleted namespace stays
@@ -397,6 +405,7 @@ async fn uninstalling_removes_and_keeps_what_the_page_says() {
     );
 
     // kustomize, keeping the Secret and the ConfigMap.
+    drop(cluster);
     let cluster = installed().await;
     run(&cluster, dir.path(), config).unwrap();
     run(&cluster, dir.path(), &delete_some).unwrap();
@@ -419,20 +428,24 @@ async fn uninstalling_removes_and_keeps_what_the_page_says() {
     );
     assert!(gone.iter().all(|(_, p)| !*p), "{delete_some}: {gone:?}");
 
-    // Helm, in a namespace made before: it and the Secret made by hand stay.
+    // Helm, in a namespace made before: it and the Secret made by hand
+    // stay; the token Secret the chart made from token.value goes.
+    drop(cluster);
     let cluster = TestCluster::start().await;
     cluster.install_crd(CrdFixture::V2).await;
     let chart = repo().join("deploy/helm/canada-kaktus");
     let install = format!(
-        "kubectl create namespace canada-kaktus && helm install canada-kaktus {} --namespace canada-kaktus",
+        "kubectl create namespace canada-kaktus && helm install canada-kaktus {} --namespace \
+         canada-kaktus --set token.value=example-token",
         chart.display()
     );
     run(&cluster, dir.path(), &install).unwrap();
     run(&cluster, dir.path(), "kubectl -n canada-kaktus create secret generic hetzner-credentials --from-literal=token=example-token").unwrap();
-    assert!(
-        present(&cluster, &["deployment/canada-kaktus"])[0].1,
-        "{install}"
+    let made = present(
+        &cluster,
+        &["deployment/canada-kaktus", "secret/canada-kaktus-token"],
     );
+    assert!(made.iter().all(|(_, p)| *p), "{install}: {made:?}");
     run(&cluster, dir.path(), &uninstall).unwrap();
     assert!(
         !namespace_going(&cluster),
@@ -440,7 +453,11 @@ async fn uninstalling_removes_and_keeps_what_the_page_says() {
     );
     let gone = present(
         &cluster,
-        &["deployment/canada-kaktus", "clusterrole/canada-kaktus"],
+        &[
+            "deployment/canada-kaktus",
+            "clusterrole/canada-kaktus",
+            "secret/canada-kaktus-token",
+        ],
     );
     assert!(gone.iter().all(|(_, p)| !*p), "{uninstall}: {gone:?}");
     let kept = present(&cluster, &["secret/hetzner-credentials"]);

@@ -642,8 +642,14 @@ async fn logs_are_text_at_a_terminal_and_json_elsewhere() {
 
     let terminal = run_in_terminal(&["--dry-run"], &env).await;
     assert!(terminal.contains("203.0.113.20/32"), "{terminal}");
-    assert!(terminal.contains("INFO"), "no log line at the terminal: {terminal}");
-    assert!(!terminal.contains(json_line), "JSON at a terminal: {terminal}");
+    assert!(
+        terminal.contains("INFO"),
+        "no log line at the terminal: {terminal}"
+    );
+    assert!(
+        !terminal.contains(json_line),
+        "JSON at a terminal: {terminal}"
+    );
 
     let mut forced = env.to_vec();
     forced.push(("CANADA_KAKTUS_LOG_FORMAT", "json"));
@@ -651,7 +657,11 @@ async fn logs_are_text_at_a_terminal_and_json_elsewhere() {
     assert!(terminal.contains(json_line), "json not forced: {terminal}");
 
     let piped = run(&["--dry-run"], &env).await;
-    assert!(text(&piped.stderr).contains(json_line), "{}", text(&piped.stderr));
+    assert!(
+        text(&piped.stderr).contains(json_line),
+        "{}",
+        text(&piped.stderr)
+    );
     let mut forced = env.to_vec();
     forced.push(("CANADA_KAKTUS_LOG_FORMAT", "text"));
     let piped = run(&["--dry-run"], &forced).await;

@@ -130,7 +130,7 @@ pub fn page_examples(relative: &str, text: &str, problems: &mut Vec<String>) -> 
         let configs = match fence.language.as_str() {
             "json" => match serde_json::from_str::<Value>(&fence.body) {
                 Ok(value) => as_config(&value).into_iter().collect(),
-                Err(_) if fence.refused || !names_a_setting(&fence.body) => Vec::new(),
+                Err(_) if !names_a_setting(&fence.body) => Vec::new(),
                 Err(e) => {
                     problems.push(format!("{place}: names a setting, but is not JSON: {e}"));
                     Vec::new()

@@ -34,8 +34,8 @@ pub fn failover_pool(extra: Value) -> Value {
         "FloatingIpFailover": true,
         "FailoverAfter": "15s",
     });
-    let fields = pool.as_object_mut().unwrap();
-    fields.extend(extra.as_object().cloned().unwrap_or_default());
+    let extra = extra.as_object().expect("extra fields are a JSON object");
+    pool.as_object_mut().unwrap().extend(extra.clone());
     pool
 }
 

@@ -16,7 +16,8 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 
 {{/* The pool the controller writes: also the RBAC resourceNames. */}}
 {{- define "canada-kaktus.poolName" -}}
-{{- .Values.config.PoolName | default "covidnetes-pool" -}}
+{{- /* As the controller reads it: text, trimmed; blank is unset. */ -}}
+{{- .Values.config.PoolName | default "" | toString | trim | default "covidnetes-pool" -}}
 {{- end }}
 
 {{/* Every pool the controller writes: the names in config.Pools, else the
@@ -40,7 +41,7 @@ one pool of config.PoolName. A JSON list, for the RBAC resourceNames. */}}
 
 {{/* The leader-election Lease: also the RBAC resourceNames. */}}
 {{- define "canada-kaktus.leaseName" -}}
-{{- .Values.config.LeaseName | default "canada-kaktus" -}}
+{{- .Values.config.LeaseName | default "" | toString | trim | default "canada-kaktus" -}}
 {{- end }}
 
 {{- define "canada-kaktus.image" -}}
