@@ -64,6 +64,10 @@ pub struct Members {
     /// `public-ipv4` only, whether or not the server gave another kind of
     /// address), as labels of `servers_skipped{reason}`.
     pub public_ipv4_problems: Vec<&'static str>,
+    /// Matched servers that gave the pool nothing and have no usable
+    /// public IPv4 (pools with `public-ipv4`): warned about once per cycle
+    /// by whoever uses the split (a cycle splits a listing more than once).
+    pub skipped: Vec<Skipped>,
     /// Addresses Hetzner reports as blocked by its abuse team, kept or not.
     pub blocked: Vec<IpAddr>,
     /// Addresses an earlier pool took.
@@ -74,6 +78,17 @@ pub struct Members {
     /// The pool's `PrivateNetwork` name, when no listed network has it:
     /// its private addresses are unknown, not absent.
     pub network_missing: Option<String>,
+}
+
+/// A matching server that gave a `public-ipv4` pool nothing, and why its
+/// public IPv4 is unusable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The Cloud server's ID, or the Robot server's number.
+    pub id: i64,
+    pub robot: bool,
+    pub name: String,
+    pub reason: &'static str,
 }
 
 /// A server left out of a pool.
@@ -487,14 +502,12 @@ fn note_public_ipv4(pool: &PoolConfig, server: &Server, gave_nothing: bool, memb
     }
     if let Err(reason) = &server.public_ipv4 {
         if gave_nothing {
-            tracing::warn!(
-                pool = %pool.name,
-                server_id = server.robot_number().unwrap_or(server.id),
-                robot = server.robot.is_some(),
-                server_name = %server.name,
-                reason = %reason,
-                "skipping Hetzner server without a usable public IPv4"
-            );
+            members.skipped.push(Skipped {
+                id: server.robot_number().unwrap_or(server.id),
+                robot: server.robot.is_some(),
+                name: server.name.to_string(),
+                reason: reason.as_str(),
+            });
         }
         members.public_ipv4_problems.push(reason.as_str());
     }

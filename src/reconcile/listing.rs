@@ -241,6 +241,16 @@ fn render_members(
 /// blocked addresses, servers in several private networks.
 pub(super) fn warn_about(settings: &Settings, rendered: &[RenderedPool]) {
     for (pool, RenderedPool { members, .. }) in settings.pools.iter().zip(rendered) {
+        for skipped in &members.skipped {
+            tracing::warn!(
+                pool = %pool.name,
+                server_id = skipped.id,
+                robot = skipped.robot,
+                server_name = %skipped.name,
+                reason = skipped.reason,
+                "skipping Hetzner server without a usable public IPv4"
+            );
+        }
         if !members.blocked.is_empty() {
             tracing::warn!(
                 pool = %pool.name,

@@ -804,3 +804,26 @@ async fn a_floating_ip_the_gate_withheld_is_not_handed_to_the_mover() {
     let ips: Vec<i64> = listing.pools[0].floating_ips.iter().map(|f| f.id).collect();
     assert_eq!(ips, [10], "only the Floating IP the pool holds");
 }
+
+/// A matching server without a usable public IPv4 is said once per cycle
+/// (2.0.0 said it twice: the listing's render and the write's).
+#[tokio::test]
+async fn a_server_without_a_public_ipv4_is_warned_about_once_per_cycle() {
+    let logs = support::logs::capture();
+    let (hetzner, _kube, mut reconciler) = setup(&["v2"]).await;
+    hetzner.set_servers(vec![
+        FakeServer::new(1, "192.168.1.101"),
+        FakeServer::without_ipv4(4),
+    ]);
+    let settings = settings(&hetzner, &[]);
+    for cycle in 1..=2 {
+        let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+        assert_eq!(report.listing.unwrap().servers_skipped, 1);
+        let warned = logs
+            .mine()
+            .iter()
+            .filter(|l| l["message"] == "skipping Hetzner server without a usable public IPv4")
+            .count();
+        assert_eq!(warned, cycle, "after cycle {cycle}");
+    }
+}
