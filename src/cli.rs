@@ -67,12 +67,18 @@ pub enum Command {
     ///
     /// The controller's own decision on what it reads now (Hetzner, the
     /// Nodes, every pool): the node rule, the pool that has the address,
-    /// the guard that holds a write, a Floating IP's holder. Reads only.
+    /// the guard that holds a write, a Floating IP's holder. With ADDRESS,
+    /// only that address: which pool takes it and why, or which server or
+    /// Floating IP has it and why no pool does. Reads only.
     Explain(ExplainArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
+    /// Only this address (IPv4 or IPv6), of any server, Robot server or
+    /// Floating IP.
+    #[arg(value_name = "ADDRESS")]
+    pub address: Option<std::net::IpAddr>,
     /// Only this pool.
     #[arg(long, value_name = "NAME")]
     pub pool: Option<String>,
@@ -198,13 +204,18 @@ async fn explain(
     let filter = crate::explain::Filter {
         pool: args.pool,
         server: args.server,
+        address: args.address,
     };
     let answer = match crate::explain::read_and_explain(&settings, &filter).await {
         Ok(answer) => answer,
-        Err(error) => {
+        Err(crate::explain::ExplainError::Read(error)) => {
             eprintln!(
                 "canada-kaktus explain: {error}; nothing is explained from part of the state"
             );
+            return ExitCode::FAILURE;
+        }
+        Err(unknown) => {
+            eprintln!("canada-kaktus explain: {unknown}");
             return ExitCode::FAILURE;
         }
     };

@@ -162,13 +162,19 @@ impl Loader {
         }
     }
 
-    pub(super) fn settings(mut self) -> Result<Settings, ConfigErrors> {
-        let log_level = self.parse(&LOG_LEVEL, |s| {
+    /// `LogLevel` and `LogFormat`.
+    fn logging(&mut self) -> (Option<LogLevel>, Option<LogFormat>) {
+        let level = self.parse(&LOG_LEVEL, |s| {
             s.parse::<LogLevel>().map_err(|e| e.reason())
         });
-        let log_format = self.parse(&LOG_FORMAT, |s| {
+        let format = self.parse(&LOG_FORMAT, |s| {
             s.parse::<LogFormat>().map_err(|e| e.reason())
         });
+        (level, format)
+    }
+
+    pub(super) fn settings(mut self) -> Result<Settings, ConfigErrors> {
+        let (log_level, log_format) = self.logging();
         let label_selector = self.parse(&LABEL_SELECTOR, |s| {
             s.parse::<LabelSelector>()
                 .map_err(|e| format!("is not a valid label selector: {e}"))

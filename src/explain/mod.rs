@@ -16,18 +16,39 @@ use crate::pool::{gate, live_addresses, Pool};
 use crate::reconcile::{render_traced, Listing, ReconcileError};
 use crate::world::{self, Clients, World};
 
+mod address;
+
 /// Which part of the answer to show.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     pub pool: Option<String>,
     /// A server's name or ID.
     pub server: Option<String>,
+    /// One address: the lines about it only.
+    pub address: Option<IpAddr>,
 }
 
 /// The answer for every pool shown.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Explanation {
+    /// The address asked about, if one was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
     pub pools: Vec<PoolAnswer>,
+}
+
+/// Why `explain` gives no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExplainError {
+    /// Something could not be read: nothing is explained from part of it.
+    #[error("{0}")]
+    Read(String),
+    /// No server, Robot server or Floating IP has the address asked about.
+    #[error(
+        "{0}: no server, Robot server or Floating IP of this Hetzner project (and Robot account) \
+         has this address; check it, or ask about a server with --server"
+    )]
+    Unknown(IpAddr),
 }
 
 /// One pool: what a write would hold, why each address is in or out.
@@ -161,16 +182,45 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
                 .map(|address| leaving(*address, &ctx))
                 .collect()
         };
-        pools.push(PoolAnswer {
+        let mut answer = PoolAnswer {
             pool: name.to_owned(),
             addresses: written.len(),
             refused,
             servers,
             floating_ips,
             leaving,
-        });
+        };
+        if let Some(address) = filter.address {
+            answer.only(address);
+        }
+        pools.push(answer);
     }
-    Explanation { pools }
+    // Of an address some pool speaks of, only those pools.
+    if filter.address.is_some() && pools.iter().any(|p| !p.is_silent()) {
+        pools.retain(|p| !p.is_silent());
+    }
+    Explanation {
+        address: filter.address.map(|a| a.to_string()),
+        pools,
+    }
+}
+
+impl PoolAnswer {
+    /// Keeps the lines about `address` (and the servers that have one).
+    fn only(&mut self, address: IpAddr) {
+        let text = address.to_string();
+        let about = |line: &Line| line.address.as_deref() == Some(text.as_str());
+        for server in &mut self.servers {
+            server.lines.retain(about);
+        }
+        self.servers.retain(|s| !s.lines.is_empty());
+        self.floating_ips.retain(about);
+        self.leaving.retain(about);
+    }
+
+    fn is_silent(&self) -> bool {
+        self.servers.is_empty() && self.floating_ips.is_empty() && self.leaving.is_empty()
+    }
 }
 
 /// What the pool `name` holds now, from the read of every pool.
@@ -423,6 +473,9 @@ impl Explanation {
     /// The answer for people.
     pub fn text(&self) -> String {
         let mut out = String::new();
+        if let Some(address) = &self.address {
+            out.push_str(&format!("address {address}\n"));
+        }
         for pool in &self.pools {
             out.push_str(&format!(
                 "pool {}: {} address(es)\n",
@@ -476,16 +529,44 @@ mod tests;
 /// Reads what the controller would read (Hetzner, the Nodes when the Node
 /// watch is on, every pool) and explains it; a read that fails gives no
 /// answer at all, never one from part of the state. Every read is bounded.
-pub async fn read_and_explain(settings: &Settings, filter: &Filter) -> Result<Explanation, String> {
+pub async fn read_and_explain(
+    settings: &Settings,
+    filter: &Filter,
+) -> Result<Explanation, ExplainError> {
     let clients = Clients::connect(settings)
         .await
-        .map_err(|e| e.to_string())?;
-    let world = World::read(&clients, settings).await?;
+        .map_err(|e| ExplainError::Read(e.to_string()))?;
+    let world = World::read(&clients, settings)
+        .await
+        .map_err(ExplainError::Read)?;
     let state = State {
         settings,
         listing: &world.listing,
         nodes: &world.nodes,
         pools: &world.pools,
     };
-    Ok(explain(&state, filter).await)
+    let mut answer = explain(&state, filter).await;
+    match filter.address {
+        Some(address) if answer.pools.iter().all(PoolAnswer::is_silent) => {
+            let everything = world::read_everything(&clients.hetzner, settings)
+                .await
+                .map_err(|e| {
+                    ExplainError::Read(format!("listing every Hetzner server failed: {e}"))
+                })?;
+            let robot = world.listing.robot.servers();
+            let owners = address::owners(
+                address,
+                everything.servers.iter().chain(robot),
+                &everything.floating_ips,
+            );
+            let why = address::why_not(settings, &owners, address, filter.pool.as_deref())
+                .ok_or(ExplainError::Unknown(address))?;
+            for (pool, why) in answer.pools.iter_mut().zip(why) {
+                pool.servers = why.servers;
+                pool.floating_ips = why.floating_ips;
+            }
+            Ok(answer)
+        }
+        _ => Ok(answer),
+    }
 }

@@ -198,6 +198,7 @@ async fn each_address_says_why_it_is_in_or_out() {
     let filter = Filter {
         pool: Some("first".into()),
         server: Some("4".into()),
+        ..Filter::default()
     };
     let one = explain(&state, &filter).await;
     assert_eq!(one.pools.len(), 1);
@@ -355,6 +356,7 @@ async fn a_floating_ip_only_failover_pool_explains_its_servers_and_their_ips() {
     let filter = Filter {
         pool: None,
         server: Some("node-1".into()),
+        ..Filter::default()
     };
     let answer = explain(&state, &filter).await;
     let edge = &answer.pools[0];
@@ -367,6 +369,7 @@ async fn a_floating_ip_only_failover_pool_explains_its_servers_and_their_ips() {
     let filter = Filter {
         pool: None,
         server: Some("node-2".into()),
+        ..Filter::default()
     };
     let answer = explain(&state, &filter).await;
     assert!(answer.pools[0].floating_ips.is_empty(), "{answer:#?}");
@@ -434,6 +437,7 @@ async fn an_excluded_server_whose_removal_is_held_is_still_in_and_says_why() {
     let filter = Filter {
         pool: None,
         server: Some("node-2".into()),
+        ..Filter::default()
     };
     let answer = explain(&state, &filter).await;
     let lines = lines_of(&answer, "first", "node-2");
@@ -561,6 +565,7 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
     let filter = Filter {
         pool: None,
         server: Some("321".into()),
+        ..Filter::default()
     };
     let answer = explain(&state, &filter).await;
     let servers = &answer.pools[0].servers;

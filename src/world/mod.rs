@@ -162,6 +162,25 @@ pub async fn read_listing(
     reconcile::list_hetzner(&hetzner.for_cycle(), settings).await
 }
 
+/// Every Cloud server of the project (not only those a selector matches,
+/// with their labels) and every Floating IP, under one cycle's time limit:
+/// what `explain ADDRESS` looks through for an address no pool mentions.
+pub async fn read_everything(
+    hetzner: &HetznerClient,
+    settings: &Settings,
+) -> Result<Listing, ReconcileError> {
+    let hetzner = hetzner.for_cycle();
+    let token = settings.token.read_async().await?;
+    let servers = hetzner.list_servers_with(&token, "", true, false).await?;
+    let floating = hetzner.list_floating_ips(&token).await?;
+    Ok(Listing {
+        requests: servers.requests + floating.requests,
+        servers: servers.servers,
+        floating_ips: floating.floating_ips,
+        ..Listing::default()
+    })
+}
+
 /// Everything a command decides from, read once.
 pub struct World {
     pub listing: Listing,

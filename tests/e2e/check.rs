@@ -285,6 +285,10 @@ async fn explain_agrees_with_the_controllers_metrics_and_events() {
         FakeServer::new(2, "203.0.113.2"),
         FakeServer::without_ipv4(3),
         FakeServer::new(4, "203.0.113.4"),
+        // No pool selects it: only `explain ADDRESS` lists it.
+        FakeServer::new(5, "203.0.113.5")
+            .without_label("kops.k8s.io/instance-role")
+            .with_label("role", "db"),
     ]);
     let nodes: Api<Node> = Api::all(cluster.admin_client());
     for id in 1..=4 {
@@ -423,6 +427,41 @@ async fn explain_agrees_with_the_controllers_metrics_and_events() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
         said.contains("--server nope: no server of that name or ID"),
+        "{said}"
+    );
+
+    // One address: the pool's line for it; a server no pool selects, with
+    // its labels; an address nothing has (exit 1).
+    let (code, one) = run_json(
+        &["explain", "203.0.113.2", "-o", "json"],
+        &account,
+        &hetzner,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{one:#}");
+    assert_eq!(one["address"], "203.0.113.2");
+    let lines = explained(&one);
+    assert_eq!(lines.len(), 1, "{one:#}");
+    assert_eq!((lines[0].1.as_str(), lines[0].2), ("excluded", false));
+    let (code, other) = run_json(
+        &["explain", "203.0.113.5", "-o", "json"],
+        &account,
+        &hetzner,
+    )
+    .await;
+    assert_eq!(code, Some(0), "{other:#}");
+    let lines = explained(&other);
+    assert_eq!(lines.len(), 1, "{other:#}");
+    assert_eq!(
+        (lines[0].0.as_str(), lines[0].1.as_str()),
+        ("node-5", "not_selected")
+    );
+    assert!(lines[0].3.contains("role=db"), "{other:#}");
+    let out = run_command(&["explain", "192.0.2.99"], &account, &hetzner, &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("192.0.2.99: no server, Robot server or Floating IP"),
         "{said}"
     );
     drop(controller);
