@@ -137,13 +137,13 @@ pub async fn run(cli: Cli) -> ExitCode {
     if cli.dry_run {
         return dry_run(&settings, cli.output).await;
     }
-    let Some(reconciler) = connect(&settings).await else {
+    let Some((reconciler, kube_url)) = connect(&settings).await else {
         return ExitCode::FAILURE;
     };
 
     if cli.once {
         let mut reconciler = reconciler.single_cycle();
-        return once(&settings, &mut reconciler).await;
+        return once(&settings, &mut reconciler, &kube_url).await;
     }
     run_controller(settings, reconciler, cli.config, env, log).await
 }
@@ -262,14 +262,18 @@ fn start(settings: &Settings) -> telemetry::LogControl {
 
 /// The reconciler with the process's clients ([`Clients`]), or `None`
 /// (and why, logged) when they cannot be built.
-async fn connect(settings: &Settings) -> Option<Reconciler> {
+async fn connect(settings: &Settings) -> Option<(Reconciler, String)> {
     match Clients::connect(settings).await {
-        Ok(clients) => Some(Reconciler::new(
-            clients.hetzner.clone(),
-            clients.pools(settings),
+        Ok(clients) => Some((
+            Reconciler::new(clients.hetzner.clone(), clients.pools(settings)),
+            clients.kube_url,
         )),
         Err(ConnectError::Kubernetes(e)) => {
-            error!(error = %e, "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config)");
+            error!(
+                error = %e,
+                "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config); \
+                 to see the pools without a cluster, run canada-kaktus --dry-run"
+            );
             None
         }
         Err(ConnectError::Hetzner(e)) => {
@@ -280,13 +284,13 @@ async fn connect(settings: &Settings) -> Option<Reconciler> {
 }
 
 /// `--once`: one full reconcile; success only when every pool reconciled.
-async fn once(settings: &Settings, reconciler: &mut Reconciler) -> ExitCode {
+async fn once(settings: &Settings, reconciler: &mut Reconciler, kube_url: &str) -> ExitCode {
     // No watch: the Nodes are listed once, before anything is decided.
     // Without that list nothing is added (removals still go).
-    let nodes = match world::read_nodes(reconciler.pools().client(), settings).await {
+    let nodes = match world::read_nodes(reconciler.pools().client(), kube_url, settings).await {
         Ok(nodes) => nodes,
         Err(e) => {
-            warn!(error = %e, "listing Nodes failed (the ServiceAccount needs list on nodes, deploy/rbac.yaml); no address is added");
+            warn!(error = %e, "listing Nodes failed; no address is added");
             NodeView::new([], false)
         }
     };

@@ -52,12 +52,16 @@ pub async fn check(
         ..Report::default()
     };
     report.add("Configuration", judge::configuration(loaded));
+    const AFTER_KUBERNETES: &[&str] = &["Cilium", "Pools", "Nodes", "Leader"];
     let Ok(settings) = loaded else {
+        report.skip(&["Hetzner", "Kubernetes"], "the configuration is invalid");
+        report.skip(AFTER_KUBERNETES, "the configuration is invalid");
         return report;
     };
-    let (hetzner_checks, listing) = hetzner(settings).await;
+    let endpoint = format!("the Hetzner API at {}", settings.hcloud_endpoint);
+    let (hetzner_checks, listing) = waiting(&endpoint, hetzner(settings)).await;
     report.add("Hetzner", hetzner_checks);
-    let client = match world::kube_client().await {
+    let (client, url) = match world::kube_client().await {
         Ok(client) => client,
         Err(error) => {
             report.add(
@@ -68,10 +72,12 @@ pub async fn check(
                 )
                 .with_detail(error.to_string())],
             );
+            report.skip(AFTER_KUBERNETES, "there is no Kubernetes configuration");
             return report;
         }
     };
-    match world::bounded(client.apiserver_version()).await {
+    let api = format!("the Kubernetes API server at {url}");
+    match waiting(&api, world::bounded(client.apiserver_version())).await {
         Ok(version) => {
             let mut checks = vec![Check::pass(format!(
                 "the API server answers (Kubernetes {})",
@@ -85,33 +91,56 @@ pub async fn check(
             report.add(
                 "Kubernetes",
                 vec![Check::failure(
-                    "the API server does not answer",
+                    format!("the Kubernetes API server at {url} does not answer"),
                     "check the kubeconfig's server address and credentials",
                 )
                 .with_detail(error)],
+            );
+            report.skip(
+                AFTER_KUBERNETES,
+                "the Kubernetes API server does not answer",
             );
             return report;
         }
     }
     let namespace = options.cilium_namespace.as_str();
-    let mut cilium =
-        judge::cilium_config(namespace, &read::cilium_config(&client, namespace).await);
-    cilium.push(judge::operator(
-        namespace,
-        &read::operator_image(&client, namespace).await,
-    ));
+    let config = waiting(&api, read::cilium_config(&client, namespace)).await;
+    let mut cilium = judge::cilium_config(namespace, &config);
+    let operator = waiting(&api, read::operator_image(&client, namespace)).await;
+    cilium.push(judge::operator(namespace, &operator));
     report.add("Cilium", cilium);
-    let nodes = match read::nodes(&client).await {
+    let nodes = match waiting(&api, read::nodes(&client)).await {
         Ok(nodes) => Ok(nodes.iter().map(NodeFacts::of).collect::<Vec<_>>()),
         Err(error) => Err(error),
     };
-    report.add(
-        "Pools",
-        pools(settings, &client, listing.as_ref(), &nodes).await,
-    );
+    let pool_checks = pools(settings, &client, listing.as_ref(), &nodes);
+    report.add("Pools", waiting(&api, pool_checks).await);
     report.add("Nodes", node_checks(settings, listing.as_ref(), &nodes));
-    report.add("Leader", leader(settings, env, &client).await);
+    report.add(
+        "Leader",
+        waiting(&api, leader(settings, env, &client)).await,
+    );
     report
+}
+
+/// After this long without an answer, `check` says what it waits for (it
+/// prints its report only at the end).
+const SAY_WAIT_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `work`, and on stderr what it waits for when it takes longer than
+/// [`SAY_WAIT_AFTER`] (once; every read gives up after
+/// [`world::READ_LIMIT`]).
+async fn waiting<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
+    let work = std::pin::pin!(work);
+    let mut work = work;
+    tokio::select! {
+        out = &mut work => return out,
+        () = tokio::time::sleep(SAY_WAIT_AFTER) => eprintln!(
+            "canada-kaktus check: waiting for {what} (each read gives up after {} s)",
+            world::READ_LIMIT.as_secs()
+        ),
+    }
+    work.await
 }
 
 /// The token, the rate limit, the write scope (failover pools), and the

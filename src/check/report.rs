@@ -85,6 +85,16 @@ pub struct Report {
     /// No check failed (warnings do not count).
     pub success: bool,
     pub categories: Vec<Category>,
+    /// Groups not checked, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+}
+
+/// A group `check` could not run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    pub name: &'static str,
+    pub reason: &'static str,
 }
 
 impl Report {
@@ -97,6 +107,12 @@ impl Report {
             .iter()
             .flat_map(|c| &c.checks)
             .all(|c| c.result != Status::Failure);
+    }
+
+    /// Says that `names` were not checked, and why.
+    pub fn skip(&mut self, names: &[&'static str], reason: &'static str) {
+        self.skipped
+            .extend(names.iter().map(|&name| Skipped { name, reason }));
     }
 
     pub fn count(&self, status: Status) -> usize {
@@ -129,6 +145,18 @@ impl Report {
                 }
             }
             out.push('\n');
+        }
+        // Said once per reason: "Cilium, Pools: not checked (why)".
+        let mut reasons: Vec<&str> = self.skipped.iter().map(|s| s.reason).collect();
+        reasons.dedup();
+        for reason in reasons {
+            let names: Vec<&str> = self
+                .skipped
+                .iter()
+                .filter(|s| s.reason == reason)
+                .map(|s| s.name)
+                .collect();
+            let _ = writeln!(out, "Not checked: {} ({reason})\n", names.join(", "));
         }
         let _ = writeln!(
             out,

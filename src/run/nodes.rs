@@ -219,9 +219,13 @@ pub fn start(
                 Err(error) => {
                     if failing {
                         debug!(%error, "watching Nodes still fails; retrying with backoff");
-                    } else {
+                    } else if super::watch::forbidden(&error) {
                         warn!(%error, "watching Nodes failed (the ServiceAccount needs list and \
                                        watch on nodes, deploy/rbac.yaml); retrying with backoff");
+                        failing = true;
+                    } else {
+                        warn!(%error, "watching Nodes failed (the Kubernetes API server did not \
+                                       answer, or failed); retrying with backoff");
                         failing = true;
                     }
                     continue;

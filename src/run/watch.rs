@@ -153,3 +153,43 @@ async fn watch_pool(
     })
     .await;
 }
+/// Whether a watch failed because RBAC forbids it (403), not because the
+/// API server could not be reached or failed: only then is RBAC named.
+pub(crate) fn forbidden(error: &watcher::Error) -> bool {
+    use watcher::Error;
+    match error {
+        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(status) if status.is_forbidden())
+        }
+        Error::WatchError(status) => status.is_forbidden(),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> Box<kube::core::Status> {
+        let reason = if code == 403 {
+            "Forbidden"
+        } else {
+            "InternalError"
+        };
+        kube::core::Status::failure("m", reason)
+            .with_code(code)
+            .boxed()
+    }
+
+    /// Only a 403 names RBAC; a 500 or a connection that fails does not.
+    #[test]
+    fn only_a_refusal_is_forbidden() {
+        let api = |code| watcher::Error::InitialListFailed(kube::Error::Api(status(code)));
+        assert!(forbidden(&api(403)));
+        assert!(forbidden(&watcher::Error::WatchError(status(403))));
+        assert!(!forbidden(&api(500)));
+        assert!(!forbidden(&watcher::Error::WatchError(status(500))));
+        let refused = kube::Error::Service("connection refused".into());
+        assert!(!forbidden(&watcher::Error::WatchStartFailed(refused)));
+    }
+}

@@ -83,10 +83,32 @@ pub fn hetzner_client(settings: &Settings) -> Result<HetznerClient, HetznerError
     })
 }
 
-/// The Kubernetes client of this process: in-cluster, `KUBECONFIG` or
-/// `~/.kube/config`.
-pub async fn kube_client() -> Result<kube::Client, kube::Error> {
-    kube::Client::try_default().await
+/// The Kubernetes client of this process (in-cluster, `KUBECONFIG` or
+/// `~/.kube/config`) and the API server's URL, for messages.
+pub async fn kube_client() -> Result<(kube::Client, String), kube::Error> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let url = config.cluster_url.to_string();
+    let url = url.trim_end_matches('/').to_owned();
+    Ok((kube::Client::try_from(config)?, url))
+}
+
+/// What a failed Kubernetes request means, for a person: a refusal names
+/// the permission (`rbac`: what the ServiceAccount needs), anything else
+/// the API server by its URL; never RBAC for a server that cannot be
+/// reached.
+pub fn kube_failure(action: &str, error: &kube::Error, url: &str, rbac: &str) -> String {
+    match error {
+        kube::Error::Api(status) if status.is_forbidden() => {
+            format!("{action}: permission denied ({}); {rbac}", status.message)
+        }
+        kube::Error::Api(status) => format!(
+            "{action}: the Kubernetes API server at {url} answered {} {}: {}",
+            status.code, status.reason, status.message
+        ),
+        other => format!("{action}: cannot reach the Kubernetes API server at {url}: {other}"),
+    }
 }
 
 /// Why the clients could not be built.
@@ -101,7 +123,8 @@ impl fmt::Display for ConnectError {
         match self {
             ConnectError::Kubernetes(e) => write!(
                 f,
-                "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config): {e}"
+                "no usable Kubernetes configuration (in-cluster, KUBECONFIG or ~/.kube/config): \
+                 {e}; to see the pools without a cluster, run canada-kaktus --dry-run"
             ),
             ConnectError::Hetzner(e) => write!(f, "cannot build the Hetzner client: {e}"),
         }
@@ -114,6 +137,8 @@ impl std::error::Error for ConnectError {}
 #[derive(Clone)]
 pub struct Clients {
     pub kube: kube::Client,
+    /// The Kubernetes API server's URL, for messages.
+    pub kube_url: String,
     pub hetzner: HetznerClient,
 }
 
@@ -121,8 +146,12 @@ impl Clients {
     /// The Hetzner client first (it needs no network), then Kubernetes.
     pub async fn connect(settings: &Settings) -> Result<Self, ConnectError> {
         let hetzner = hetzner_client(settings).map_err(ConnectError::Hetzner)?;
-        let kube = kube_client().await.map_err(ConnectError::Kubernetes)?;
-        Ok(Self { kube, hetzner })
+        let (kube, kube_url) = kube_client().await.map_err(ConnectError::Kubernetes)?;
+        Ok(Self {
+            kube,
+            kube_url,
+            hetzner,
+        })
     }
 
     /// The pool client for the settings' Cilium API version.
@@ -134,12 +163,26 @@ impl Clients {
 /// Every Node, listed once, as the node rules read them (complete); with
 /// the Node watch off (`WatchNodes: false`) no Node and none to wait for,
 /// as the controller sees it.
-pub async fn read_nodes(client: &kube::Client, settings: &Settings) -> Result<NodeView, String> {
+pub async fn read_nodes(
+    client: &kube::Client,
+    url: &str,
+    settings: &Settings,
+) -> Result<NodeView, String> {
     if !settings.operate.watch_nodes {
         return Ok(NodeView::new([], true));
     }
     let nodes = Api::<Node>::all(client.clone());
-    let listed = bounded(nodes.list(&ListParams::default())).await?;
+    let listed = within(READ_LIMIT, async {
+        nodes.list(&ListParams::default()).await.map_err(|e| {
+            kube_failure(
+                "listing Nodes failed",
+                &e,
+                url,
+                "the ServiceAccount needs list on nodes (deploy/rbac.yaml)",
+            )
+        })
+    })
+    .await?;
     Ok(NodeView::new(listed.items.iter().map(NodeFacts::of), true))
 }
 
@@ -196,7 +239,7 @@ impl World {
         let listing = read_listing(&clients.hetzner, settings)
             .await
             .map_err(|e| format!("listing Hetzner failed: {e}"))?;
-        let nodes = read_nodes(&clients.kube, settings)
+        let nodes = read_nodes(&clients.kube, &clients.kube_url, settings)
             .await
             .map_err(|e| format!("listing the Nodes failed: {e}"))?;
         let pools = read_pools(&clients.pools(settings)).await?;
@@ -263,7 +306,9 @@ mod tests {
         // Never asked: the watch is off.
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
-        let nodes = read_nodes(&client, &settings).await.unwrap();
+        let nodes = read_nodes(&client, "http://127.0.0.1:9", &settings)
+            .await
+            .unwrap();
         assert!(nodes.is_empty());
         assert!(nodes.complete, "no Node list is awaited: additions go on");
     }

@@ -386,8 +386,30 @@ async fn check_names_every_configuration_problem_and_exits_2() {
         assert_eq!(found.len(), 1, "{setting}: {report:#}");
         assert_eq!(found[0]["result"], "failure");
     }
-    // Nothing else is looked at with an invalid configuration.
+    // Nothing else is looked at with an invalid configuration, and the
+    // report says so.
     assert_eq!(report["categories"].as_array().map(Vec::len), Some(1));
+    let skipped: Vec<&str> = report["skipped"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no skipped groups: {report:#}"))
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "Hetzner",
+            "Kubernetes",
+            "Cilium",
+            "Pools",
+            "Nodes",
+            "Leader"
+        ]
+    );
+    assert_eq!(
+        report["skipped"][0]["reason"],
+        "the configuration is invalid"
+    );
 }
 
 #[tokio::test]
@@ -409,6 +431,30 @@ async fn check_reports_a_refused_token_and_no_cluster_without_printing_the_token
     let kube = checks_with(&report, "Kubernetes", "no usable Kubernetes configuration");
     assert_eq!(kube.len(), 1, "{report:#}");
     assert!(!output.contains(TOKEN), "the token leaked: {output}");
+    // What could not be checked without a cluster is named, with why.
+    let skipped: Vec<&str> = report["skipped"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no skipped groups: {report:#}"))
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(skipped, ["Cilium", "Pools", "Nodes", "Leader"]);
+    let text = run(
+        &["check"],
+        &[
+            ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+            ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+            ("KUBECONFIG", "/nonexistent/kubeconfig"),
+        ],
+    )
+    .await;
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(
+            "Not checked: Cilium, Pools, Nodes, Leader (there is no Kubernetes configuration)"
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -580,6 +626,12 @@ async fn check_and_explain_give_up_on_a_kubernetes_api_that_never_answers() {
     };
     let out = bounded(&["check", "-o", "json"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    // The wait is said while it lasts, not only in the report.
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("canada-kaktus check: waiting for the Kubernetes API server at http"),
+        "{said}"
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let pools = checks_with(&report, "Pools", "cannot list the pools");
     assert_eq!(pools.len(), 1, "{report:#}");
@@ -667,4 +719,63 @@ async fn logs_are_text_at_a_terminal_and_json_elsewhere() {
     let piped = run(&["--dry-run"], &forced).await;
     let logs = text(&piped.stderr);
     assert!(logs.contains("INFO") && !logs.contains(json_line), "{logs}");
+}
+
+/// A kubeconfig for an API server on a port nobody listens on.
+fn unreachable_kubeconfig(dir: &std::path::Path) -> String {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n    \
+         insecure-skip-tls-verify: true\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\n\
+         current-context: c\nusers:\n- name: u\n  user: {token: kube-token-7f3a}\n",
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+/// An API server that cannot be reached is named by its URL, and not
+/// blamed on RBAC (2.0.0 said "the ServiceAccount needs list on nodes");
+/// no Kubernetes configuration at all points to `--dry-run`.
+#[tokio::test]
+async fn an_unreachable_or_missing_api_server_is_named_not_blamed_on_rbac() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![FakeServer::new(1, "203.0.113.20")]);
+    let endpoint = hetzner.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = unreachable_kubeconfig(dir.path());
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("KUBECONFIG", kubeconfig.as_str()),
+    ];
+    let out = run(&["--once"], &env).await;
+    assert_eq!(out.status.code(), Some(1));
+    let logs = text(&out.stderr);
+    assert!(!logs.contains("needs list on nodes"), "{logs}");
+    let nodes = logs
+        .lines()
+        .find(|l| l.contains("listing Nodes failed"))
+        .unwrap_or_else(|| panic!("no Node listing line: {logs}"));
+    assert!(
+        nodes.contains("cannot reach the Kubernetes API server at https://127.0.0.1:1"),
+        "{nodes}"
+    );
+    assert!(!logs.contains("kube-token-7f3a"), "{logs}");
+
+    let none = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("KUBECONFIG", "/nonexistent/kubeconfig"),
+    ];
+    for args in [&["--once"][..], &["explain"]] {
+        let out = run(args, &none).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(
+            said.contains("no usable Kubernetes configuration") && said.contains("--dry-run"),
+            "{args:?}: {said}"
+        );
+    }
 }

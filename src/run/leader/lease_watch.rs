@@ -52,14 +52,4 @@ pub(super) async fn watch_lease(
     .await;
 }
 
-/// Whether a watch failed because RBAC forbids it (403).
-fn forbidden(error: &kube::runtime::watcher::Error) -> bool {
-    use kube::runtime::watcher::Error;
-    match error {
-        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => {
-            matches!(e, kube::Error::Api(status) if status.is_forbidden())
-        }
-        Error::WatchError(status) => status.is_forbidden(),
-        _ => false,
-    }
-}
+use crate::run::watch::forbidden;
