@@ -177,7 +177,10 @@ pub enum HetznerError {
     #[error("the Hetzner API returned inconsistent paging after page {page}: {reason}")]
     Pagination { page: u32, reason: String },
 
-    #[error("could not reach the Hetzner API at {host}{}: {kind}: {detail}", in_page(*page))]
+    #[error(
+        "could not reach the Hetzner API at {host} (the host of HcloudEndpoint){}: {kind}: {detail}",
+        in_page(*page)
+    )]
     Transport {
         host: String,
         page: u32,

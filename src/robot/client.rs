@@ -276,7 +276,13 @@ impl RobotClient {
         } else {
             crate::hetzner::error_chain(error)
         };
+        let host = match (self.base.host_str(), self.base.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_owned(),
+            (None, _) => "the endpoint".to_owned(),
+        };
         RobotError::Transport {
+            host,
             list: list.path(),
             reason: self.redact.text(&reason),
         }

@@ -39,8 +39,15 @@ pub enum RobotError {
     #[error("the Robot webservice's {list} answer could not be read: {reason}")]
     Decode { list: &'static str, reason: String },
 
-    #[error("the Robot webservice did not answer GET /{list}: {reason}")]
-    Transport { list: &'static str, reason: String },
+    #[error(
+        "the Robot webservice at {host} (the host of RobotEndpoint) did not answer GET /{list}: \
+         {reason}"
+    )]
+    Transport {
+        host: String,
+        list: &'static str,
+        reason: String,
+    },
 
     #[error("the Robot client cannot be built: {reason}")]
     Client { reason: String },

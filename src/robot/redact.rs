@@ -137,7 +137,8 @@ impl Redactor {
                 list,
                 reason: self.text(&reason),
             },
-            RobotError::Transport { list, reason } => RobotError::Transport {
+            RobotError::Transport { host, list, reason } => RobotError::Transport {
+                host: self.text(&host),
                 list,
                 reason: self.text(&reason),
             },

@@ -825,6 +825,8 @@ async fn connection_refused_is_a_transport_error_naming_the_host() {
         "{error:?}"
     );
     assert!(error.to_string().contains(&address.to_string()), "{error}");
+    // The setting to look at is named.
+    assert!(error.to_string().contains("HcloudEndpoint"), "{error}");
     assert!(error.is_retryable());
     assert_eq!(error.metric_label(), "connect");
     assert_no_token(&error);

@@ -389,6 +389,12 @@ async fn a_transport_error_names_neither_user_nor_password() {
     let client = RobotClient::new(&endpoint, &credentials, Duration::from_secs(5)).unwrap();
     let error = client.servers().await.unwrap_err();
     assert_eq!(error.metric_label(), "robot_transport", "{error}");
+    // Where it looked is named: the host and the setting, not the path.
+    let said = error.to_string();
+    assert!(
+        said.contains("at 127.0.0.1:1 (the host of RobotEndpoint)"),
+        "{said}"
+    );
     for shown in [error.to_string(), format!("{error:?}")] {
         assert!(
             !shown.contains(user) && !shown.contains(password),
