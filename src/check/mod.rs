@@ -52,15 +52,57 @@ pub async fn check(
         ..Report::default()
     };
     report.add("Configuration", judge::configuration(loaded));
-    const AFTER_KUBERNETES: &[&str] = &["Cilium", "Pools", "Nodes", "Leader"];
     let Ok(settings) = loaded else {
         report.skip(&["Hetzner", "Kubernetes"], "the configuration is invalid");
         report.skip(AFTER_KUBERNETES, "the configuration is invalid");
         return report;
     };
-    let endpoint = format!("the Hetzner API at {}", settings.hcloud_endpoint);
-    let (hetzner_checks, listing) = waiting(&endpoint, hetzner(settings)).await;
+    let endpoint = if settings.robot.is_some() {
+        format!(
+            "the Hetzner API at {} and the Robot webservice",
+            settings.hcloud_endpoint
+        )
+    } else {
+        format!("the Hetzner API at {}", settings.hcloud_endpoint)
+    };
+    let listing_limit = crate::hetzner::DEFAULT_LISTING_TIME_LIMIT;
+    let (hetzner_checks, listing) = waiting(&endpoint, listing_limit, hetzner(settings)).await;
     report.add("Hetzner", hetzner_checks);
+    let Some((client, url)) = kubernetes(&mut report, settings, env).await else {
+        return report;
+    };
+    let api = format!("the Kubernetes API server at {url}");
+    let limit = world::READ_LIMIT;
+    let namespace = options.cilium_namespace.as_str();
+    let config = waiting(&api, limit, read::cilium_config(&client, namespace)).await;
+    let mut cilium = judge::cilium_config(namespace, &config);
+    let operator = waiting(&api, limit, read::operator_image(&client, namespace)).await;
+    cilium.push(judge::operator(namespace, &operator));
+    report.add("Cilium", cilium);
+    let nodes = match waiting(&api, limit, read::nodes(&client)).await {
+        Ok(nodes) => Ok(nodes.iter().map(NodeFacts::of).collect::<Vec<_>>()),
+        Err(error) => Err(error),
+    };
+    let pool_checks = pools(settings, &client, listing.as_ref(), &nodes);
+    report.add("Pools", waiting(&api, limit, pool_checks).await);
+    report.add("Nodes", node_checks(settings, listing.as_ref(), &nodes));
+    report.add(
+        "Leader",
+        waiting(&api, limit, leader(settings, env, &client)).await,
+    );
+    report
+}
+
+const AFTER_KUBERNETES: &[&str] = &["Cilium", "Pools", "Nodes", "Leader"];
+
+/// The Kubernetes group: the client, the API server's answer, the CRD and
+/// the permissions; `None` (the later groups skipped, and why) when there
+/// is no cluster to ask.
+async fn kubernetes(
+    report: &mut Report,
+    settings: &Settings,
+    env: &HashMap<String, String>,
+) -> Option<(kube::Client, String)> {
     let (client, url) = match world::kube_client().await {
         Ok(client) => client,
         Err(error) => {
@@ -73,11 +115,17 @@ pub async fn check(
                 .with_detail(error.to_string())],
             );
             report.skip(AFTER_KUBERNETES, "there is no Kubernetes configuration");
-            return report;
+            return None;
         }
     };
     let api = format!("the Kubernetes API server at {url}");
-    match waiting(&api, world::bounded(client.apiserver_version())).await {
+    match waiting(
+        &api,
+        world::READ_LIMIT,
+        world::bounded(client.apiserver_version()),
+    )
+    .await
+    {
         Ok(version) => {
             let mut checks = vec![Check::pass(format!(
                 "the API server answers (Kubernetes {})",
@@ -86,6 +134,7 @@ pub async fn check(
             checks.extend(crd(settings, &client).await);
             checks.extend(permissions(settings, env, &client).await);
             report.add("Kubernetes", checks);
+            Some((client, url))
         }
         Err(error) => {
             report.add(
@@ -100,27 +149,9 @@ pub async fn check(
                 AFTER_KUBERNETES,
                 "the Kubernetes API server does not answer",
             );
-            return report;
+            None
         }
     }
-    let namespace = options.cilium_namespace.as_str();
-    let config = waiting(&api, read::cilium_config(&client, namespace)).await;
-    let mut cilium = judge::cilium_config(namespace, &config);
-    let operator = waiting(&api, read::operator_image(&client, namespace)).await;
-    cilium.push(judge::operator(namespace, &operator));
-    report.add("Cilium", cilium);
-    let nodes = match waiting(&api, read::nodes(&client)).await {
-        Ok(nodes) => Ok(nodes.iter().map(NodeFacts::of).collect::<Vec<_>>()),
-        Err(error) => Err(error),
-    };
-    let pool_checks = pools(settings, &client, listing.as_ref(), &nodes);
-    report.add("Pools", waiting(&api, pool_checks).await);
-    report.add("Nodes", node_checks(settings, listing.as_ref(), &nodes));
-    report.add(
-        "Leader",
-        waiting(&api, leader(settings, env, &client)).await,
-    );
-    report
 }
 
 /// After this long without an answer, `check` says what it waits for (it
@@ -128,16 +159,19 @@ pub async fn check(
 const SAY_WAIT_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// `work`, and on stderr what it waits for when it takes longer than
-/// [`SAY_WAIT_AFTER`] (once; every read gives up after
-/// [`world::READ_LIMIT`]).
-async fn waiting<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
+/// [`SAY_WAIT_AFTER`] (once), and when its reads give up (`limit`).
+async fn waiting<T>(
+    what: &str,
+    limit: std::time::Duration,
+    work: impl std::future::Future<Output = T>,
+) -> T {
     let work = std::pin::pin!(work);
     let mut work = work;
     tokio::select! {
         out = &mut work => return out,
         () = tokio::time::sleep(SAY_WAIT_AFTER) => eprintln!(
             "canada-kaktus check: waiting for {what} (each read gives up after {} s)",
-            world::READ_LIMIT.as_secs()
+            limit.as_secs()
         ),
     }
     work.await

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::config::{AddressKind, PoolConfig, Settings};
+use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings};
 use crate::hetzner::{FloatingAddress, FloatingIp, Ipv6Net, Server};
 
 use super::{Line, PoolAnswer, ServerAnswer};
@@ -115,7 +115,7 @@ pub fn why_not(
             for owner in owners {
                 match owner {
                     Owner::Server(server, kind) => {
-                        let (reason, detail) = server_reason(pool, server, *kind);
+                        let (reason, detail) = server_reason(pool, server, *kind, address);
                         servers
                             .entry(server.id)
                             .or_insert_with(|| ServerAnswer {
@@ -128,7 +128,7 @@ pub fn why_not(
                             .push(out(Some(*kind), address, reason, detail));
                     }
                     Owner::FloatingIp(fip) => {
-                        let (reason, detail) = floating_reason(pool, fip);
+                        let (reason, detail) = floating_reason(pool, fip, address);
                         let kind = Some(AddressKind::FloatingIp);
                         floating_ips.push(out(kind, address, reason, detail));
                     }
@@ -147,6 +147,52 @@ pub fn why_not(
     Some(answers)
 }
 
+/// Fills `answer` (whose pools say nothing of `address`) with who has it
+/// and why no pool takes it; only `--server`'s owner when one is named.
+pub fn fill_unclaimed(
+    settings: &Settings,
+    answer: &mut super::Explanation,
+    owners: &[Owner<'_>],
+    address: IpAddr,
+    filter: &super::Filter,
+    robot_listed: bool,
+) -> Result<(), super::ExplainError> {
+    let named = |owner: &Owner<'_>| match (&filter.server, owner) {
+        (None, _) => true,
+        (Some(wanted), Owner::Server(server, _)) => {
+            let id = server.robot_number().unwrap_or(server.id);
+            *wanted == server.name.as_str() || *wanted == id.to_string()
+        }
+        (Some(_), Owner::FloatingIp(_)) => false,
+    };
+    let shown: Vec<Owner<'_>> = owners.iter().filter(|o| named(o)).cloned().collect();
+    if shown.is_empty() && !owners.is_empty() {
+        let owners: Vec<String> = owners
+            .iter()
+            .map(|owner| match owner {
+                Owner::Server(server, kind) => format!("server {} has it ({kind})", server.name),
+                Owner::FloatingIp(fip) => format!("Floating IP {} ({}) has it", fip.name, fip.id),
+            })
+            .collect();
+        return Err(super::ExplainError::NotOfServer {
+            address,
+            server: filter.server.clone().unwrap_or_default(),
+            owners: owners.join("; "),
+        });
+    }
+    let why = why_not(settings, &shown, address, filter.pool.as_deref()).ok_or(
+        super::ExplainError::Unknown {
+            address,
+            robot_listed,
+        },
+    )?;
+    for (pool, why) in answer.pools.iter_mut().zip(why) {
+        pool.servers = why.servers;
+        pool.floating_ips = why.floating_ips;
+    }
+    Ok(())
+}
+
 fn out(kind: Option<AddressKind>, address: IpAddr, reason: &'static str, detail: String) -> Line {
     Line {
         kind: kind.map(AddressKind::as_str),
@@ -157,8 +203,13 @@ fn out(kind: Option<AddressKind>, address: IpAddr, reason: &'static str, detail:
     }
 }
 
-/// Why `pool` does not take `server`'s address of `kind`.
-fn server_reason(pool: &PoolConfig, server: &Server, kind: AddressKind) -> (&'static str, String) {
+/// Why `pool` does not take `server`'s `address` of `kind`.
+fn server_reason(
+    pool: &PoolConfig,
+    server: &Server,
+    kind: AddressKind,
+    address: IpAddr,
+) -> (&'static str, String) {
     let name = &pool.name;
     if server.robot.is_some() {
         if pool.robot.is_none() {
@@ -166,6 +217,12 @@ fn server_reason(pool: &PoolConfig, server: &Server, kind: AddressKind) -> (&'st
         }
         if !pool.wants(kind) {
             return kind_not_taken(pool, kind);
+        }
+        let failover_v6 = server.robot.iter().flat_map(|r| &r.failover).any(|f| {
+            matches!(f, FloatingAddress::V6(net) if in_network(*net, address) && IpAddr::V6(net.host(pool.ipv6_host_part)) != address)
+        });
+        if kind == AddressKind::RobotFailoverIp && failover_v6 {
+            return other_host_part(pool, "the failover /64");
         }
         let number = server.robot_number().unwrap_or(server.id);
         return (
@@ -194,11 +251,19 @@ fn server_reason(pool: &PoolConfig, server: &Server, kind: AddressKind) -> (&'st
         return kind_not_taken(pool, kind);
     }
     if kind == AddressKind::PublicIpv6 {
+        return other_host_part(pool, "the server's /64");
+    }
+    if kind == AddressKind::PrivateIpv4 {
+        if let Some(why) = private_reason(pool, server, address) {
+            return why;
+        }
+    }
+    if let Some(selector) = &pool.node_selector {
         return (
-            "other_host_part",
+            "not_selected",
             format!(
-                "pool {name} takes host part {} of the server's /64 (Ipv6HostPart), not this address",
-                pool.ipv6_host_part
+                "pool {name}'s NodeSelector {selector} does not select the server's Node (or the \
+                 server has no Node)"
             ),
         );
     }
@@ -211,8 +276,57 @@ fn server_reason(pool: &PoolConfig, server: &Server, kind: AddressKind) -> (&'st
     )
 }
 
-/// Why `pool` does not take Floating IP `fip`.
-fn floating_reason(pool: &PoolConfig, fip: &FloatingIp) -> (&'static str, String) {
+/// Why `pool` does not take a private address of `server`: an alias IP it
+/// leaves out, or another network than its `PrivateNetwork`.
+fn private_reason(
+    pool: &PoolConfig,
+    server: &Server,
+    address: IpAddr,
+) -> Option<(&'static str, String)> {
+    let name = &pool.name;
+    let net = server.private_net.iter().find(|net| {
+        net.ip
+            .iter()
+            .chain(&net.alias_ips)
+            .any(|ip| IpAddr::V4(*ip) == address)
+    })?;
+    let alias = net.ip.map(IpAddr::V4) != Some(address);
+    if alias && !pool.include_alias_ips {
+        return Some((
+            "alias_not_taken",
+            format!("it is an alias IP, and pool {name} takes none (IncludeAliasIps)"),
+        ));
+    }
+    match &pool.private_network {
+        Some(NetworkRef::Id(id)) if *id != net.network => Some((
+            "other_network",
+            format!(
+                "it is in network {}, and pool {name} takes network {id} (PrivateNetwork)",
+                net.network
+            ),
+        )),
+        None if server.private_net.len() > 1 => Some((
+            "other_network",
+            format!(
+                "the server is in several networks, and pool {name} names none (PrivateNetwork)"
+            ),
+        )),
+        _ => None,
+    }
+}
+
+fn other_host_part(pool: &PoolConfig, net: &str) -> (&'static str, String) {
+    (
+        "other_host_part",
+        format!(
+            "pool {} takes host part {} of {net} (Ipv6HostPart), not this address",
+            pool.name, pool.ipv6_host_part
+        ),
+    )
+}
+
+/// Why `pool` does not take `address` of Floating IP `fip`.
+fn floating_reason(pool: &PoolConfig, fip: &FloatingIp, address: IpAddr) -> (&'static str, String) {
     let name = &pool.name;
     if !pool.wants(AddressKind::FloatingIp) {
         return kind_not_taken(pool, AddressKind::FloatingIp);
@@ -231,6 +345,11 @@ fn floating_reason(pool: &PoolConfig, fip: &FloatingIp) -> (&'static str, String
                 labels(&fip.labels)
             ),
         );
+    }
+    if let FloatingAddress::V6(net) = fip.address {
+        if IpAddr::V6(net.host(pool.ipv6_host_part)) != address {
+            return other_host_part(pool, &format!("Floating IP {} ({})", fip.name, fip.id));
+        }
     }
     match fip.server {
         None => (
@@ -271,196 +390,5 @@ fn labels(labels: &BTreeMap<String, String>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-    use crate::hetzner::{PrivateNet, RobotAddresses};
-
-    fn settings() -> Settings {
-        let pools = serde_json::json!([
-            {"Name": "edge", "LabelSelector": "role=edge", "Addresses": ["public-ipv4", "public-ipv6"]},
-            {"Name": "fip", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
-             "FloatingIpSelector": "pool=fip"},
-            {"Name": "dedicated", "Robot": {"Servers": [321]}, "Addresses": ["robot-additional-ip"]},
-        ]);
-        let env: HashMap<String, String> = [
-            ("CANADA_KAKTUS_HCLOUD_TOKEN".to_owned(), "t".repeat(64)),
-            ("CANADA_KAKTUS_POOLS".to_owned(), pools.to_string()),
-            ("CANADA_KAKTUS_ROBOT_USER".to_owned(), "u".to_owned()),
-            ("CANADA_KAKTUS_ROBOT_PASSWORD".to_owned(), "p".to_owned()),
-        ]
-        .into();
-        crate::config::load(None, &env).expect("valid settings")
-    }
-
-    fn cloud(id: i64, ip: &str, role: &str) -> Server {
-        let mut server = Server::with_public_ipv4(id, format!("node-{id}"), ip.parse().unwrap());
-        server.labels.insert("role".into(), role.into());
-        server.ipv6 = Ipv6Net::parse(&format!("2001:db8:{id}::/64"), false);
-        server.private_net = vec![PrivateNet {
-            network: 1,
-            ip: Some(format!("10.0.0.{id}").parse().unwrap()),
-            alias_ips: vec![format!("10.0.1.{id}").parse().unwrap()],
-        }];
-        server
-    }
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().unwrap()
-    }
-
-    /// For each pool, `(server or Floating IP line reason)` of the answer.
-    fn reasons(answers: &[PoolAnswer]) -> Vec<(String, Vec<&'static str>)> {
-        answers
-            .iter()
-            .map(|p| {
-                let lines = p
-                    .servers
-                    .iter()
-                    .flat_map(|s| &s.lines)
-                    .chain(&p.floating_ips);
-                (p.pool.clone(), lines.map(|l| l.reason).collect())
-            })
-            .collect()
-    }
-
-    #[test]
-    fn each_kind_of_address_finds_its_owner() {
-        let mut robot = Server::with_public_ipv4(
-            Server::robot_id(321),
-            "db-1",
-            "198.51.100.1".parse().unwrap(),
-        );
-        robot.robot = Some(Box::new(RobotAddresses {
-            number: 321,
-            additional: vec![("198.51.100.9".parse().unwrap(), false)],
-            failover: vec![FloatingAddress::V4("198.51.100.77".parse().unwrap())],
-        }));
-        let servers = [cloud(1, "203.0.113.1", "edge"), robot];
-        let fips = [FloatingIp {
-            id: 10,
-            name: "web".into(),
-            address: FloatingAddress::V6(Ipv6Net::parse("2001:db8:f::/64", false).unwrap()),
-            blocked: false,
-            server: None,
-            labels: BTreeMap::new(),
-            home_location: None,
-        }];
-        let kinds = |address: &str| -> Vec<String> {
-            owners(ip(address), &servers, &fips)
-                .iter()
-                .map(|o| match o {
-                    Owner::Server(s, kind) => format!("{} {kind}", s.name),
-                    Owner::FloatingIp(f) => format!("fip {}", f.name),
-                })
-                .collect()
-        };
-        assert_eq!(kinds("203.0.113.1"), ["node-1 public-ipv4"]);
-        assert_eq!(kinds("2001:db8:1::5"), ["node-1 public-ipv6"]);
-        assert_eq!(kinds("10.0.0.1"), ["node-1 private-ipv4"]);
-        assert_eq!(kinds("10.0.1.1"), ["node-1 private-ipv4"]);
-        assert_eq!(kinds("198.51.100.9"), ["db-1 robot-additional-ip"]);
-        assert_eq!(kinds("198.51.100.77"), ["db-1 robot-failover-ip"]);
-        assert_eq!(kinds("198.51.100.1"), ["db-1 public-ipv4"]);
-        assert_eq!(kinds("2001:db8:f::1"), ["fip web"]);
-        assert!(kinds("192.0.2.1").is_empty());
-    }
-
-    #[test]
-    fn each_pool_says_why_it_does_not_take_the_address() {
-        let settings = settings();
-        let servers = [
-            cloud(1, "203.0.113.1", "edge"),
-            cloud(2, "203.0.113.2", "db"),
-        ];
-        let fips = [FloatingIp {
-            id: 10,
-            name: "web".into(),
-            address: FloatingAddress::V4("198.51.100.10".parse().unwrap()),
-            blocked: false,
-            server: Some(1),
-            labels: BTreeMap::from([("pool".to_owned(), "other".to_owned())]),
-            home_location: None,
-        }];
-        let why = |address: &str| {
-            let address = ip(address);
-            let owners = owners(address, &servers, &fips);
-            why_not(&settings, &owners, address, None).map(|a| reasons(&a))
-        };
-        let pools = |edge: &'static str, fip: &'static str, dedicated: &'static str| {
-            Some(vec![
-                ("edge".to_owned(), vec![edge]),
-                ("fip".to_owned(), vec![fip]),
-                ("dedicated".to_owned(), vec![dedicated]),
-            ])
-        };
-        // A server no selector matches: its labels and the selector said.
-        assert_eq!(
-            why("203.0.113.2"),
-            pools("not_selected", "not_selected", "not_selected")
-        );
-        // A kind the pool does not take, a host part it does not give.
-        assert_eq!(
-            why("10.0.0.1"),
-            pools("kind_not_taken", "kind_not_taken", "not_selected")
-        );
-        assert_eq!(
-            why("2001:db8:1::5"),
-            pools("other_host_part", "kind_not_taken", "not_selected")
-        );
-        assert_eq!(
-            why("198.51.100.10"),
-            pools("kind_not_taken", "not_selected", "kind_not_taken")
-        );
-        assert_eq!(why("192.0.2.1"), None);
-
-        let owners = owners(ip("203.0.113.2"), &servers, &fips);
-        let answer = why_not(&settings, &owners, ip("203.0.113.2"), Some("edge")).unwrap();
-        assert_eq!(answer.len(), 1);
-        let line = &answer[0].servers[0].lines[0];
-        assert!(
-            line.detail.contains("LabelSelector role=edge") && line.detail.contains("role=db"),
-            "{line:?}"
-        );
-        assert!(!line.inside);
-    }
-
-    /// With an address, the answer keeps the lines about it: in a pool,
-    /// or out with the reason the split gave.
-    #[tokio::test]
-    async fn an_address_a_pool_speaks_of_keeps_those_lines_only() {
-        let settings = settings();
-        let listing = crate::reconcile::Listing {
-            servers: vec![
-                cloud(1, "203.0.113.1", "edge"),
-                cloud(2, "203.0.113.2", "edge"),
-            ],
-            ..Default::default()
-        };
-        let nodes = crate::members::NodeView::new([], true);
-        let state = super::super::State {
-            settings: &settings,
-            listing: &listing,
-            nodes: &nodes,
-            pools: &[],
-        };
-        let filter = super::super::Filter {
-            address: Some(ip("203.0.113.2")),
-            ..Default::default()
-        };
-        let answer = super::super::explain(&state, &filter).await;
-        assert_eq!(answer.address.as_deref(), Some("203.0.113.2"));
-        let edge = &answer.pools[0];
-        assert_eq!(edge.servers.len(), 1, "{edge:?}");
-        let lines = &edge.servers[0].lines;
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        assert_eq!((lines[0].reason, lines[0].inside), ("in", true));
-        let text = answer.text();
-        assert!(
-            text == "address 203.0.113.2\npool edge: 4 address(es)\n  server node-2 (2)\n    \
-                     public-ipv4 203.0.113.2: in (in): in the pool\n",
-            "{text}"
-        );
-    }
-}
+#[path = "address_tests.rs"]
+mod tests;

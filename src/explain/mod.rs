@@ -43,12 +43,21 @@ pub enum ExplainError {
     /// Something could not be read: nothing is explained from part of it.
     #[error("{0}")]
     Read(String),
-    /// No server, Robot server or Floating IP has the address asked about.
+    /// Nothing that was listed has the address asked about.
     #[error(
-        "{0}: no server, Robot server or Floating IP of this Hetzner project (and Robot account) \
-         has this address; check it, or ask about a server with --server"
+        "{address}: no Cloud server or Floating IP of this Hetzner project{} has this address; \
+         check it, or ask about a server with --server",
+        if *robot_listed { ", and no Robot server of the Robot account," } else { "" }
     )]
-    Unknown(IpAddr),
+    Unknown { address: IpAddr, robot_listed: bool },
+    /// The address is not one of the server `--server` names.
+    #[error("{address} is no address of server {server}: {owners}")]
+    NotOfServer {
+        address: IpAddr,
+        server: String,
+        /// Who has it instead.
+        owners: String,
+    },
 }
 
 /// One pool: what a write would hold, why each address is in or out.
@@ -553,18 +562,28 @@ pub async fn read_and_explain(
                 .map_err(|e| {
                     ExplainError::Read(format!("listing every Hetzner server failed: {e}"))
                 })?;
+            // A Robot listing that failed is a read that failed, not an
+            // answer that nobody has the address.
+            if let Some(error) = world.listing.robot.error() {
+                return Err(ExplainError::Read(format!(
+                    "the Robot listing failed: {error}"
+                )));
+            }
             let robot = world.listing.robot.servers();
             let owners = address::owners(
                 address,
                 everything.servers.iter().chain(robot),
                 &everything.floating_ips,
             );
-            let why = address::why_not(settings, &owners, address, filter.pool.as_deref())
-                .ok_or(ExplainError::Unknown(address))?;
-            for (pool, why) in answer.pools.iter_mut().zip(why) {
-                pool.servers = why.servers;
-                pool.floating_ips = why.floating_ips;
-            }
+            let robot_listed = settings.pools.iter().any(|p| p.robot.is_some());
+            address::fill_unclaimed(
+                settings,
+                &mut answer,
+                &owners,
+                address,
+                filter,
+                robot_listed,
+            )?;
             Ok(answer)
         }
         _ => Ok(answer),

@@ -88,7 +88,8 @@ pub struct Skipped {
     pub id: i64,
     pub robot: bool,
     pub name: String,
-    pub reason: &'static str,
+    /// The reason as the log shows it (`invalid_ipv4 ("…")`).
+    pub reason: String,
 }
 
 /// A server left out of a pool.
@@ -506,7 +507,7 @@ fn note_public_ipv4(pool: &PoolConfig, server: &Server, gave_nothing: bool, memb
                 id: server.robot_number().unwrap_or(server.id),
                 robot: server.robot.is_some(),
                 name: server.name.to_string(),
-                reason: reason.as_str(),
+                reason: reason.to_string(),
             });
         }
         members.public_ipv4_problems.push(reason.as_str());

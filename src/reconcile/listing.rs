@@ -247,7 +247,7 @@ pub(super) fn warn_about(settings: &Settings, rendered: &[RenderedPool]) {
                 server_id = skipped.id,
                 robot = skipped.robot,
                 server_name = %skipped.name,
-                reason = skipped.reason,
+                reason = %skipped.reason,
                 "skipping Hetzner server without a usable public IPv4"
             );
         }

@@ -499,11 +499,18 @@ async fn publish_loop(
             metrics.event_published(published.is_ok());
             match published {
                 Ok(()) => debug!(reason = event.reason, "published a Kubernetes Event"),
-                Err(error) => warn!(
-                    %error,
+                // RBAC is named only for a refusal (403).
+                Err(kube::Error::Api(status)) if status.is_forbidden() => warn!(
+                    error = %status.message,
                     reason = event.reason,
                     "cannot publish a Kubernetes Event on the pool; the ServiceAccount needs \
                      create on events.k8s.io events in namespace {EVENTS_NAMESPACE} (deploy/rbac.yaml)"
+                ),
+                Err(error) => warn!(
+                    %error,
+                    reason = event.reason,
+                    "cannot publish a Kubernetes Event on the pool (the Kubernetes API server \
+                     did not answer, or failed); going on with the next"
                 ),
             }
         }

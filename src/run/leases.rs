@@ -70,7 +70,7 @@ fn fold(event: Event<Lease>, renewals: &mut Renewals, relist: &mut Option<BTreeS
 /// as silent until the watch delivers again; kube-runtime resumes from its
 /// last version without a new list, so the first event after the error
 /// makes it current again, every clock restarted).
-fn absorb<E: std::fmt::Display>(
+fn absorb<E: std::fmt::Display + crate::run::watch::Refusal>(
     item: Result<Event<Lease>, E>,
     renewals: &mut Renewals,
     relist: &mut Option<BTreeSet<String>>,
@@ -91,11 +91,16 @@ fn absorb<E: std::fmt::Display>(
             renewals.set_current(false);
             if *failing {
                 debug!(%error, "watching the Node Leases still fails; retrying with backoff");
-            } else {
+            } else if error.refused() {
                 warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
                                ServiceAccount needs list and watch on leases there, \
                                deploy/rbac.yaml); Floating IP failover waits for NotReady \
                                meanwhile; retrying with backoff");
+                *failing = true;
+            } else {
+                warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
+                               Kubernetes API server did not answer, or failed); Floating IP \
+                               failover waits for NotReady meanwhile; retrying with backoff");
                 *failing = true;
             }
         }
@@ -139,6 +144,12 @@ mod tests {
             "spec": {"renewTime": renewed},
         }))
         .unwrap()
+    }
+
+    impl crate::run::watch::Refusal for &str {
+        fn refused(&self) -> bool {
+            false
+        }
     }
 
     #[test]

@@ -201,7 +201,9 @@ pub fn start(
         let mut stream = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE))
             .default_backoff()
             .boxed();
-        let mut failing = false;
+        // Whether the watch fails, and whether for a refusal (403): a
+        // change of cause is said again.
+        let mut failing: Option<bool> = None;
         loop {
             let item = tokio::select! {
                 _ = tx.closed() => return,
@@ -210,24 +212,24 @@ pub fn start(
             let Some(item) = item else { return };
             let event = match item {
                 Ok(event) => {
-                    if failing && super::watch::answered(&event) {
+                    if failing.is_some() && super::watch::answered(&event) {
                         info!("watching Nodes works again");
-                        failing = false;
+                        failing = None;
                     }
                     event
                 }
                 Err(error) => {
-                    if failing {
+                    let refused = super::watch::forbidden(&error);
+                    if failing == Some(refused) {
                         debug!(%error, "watching Nodes still fails; retrying with backoff");
-                    } else if super::watch::forbidden(&error) {
+                    } else if refused {
                         warn!(%error, "watching Nodes failed (the ServiceAccount needs list and \
                                        watch on nodes, deploy/rbac.yaml); retrying with backoff");
-                        failing = true;
                     } else {
                         warn!(%error, "watching Nodes failed (the Kubernetes API server did not \
                                        answer, or failed); retrying with backoff");
-                        failing = true;
                     }
+                    failing = Some(refused);
                     continue;
                 }
             };

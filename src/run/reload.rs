@@ -206,9 +206,6 @@ impl ControlLoop {
         for warning in &new.warnings {
             warn!(%warning, "config");
         }
-        for notice in &new.notices {
-            info!(%notice, "config");
-        }
         self.log.set_level(new.log_level);
         self.health.record_config_reload(None);
         info!(path = %path.display(), "configuration reloaded");

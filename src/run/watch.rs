@@ -153,6 +153,17 @@ async fn watch_pool(
     })
     .await;
 }
+/// A watch error that may be a refusal (403): only then is RBAC named.
+pub(crate) trait Refusal {
+    fn refused(&self) -> bool;
+}
+
+impl Refusal for watcher::Error {
+    fn refused(&self) -> bool {
+        forbidden(self)
+    }
+}
+
 /// Whether a watch failed because RBAC forbids it (403), not because the
 /// API server could not be reached or failed: only then is RBAC named.
 pub(crate) fn forbidden(error: &watcher::Error) -> bool {

@@ -89,9 +89,20 @@ pub async fn kube_client() -> Result<(kube::Client, String), kube::Error> {
     let config = kube::Config::infer()
         .await
         .map_err(kube::Error::InferConfig)?;
-    let url = config.cluster_url.to_string();
-    let url = url.trim_end_matches('/').to_owned();
+    let url = shown_url(&config.cluster_url.to_string());
     Ok((kube::Client::try_from(config)?, url))
+}
+
+/// The API server's URL as messages show it: scheme, host, port and path,
+/// never user information a kubeconfig's `server:` may carry.
+fn shown_url(text: &str) -> String {
+    let Ok(url) = reqwest::Url::parse(text) else {
+        return "the API server".to_owned();
+    };
+    let host = url.host_str().unwrap_or("?");
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let path = url.path().trim_end_matches('/');
+    format!("{}://{host}{port}{path}", url.scheme())
 }
 
 /// What a failed Kubernetes request means, for a person: a refusal names
@@ -293,6 +304,14 @@ mod tests {
     /// With `WatchNodes: false` the controller has no Node and none to wait
     /// for (its additions go on); `--once` reads the Nodes here and must see
     /// them the same way, not as a Node list still to come.
+    #[test]
+    fn the_api_servers_url_is_shown_without_user_information() {
+        let url = "https://admin:s3cret@10.0.0.1:6443/k8s/clusters/c-1/";
+        assert_eq!(shown_url(url), "https://10.0.0.1:6443/k8s/clusters/c-1");
+        assert_eq!(shown_url("https://[::1]:6443"), "https://[::1]:6443");
+        assert_eq!(shown_url("https://127.0.0.1:1/"), "https://127.0.0.1:1");
+    }
+
     #[tokio::test]
     async fn with_the_node_watch_off_the_nodes_read_as_the_controller_sees_them() {
         let env: std::collections::HashMap<String, String> = [

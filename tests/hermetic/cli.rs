@@ -44,7 +44,7 @@ async fn version_and_help() {
         assert!(help.contains(flag), "--help lacks {flag}: {help}");
     }
     // Each option that has an environment variable names it.
-    assert!(help.contains("CANADA_KAKTUS_CONFIG"), "{help}");
+    assert!(help.contains("[env: CANADA_KAKTUS_CONFIG"), "{help}");
     let out = run(&["check", "--help"], &[]).await;
     let help = text(&out.stdout);
     assert!(
@@ -778,4 +778,46 @@ async fn an_unreachable_or_missing_api_server_is_named_not_blamed_on_rbac() {
             "{args:?}: {said}"
         );
     }
+}
+
+/// No silent fallback, seen from the binary: an empty LabelSelector is a
+/// warning naming where it came from; a config.json key a variable
+/// overrides is named once, without either value.
+#[tokio::test]
+async fn an_empty_selector_and_an_overridden_key_are_said_at_start() {
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(vec![FakeServer::new(1, "203.0.113.20")]);
+    let endpoint = hetzner.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"Interval": "5m", "PoolName": "from-file"}"#).unwrap();
+    let config = config.display().to_string();
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", endpoint.as_str()),
+        ("CANADA_KAKTUS_LABELSELECTOR", ""),
+        ("CANADA_KAKTUS_INTERVAL", "7m"),
+        ("CANADA_KAKTUS_CONFIG", config.as_str()),
+    ];
+    let out = run(&["--dry-run"], &env).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let logs = text(&out.stderr);
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("\"config\"")).collect();
+    let empty: Vec<&&str> = lines.iter().filter(|l| l.contains("is empty")).collect();
+    assert_eq!(empty.len(), 1, "{logs}");
+    assert!(
+        empty[0].contains("environment variable CANADA_KAKTUS_LABELSELECTOR")
+            && empty[0].contains("\"level\":\"WARN\""),
+        "{logs}"
+    );
+    let overrides: Vec<&&str> = lines.iter().filter(|l| l.contains("override")).collect();
+    assert_eq!(overrides.len(), 1, "{logs}");
+    assert!(
+        overrides[0].contains("CANADA_KAKTUS_INTERVAL overrides Interval")
+            && !overrides[0].contains("5m")
+            && !overrides[0].contains("7m")
+            && !overrides[0].contains("PoolName"),
+        "{logs}"
+    );
 }
