@@ -461,7 +461,7 @@ async fn explain_agrees_with_the_controllers_metrics_and_events() {
     assert_eq!(out.status.code(), Some(1));
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        said.contains("192.0.2.99: no server, Robot server or Floating IP"),
+        said.contains("192.0.2.99: no Cloud server or Floating IP"),
         "{said}"
     );
     drop(controller);
