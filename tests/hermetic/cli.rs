@@ -368,6 +368,16 @@ async fn check_json(env: &[(&str, &str)]) -> (Option<i32>, serde_json::Value, St
     (out.status.code(), report, stdout + &text(&out.stderr))
 }
 
+/// The groups a `check -o json` report did not run.
+fn skipped(report: &serde_json::Value) -> Vec<&str> {
+    report["skipped"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no skipped groups: {report:#}"))
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn check_names_every_configuration_problem_and_exits_2() {
     let (code, report, _) = check_json(&[
@@ -389,12 +399,7 @@ async fn check_names_every_configuration_problem_and_exits_2() {
     // Nothing else is looked at with an invalid configuration, and the
     // report says so.
     assert_eq!(report["categories"].as_array().map(Vec::len), Some(1));
-    let skipped: Vec<&str> = report["skipped"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no skipped groups: {report:#}"))
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let skipped = skipped(&report);
     assert_eq!(
         skipped,
         [
@@ -432,12 +437,7 @@ async fn check_reports_a_refused_token_and_no_cluster_without_printing_the_token
     assert_eq!(kube.len(), 1, "{report:#}");
     assert!(!output.contains(TOKEN), "the token leaked: {output}");
     // What could not be checked without a cluster is named, with why.
-    let skipped: Vec<&str> = report["skipped"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no skipped groups: {report:#}"))
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let skipped = skipped(&report);
     assert_eq!(skipped, ["Cilium", "Pools", "Nodes", "Leader"]);
     let text = run(
         &["check"],
