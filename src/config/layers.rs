@@ -5,7 +5,8 @@
 use super::loader::Loader;
 use super::{
     accepts_list, accepts_object, is_token_setting, json_to_text, json_type, normalize, suggestion,
-    Entries, Setting, SettingDefault, CONFIG_FILE_ENV, ENV_PREFIX, LABEL_SELECTOR, POOLS, SETTINGS,
+    Entries, Setting, SettingDefault, CONFIG_FILE_ENV, ENV_ONLY, ENV_PREFIX, LABEL_SELECTOR, POOLS,
+    SETTINGS,
 };
 use crate::vocab::quote::quote;
 use figment::providers::Serialized;
@@ -214,6 +215,18 @@ impl Loader {
                     quote(&key)
                 ));
                 layer.remove(setting.key);
+            }
+            if ENV_ONLY.contains(&setting.key) {
+                self.problem(
+                    Some(setting),
+                    format!(
+                        "config file {shown} sets {}, which comes from the environment only, so \
+                         that whoever may edit the file cannot send the credentials elsewhere; \
+                         set {} in the Deployment instead and remove {} from the file",
+                        setting.key, setting.env, setting.key
+                    ),
+                );
+                continue;
             }
             match json_to_text(&value, accepts_object(setting)) {
                 Ok(Some(text)) if !text.trim().is_empty() => {

@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 use super::{
     accepts_list, accepts_object,
     values::{FALSE_WORDS, TRUE_WORDS},
-    AddressKind, FieldType, PoolField, Setting, POOL_FIELDS, SETTINGS, SINGLE_POOL_SETTINGS,
+    AddressKind, FieldType, PoolField, Setting, ENV_ONLY, POOL_FIELDS, SETTINGS,
+    SINGLE_POOL_SETTINGS,
 };
 
 /// Settings the chart sets itself, so `config` refuses them: the token and
@@ -45,7 +46,7 @@ const DNS_SUBDOMAIN: &str =
 pub fn chart_config_schema() -> Value {
     let properties: Map<String, Value> = SETTINGS
         .iter()
-        .filter(|s| !MANAGED_BY_THE_CHART.contains(&s.key))
+        .filter(|s| !MANAGED_BY_THE_CHART.contains(&s.key) && !ENV_ONLY.contains(&s.key))
         .map(|s| (s.key.to_owned(), setting_schema(s)))
         .collect();
     // `Pools` replaces the single-pool settings: never both (a null or
@@ -58,8 +59,9 @@ pub fn chart_config_schema() -> Value {
         "allOf": [without_node_watch()],
         "description": format!(
             "Controller settings by config.json key (docs/reference/settings.md); {} are set by \
-             the chart",
-            MANAGED_BY_THE_CHART.join(", ")
+             the chart, {} by hcloud.* and robot.endpoint (environment only)",
+            MANAGED_BY_THE_CHART.join(", "),
+            ENV_ONLY.join(", ")
         ),
         "properties": properties,
     })

@@ -65,21 +65,27 @@ pub const HCLOUD_TOKEN_FILE: Setting = Setting {
         "Path of a file holding the token (e.g. a mounted Secret), instead of HcloudToken; \
                   re-read every cycle, so a rotated token is used without a restart",
 };
+/// Settings read from the environment only: where the credentials go.
+/// In config.json (a ConfigMap more people may edit than the Deployment)
+/// each is a problem.
+pub const ENV_ONLY: &[&str] = &["HcloudEndpoint", "HcloudAllowHttp", "RobotEndpoint"];
+
 pub const HCLOUD_ENDPOINT: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_ENDPOINT",
     key: "HcloudEndpoint",
     default: SettingDefault::Value(crate::hetzner::DEFAULT_ENDPOINT),
     description: "Base URL of the Hetzner Cloud API (https; plain http only to a loopback \
-                  address or with HcloudAllowHttp; a trailing / is removed). Read at start only: \
-                  a live reload never sends the token elsewhere",
+                  address or with HcloudAllowHttp; a trailing / is removed). Environment only \
+                  (in config.json an error), read at start: a config.json never sends the token \
+                  elsewhere",
 };
 pub const HCLOUD_ALLOW_HTTP: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_ALLOW_HTTP",
     key: "HcloudAllowHttp",
     default: SettingDefault::Value("false"),
     description: "Allow a plain-http HcloudEndpoint on a non-loopback host (true or false); the \
-                  token then travels unencrypted, so only for a trusted proxy or a test. Read at \
-                  start only",
+                  token then travels unencrypted, so only for a trusted proxy or a test. \
+                  Environment only, read at start",
 };
 pub const HCLOUD_TIMEOUT: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_TIMEOUT",
@@ -117,7 +123,7 @@ pub const ROBOT_ENDPOINT: Setting = Setting {
     key: "RobotEndpoint",
     default: SettingDefault::Value(crate::robot::ROBOT_ENDPOINT),
     description: "Base URL of the Robot webservice (https; plain http only to a loopback address \
-                  or with HcloudAllowHttp). Read at start only, like HcloudEndpoint",
+                  or with HcloudAllowHttp). Environment only, read at start, like HcloudEndpoint",
 };
 pub const POOL_NAME: Setting = Setting {
     env: "CANADA_KAKTUS_POOL_NAME",

@@ -82,10 +82,7 @@ impl Rig {
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
         let config_file = dir.path().join("config.json");
-        write_atomically(
-            &config_file,
-            &json!({"HcloudEndpoint": relay.endpoint()}).to_string(),
-        );
+        write_atomically(&config_file, "{}");
         let mut controller = Controller::spawn_in(
             dir,
             &kubeconfig,
@@ -94,6 +91,8 @@ impl Rig {
                     "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
                     token_file.display().to_string(),
                 ),
+                // Where the token goes: the environment only.
+                ("CANADA_KAKTUS_HCLOUD_ENDPOINT", relay.endpoint()),
                 ("CANADA_KAKTUS_INTERVAL", "1s".to_owned()),
                 // Many fast cycles: the default budget (1200/h) would run out.
                 ("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "100000".to_owned()),

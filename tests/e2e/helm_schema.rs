@@ -192,6 +192,10 @@ fn edge_configs() -> Vec<Value> {
         json!({"Intervall": "1m"}),
         json!({"LabelSelector": ""}),
         json!({"PoolLabels": {"team": "edge", "tier": 1}}),
+        // Where the token goes comes from the environment only.
+        json!({"HcloudEndpoint": "https://proxy.example/v1"}),
+        json!({"RobotEndpoint": "https://robot.example"}),
+        json!({"HcloudAllowHttp": true}),
         pool(json!({})),
         pool(json!({"Addresses": ["Public-IPv4"]})),
         pool(json!({"Addresses": ["public-ipv4", "public-ipv4"]})),
@@ -403,4 +407,52 @@ fn without_leader_election_one_pod_runs_at_a_time() {
     assert!(objects
         .keys()
         .any(|(kind, _, _)| kind == "PodDisruptionBudget"));
+}
+
+/// The endpoints come from the chart's `hcloud.*` and `robot.endpoint` as
+/// environment variables (never config.json); by default none is set.
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_endpoints_are_environment_variables_of_the_pod() {
+    let env_of = |extra: &[&str]| -> Vec<(String, String)> {
+        let out = template(extra);
+        assert!(out.status.success(), "{out:?}");
+        let objects = objects(&String::from_utf8(out.stdout).unwrap());
+        let deployment = &objects[&(
+            "Deployment".to_owned(),
+            RELEASE_NAMESPACE.to_owned(),
+            "canada-kaktus".to_owned(),
+        )];
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| {
+                v["name"].as_str().unwrap().contains("ENDPOINT")
+                    || v["name"].as_str().unwrap().contains("ALLOW_HTTP")
+            })
+            .map(|v| {
+                (
+                    v["name"].as_str().unwrap().to_owned(),
+                    v["value"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(env_of(&[]), []);
+    let set = env_of(&[
+        "--set",
+        "hcloud.endpoint=https://proxy.example/v1",
+        "--set",
+        "hcloud.allowHttp=true",
+        "--set",
+        "robot.endpoint=https://robot.example",
+    ]);
+    let want = [
+        ("CANADA_KAKTUS_HCLOUD_ENDPOINT", "https://proxy.example/v1"),
+        ("CANADA_KAKTUS_HCLOUD_ALLOW_HTTP", "true"),
+        ("CANADA_KAKTUS_ROBOT_ENDPOINT", "https://robot.example"),
+    ]
+    .map(|(k, v)| (k.to_owned(), v.to_owned()));
+    assert_eq!(set, want);
 }

@@ -821,3 +821,46 @@ async fn an_empty_selector_and_an_overridden_key_are_said_at_start() {
         "{logs}"
     );
 }
+
+/// Whoever may edit config.json (the ConfigMap) cannot send the token
+/// elsewhere: the endpoints and HcloudAllowHttp come from the environment
+/// only; in the file each is a problem naming its variable, and the host
+/// it names never hears from the binary.
+#[tokio::test]
+async fn a_config_file_cannot_send_the_token_to_another_endpoint() {
+    let elsewhere = FakeHetzner::start().await;
+    elsewhere.set_servers(vec![FakeServer::new(1, "203.0.113.20")]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({
+            "HcloudEndpoint": elsewhere.endpoint(),
+            "HcloudAllowHttp": true,
+            "RobotEndpoint": elsewhere.endpoint(),
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let env = [
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", TOKEN),
+        ("CANADA_KAKTUS_CONFIG", config.as_str()),
+    ];
+    let out = run(&["--dry-run"], &env).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    for variable in [
+        "CANADA_KAKTUS_HCLOUD_ENDPOINT",
+        "CANADA_KAKTUS_HCLOUD_ALLOW_HTTP",
+        "CANADA_KAKTUS_ROBOT_ENDPOINT",
+    ] {
+        assert!(said.contains(variable), "{variable}: {said}");
+    }
+    assert!(said.contains("environment only"), "{said}");
+    assert_eq!(
+        elsewhere.requests(),
+        0,
+        "the token went to the file's endpoint"
+    );
+}

@@ -172,7 +172,6 @@ fn every_setting_via_config_json() {
                 "LogFormat": "text",
                 "LabelSelector": "role notin (db)",
                 "HcloudTokenFile": {token_file:?},
-                "HcloudEndpoint": "http://127.0.0.1:1234",
                 "PoolName": "p",
                 "PoolAnnotations": {{"a.example/b": "c"}},
                 "PoolLabels": {{"l": "v"}},
@@ -191,7 +190,6 @@ fn every_setting_via_config_json() {
         "role notin (db)"
     );
     assert_eq!(token_of(&s), "file-token");
-    assert_eq!(s.hcloud_endpoint, "http://127.0.0.1:1234");
     assert_eq!(s.pools[0].name, "p");
     assert_eq!(
         s.pools[0]
@@ -215,11 +213,6 @@ fn every_setting_via_config_json() {
     );
     assert_eq!(s.cilium_api_version, CiliumApiVersion::V2);
     assert_eq!(s.config_file.as_deref(), Some(config.as_path()));
-    assert!(
-        s.warnings.iter().any(|w| w.contains("plain http")),
-        "{:?}",
-        s.warnings
-    );
 }
 
 #[test]

@@ -384,26 +384,40 @@ async fn a_reload_never_moves_the_token_to_another_endpoint() {
     );
     let elsewhere = FakeHetzner::start().await;
     elsewhere.set_servers(numbered_servers(2));
-    let config =
-        serde_json::json!({"LabelSelector": "role=a", "HcloudEndpoint": hetzner.endpoint()});
+    let config = serde_json::json!({"LabelSelector": "role=a"});
     std::fs::write(&path, config.to_string()).unwrap();
     let kube = FakeKube::new(&["v2"]);
-    // The endpoint comes from the file alone (an empty variable is unset).
-    let running = start_with(
-        &hetzner,
-        &kube,
-        Some(path.clone()),
-        &[("CANADA_KAKTUS_HCLOUD_ENDPOINT", "")],
-    )
-    .await;
+    // The endpoint comes from the environment (start_with sets it).
+    let running = start_with(&hetzner, &kube, Some(path.clone()), &[]).await;
     running.wait_health(200).await;
 
-    // Whoever can edit the ConfigMap points the endpoint elsewhere (and
-    // changes the selector, which does take effect).
+    // Whoever can edit the ConfigMap points the endpoint elsewhere: the
+    // reload is refused, naming the variable, and the old config stays.
     let staged = dir.path().join("config.json.new");
     let config =
         serde_json::json!({"LabelSelector": "tier=b", "HcloudEndpoint": elsewhere.endpoint()});
     std::fs::write(&staged, config.to_string()).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    let refused = running
+        .wait_body(|h| {
+            h["config_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("CANADA_KAKTUS_HCLOUD_ENDPOINT"))
+        })
+        .await;
+    assert!(
+        refused["config_error"]
+            .as_str()
+            .unwrap()
+            .contains("environment only"),
+        "{refused}"
+    );
+    // A change without it takes effect.
+    std::fs::write(
+        &staged,
+        serde_json::json!({"LabelSelector": "tier=b"}).to_string(),
+    )
+    .unwrap();
     std::fs::rename(&staged, &path).unwrap();
     wait_for(|| hetzner.last_label_selector().as_deref() == Some("tier=b")).await;
     let seen = hetzner.requests();
