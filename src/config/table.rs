@@ -55,7 +55,9 @@ pub const HCLOUD_TOKEN: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_TOKEN",
     key: "HcloudToken",
     default: SettingDefault::Unset("required, unless HcloudTokenFile is set"),
-    description: "Hetzner Cloud API token (read-only is enough); surrounding whitespace is trimmed",
+    description: "Hetzner Cloud API token: Read is enough; FloatingIpFailover needs Read & \
+                  Write, which may change everything in the project, so turn failover on only \
+                  where it is needed; surrounding whitespace is trimmed",
 };
 pub const HCLOUD_TOKEN_FILE: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
