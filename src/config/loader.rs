@@ -14,8 +14,8 @@ use super::{
     HCLOUD_TOKEN, HCLOUD_TOKEN_FILE, INTERVAL, LABEL_SELECTOR, LEADER_ELECTION, LEASE_DURATION,
     LEASE_NAME, LEASE_NAMESPACE, LISTEN_ADDRESS, LOG_FORMAT, LOG_LEVEL, MAX_REMOVAL_RATIO,
     NODE_DEBOUNCE, NODE_MIN_GAP, POOLS, POOL_ANNOTATIONS, POOL_LABELS, POOL_NAME,
-    POOL_SERVICE_SELECTOR, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER, SINGLE_POOL_SETTINGS,
-    WATCH_NODES,
+    POOL_SERVICE_SELECTOR, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER, ROBOT_USER_FILE,
+    SINGLE_POOL_SETTINGS, WATCH_NODES,
 };
 use crate::vocab::quote::quote;
 use crate::vocab::LabelSelector;
@@ -466,9 +466,14 @@ impl Loader {
     /// A pool with `Robot` needs the Robot credentials, whose problem (if
     /// any) is recorded already: this names each pool that would have none.
     fn check_robot_pools(&mut self, pools: &[PoolConfig], credentials: bool) {
-        let set = [&ROBOT_USER, &ROBOT_PASSWORD, &ROBOT_PASSWORD_FILE]
-            .iter()
-            .any(|s| self.layer_of(s).is_some());
+        let set = [
+            &ROBOT_USER,
+            &ROBOT_USER_FILE,
+            &ROBOT_PASSWORD,
+            &ROBOT_PASSWORD_FILE,
+        ]
+        .iter()
+        .any(|s| self.layer_of(s).is_some());
         if credentials || set {
             return;
         }

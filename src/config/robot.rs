@@ -4,7 +4,7 @@
 
 use super::loader::Loader;
 use super::token::{read_secret_file, SecretFileError};
-use super::{ROBOT_ENDPOINT, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER};
+use super::{ROBOT_ENDPOINT, ROBOT_PASSWORD, ROBOT_PASSWORD_FILE, ROBOT_USER, ROBOT_USER_FILE};
 use crate::robot::RobotCredentials;
 use crate::vocab::SecretString;
 use std::path::PathBuf;
@@ -12,8 +12,16 @@ use std::path::PathBuf;
 /// The webservice user and where its password comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RobotSettings {
-    pub user: SecretString,
+    pub user: RobotUser,
     pub password: RobotPassword,
+}
+
+/// Where the user comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RobotUser {
+    Inline(SecretString),
+    /// Re-read for every cycle, like the password file.
+    File(PathBuf),
 }
 
 /// Where the password comes from.
@@ -38,6 +46,17 @@ pub enum RobotPasswordError {
         ROBOT_PASSWORD_FILE.label()
     )]
     NotAPassword { path: String },
+    #[error(
+        "cannot read the Robot user file {path}: {reason}; mount the user there or fix {}",
+        ROBOT_USER_FILE.label()
+    )]
+    UserUnreadable { path: String, reason: String },
+    #[error(
+        "the Robot user file {path} does not hold one word such as #ws+AbCdEf (content not \
+         shown; {})",
+        ROBOT_USER_FILE.label()
+    )]
+    NotAUser { path: String },
 }
 
 impl RobotSettings {
@@ -58,11 +77,50 @@ impl RobotSettings {
                     })?
             }
         };
-        Ok(RobotCredentials {
-            user: self.user.clone(),
-            password,
-        })
+        let user = match &self.user {
+            RobotUser::Inline(user) => user.clone(),
+            RobotUser::File(path) => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || read_user_file(&path))
+                    .await
+                    .unwrap_or_else(|panicked| {
+                        Err(RobotPasswordError::UserUnreadable {
+                            path: String::new(),
+                            reason: panicked.to_string(),
+                        })
+                    })?
+            }
+        };
+        Ok(RobotCredentials { user, password })
     }
+}
+
+/// Whether `text` (trimmed) is a webservice user: one word without a colon
+/// (it goes into HTTP Basic auth before one).
+fn is_user(text: &str) -> bool {
+    let user = text.trim();
+    !user.is_empty()
+        && !user.chars().any(|c| c.is_whitespace() || c.is_control())
+        && !user.contains(':')
+}
+
+/// The user in a file: one word, blanks around it dropped.
+pub fn read_user_file(path: &std::path::Path) -> Result<SecretString, RobotPasswordError> {
+    let shown = path.display().to_string();
+    let not = || RobotPasswordError::NotAUser {
+        path: shown.clone(),
+    };
+    let text = read_secret_file(path).map_err(|e| match e {
+        SecretFileError::Unreadable(e) => RobotPasswordError::UserUnreadable {
+            path: shown.clone(),
+            reason: e.to_string(),
+        },
+        SecretFileError::TooLarge | SecretFileError::NotText => not(),
+    })?;
+    if !is_user(&text) {
+        return Err(not());
+    }
+    Ok(SecretString::new(text.trim()))
 }
 
 /// The password in a file: its text less one line end.
@@ -89,9 +147,7 @@ impl Loader {
     /// The Robot settings: `None` when no user and no password is set (or
     /// when they are invalid: a problem is recorded).
     pub(super) fn robot(&mut self) -> Option<RobotSettings> {
-        let user = self
-            .raw(&ROBOT_USER)
-            .and_then(|user| self.robot_user(&user.text));
+        let user = self.robot_user_source();
         let inline = self.raw(&ROBOT_PASSWORD);
         let file = self.raw(&ROBOT_PASSWORD_FILE);
         // Each is checked, so that every problem is reported at once.
@@ -129,7 +185,8 @@ impl Loader {
             (None, Some(_)) => Some(from_file?),
             (None, None) => None,
         };
-        let user_set = self.layer_of(&ROBOT_USER).is_some();
+        let user_set =
+            self.layer_of(&ROBOT_USER).is_some() || self.layer_of(&ROBOT_USER_FILE).is_some();
         match (user, password) {
             (Some(user), Some(password)) => Some(RobotSettings { user, password }),
             (None, Some(password)) if !user_set => {
@@ -163,11 +220,51 @@ impl Loader {
         }
     }
 
+    /// The user: `RobotUser` or `RobotUserFile` (read now, to report a
+    /// problem at start), never both.
+    fn robot_user_source(&mut self) -> Option<RobotUser> {
+        let inline = self.raw(&ROBOT_USER);
+        let file = self.raw(&ROBOT_USER_FILE);
+        match (inline, file) {
+            (Some(inline), Some(file)) => {
+                // The user itself is checked too: every problem at once.
+                self.robot_user(&inline.text);
+                self.problem(
+                    Some(&ROBOT_USER_FILE),
+                    format!(
+                        "a user (from {}) and a user file (from {}) are both set; set only one \
+                         of {} and {}",
+                        inline.origin,
+                        file.origin,
+                        ROBOT_USER.label(),
+                        ROBOT_USER_FILE.label()
+                    ),
+                );
+                None
+            }
+            (Some(inline), None) => self.robot_user(&inline.text).map(RobotUser::Inline),
+            (None, Some(file)) => {
+                let path = PathBuf::from(file.text.trim());
+                match read_user_file(&path) {
+                    Ok(_) => Some(RobotUser::File(path)),
+                    Err(e) => {
+                        self.problem(
+                            Some(&ROBOT_USER_FILE),
+                            format!("{e} (path set by {})", file.origin),
+                        );
+                        None
+                    }
+                }
+            }
+            (None, None) => None,
+        }
+    }
+
     /// The webservice user: one word (it goes into HTTP Basic auth before a
     /// colon); a problem never quotes it.
     fn robot_user(&mut self, text: &str) -> Option<SecretString> {
         let user = text.trim();
-        if user.chars().any(|c| c.is_whitespace() || c.is_control()) || user.contains(':') {
+        if !is_user(user) {
             let origin = self.origin_of(&ROBOT_USER);
             self.problem(
                 Some(&ROBOT_USER),

@@ -21,6 +21,7 @@ pub const MANAGED_BY_THE_CHART: &[&str] = &[
     "HcloudToken",
     "HcloudTokenFile",
     "RobotUser",
+    "RobotUserFile",
     "RobotPassword",
     "RobotPasswordFile",
     "ListenAddress",

@@ -106,6 +106,14 @@ pub const ROBOT_USER: Setting = Setting {
     description: "Hetzner Robot webservice user (Robot → Settings → Webservice and app settings), \
                   with RobotPassword or RobotPasswordFile: both or neither. Never shown",
 };
+pub const ROBOT_USER_FILE: Setting = Setting {
+    env: "CANADA_KAKTUS_ROBOT_USER_FILE",
+    key: "RobotUserFile",
+    default: SettingDefault::Unset("unset"),
+    description: "Path of a file holding the webservice user (e.g. a key of the mounted Secret), \
+                  instead of RobotUser; re-read every cycle like the password file, so rotating \
+                  both needs no restart. Never shown",
+};
 pub const ROBOT_PASSWORD: Setting = Setting {
     env: "CANADA_KAKTUS_ROBOT_PASSWORD",
     key: "RobotPassword",
@@ -289,6 +297,7 @@ pub const SETTINGS: &[Setting] = &[
     HCLOUD_ALLOW_HTTP,
     HCLOUD_TIMEOUT,
     ROBOT_USER,
+    ROBOT_USER_FILE,
     ROBOT_PASSWORD,
     ROBOT_PASSWORD_FILE,
     ROBOT_ENDPOINT,

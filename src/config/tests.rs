@@ -408,3 +408,51 @@ fn auto_log_format_is_text_at_a_terminal_and_json_elsewhere() {
     assert_eq!(LogFormat::Text.resolve(false), LogFormat::Text);
     assert_eq!("AUTO".parse::<LogFormat>(), Ok(LogFormat::Auto));
 }
+
+/// The Robot user may come from a file, read at each use like the
+/// password's, so rotating both needs no restart; never both ways.
+#[tokio::test]
+async fn the_robot_user_from_a_file_is_read_at_each_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = dir.path().join("robot-user");
+    let password = dir.path().join("robot-password");
+    std::fs::write(&user, "#ws+first\n").unwrap();
+    std::fs::write(&password, "secret-1\n").unwrap();
+    let nowhere = Path::new("/nonexistent/config.json");
+    let user_path = user.display().to_string();
+    let password_path = password.display().to_string();
+    let vars = env(&[
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", "t"),
+        ("CANADA_KAKTUS_ROBOT_USER_FILE", &user_path),
+        ("CANADA_KAKTUS_ROBOT_PASSWORD_FILE", &password_path),
+    ]);
+    let settings = load_with_default_file(None, &vars, nowhere).expect("valid");
+    let robot = settings.robot.expect("Robot credentials");
+    let first = robot.credentials().await.unwrap();
+    assert_eq!(first.user.expose(), "#ws+first");
+    std::fs::write(&user, "#ws+second\n").unwrap();
+    std::fs::write(&password, "secret-2\n").unwrap();
+    let second = robot.credentials().await.unwrap();
+    assert_eq!(
+        (second.user.expose(), second.password.expose()),
+        ("#ws+second", "secret-2")
+    );
+    // A file that holds no single word is refused when read.
+    std::fs::write(&user, "two words\n").unwrap();
+    let error = robot.credentials().await.unwrap_err().to_string();
+    assert!(
+        error.contains("CANADA_KAKTUS_ROBOT_USER_FILE") && !error.contains("two words"),
+        "{error}"
+    );
+
+    let vars = env(&[
+        ("CANADA_KAKTUS_HCLOUD_TOKEN", "t"),
+        ("CANADA_KAKTUS_ROBOT_USER", "#ws+x"),
+        ("CANADA_KAKTUS_ROBOT_USER_FILE", &user_path),
+        ("CANADA_KAKTUS_ROBOT_PASSWORD_FILE", &password_path),
+    ]);
+    let errors = load_with_default_file(None, &vars, nowhere)
+        .unwrap_err()
+        .to_string();
+    assert!(errors.contains("CANADA_KAKTUS_ROBOT_USER_FILE"), "{errors}");
+}

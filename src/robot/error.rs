@@ -6,8 +6,8 @@
 pub enum RobotError {
     #[error(
         "the Robot webservice refused the credentials (401 {code}): this process sends no Robot \
-         request until CANADA_KAKTUS_ROBOT_USER or the password (CANADA_KAKTUS_ROBOT_PASSWORD \
-         or its file) change (three failed logins block this IP for 10 minutes); use a \
+         request until the user (CANADA_KAKTUS_ROBOT_USER or its file) or the password \
+         (CANADA_KAKTUS_ROBOT_PASSWORD or its file) change (three failed logins block this IP for 10 minutes); use a \
          webservice user from Robot's settings"
     )]
     Unauthorized { code: String },

@@ -301,8 +301,8 @@ fn full_values_reach_every_object() {
     assert_eq!(env["CANADA_KAKTUS_POOL_NAME"]["value"], "edge-pool");
     assert_eq!(env["RUST_BACKTRACE"]["value"], "1");
     assert_eq!(
-        env["CANADA_KAKTUS_ROBOT_USER"]["valueFrom"]["secretKeyRef"],
-        json!({"name": "robot-credentials", "key": "user"})
+        env["CANADA_KAKTUS_ROBOT_USER_FILE"]["value"],
+        "/var/run/secrets/robot/user"
     );
     assert_eq!(
         env["CANADA_KAKTUS_ROBOT_PASSWORD_FILE"]["value"],
@@ -316,7 +316,7 @@ fn full_values_reach_every_object() {
         .expect("the Robot password volume");
     assert_eq!(
         robot_volume["secret"]["items"],
-        json!([{"key": "password", "path": "password"}])
+        json!([{"key": "user", "path": "user"}, {"key": "password", "path": "password"}])
     );
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(pod["priorityClassName"], "system-cluster-critical");

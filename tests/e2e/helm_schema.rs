@@ -25,6 +25,7 @@ impl Mounts {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("token"), "t0ken").unwrap();
         std::fs::write(dir.path().join("password"), "passw0rd").unwrap();
+        std::fs::write(dir.path().join("user"), "#ws+robot-user").unwrap();
         Mounts { dir }
     }
 
@@ -33,6 +34,7 @@ impl Mounts {
         let name = match chart_path {
             "/var/run/secrets/hetzner/token" => "token",
             "/var/run/secrets/robot/password" => "password",
+            "/var/run/secrets/robot/user" => "user",
             other => panic!("the chart names a file this test does not mount: {other}"),
         };
         self.dir.path().join(name).display().to_string()
@@ -59,7 +61,10 @@ fn binary(config: &Value) -> Result<Settings, String> {
             "CANADA_KAKTUS_HCLOUD_TOKEN_FILE",
             mounts.file("/var/run/secrets/hetzner/token"),
         ),
-        ("CANADA_KAKTUS_ROBOT_USER", "robot-user".to_owned()),
+        (
+            "CANADA_KAKTUS_ROBOT_USER_FILE",
+            mounts.file("/var/run/secrets/robot/user"),
+        ),
         (
             "CANADA_KAKTUS_ROBOT_PASSWORD_FILE",
             mounts.file("/var/run/secrets/robot/password"),

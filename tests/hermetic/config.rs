@@ -601,6 +601,7 @@ fn every_problem_is_reported_at_once() {
         ("CANADA_KAKTUS_EVENTS", "perhaps"),
         ("CANADA_KAKTUS_POOLS", r#"[{"Name": "edge"}]"#),
         ("CANADA_KAKTUS_ROBOT_USER", "two words"),
+        ("CANADA_KAKTUS_ROBOT_USER_FILE", "/nonexistent/robot-user"),
         ("CANADA_KAKTUS_ROBOT_PASSWORD", "robot-pa55w0rd"),
         (
             "CANADA_KAKTUS_ROBOT_PASSWORD_FILE",
@@ -1347,7 +1348,10 @@ fn a_pool_of_robot_servers_needs_no_label_selector_and_names_servers_by_number_o
         Some("zone=a".to_owned())
     );
     let robot = s.robot.as_ref().expect("credentials");
-    assert_eq!(robot.user.expose(), "#ws+AbCd");
+    assert_eq!(
+        robot.user,
+        config::RobotUser::Inline(canada_kaktus::vocab::SecretString::new("#ws+AbCd"))
+    );
     assert_eq!(
         robot.password,
         config::RobotPassword::Inline(canada_kaktus::vocab::SecretString::new("pass word")),
