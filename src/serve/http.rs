@@ -1,6 +1,6 @@
 //! The HTTP endpoints: `/health`, `/readyz`, `/livez` and `/metrics`.
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 
 use crate::serve::health::Health;
 use crate::serve::metrics::{self, Metrics};
@@ -80,33 +79,113 @@ pub async fn bind(address: SocketAddr) -> Result<TcpListener, HttpError> {
 /// scraper that never completes its request must not hold the process.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 
+/// What one client may take of the HTTP server: the probes and scrapes are
+/// small requests on loopback or the pod network, so anything slower or
+/// larger is a client to drop, not to wait for.
+pub mod limits {
+    use std::time::Duration;
+
+    /// The whole header of a request must arrive within this.
+    pub const HEADER_READ: Duration = Duration::from_secs(5);
+    /// A connection's read buffer (a request's header must fit; hyper's
+    /// smallest is 8 KiB).
+    pub const BUFFER_BYTES: usize = 16 * 1024;
+    /// Headers per request.
+    pub const HEADERS: usize = 64;
+    /// A connection lives at most this long (a keep-alive scraper opens a
+    /// new one).
+    pub const LIFETIME: Duration = Duration::from_secs(60);
+    /// Open connections; a new one closes the oldest, so unfinished
+    /// connections never keep the kubelet's probes out.
+    pub const CONNECTIONS: usize = 64;
+}
+
 /// Serves until `shutdown` resolves, then lets requests in flight finish for
 /// at most [`SHUTDOWN_GRACE`] and returns; connections still open then are
-/// dropped with the runtime.
+/// closed. Each connection is bounded by [`limits`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HttpError> {
-    let begun = Arc::new(Notify::new());
-    let signal = {
-        let begun = begun.clone();
-        async move {
-            shutdown.await;
-            begun.notify_one();
+    let mut connections = Connections::default();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => connections.serve(stream, router.clone()),
+                // A client that went before its accept, or a file limit:
+                // the next accept may work.
+                Err(error) => {
+                    tracing::debug!(%error, "accepting an HTTP connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.tasks.join_next(), if !connections.tasks.is_empty() => {}
         }
-    };
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(signal)
-        .into_future();
-    tokio::select! {
-        result = server => result.map_err(HttpError::Serve),
-        _ = async {
-            begun.notified().await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        } => {
+    }
+    connections.finish().await;
+    Ok(())
+}
+
+/// The open connections, oldest first, each closed by its token.
+#[derive(Default)]
+struct Connections {
+    tasks: tokio::task::JoinSet<()>,
+    open: std::collections::VecDeque<(u64, tokio_util::sync::CancellationToken)>,
+    next: u64,
+    ended: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl Connections {
+    fn serve(&mut self, stream: tokio::net::TcpStream, router: Router) {
+        // Forget the connections that ended; close the oldest when full.
+        let ended: Vec<u64> = std::mem::take(&mut *crate::sync::lock(&self.ended));
+        self.open.retain(|(id, _)| !ended.contains(id));
+        while self.open.len() >= limits::CONNECTIONS {
+            if let Some((_, oldest)) = self.open.pop_front() {
+                oldest.cancel();
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        let token = tokio_util::sync::CancellationToken::new();
+        self.open.push_back((id, token.clone()));
+        let ended = self.ended.clone();
+        self.tasks.spawn(async move {
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits::HEADER_READ)
+                .max_buf_size(limits::BUFFER_BYTES)
+                .max_headers(limits::HEADERS);
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::select! {
+                result = connection => {
+                    if let Err(error) = result {
+                        tracing::debug!(%error, "an HTTP connection ended with an error");
+                    }
+                }
+                () = token.cancelled() => {}
+                () = tokio::time::sleep(limits::LIFETIME) => {}
+            }
+            crate::sync::lock(&ended).push(id);
+        });
+    }
+
+    /// After the shutdown: requests in flight get [`SHUTDOWN_GRACE`], then
+    /// every connection is closed.
+    async fn finish(mut self) {
+        let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
             tracing::debug!("HTTP connections still open after the shutdown grace; closing them");
-            Ok(())
+            self.tasks.abort_all();
         }
     }
 }

@@ -24,6 +24,7 @@ mod install;
 mod manual;
 mod monitoring;
 mod pools;
+mod port;
 mod properties;
 mod reconcile;
 mod robot;
