@@ -80,12 +80,13 @@ impl RobotSettings {
         let user = match &self.user {
             RobotUser::Inline(user) => user.clone(),
             RobotUser::File(path) => {
+                let shown = path.display().to_string();
                 let path = path.clone();
                 tokio::task::spawn_blocking(move || read_user_file(&path))
                     .await
                     .unwrap_or_else(|panicked| {
                         Err(RobotPasswordError::UserUnreadable {
-                            path: String::new(),
+                            path: shown,
                             reason: panicked.to_string(),
                         })
                     })?

@@ -114,7 +114,12 @@ pub async fn serve(
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => connections.serve(stream, router.clone()),
+                Ok((stream, _)) => {
+                    connections.serve(stream, router.clone());
+                    // Let the new connection read its request before the
+                    // next accept: a flood cannot close a probe unread.
+                    tokio::task::yield_now().await;
+                }
                 // A client that went before its accept, or a file limit:
                 // the next accept may work.
                 Err(error) => {
@@ -129,32 +134,85 @@ pub async fn serve(
     Ok(())
 }
 
+/// One open connection: its id, what closes it, and whether a request of it
+/// is being answered (then it is no unfinished request to close first).
+struct Open {
+    id: u64,
+    close: tokio_util::sync::CancellationToken,
+    busy: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// The open connections, oldest first, each closed by its token.
 #[derive(Default)]
 struct Connections {
     tasks: tokio::task::JoinSet<()>,
-    open: std::collections::VecDeque<(u64, tokio_util::sync::CancellationToken)>,
+    open: std::collections::VecDeque<Open>,
     next: u64,
     ended: Arc<std::sync::Mutex<Vec<u64>>>,
 }
 
+/// Marks a connection busy while a request of it is answered.
+struct Busy(Arc<std::sync::atomic::AtomicBool>);
+
+impl Busy {
+    fn new(flag: &Arc<std::sync::atomic::AtomicBool>) -> Self {
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        Busy(flag.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Connections {
-    fn serve(&mut self, stream: tokio::net::TcpStream, router: Router) {
-        // Forget the connections that ended; close the oldest when full.
+    /// Makes room for one more: closes the oldest connection that is not
+    /// answering a request (an unfinished or idle one) while
+    /// [`limits::CONNECTIONS`] are open; only past twice that, the oldest
+    /// of any.
+    fn make_room(&mut self) {
         let ended: Vec<u64> = std::mem::take(&mut *crate::sync::lock(&self.ended));
-        self.open.retain(|(id, _)| !ended.contains(id));
+        self.open.retain(|open| !ended.contains(&open.id));
         while self.open.len() >= limits::CONNECTIONS {
-            if let Some((_, oldest)) = self.open.pop_front() {
-                oldest.cancel();
+            let idle = self
+                .open
+                .iter()
+                .position(|open| !open.busy.load(std::sync::atomic::Ordering::Relaxed));
+            let closed = match idle {
+                Some(index) => self.open.remove(index),
+                None if self.open.len() >= 2 * limits::CONNECTIONS => self.open.pop_front(),
+                None => break,
+            };
+            if let Some(closed) = closed {
+                closed.close.cancel();
             }
         }
+    }
+
+    fn serve(&mut self, stream: tokio::net::TcpStream, router: Router) {
+        self.make_room();
         let id = self.next;
         self.next += 1;
-        let token = tokio_util::sync::CancellationToken::new();
-        self.open.push_back((id, token.clone()));
+        let close = tokio_util::sync::CancellationToken::new();
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.open.push_back(Open {
+            id,
+            close: close.clone(),
+            busy: busy.clone(),
+        });
         let ended = self.ended.clone();
         self.tasks.spawn(async move {
-            let service = hyper_util::service::TowerToHyperService::new(router);
+            let inner = hyper_util::service::TowerToHyperService::new(router);
+            let service = hyper::service::service_fn(move |request| {
+                let busy = Busy::new(&busy);
+                let answer = hyper::service::Service::call(&inner, request);
+                async move {
+                    let _busy = busy;
+                    answer.await
+                }
+            });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
@@ -163,14 +221,21 @@ impl Connections {
                 .max_headers(limits::HEADERS);
             let connection =
                 builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
             tokio::select! {
-                result = connection => {
+                result = connection.as_mut() => {
                     if let Err(error) = result {
                         tracing::debug!(%error, "an HTTP connection ended with an error");
                     }
                 }
-                () = token.cancelled() => {}
-                () = tokio::time::sleep(limits::LIFETIME) => {}
+                // Closed to make room: an unfinished or idle connection.
+                () = close.cancelled() => {}
+                // At the end of its life a request in flight is finished
+                // (with `Connection: close`) within the header limit.
+                () = tokio::time::sleep(limits::LIFETIME) => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(limits::HEADER_READ, connection).await;
+                }
             }
             crate::sync::lock(&ended).push(id);
         });
