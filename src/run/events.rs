@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
+use crate::serve::health::Health;
 use crate::serve::metrics::{Metrics, SHRINK_GUARD};
 
 /// `reportingController` of every event.
@@ -403,6 +404,20 @@ pub fn floating_ips_stranded(ips: &[String]) -> PoolEvent {
     )
 }
 
+/// What `/health` names while Events are refused (403).
+pub const EVENTS_PERMISSION: &str = "create on events.k8s.io events in namespace default, \
+    for Events (deploy/rbac.yaml; the chart installs it unless Events is off)";
+
+/// Warning `PermissionMissing`: an option that is on needs `permission`
+/// and the API server refused it.
+pub fn permission_missing(permission: &str, meanwhile: &str) -> PoolEvent {
+    PoolEvent::warning(
+        "PermissionMissing",
+        "Watch",
+        format!("the ServiceAccount lacks {permission}; {meanwhile}"),
+    )
+}
+
 /// What to attach events to: the pool's name and, once discovery ran, its
 /// API version.
 #[derive(Debug, Clone)]
@@ -432,9 +447,20 @@ impl EventSink {
     }
 
     /// Starts the publishing task; it ends when every sink is dropped.
-    pub fn start(client: Client, instance: String, metrics: Arc<Metrics>) -> Self {
+    pub fn start(
+        client: Client,
+        instance: String,
+        metrics: Arc<Metrics>,
+        health: Arc<Health>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(publish_loop(client, instance, metrics.clone(), rx));
+        let publisher = Publisher {
+            client,
+            instance,
+            metrics: metrics.clone(),
+            health,
+        };
+        tokio::spawn(publish_loop(publisher, rx));
         Self {
             tx: Some((tx, metrics)),
         }
@@ -458,12 +484,22 @@ impl EventSink {
     }
 }
 
-async fn publish_loop(
+/// What the publishing task holds.
+struct Publisher {
     client: Client,
     instance: String,
     metrics: Arc<Metrics>,
-    mut rx: mpsc::Receiver<Batch>,
-) {
+    /// Told whether Events are refused (403).
+    health: Arc<Health>,
+}
+
+async fn publish_loop(publisher: Publisher, mut rx: mpsc::Receiver<Batch>) {
+    let Publisher {
+        client,
+        instance,
+        metrics,
+        health,
+    } = publisher;
     let reporter = Reporter {
         controller: REPORTING_CONTROLLER.to_owned(),
         instance: Some(instance),
@@ -498,14 +534,20 @@ async fn publish_loop(
             };
             metrics.event_published(published.is_ok());
             match published {
-                Ok(()) => debug!(reason = event.reason, "published a Kubernetes Event"),
-                // RBAC is named only for a refusal (403).
-                Err(kube::Error::Api(status)) if status.is_forbidden() => warn!(
-                    error = %status.message,
-                    reason = event.reason,
-                    "cannot publish a Kubernetes Event on the pool; the ServiceAccount needs \
-                     create on events.k8s.io events in namespace {EVENTS_NAMESPACE} (deploy/rbac.yaml)"
-                ),
+                Ok(()) => {
+                    health.set_permission(EVENTS_PERMISSION, true);
+                    debug!(reason = event.reason, "published a Kubernetes Event");
+                }
+                // RBAC is named only for a refusal (403), in /health too.
+                Err(kube::Error::Api(status)) if status.is_forbidden() => {
+                    health.set_permission(EVENTS_PERMISSION, false);
+                    warn!(
+                        error = %status.message,
+                        reason = event.reason,
+                        "cannot publish a Kubernetes Event on the pool; the ServiceAccount needs \
+                         create on events.k8s.io events in namespace {EVENTS_NAMESPACE} (deploy/rbac.yaml)"
+                    );
+                }
                 Err(error) => warn!(
                     %error,
                     reason = event.reason,

@@ -241,6 +241,7 @@ impl ControlLoop {
             &self.settings,
             &leadership.identity,
             self.metrics.clone(),
+            self.health.clone(),
         );
         self.reconciler.set_fence(leadership.fence());
         let mut mover = failover::Mover::new(

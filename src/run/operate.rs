@@ -17,6 +17,7 @@ use crate::pool::Fence;
 use crate::run::events::{EventPlanner, EventSink, PoolEvent, Target};
 use crate::run::leader::{self, LeaderElection, LeaseConfig, Term};
 use crate::run::nodes::{self, NodeChange};
+use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 
 /// Who may write: the leader election, or always this process when it is off.
@@ -210,9 +211,10 @@ impl Recorder {
         settings: &Settings,
         identity: &str,
         metrics: Arc<Metrics>,
+        health: Arc<Health>,
     ) -> Self {
         let sink = if settings.operate.events {
-            EventSink::start(client.clone(), identity.to_owned(), metrics)
+            EventSink::start(client.clone(), identity.to_owned(), metrics, health)
         } else {
             EventSink::disabled()
         };
@@ -221,6 +223,11 @@ impl Recorder {
             planners: BTreeMap::new(),
             announce_leadership: false,
         }
+    }
+
+    /// Where events go, for the parts that publish on their own.
+    pub fn sink(&self) -> EventSink {
+        self.sink.clone()
     }
 
     /// The event planner of `pool`.

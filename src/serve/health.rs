@@ -75,6 +75,11 @@ pub struct HealthReport {
     /// reads every target's Lease fresh. Does not change the status code.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease_view_age_seconds: Option<u64>,
+    /// Permissions an option that is on needs and the API server refused
+    /// (403), each naming what grants it, until a call works again (absent
+    /// when none). Does not change the status code: the pools are kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_permissions: Vec<String>,
 }
 
 /// One Floating IP of a failover pool in `/health`.
@@ -164,6 +169,7 @@ impl Health {
                     pools: Vec::new(),
                     floating_ips: Vec::new(),
                     lease_view_age_seconds: None,
+                    missing_permissions: Vec::new(),
                 },
                 heartbeat: Instant::now(),
                 pools: Vec::new(),
@@ -218,6 +224,20 @@ impl Health {
     /// event (`None`: no failover pool, or not leading).
     pub fn set_lease_heard(&self, clock: Option<LeaseClock>) {
         self.write().lease_heard = clock;
+    }
+
+    /// Whether the API server granted `permission` (the text `/health`
+    /// shows while it is refused) at its last use.
+    pub fn set_permission(&self, permission: &str, granted: bool) {
+        let mut inner = self.write();
+        let missing = &mut inner.report.missing_permissions;
+        let listed = missing.iter().any(|p| p == permission);
+        if granted && listed {
+            missing.retain(|p| p != permission);
+        } else if !granted && !listed {
+            missing.push(permission.to_owned());
+            missing.sort();
+        }
     }
 
     /// A full cycle (a listing and the pool's write) succeeded for `pool`.

@@ -152,6 +152,22 @@ fn chart(config: &Value) -> Result<Result<Settings, String>, String> {
         let lease = &settings.operate.lease_name;
         let role = names("Role", "canada-kaktus-leader-election", 0);
         assert_eq!(role, json!([lease]), "{config}");
+        // A Role is installed exactly when the controller uses it.
+        let role = |namespace: &str, name: &str| {
+            objects.contains_key(&("Role".to_owned(), namespace.to_owned(), name.to_owned()))
+        };
+        let failover = settings.pools.iter().any(|p| p.failover.is_some());
+        assert_eq!(
+            role("kube-node-lease", "canada-kaktus-node-leases"),
+            failover,
+            "{config}: the node-lease Role, with failover {failover}"
+        );
+        let events = settings.operate.events;
+        assert_eq!(
+            role("default", "canada-kaktus-events"),
+            events,
+            "{config}: the Events Role, with Events {events}"
+        );
     }
     Ok(loaded)
 }
@@ -194,6 +210,18 @@ fn edge_configs() -> Vec<Value> {
         json!({"Interval": null}),
         json!({"Interval": 60}),
         json!({"Interval": "1m", "WatchNodes": true, "Events": "off"}),
+        // The Events Role follows Events, the node-lease Role failover.
+        json!({"Events": false}),
+        json!({"Events": " NO "}),
+        json!({"Events": 0}),
+        json!({"Events": null}),
+        json!({"Events": "yes"}),
+        pool(
+            json!({"Addresses": ["floating-ip"], "FloatingIpSelector": "role=ingress", "FloatingIpFailover": "off"}),
+        ),
+        pool(
+            json!({"Addresses": ["floating-ip"], "FloatingIpSelector": "role=ingress", "FloatingIpFailover": false}),
+        ),
         json!({"Intervall": "1m"}),
         json!({"LabelSelector": ""}),
         json!({"PoolLabels": {"team": "edge", "tier": 1}}),

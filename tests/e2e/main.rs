@@ -19,6 +19,7 @@ mod helm_schema;
 mod manual_commands;
 mod operate;
 mod parts;
+mod permissions;
 mod pools;
 mod robot;
 mod stalls;

@@ -47,7 +47,14 @@ async fn an_event_that_gets_no_answer_holds_up_no_later_event() {
     let kube = FakeKube::new(&["v2"]);
     kube.hang_requests("/events", 1);
     let metrics = Arc::new(Metrics::new());
-    let sink = EventSink::start(kube.client(), "me".into(), metrics.clone());
+    let sink = EventSink::start(
+        kube.client(),
+        "me".into(),
+        metrics.clone(),
+        std::sync::Arc::new(canada_kaktus::serve::health::Health::new(
+            Duration::from_secs(60),
+        )),
+    );
     sink.publish(target(), vec![events::leader_elected("first-replica")]);
     // The uid read of the next batch gets no answer either.
     eventually("the first Event was sent", || kube.hangs_left() == 0).await;
@@ -72,7 +79,14 @@ async fn events_that_find_the_queue_full_are_counted_as_dropped() {
     let kube = FakeKube::new(&["v2"]);
     kube.hang_requests("/events", 1000);
     let metrics = Arc::new(Metrics::new());
-    let sink = EventSink::start(kube.client(), "me".into(), metrics.clone());
+    let sink = EventSink::start(
+        kube.client(),
+        "me".into(),
+        metrics.clone(),
+        std::sync::Arc::new(canada_kaktus::serve::health::Health::new(
+            Duration::from_secs(60),
+        )),
+    );
     for n in 0..100 {
         sink.publish(target(), vec![events::leader_elected(&format!("r-{n}"))]);
     }

@@ -80,13 +80,15 @@ async fn closed_within(opened: Vec<TcpStream>, within: Duration) -> usize {
     .unwrap()
 }
 
-/// `/livez` answers 200 within a second.
-async fn livez_within_a_second(controller: &Controller, beside: &str) {
+/// `/livez` answers 200 before the held connections' header timeout (5 s)
+/// could have freed anything: 3 s leaves a debug build on two busy cores
+/// room (1 s failed once under the whole suite's load).
+async fn livez_answers_beside(controller: &Controller, beside: &str) {
     let asked = Instant::now();
-    let livez = tokio::time::timeout(Duration::from_secs(1), controller.livez()).await;
+    let livez = tokio::time::timeout(Duration::from_secs(3), controller.livez()).await;
     assert!(
         matches!(livez, Ok(Some((200, _)))),
-        "/livez did not answer within a second beside {beside}: {livez:?} after {:?}",
+        "/livez did not answer within 3 s beside {beside}: {livez:?} after {:?}",
         asked.elapsed()
     );
 }
@@ -139,7 +141,7 @@ async fn unfinished_requests_hold_neither_memory_nor_the_port() {
         after.saturating_sub(before) < 8 * 1024,
         "{CONNECTIONS} unfinished requests took the controller from {before} KiB to {after} KiB"
     );
-    livez_within_a_second(&controller, "large unfinished requests").await;
+    livez_answers_beside(&controller, "large unfinished requests").await;
     // A header larger than the buffer is refused at once (431).
     let closed = closed_within(opened, Duration::from_secs(2)).await;
     assert_eq!(
@@ -160,7 +162,7 @@ async fn unfinished_requests_hold_neither_memory_nor_the_port() {
         .await
         .unwrap()
     };
-    livez_within_a_second(&controller, "slow unfinished requests").await;
+    livez_answers_beside(&controller, "slow unfinished requests").await;
     let (oldest, newest) = {
         let mut slow = slow;
         let newest = slow.split_off(CONNECTIONS - 64);
@@ -191,7 +193,7 @@ async fn unfinished_requests_hold_neither_memory_nor_the_port() {
         })
     };
     for _ in 0..5 {
-        livez_within_a_second(&controller, "a flood of unfinished connections").await;
+        livez_answers_beside(&controller, "a flood of unfinished connections").await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     flooding.store(false, std::sync::atomic::Ordering::Relaxed);

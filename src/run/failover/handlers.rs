@@ -18,7 +18,16 @@ impl ControlLoop {
         }
         let stop = self.shutdown.child_token();
         let client = self.reconciler.pools().client().clone();
-        st.mover.set_renewals(leases::start(client, stop.clone()));
+        let refusals = leases::Refusals {
+            health: self.health.clone(),
+            sink: st.recorder.sink(),
+            pools: (self.settings.pools.iter())
+                .filter(|p| p.failover.is_some())
+                .map(|p| self.event_target(&p.name))
+                .collect(),
+        };
+        st.mover
+            .set_renewals(leases::start(client, stop.clone(), refusals));
         st.leases = Some(stop);
     }
 

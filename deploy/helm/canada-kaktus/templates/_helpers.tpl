@@ -67,3 +67,29 @@ no or 0 in any case, as the controller reads it). */}}
 {{- $mode := .Values.config.LeaderElection | toString | trim | lower -}}
 {{- has $mode (list "false" "off" "no" "0") -}}
 {{- end }}
+
+{{/* "true" when config.Events turns the Kubernetes Events off (false, off,
+no or 0 in any case, as the controller reads it): the Events Role is then
+not installed. */}}
+{{- define "canada-kaktus.eventsOff" -}}
+{{- $mode := .Values.config.Events | toString | trim | lower -}}
+{{- has $mode (list "false" "off" "no" "0") -}}
+{{- end }}
+
+{{/* "true" when a pool of config.Pools has FloatingIpFailover on (true,
+on, yes or 1 in any case): only then does the controller read the
+kubelets' Leases, and only then is the node-lease Role installed. */}}
+{{- define "canada-kaktus.failover" -}}
+{{- $on := false -}}
+{{- $pools := .Values.config.Pools -}}
+{{- if kindIs "slice" $pools -}}
+{{- range $pools -}}
+{{- if kindIs "map" . -}}
+{{- if has (get . "FloatingIpFailover" | toString | trim | lower) (list "true" "on" "yes" "1") -}}
+{{- $on = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $on -}}
+{{- end }}
