@@ -112,7 +112,7 @@ pub(super) fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
 /// Removes what only Helm adds (its labels) and the image reference (the
 /// chart defaults the tag to its appVersion; kustomize sets it in
 /// kustomization.yaml), so the rest can be compared as it is.
-fn normalise(value: &mut Value) {
+pub(super) fn normalise(value: &mut Value) {
     const HELM_LABELS: &[&str] = &[
         "helm.sh/chart",
         "app.kubernetes.io/managed-by",
@@ -236,7 +236,26 @@ fn default_values_render_the_objects_deploy_installs() {
     assert!(from_kustomize
         .remove(&("Namespace".into(), String::new(), RELEASE_NAMESPACE.into()))
         .is_some());
-    assert_eq!(from_kustomize.len(), 11, "{:?}", from_kustomize.keys());
+    // deploy/ cannot see the config, so it ships the node-lease Role for
+    // failover always; the chart the same objects, only with a failover
+    // pool.
+    let failover = r#"config={"Pools": [{"Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true}]}"#;
+    let with_failover = template(&["--set-json", failover]);
+    assert!(with_failover.status.success(), "{with_failover:?}");
+    let mut with_failover = objects(&String::from_utf8(with_failover.stdout).unwrap());
+    for kind in ["Role", "RoleBinding"] {
+        let key = (
+            kind.into(),
+            "kube-node-lease".into(),
+            "canada-kaktus-node-leases".into(),
+        );
+        let mut kustomize_object = from_kustomize.remove(&key).expect("deploy/ ships it");
+        let mut helm_object = with_failover.remove(&key).expect("the chart renders it");
+        normalise(&mut kustomize_object);
+        normalise(&mut helm_object);
+        assert_eq!(helm_object, kustomize_object, "{key:?}");
+    }
+    assert_eq!(from_kustomize.len(), 9, "{:?}", from_kustomize.keys());
     assert_eq!(
         from_helm.keys().collect::<Vec<_>>(),
         from_kustomize.keys().collect::<Vec<_>>(),
@@ -521,6 +540,12 @@ async fn helm_install_upgrade_and_uninstall_on_a_real_api_server() {
         install.contains("kubectl describe ciliumloadbalancerippool helm-pool"),
         "{install}"
     );
+    // --create-namespace makes a namespace without the Pod Security labels
+    // deploy/namespace.yaml sets: the notes say so, and how to set them.
+    let label = format!(
+        "kubectl label namespace {RELEASE_NAMESPACE} pod-security.kubernetes.io/enforce=restricted"
+    );
+    assert!(install.contains(&label), "{install}");
 
     // The controller as the chart's ServiceAccount with the chart's config:
     // RBAC follows the pool name, so it may write helm-pool.
@@ -536,8 +561,15 @@ async fn helm_install_upgrade_and_uninstall_on_a_real_api_server() {
     assert_eq!(hetzner.last_label_selector().as_deref(), Some("role=edge"));
     controller.assert_running();
 
-    // An upgrade that changes a setting takes effect without a restart.
-    helm_as_admin(&[
+    // An upgrade that changes a setting takes effect without a restart;
+    // the namespace labelled as the notes said, they say nothing more.
+    let out = cluster.kubectl(&label.split(' ').skip(1).collect::<Vec<_>>());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let upgrade = helm_as_admin(&[
         "upgrade",
         "canada-kaktus",
         chart.to_str().unwrap(),
@@ -547,6 +579,7 @@ async fn helm_install_upgrade_and_uninstall_on_a_real_api_server() {
         "--set",
         "config.LabelSelector=tier=a",
     ]);
+    assert!(!upgrade.contains("WARNING: namespace"), "{upgrade}");
     sync_config(&cluster, &workdir).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while hetzner.last_label_selector().as_deref() != Some("tier=a") {

@@ -17,6 +17,7 @@ mod faults;
 mod helm;
 mod helm_schema;
 mod manual_commands;
+mod network_policy;
 mod operate;
 mod parts;
 mod permissions;

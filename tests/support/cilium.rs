@@ -81,6 +81,33 @@ impl Release {
         serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
+    /// Another CRD of this release (`ciliumnetworkpolicies`), read from
+    /// the Cilium module itself: `go mod download` finds it in the module
+    /// cache (scripts/cilium-bins.sh put it there) or fetches it.
+    pub fn module_crd(&self, plural: &str) -> Value {
+        let out = Command::new("go")
+            .args(["mod", "download", "-json"])
+            .arg(format!("github.com/cilium/cilium@{}", self.version))
+            .current_dir(std::env::temp_dir())
+            .env("GOFLAGS", "-mod=mod")
+            .output()
+            .expect("running go mod download");
+        assert!(
+            out.status.success(),
+            "go mod download github.com/cilium/cilium@{}: {}{}",
+            self.version,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let module: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let path = PathBuf::from(module["Dir"].as_str().expect("Dir"))
+            .join("pkg/k8s/apis/cilium.io/client/crds/v2")
+            .join(format!("{plural}.yaml"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
     /// The versions discovery serves with this CRD, the preferred first.
     pub fn served(&self) -> &'static [&'static str] {
         match self.api {

@@ -660,6 +660,12 @@ pub const SEVERAL_POOLS: &str = "deploy/several-pools";
 /// An overlay of the user's, as the component's comment shows it: `deploy/`
 /// plus `deploy/several-pools`. Returns its folder.
 pub fn several_pools_overlay() -> tempfile::TempDir {
+    overlay(SEVERAL_POOLS)
+}
+
+/// An overlay of `deploy/` with the component at `component` (a path in
+/// the repository).
+pub fn overlay(component: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     // kustomize takes relative paths only.
     let up = "../".repeat(dir.path().canonicalize().unwrap().components().count() - 1);
@@ -672,7 +678,7 @@ pub fn several_pools_overlay() -> tempfile::TempDir {
         format!(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
             relative("deploy"),
-            relative(SEVERAL_POOLS)
+            relative(component)
         ),
     )
     .unwrap();

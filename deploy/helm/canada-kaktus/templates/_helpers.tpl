@@ -93,3 +93,35 @@ kubelets' Leases, and only then is the node-lease Role installed. */}}
 {{- end -}}
 {{- $on -}}
 {{- end }}
+
+{{/* One egress rule of the network policy to the host of a URL: toFQDNs for
+a name, toCIDR for an address; its port, else 443 (80 for http). */}}
+{{- define "canada-kaktus.egressTo" -}}
+{{- $url := urlParse . -}}
+{{- $hostPort := $url.host -}}
+{{- $host := $hostPort -}}
+{{- $port := ternary "80" "443" (eq $url.scheme "http") -}}
+{{- if hasPrefix "[" $hostPort -}}
+{{- $host = regexReplaceAll "^\\[([^]]*)\\].*$" $hostPort "${1}" -}}
+{{- if regexMatch "\\]:[0-9]+$" $hostPort -}}
+{{- $port = regexReplaceAll "^.*\\]:([0-9]+)$" $hostPort "${1}" -}}
+{{- end -}}
+{{- else if contains ":" $hostPort -}}
+{{- $host = splitList ":" $hostPort | first -}}
+{{- $port = splitList ":" $hostPort | last -}}
+{{- end -}}
+{{- if regexMatch "^[0-9.]+$" $host -}}
+- toCIDR:
+    - {{ printf "%s/32" $host | quote }}
+{{- else if contains ":" $host -}}
+- toCIDR:
+    - {{ printf "%s/128" $host | quote }}
+{{- else -}}
+- toFQDNs:
+    - matchName: {{ $host | quote }}
+{{- end }}
+  toPorts:
+    - ports:
+        - port: {{ $port | quote }}
+          protocol: TCP
+{{- end }}
