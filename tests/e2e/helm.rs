@@ -25,6 +25,7 @@ use support::cluster::{CrdFixture, TestCluster, BIN_DIR_ENV};
 use support::e2e::{blocks, blocks_of, hetzner_with, pools, set_ips, Controller};
 
 const TOOL_DIR_ENV: &str = "CANADA_KAKTUS_TOOL_BIN_DIR";
+const ZIZMOR_DIR_ENV: &str = "CANADA_KAKTUS_ZIZMOR_BIN_DIR";
 pub(super) const RELEASE_NAMESPACE: &str = "canada-kaktus";
 
 fn repo() -> &'static Path {
@@ -631,14 +632,39 @@ async fn wait_pool_named(
 #[test]
 #[ignore = "needs actionlint (scripts/tool-bins.sh): scripts/test runs it"]
 fn the_workflows_pass_actionlint() {
-    let workflows: Vec<PathBuf> = std::fs::read_dir(repo().join(".gitea/workflows"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(!workflows.is_empty());
+    let workflows = workflows();
     let mut command = Command::new(tool("actionlint"));
     command.arg("-no-color").args(&workflows);
     ok(&mut command);
+}
+
+/// The workflows' files.
+fn workflows() -> Vec<PathBuf> {
+    let mut workflows: Vec<PathBuf> = std::fs::read_dir(repo().join(".gitea/workflows"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    workflows.sort();
+    assert!(!workflows.is_empty());
+    workflows
+}
+
+#[test]
+#[ignore = "needs zizmor (scripts/zizmor-bin.sh): scripts/test runs it"]
+fn the_workflows_pass_zizmor() {
+    // Its strictest persona, offline; a finding left on purpose carries a
+    // `zizmor: ignore[…]` comment that says why.
+    let dir = std::env::var_os(ZIZMOR_DIR_ENV)
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            panic!("{ZIZMOR_DIR_ENV} is not set: run scripts/test, or set it to what scripts/zizmor-bin.sh prints")
+        });
+    let mut command = Command::new(PathBuf::from(dir).join("zizmor"));
+    command
+        .args(["--offline", "--persona=pedantic", "--no-progress"])
+        .args(workflows());
+    let output = ok(&mut command);
+    assert!(output.contains("No findings to report"), "{output}");
 }
 
 #[test]
@@ -793,4 +819,49 @@ fn a_runbook_base_url_reaches_every_alert_of_the_chart_and_the_component() {
             assert_ne!(url, &defaults[alert], "{source}: {alert}");
         }
     }
+}
+
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_released_chart_pulls_the_image_it_was_built_with() {
+    // What the release workflow packages: scripts/release chart.
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let out = tempfile::tempdir().unwrap();
+    let packaged = ok(Command::new(repo().join("scripts/release"))
+        .args(["chart", "2.1.0", &digest])
+        .arg(out.path())
+        .env("HELM", tool("helm")));
+    let package = packaged.trim();
+    assert!(package.ends_with("canada-kaktus-2.1.0.tgz"), "{package}");
+    let rendered = ok(&mut helm(&[
+        "template",
+        "canada-kaktus",
+        package,
+        "--namespace",
+        RELEASE_NAMESPACE,
+    ]));
+    let objects = objects(&rendered);
+    let deployment = &objects[&(
+        "Deployment".to_owned(),
+        RELEASE_NAMESPACE.to_owned(),
+        "canada-kaktus".to_owned(),
+    )];
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("ghcr.io/canada-kaktus/canada-kaktus@{digest}")
+    );
+    assert_eq!(
+        deployment["metadata"]["labels"]["app.kubernetes.io/version"],
+        "2.1.0"
+    );
+    // A tag instead of a digest is refused.
+    let refused = run(Command::new(repo().join("scripts/release"))
+        .args(["chart", "2.1.0", "2.1.0"])
+        .arg(out.path())
+        .env("HELM", tool("helm")));
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not an image digest"),
+        "{refused:?}"
+    );
 }

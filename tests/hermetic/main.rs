@@ -27,4 +27,6 @@ mod pools;
 mod port;
 mod properties;
 mod reconcile;
+mod release;
 mod robot;
+mod workflows;
