@@ -1,6 +1,6 @@
 //! Reading and writing the pool through the Kubernetes API.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::ApiResource;
@@ -146,7 +146,8 @@ pub async fn discover(
 /// discovery found so a repair does not need to ask again.
 pub struct PoolClient {
     client: Client,
-    discovery: Mutex<Discovery>,
+    /// Shared with [`PoolClient::resource_reader`].
+    discovery: Arc<Mutex<Discovery>>,
 }
 
 /// What the last discovery was asked for (the `CiliumApiVersion` setting of
@@ -162,10 +163,10 @@ impl PoolClient {
     pub fn new(client: Client, configured: CiliumApiVersion) -> Self {
         Self {
             client,
-            discovery: Mutex::new(Discovery {
+            discovery: Arc::new(Mutex::new(Discovery {
                 configured,
                 found: None,
-            }),
+            })),
         }
     }
 
@@ -202,6 +203,13 @@ impl PoolClient {
 
     pub fn cached_resource(&self) -> Option<ApiResource> {
         self.lock().found.clone()
+    }
+
+    /// Reads [`PoolClient::cached_resource`] later, from another task (what
+    /// discovery found by then).
+    pub fn resource_reader(&self) -> impl Fn() -> Option<ApiResource> + Send + Sync + 'static {
+        let discovery = Arc::clone(&self.discovery);
+        move || crate::sync::lock(&discovery).found.clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Discovery> {

@@ -7,6 +7,8 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use kube::core::ApiResource;
+
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
@@ -76,28 +78,58 @@ pub const NODE_LEASES_PERMISSION: &str = "list and watch on coordination.k8s.io 
 /// What failover does while it cannot read the kubelets' Leases.
 const MEANWHILE: &str = "Floating IP failover waits for NotReady meanwhile";
 
+/// The failover pools now (a reload changes them), shared with the watch.
+pub type FailoverPools = Arc<Mutex<Vec<String>>>;
+
 /// Where a refused watch is told: `/health`, and a Warning Event on each
 /// failover pool once per refusal.
 pub struct Refusals {
     pub health: Arc<Health>,
     pub sink: EventSink,
-    pub pools: Vec<Target>,
+    pub pools: FailoverPools,
+    /// The pools' API version as discovery found it by then (an Event's
+    /// reference needs it, and the pool's uid with it).
+    pub resource: Box<dyn Fn() -> Option<ApiResource> + Send + Sync>,
 }
 
 impl Refusals {
-    fn tell(&self, access: Access) {
+    /// Tells `access`. The Warning waits (`unsaid`) until discovery knows
+    /// the pools' API version: an Event without it would not name the
+    /// pool's uid, and `kubectl describe` would not show it. The watch
+    /// retries a refusal with backoff, so the next item says it.
+    fn tell(&self, access: Access, unsaid: &mut bool) {
         match access {
             Access::Refused => {
                 self.health.set_permission(NODE_LEASES_PERMISSION, false);
-                for pool in &self.pools {
-                    let event = events::permission_missing(NODE_LEASES_PERMISSION, MEANWHILE);
-                    self.sink.publish(pool.clone(), vec![event]);
-                }
+                *unsaid = true;
             }
-            Access::Works => self.health.set_permission(NODE_LEASES_PERMISSION, true),
+            Access::Works => {
+                self.health.set_permission(NODE_LEASES_PERMISSION, true);
+                *unsaid = false;
+            }
             Access::Same => {}
         }
+        let Some(resource) = (self.resource)().filter(|_| *unsaid) else {
+            return;
+        };
+        *unsaid = false;
+        for name in lock(&self.pools).iter() {
+            let target = Target {
+                name: name.clone(),
+                resource: Some(resource.clone()),
+            };
+            let event = events::permission_missing(NODE_LEASES_PERMISSION, MEANWHILE);
+            self.sink.publish(target, vec![event]);
+        }
     }
+}
+
+/// A streak of failures of the watch: whether one is on, and whether a
+/// refusal in it was told.
+#[derive(Debug, Default, Clone, Copy)]
+struct Failing {
+    now: bool,
+    refused: bool,
 }
 
 /// What one item of the watch says of the access to the Leases.
@@ -118,14 +150,14 @@ fn absorb<E: std::fmt::Display + crate::run::watch::Refusal>(
     item: Result<Event<Lease>, E>,
     renewals: &mut Renewals,
     relist: &mut Option<BTreeSet<String>>,
-    failing: &mut bool,
+    failing: &mut Failing,
 ) -> Access {
     match item {
         Ok(event) => {
             let mut access = Access::Same;
-            if *failing && super::watch::answered(&event) {
+            if failing.now && super::watch::answered(&event) {
                 info!("watching the Node Leases works again");
-                *failing = false;
+                *failing = Failing::default();
                 access = Access::Works;
                 if !matches!(event, Event::Init | Event::InitApply(_)) {
                     renewals.set_current(true);
@@ -136,20 +168,25 @@ fn absorb<E: std::fmt::Display + crate::run::watch::Refusal>(
         }
         Err(error) => {
             renewals.set_current(false);
-            if *failing {
-                debug!(%error, "watching the Node Leases still fails; retrying with backoff");
-            } else if error.refused() {
+            // A refusal is told once per streak, also after other failures.
+            let refused = error.refused() && !failing.refused;
+            if refused {
                 warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
                                ServiceAccount needs list and watch on leases there, \
                                deploy/rbac.yaml); Floating IP failover waits for NotReady \
                                meanwhile; retrying with backoff");
-                *failing = true;
+                *failing = Failing {
+                    now: true,
+                    refused: true,
+                };
                 return Access::Refused;
+            } else if failing.now {
+                debug!(%error, "watching the Node Leases still fails; retrying with backoff");
             } else {
                 warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
                                Kubernetes API server did not answer, or failed); Floating IP \
                                failover waits for NotReady meanwhile; retrying with backoff");
-                *failing = true;
+                failing.now = true;
             }
             Access::Same
         }
@@ -170,15 +207,21 @@ pub fn start(client: Client, stop: CancellationToken, refusals: Refusals) -> Sha
         .default_backoff()
         .boxed();
         let mut relist = None;
-        let mut failing = false;
+        let mut failing = Failing::default();
+        let mut unsaid = false;
         loop {
             let item = tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => None,
                 item = stream.next() => item,
             };
-            let Some(item) = item else { return };
+            // Stopped (a reload took the last failover pool away, or
+            // shutdown): what it said of its permission goes with it.
+            let Some(item) = item.filter(|_| !stop.is_cancelled()) else {
+                refusals.tell(Access::Works, &mut unsaid);
+                return;
+            };
             let access = absorb(item, &mut lock(&renewals), &mut relist, &mut failing);
-            refusals.tell(access);
+            refusals.tell(access, &mut unsaid);
         }
     });
     shared
@@ -208,7 +251,7 @@ mod tests {
         // a new list: the first event after the error makes it current.
         let mut renewals = Renewals::default();
         let mut relist = None;
-        let mut failing = false;
+        let mut failing = Failing::default();
         for event in [
             Event::Init,
             Event::InitApply(lease("a", "2026-11-25T03:00:00.000000Z")),
@@ -228,14 +271,14 @@ mod tests {
             &mut relist,
             &mut failing,
         );
-        assert!(!renewals.is_current() && failing);
+        assert!(!renewals.is_current() && failing.now);
         absorb(
             Ok::<_, &str>(Event::Apply(lease("a", "2026-11-25T03:00:10.000000Z"))),
             &mut renewals,
             &mut relist,
             &mut failing,
         );
-        assert!(renewals.is_current() && !failing);
+        assert!(renewals.is_current() && !failing.now);
     }
 
     /// A 403 from the API server.
@@ -257,7 +300,7 @@ mod tests {
     fn a_refused_watch_is_told_once_and_its_end_too() {
         let mut renewals = Renewals::default();
         let mut relist = None;
-        let mut failing = false;
+        let mut failing = Failing::default();
         let mut seen = Vec::new();
         for item in [Err(Forbidden), Err(Forbidden)] {
             seen.push(absorb::<Forbidden>(
@@ -284,8 +327,9 @@ mod tests {
             // Works once the list is complete again.
             [Access::Refused, Access::Same, Access::Same, Access::Works]
         );
-        // A failure that is no refusal names no permission.
-        failing = false;
+        // A failure that is no refusal names no permission; a refusal
+        // after it in the same streak is told.
+        failing = Failing::default();
         let access = absorb(
             Err("connection reset"),
             &mut renewals,
@@ -293,6 +337,8 @@ mod tests {
             &mut failing,
         );
         assert_eq!(access, Access::Same);
+        let access = absorb::<Forbidden>(Err(Forbidden), &mut renewals, &mut relist, &mut failing);
+        assert_eq!(access, Access::Refused);
     }
 
     #[test]

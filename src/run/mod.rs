@@ -475,8 +475,15 @@ struct Running {
     config: ConfigWatch,
     /// Floating IP failover (idle without failover pools).
     mover: failover::Mover,
-    /// Stops the Node Lease watch, once a failover pool started it.
-    leases: Option<CancellationToken>,
+    /// The Node Lease watch, while a pool has failover.
+    leases: Option<LeaseWatch>,
+}
+
+/// The running Node Lease watch: how to stop it, and the failover pools it
+/// names when it is refused.
+struct LeaseWatch {
+    stop: CancellationToken,
+    pools: leases::FailoverPools,
 }
 
 impl Running {

@@ -183,7 +183,7 @@ pub async fn read_nodes(
         return Ok(NodeView::new([], true));
     }
     let nodes = Api::<Node>::all(client.clone());
-    let listed = within(READ_LIMIT, async {
+    let listed = bounded(async {
         nodes.list(&ListParams::default()).await.map_err(|e| {
             kube_failure(
                 "listing Nodes failed",

@@ -824,11 +824,13 @@ fn a_runbook_base_url_reaches_every_alert_of_the_chart_and_the_component() {
 #[test]
 #[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
 fn the_released_chart_pulls_the_image_it_was_built_with() {
-    // What the release workflow packages: scripts/release chart.
+    // What the release workflow packages: scripts/release chart, with the
+    // image of a fork's registry (REGISTRY and IMAGE_NAME set).
     let digest = format!("sha256:{}", "ab".repeat(32));
+    let image = format!("git.example.net/ops/canada-kaktus@{digest}");
     let out = tempfile::tempdir().unwrap();
     let packaged = ok(Command::new(repo().join("scripts/release"))
-        .args(["chart", "2.1.0", &digest])
+        .args(["chart", "2.1.0", &image])
         .arg(out.path())
         .env("HELM", tool("helm")));
     let package = packaged.trim();
@@ -848,7 +850,7 @@ fn the_released_chart_pulls_the_image_it_was_built_with() {
     )];
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
-        format!("ghcr.io/canada-kaktus/canada-kaktus@{digest}")
+        image
     );
     assert_eq!(
         deployment["metadata"]["labels"]["app.kubernetes.io/version"],
@@ -856,12 +858,12 @@ fn the_released_chart_pulls_the_image_it_was_built_with() {
     );
     // A tag instead of a digest is refused.
     let refused = run(Command::new(repo().join("scripts/release"))
-        .args(["chart", "2.1.0", "2.1.0"])
+        .args(["chart", "2.1.0", "git.example.net/ops/canada-kaktus:2.1.0"])
         .arg(out.path())
         .env("HELM", tool("helm")));
     assert!(!refused.status.success());
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("not an image digest"),
+        String::from_utf8_lossy(&refused.stderr).contains("not an image reference by digest"),
         "{refused:?}"
     );
 }

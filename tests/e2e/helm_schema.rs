@@ -168,6 +168,11 @@ fn chart(config: &Value) -> Result<Result<Settings, String>, String> {
             events,
             "{config}: the Events Role, with Events {events}"
         );
+        // Events is read at start: a change of it rolls the pods (the pod
+        // template differs), so no pod publishes without the Role.
+        let marked =
+            &deployment["spec"]["template"]["metadata"]["annotations"]["canada-kaktus.io/events"];
+        assert_eq!(marked.as_str() == Some("off"), !events, "{config}");
     }
     Ok(loaded)
 }

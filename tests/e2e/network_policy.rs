@@ -144,6 +144,24 @@ fn the_chart_renders_the_policy_only_when_enabled_and_to_the_configured_hosts() 
         egress(&v6)[2..],
         [(json!({"toCIDR": ["2001:db8::5/128"]}), tcp("9443"))]
     );
+    // A host in capitals and an empty port, as the binary takes them; and
+    // the rules an operator adds.
+    let loose = policy(&[
+        "--set",
+        "hcloud.endpoint=https://API.Hetzner.Cloud:/v1",
+        "--set-json",
+        r#"networkPolicy.extraEgress=[{"toEntities":["cluster"]}]"#,
+    ]);
+    assert_eq!(
+        egress(&loose)[2..],
+        [
+            (
+                json!({"toFQDNs": [{"matchName": "api.hetzner.cloud"}]}),
+                tcp("443")
+            ),
+            (json!({"toEntities": ["cluster"]}), Value::Null),
+        ]
+    );
 }
 
 /// Server-side applies `object` as the admin with strict field validation,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::cluster::{CrdFixture, TestCluster};
 use support::e2e::{
-    apply_deploy, cluster, hetzner_with, start_several_pools_with, wait_event, Controller, TOKEN,
+    apply_deploy, cluster, hetzner_with, start_with_config, wait_event, Controller, TOKEN,
 };
 use support::failover::{edge_fip, failover_cluster, failover_pool};
 use support::fake_hetzner::FakeHetzner;
@@ -25,6 +25,13 @@ fn missing(health: &Value, text: &str) -> bool {
             list.iter()
                 .any(|p| p.as_str().is_some_and(|p| p.contains(text)))
         })
+}
+
+/// Replaces the controller's config.json as a ConfigMap volume does.
+fn reload(controller: &Controller, config: &Value) {
+    let staged = controller.dir().join("config.json.new");
+    std::fs::write(&staged, config.to_string()).unwrap();
+    std::fs::rename(&staged, controller.dir().join("config.json")).unwrap();
 }
 
 /// Deletes the Role and RoleBinding `name` in `namespace`, as the admin.
@@ -52,14 +59,12 @@ async fn failover_without_the_node_lease_role_is_named_in_health_and_an_event() 
     hetzner.set_floating_ips(vec![edge_fip()]);
     let (cluster, _nodes, _kubelets) = failover_cluster(1..=2).await;
     revoke(&cluster, "kube-node-lease", "canada-kaktus-node-leases");
-    let edge = json!([failover_pool(json!({}))]).to_string();
-    let mut controller = start_several_pools_with(
+    let config = json!({"Pools": [failover_pool(json!({}))]}).to_string();
+    let mut controller = start_with_config(
         &cluster,
         &hetzner,
-        &[
-            ("CANADA_KAKTUS_INTERVAL", "2s"),
-            ("CANADA_KAKTUS_POOLS", edge.as_str()),
-        ],
+        &config,
+        &[("CANADA_KAKTUS_INTERVAL", "2s")],
     )
     .await;
 
@@ -72,8 +77,35 @@ async fn failover_without_the_node_lease_role_is_named_in_health_and_an_event() 
         "{health}"
     );
     wait_event(&cluster, "edge", "PermissionMissing", "kube-node-lease").await;
+    // On the pool as kubectl describe finds it: by its uid.
+    let pool = support::e2e::pools(&cluster, "v2")
+        .get("edge")
+        .await
+        .unwrap();
+    let uid = pool.metadata.uid.unwrap();
+    let events = support::e2e::events_with_uid(&cluster, "edge").await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, regarding)| reason == "PermissionMissing" && *regarding == uid),
+        "{events:?}"
+    );
 
-    // The Role back (as deploy/ ships it): the watch's retry clears it.
+    // A reload takes failover away (the chart would take the Role with
+    // it): the watch stops, and so does the report.
+    let failover = json!({"Pools": [failover_pool(json!({}))]});
+    let plain = json!({"Pools": [{"Name": "edge", "LabelSelector": "role=edge"}]});
+    reload(&controller, &plain);
+    controller
+        .wait_health(200, |h| h["missing_permissions"].is_null())
+        .await;
+
+    // Failover back, still refused: named again. The Role back (as
+    // deploy/ ships it): the watch's retry clears it, without a restart.
+    reload(&controller, &failover);
+    controller
+        .wait_health(200, |h| missing(h, "kube-node-lease"))
+        .await;
     apply_deploy(&cluster);
     controller
         .wait_health_within(Duration::from_secs(90), 200, |h| {

@@ -9,6 +9,16 @@ use std::process::{Command, Output};
 
 const IMAGE: &str = "ghcr.io/canada-kaktus/canada-kaktus@sha256:\
     1111111111111111111111111111111111111111111111111111111111111111";
+const TAGS: [&str; 2] = [
+    "ghcr.io/canada-kaktus/canada-kaktus:2.1.0",
+    "ghcr.io/canada-kaktus/canada-kaktus:2.1",
+];
+/// What tagging the image calls.
+const TAGGING: &str = "docker buildx imagetools create \
+    --tag ghcr.io/canada-kaktus/canada-kaktus:2.1.0 \
+    --tag ghcr.io/canada-kaktus/canada-kaktus:2.1 \
+    ghcr.io/canada-kaktus/canada-kaktus@sha256:\
+    1111111111111111111111111111111111111111111111111111111111111111";
 const KEY: &str = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY----- secret-key-material";
 
 fn script() -> PathBuf {
@@ -25,16 +35,20 @@ struct Rig {
 impl Rig {
     fn new(public_key: bool) -> Rig {
         let dir = tempfile::tempdir().unwrap();
-        let cosign = dir.path().join("cosign");
-        std::fs::write(
-            &cosign,
-            "#!/usr/bin/env bash\n\
+        // cosign `public-key` prints FAKE_PUBLIC_KEY (default: the
+        // committed one); docker's calls are logged with "docker " before.
+        let cosign = "#!/usr/bin/env bash\n\
              printf '%s\\n' \"$*\" >> \"$(dirname \"$0\")/calls\"\n\
-             if [ \"$1\" = \"${FAKE_COSIGN_FAIL:-}\" ]; then echo \"$1 failed\" >&2; exit 1; fi\n",
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&cosign, std::fs::Permissions::from_mode(0o755)).unwrap();
+             if [ \"$1\" = \"${FAKE_COSIGN_FAIL:-}\" ]; then echo \"$1 failed\" >&2; exit 1; fi\n\
+             if [ \"$1\" = public-key ]; then printf '%s\\n' \"${FAKE_PUBLIC_KEY:-PUBLIC KEY}\"; fi\n";
+        let docker = "#!/usr/bin/env bash\n\
+             printf 'docker %s\\n' \"$*\" >> \"$(dirname \"$0\")/calls\"\n";
+        for (name, text) in [("cosign", cosign), ("docker", docker)] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         std::fs::write(
             dir.path().join("sbom.spdx.json"),
             "{\"spdxVersion\": \"SPDX-2.3\"}",
@@ -57,7 +71,6 @@ impl Rig {
         command
             .args(args)
             .env_remove("COSIGN_PRIVATE_KEY")
-            .env_remove("HAVE_SIGNING_KEY")
             .env_remove("COSIGN_PASSWORD");
         // A runner sets these; each test gives its own.
         for name in [
@@ -74,6 +87,7 @@ impl Rig {
         command
             .env("GITHUB_REF", git_ref)
             .env("COSIGN", self.path("cosign"))
+            .env("DOCKER", self.path("docker"))
             .env("COSIGN_PUBLIC_KEY", self.path("cosign.pub"));
         for (name, value) in env {
             command.env(name, value);
@@ -81,9 +95,12 @@ impl Rig {
         command.output().unwrap()
     }
 
+    /// `sign-image` of [`IMAGE`], to be tagged [`TAGS`].
     fn sign_image(&self, git_ref: &str, env: &[(&str, &str)]) -> Output {
         let (sbom, provenance) = (self.path("sbom.spdx.json"), self.path("provenance.json"));
-        self.run(git_ref, &["sign-image", IMAGE, &sbom, &provenance], env)
+        let mut args = vec!["sign-image", IMAGE, &sbom, &provenance];
+        args.extend(TAGS);
+        self.run(git_ref, &args, env)
     }
 
     /// Each call of cosign, as its arguments.
@@ -113,15 +130,16 @@ fn a_release_tag_without_a_key_fails_before_anything_is_built_or_signed() {
         "{}",
         stderr(&out)
     );
-    // The workflow's test of the secret is enough for the preflight.
+    // With the key whose public half is committed, it passes.
     let out = rig.run(
         "refs/tags/v2.1.0",
         &["preflight"],
-        &[("HAVE_SIGNING_KEY", "true")],
+        &[("COSIGN_PRIVATE_KEY", KEY)],
     );
     assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rig.calls(), ["public-key --key env://COSIGN_PRIVATE_KEY"]);
 
-    // Signing on a tag without the key fails too, and calls nothing.
+    // Signing on a tag without the key fails too, and calls nothing more.
     let out = rig.sign_image("refs/tags/v2.1.0", &[]);
     assert!(!out.status.success(), "{out:?}");
     assert!(
@@ -129,7 +147,7 @@ fn a_release_tag_without_a_key_fails_before_anything_is_built_or_signed() {
         "{}",
         stderr(&out)
     );
-    assert!(rig.calls().is_empty(), "{:?}", rig.calls());
+    assert_eq!(rig.calls(), ["public-key --key env://COSIGN_PRIVATE_KEY"]);
 }
 
 #[test]
@@ -138,7 +156,7 @@ fn a_release_tag_without_the_committed_public_key_fails() {
     let out = rig.run(
         "refs/tags/v2.1.0",
         &["preflight"],
-        &[("HAVE_SIGNING_KEY", "true")],
+        &[("COSIGN_PRIVATE_KEY", KEY)],
     );
     assert!(!out.status.success(), "{out:?}");
     assert!(
@@ -149,6 +167,40 @@ fn a_release_tag_without_the_committed_public_key_fails() {
     let out = rig.sign_image("refs/tags/v2.1.0", &[("COSIGN_PRIVATE_KEY", KEY)]);
     assert!(!out.status.success(), "{out:?}");
     assert!(rig.calls().is_empty(), "{:?}", rig.calls());
+}
+
+#[test]
+fn a_key_of_another_pair_or_a_wrong_password_fails_before_the_build() {
+    let rig = Rig::new(true);
+    let out = rig.run(
+        "refs/tags/v2.1.0",
+        &["preflight"],
+        &[
+            ("COSIGN_PRIVATE_KEY", KEY),
+            ("FAKE_PUBLIC_KEY", "ANOTHER KEY"),
+        ],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr(&out).contains("COSIGN_PRIVATE_KEY does not belong to"),
+        "{}",
+        stderr(&out)
+    );
+    // cosign cannot open the key (a wrong COSIGN_PASSWORD).
+    let out = rig.run(
+        "refs/tags/v2.1.0",
+        &["preflight"],
+        &[
+            ("COSIGN_PRIVATE_KEY", KEY),
+            ("FAKE_COSIGN_FAIL", "public-key"),
+        ],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr(&out).contains("a wrong COSIGN_PASSWORD"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -172,6 +224,10 @@ fn a_release_is_signed_attested_and_verified_with_the_key_never_on_a_command_lin
                 "attest --yes --key env://COSIGN_PRIVATE_KEY --type slsaprovenance1 --predicate {provenance} {IMAGE}"
             ),
             format!("verify --key {public} {IMAGE}"),
+            format!("verify-attestation --key {public} --type spdxjson {IMAGE}"),
+            format!("verify-attestation --key {public} --type slsaprovenance1 {IMAGE}"),
+            // Tagged only once verified.
+            TAGGING.to_owned(),
         ]
     );
     let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
@@ -187,7 +243,7 @@ fn a_release_is_signed_attested_and_verified_with_the_key_never_on_a_command_lin
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
-        rig.calls()[4..],
+        rig.calls()[7..],
         [
             format!("sign --yes --key env://COSIGN_PRIVATE_KEY {chart}"),
             format!("verify --key {public} {chart}"),
@@ -196,18 +252,20 @@ fn a_release_is_signed_attested_and_verified_with_the_key_never_on_a_command_lin
 }
 
 #[test]
-fn a_signature_that_does_not_verify_fails_the_release() {
-    let rig = Rig::new(true);
-    let out = rig.sign_image(
-        "refs/tags/v2.1.0",
-        &[("COSIGN_PRIVATE_KEY", KEY), ("FAKE_COSIGN_FAIL", "verify")],
-    );
-    assert!(!out.status.success(), "{out:?}");
-    let out = rig.sign_image(
-        "refs/tags/v2.1.0",
-        &[("COSIGN_PRIVATE_KEY", KEY), ("FAKE_COSIGN_FAIL", "attest")],
-    );
-    assert!(!out.status.success(), "{out:?}");
+fn a_signature_that_does_not_verify_fails_the_release_untagged() {
+    for failing in ["sign", "attest", "verify", "verify-attestation"] {
+        let rig = Rig::new(true);
+        let out = rig.sign_image(
+            "refs/tags/v2.1.0",
+            &[("COSIGN_PRIVATE_KEY", KEY), ("FAKE_COSIGN_FAIL", failing)],
+        );
+        assert!(!out.status.success(), "{failing}: {out:?}");
+        assert!(
+            !rig.calls().iter().any(|c| c.starts_with("docker")),
+            "{failing}: tagged anyway: {:?}",
+            rig.calls()
+        );
+    }
 }
 
 #[test]
@@ -224,7 +282,8 @@ fn a_build_of_main_without_a_key_says_it_is_unsigned() {
         "{}",
         stderr(&out)
     );
-    assert!(rig.calls().is_empty(), "{:?}", rig.calls());
+    // Tagged (main, sha-…) without a signature.
+    assert_eq!(rig.calls(), [TAGGING]);
 }
 
 #[test]

@@ -112,43 +112,59 @@ fn the_signing_key_reaches_the_signing_steps_only() {
         if !text.contains("secrets.COSIGN_") {
             continue;
         }
-        if run(&step).starts_with("scripts/release sign-") {
-            assert_eq!(
-                step["env"]["COSIGN_PRIVATE_KEY"], "${{ secrets.COSIGN_PRIVATE_KEY }}",
-                "{job}"
-            );
-            signing.push(run(&step).to_owned());
-        } else {
-            // The preflight learns whether the key is set, not the key.
-            assert_eq!(run(&step), "scripts/release preflight", "{job}: {text}");
-            assert_eq!(
-                step["env"],
-                serde_json::json!({"HAVE_SIGNING_KEY": "${{ secrets.COSIGN_PRIVATE_KEY != '' }}"}),
-                "{job}"
-            );
-        }
+        // The preflight proves the key, the two sign steps use it: each
+        // hands it to scripts/release alone.
+        let script = run(&step);
+        assert!(
+            script == "scripts/release preflight" || script.contains("scripts/release sign-"),
+            "{job}: the signing key reaches {text}"
+        );
+        assert_eq!(
+            step["env"]["COSIGN_PRIVATE_KEY"], "${{ secrets.COSIGN_PRIVATE_KEY }}",
+            "{job}"
+        );
+        signing.push(format!("{job}: {script}"));
     }
     assert_eq!(
         signing.len(),
-        2,
-        "the image and the chart are signed: {signing:?}"
+        3,
+        "the preflight, the image and the chart: {signing:?}"
     );
 }
 
 #[test]
 fn a_release_is_refused_before_the_build_and_tagged_without_latest() {
     let workflow = workflow("build-image.yaml");
-    let build: Vec<Value> = workflow["jobs"]["build-image"]["steps"]
+    // The preflight is a job every other one waits for.
+    let jobs = &workflow["jobs"];
+    assert!(jobs["preflight"]["steps"]
         .as_array()
         .unwrap()
-        .clone();
+        .iter()
+        .any(|s| run(s) == "scripts/release preflight"));
+    assert!(jobs["preflight"].get("needs").is_none());
+    for job in ["test", "advisories"] {
+        assert_eq!(jobs[job]["needs"], "preflight", "{job}");
+    }
+    let build: Vec<Value> = jobs["build-image"]["steps"].as_array().unwrap().clone();
     let at = |want: &dyn Fn(&Value) -> bool| build.iter().position(want).unwrap();
-    let preflight = at(&|s| run(s) == "scripts/release preflight");
     let pushed = at(&|s| uses(s).starts_with("docker/build-push-action@"));
-    let login = at(&|s| uses(s).starts_with("docker/login-action@"));
+    let signed = at(&|s| run(s).contains("scripts/release sign-image"));
+    assert!(pushed < signed);
+    // Pushed by digest only; the tags go to sign-image, which sets them
+    // once verified.
+    let push = &build[pushed]["with"];
+    assert!(push.get("tags").is_none(), "{push}");
     assert!(
-        preflight < login && preflight < pushed,
-        "the preflight comes first"
+        push["outputs"]
+            .as_str()
+            .unwrap()
+            .contains("push-by-digest=true"),
+        "{push}"
+    );
+    assert_eq!(
+        build[signed]["env"]["TAGS"],
+        "${{ steps.meta.outputs.tags }}"
     );
     // The SBOM and the provenance are made on every build, signed or not.
     for step in &build {

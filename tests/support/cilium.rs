@@ -85,8 +85,9 @@ impl Release {
     /// the Cilium module itself: `go mod download` finds it in the module
     /// cache (scripts/cilium-bins.sh put it there) or fetches it.
     pub fn module_crd(&self, plural: &str) -> Value {
-        let out = Command::new("go")
-            .args(["mod", "download", "-json"])
+        // Bounded: a proxy that never answers fails the test, not hangs it.
+        let out = Command::new("timeout")
+            .args(["300", "go", "mod", "download", "-json"])
             .arg(format!("github.com/cilium/cilium@{}", self.version))
             .current_dir(std::env::temp_dir())
             .env("GOFLAGS", "-mod=mod")

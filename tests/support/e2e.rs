@@ -777,8 +777,8 @@ pub fn several_pools_server(id: i64, edge: bool) -> FakeServer {
     }
 }
 
-/// The Events about pool `name`, as `(reason, note)`.
-pub async fn events_of(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
+/// The Events about pool `name`, as the API server stores them.
+async fn events_about(cluster: &TestCluster, name: &str) -> Vec<DynamicObject> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         cluster.admin_client(),
         "default",
@@ -788,16 +788,38 @@ pub async fn events_of(cluster: &TestCluster, name: &str) -> Vec<(String, String
             "Event",
         )),
     );
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
+    let events = api.list(&ListParams::default()).await.unwrap().items;
+    events
         .into_iter()
         .filter(|e| e.data["regarding"]["name"] == name)
+        .collect()
+}
+
+/// The Events about pool `name`, as `(reason, note)`.
+pub async fn events_of(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
+    let text = |e: &DynamicObject, key: &str| e.data[key].as_str().unwrap_or_default().to_owned();
+    let events = events_about(cluster, name).await;
+    events
+        .iter()
+        .map(|e| (text(e, "reason"), text(e, "note")))
+        .collect()
+}
+
+/// The Events about pool `name`, as `(reason, regarding.uid)`.
+pub async fn events_with_uid(cluster: &TestCluster, name: &str) -> Vec<(String, String)> {
+    let events = events_about(cluster, name).await;
+    let uid = |e: &DynamicObject| {
+        e.data["regarding"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    events
+        .iter()
         .map(|e| {
             (
                 e.data["reason"].as_str().unwrap_or_default().to_owned(),
-                e.data["note"].as_str().unwrap_or_default().to_owned(),
+                uid(e),
             )
         })
         .collect()

@@ -5,30 +5,46 @@ use tokio::time::Instant;
 
 use super::{Done, Published};
 use crate::members::NodeView;
+use std::sync::{Arc, Mutex};
+
 use crate::run::leases;
-use crate::run::{ControlLoop, Flow, Running};
+use crate::run::{ControlLoop, Flow, LeaseWatch, Running};
+use crate::sync::lock;
 
 impl ControlLoop {
     /// Starts the Node Lease watch once a pool has failover (at start or
-    /// after a reload); it runs until shutdown.
+    /// after a reload), tells it which pools to name in a refusal, and stops
+    /// it when a reload took the last failover pool away (its Role may go
+    /// with the pool: the chart renders it only with one).
     pub(in crate::run) fn ensure_lease_watch(&self, st: &mut Running) {
-        let wanted = self.settings.pools.iter().any(|p| p.failover.is_some());
-        if !wanted || st.leases.is_some() {
-            return;
+        let wanted: Vec<String> = (self.settings.pools.iter())
+            .filter(|p| p.failover.is_some())
+            .map(|p| p.name.clone())
+            .collect();
+        match &st.leases {
+            Some(watch) if !wanted.is_empty() => *lock(&watch.pools) = wanted,
+            Some(_) => {
+                if let Some(watch) = st.leases.take() {
+                    watch.stop.cancel();
+                }
+                st.mover.set_renewals(None);
+            }
+            None if !wanted.is_empty() => {
+                let stop = self.shutdown.child_token();
+                let client = self.reconciler.pools().client().clone();
+                let pools: leases::FailoverPools = Arc::new(Mutex::new(wanted));
+                let refusals = leases::Refusals {
+                    health: self.health.clone(),
+                    sink: st.recorder.sink(),
+                    pools: pools.clone(),
+                    resource: Box::new(self.reconciler.pools().resource_reader()),
+                };
+                let renewals = leases::start(client, stop.clone(), refusals);
+                st.mover.set_renewals(Some(renewals));
+                st.leases = Some(LeaseWatch { stop, pools });
+            }
+            None => {}
         }
-        let stop = self.shutdown.child_token();
-        let client = self.reconciler.pools().client().clone();
-        let refusals = leases::Refusals {
-            health: self.health.clone(),
-            sink: st.recorder.sink(),
-            pools: (self.settings.pools.iter())
-                .filter(|p| p.failover.is_some())
-                .map(|p| self.event_target(&p.name))
-                .collect(),
-        };
-        st.mover
-            .set_renewals(leases::start(client, stop.clone(), refusals));
-        st.leases = Some(stop);
     }
 
     /// Starts the moves the failover pools need now.

@@ -160,8 +160,9 @@ impl Mover {
         self.hetzner = hetzner;
     }
 
-    pub fn set_renewals(&mut self, renewals: SharedRenewals) {
-        self.renewals = Some(renewals);
+    /// The Node Lease watch's renewals (`None`: no watch runs).
+    pub fn set_renewals(&mut self, renewals: Option<SharedRenewals>) {
+        self.renewals = renewals;
     }
 
     /// A new leadership term, or none, or a reload: every running move is

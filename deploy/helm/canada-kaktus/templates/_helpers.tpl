@@ -98,7 +98,7 @@ kubelets' Leases, and only then is the node-lease Role installed. */}}
 a name, toCIDR for an address; its port, else 443 (80 for http). */}}
 {{- define "canada-kaktus.egressTo" -}}
 {{- $url := urlParse . -}}
-{{- $hostPort := $url.host -}}
+{{- $hostPort := $url.host | lower -}}
 {{- $host := $hostPort -}}
 {{- $port := ternary "80" "443" (eq $url.scheme "http") -}}
 {{- if hasPrefix "[" $hostPort -}}
@@ -108,7 +108,7 @@ a name, toCIDR for an address; its port, else 443 (80 for http). */}}
 {{- end -}}
 {{- else if contains ":" $hostPort -}}
 {{- $host = splitList ":" $hostPort | first -}}
-{{- $port = splitList ":" $hostPort | last -}}
+{{- $port = splitList ":" $hostPort | last | default $port -}}
 {{- end -}}
 {{- if regexMatch "^[0-9.]+$" $host -}}
 - toCIDR:
