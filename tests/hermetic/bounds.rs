@@ -42,19 +42,20 @@ async fn eventually(what: &str, check: impl Fn() -> bool) {
     assert!(waited.is_ok(), "{what}: not within {GIVE_UP:?}");
 }
 
+/// The Event publisher on `kube`, counting into `metrics`.
+fn sink(kube: &FakeKube, metrics: &Arc<Metrics>) -> EventSink {
+    let health = Arc::new(canada_kaktus::serve::health::Health::new(
+        Duration::from_secs(60),
+    ));
+    EventSink::start(kube.client(), "me".into(), metrics.clone(), health)
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_event_that_gets_no_answer_holds_up_no_later_event() {
     let kube = FakeKube::new(&["v2"]);
     kube.hang_requests("/events", 1);
     let metrics = Arc::new(Metrics::new());
-    let sink = EventSink::start(
-        kube.client(),
-        "me".into(),
-        metrics.clone(),
-        std::sync::Arc::new(canada_kaktus::serve::health::Health::new(
-            Duration::from_secs(60),
-        )),
-    );
+    let sink = sink(&kube, &metrics);
     sink.publish(target(), vec![events::leader_elected("first-replica")]);
     // The uid read of the next batch gets no answer either.
     eventually("the first Event was sent", || kube.hangs_left() == 0).await;
@@ -79,14 +80,7 @@ async fn events_that_find_the_queue_full_are_counted_as_dropped() {
     let kube = FakeKube::new(&["v2"]);
     kube.hang_requests("/events", 1000);
     let metrics = Arc::new(Metrics::new());
-    let sink = EventSink::start(
-        kube.client(),
-        "me".into(),
-        metrics.clone(),
-        std::sync::Arc::new(canada_kaktus::serve::health::Health::new(
-            Duration::from_secs(60),
-        )),
-    );
+    let sink = sink(&kube, &metrics);
     for n in 0..100 {
         sink.publish(target(), vec![events::leader_elected(&format!("r-{n}"))]);
     }

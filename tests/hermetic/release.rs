@@ -117,18 +117,20 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The run failed, saying `says`.
+fn failed_saying(out: &Output, says: &str) {
+    assert!(!out.status.success(), "{out:?}");
+    assert!(stderr(out).contains(says), "{}", stderr(out));
+}
+
 #[test]
 fn a_release_tag_without_a_key_fails_before_anything_is_built_or_signed() {
     let rig = Rig::new(true);
     let out = rig.run("refs/tags/v2.1.0", &["preflight"], &[]);
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        stderr(&out).contains(
-            "release tag v2.1.0 without a signing key: a release is signed or not made; \
-             set the secret COSIGN_PRIVATE_KEY"
-        ),
-        "{}",
-        stderr(&out)
+    failed_saying(
+        &out,
+        "release tag v2.1.0 without a signing key: a release is signed or not made; \
+             set the secret COSIGN_PRIVATE_KEY",
     );
     // With the key whose public half is committed, it passes.
     let out = rig.run(
@@ -141,12 +143,7 @@ fn a_release_tag_without_a_key_fails_before_anything_is_built_or_signed() {
 
     // Signing on a tag without the key fails too, and calls nothing more.
     let out = rig.sign_image("refs/tags/v2.1.0", &[]);
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        stderr(&out).contains("without a signing key"),
-        "{}",
-        stderr(&out)
-    );
+    failed_saying(&out, "without a signing key");
     assert_eq!(rig.calls(), ["public-key --key env://COSIGN_PRIVATE_KEY"]);
 }
 
@@ -158,11 +155,9 @@ fn a_release_tag_without_the_committed_public_key_fails() {
         &["preflight"],
         &[("COSIGN_PRIVATE_KEY", KEY)],
     );
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        stderr(&out).contains("commit the cosign.pub that belongs to COSIGN_PRIVATE_KEY"),
-        "{}",
-        stderr(&out)
+    failed_saying(
+        &out,
+        "commit the cosign.pub that belongs to COSIGN_PRIVATE_KEY",
     );
     let out = rig.sign_image("refs/tags/v2.1.0", &[("COSIGN_PRIVATE_KEY", KEY)]);
     assert!(!out.status.success(), "{out:?}");
@@ -180,12 +175,7 @@ fn a_key_of_another_pair_or_a_wrong_password_fails_before_the_build() {
             ("FAKE_PUBLIC_KEY", "ANOTHER KEY"),
         ],
     );
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        stderr(&out).contains("COSIGN_PRIVATE_KEY does not belong to"),
-        "{}",
-        stderr(&out)
-    );
+    failed_saying(&out, "COSIGN_PRIVATE_KEY does not belong to");
     // cosign cannot open the key (a wrong COSIGN_PASSWORD).
     let out = rig.run(
         "refs/tags/v2.1.0",
@@ -195,12 +185,7 @@ fn a_key_of_another_pair_or_a_wrong_password_fails_before_the_build() {
             ("FAKE_COSIGN_FAIL", "public-key"),
         ],
     );
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        stderr(&out).contains("a wrong COSIGN_PASSWORD"),
-        "{}",
-        stderr(&out)
-    );
+    failed_saying(&out, "a wrong COSIGN_PASSWORD");
 }
 
 #[test]
@@ -300,12 +285,7 @@ fn only_an_image_by_digest_is_signed() {
         ],
         &[("COSIGN_PRIVATE_KEY", KEY)],
     );
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        stderr(&out).contains("not an image reference by digest"),
-        "{}",
-        stderr(&out)
-    );
+    failed_saying(&out, "not an image reference by digest");
     assert!(rig.calls().is_empty(), "{:?}", rig.calls());
 }
 
