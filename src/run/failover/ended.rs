@@ -15,7 +15,6 @@ use crate::failover::FailoverPool;
 use crate::run::events::{self, PoolEvent};
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
-use std::collections::HashMap;
 
 /// A move that ended, with what its reports name.
 struct MoveEnd {
@@ -29,7 +28,11 @@ impl Mover {
     /// Records a move that ended; the loop decides again after it.
     pub fn finish(&mut self, done: Done, metrics: &Metrics, now: Instant) -> Published {
         let mut published = Vec::new();
-        let Some(moving) = self.moving.remove(&done.floating_ip) else {
+        let moving = self
+            .fips
+            .get_mut(done.floating_ip)
+            .and_then(|f| f.moving.take());
+        let Some(moving) = moving else {
             return published;
         };
         self.refund_if_nothing_sent(&done, &moving);
@@ -49,7 +52,12 @@ impl Mover {
         // A refused target is skipped from now on: the next member is
         // asked at once, without the backoff.
         let refused = matches!(&done.result, Err(MoveError::Refused { .. }));
-        skip_target(&mut self.skips, &done, moving.to, now);
+        skip_target(
+            &mut self.fips.of(done.floating_ip).skips,
+            &done,
+            moving.to,
+            now,
+        );
         let holder = match &done.result {
             Ok(Ended::Moved(_) | Ended::AlreadyThere) => Some(Some(moving.to)),
             Ok(Ended::Overtaken(holder)) => Some(*holder),
@@ -63,8 +71,9 @@ impl Mover {
             if let Some(fip) = fip {
                 fip.holder = holder;
             }
-            self.ended.insert(done.floating_ip, (holder, now));
-            self.retry.remove(&done.floating_ip);
+            let state = self.fips.of(done.floating_ip);
+            state.ended = Some((holder, now));
+            state.retry = None;
         }
         let (from, overtaken_by) = named(pool, moving.from, &done.result);
         let failure = (done.result.as_ref().err()).map(|e| (e.cause(), failure_text(e, pool, &to)));
@@ -132,8 +141,9 @@ impl Mover {
             from,
             to,
         } = end;
-        let since = self.since.remove(&floating_ip).unwrap_or(now);
-        self.failures.remove(&floating_ip);
+        let state = self.fips.of(floating_ip);
+        let since = state.since.take().unwrap_or(now);
+        state.failure = None;
         metrics.floating_ip_moved(&moving.pool, moving.reason, "success");
         metrics.failover_took(&moving.pool, now.saturating_duration_since(since));
         info!(
@@ -202,17 +212,17 @@ impl Mover {
             "moving a Floating IP failed; trying again later"
         );
         let event = events::floating_ip_move_failed(&end.address, &end.to, &error, wait.as_secs());
-        self.failures.insert(floating_ip, (cause, error));
+        self.fips.of(floating_ip).failure = Some((cause, error));
         (end.moving.pool, event)
     }
 
     /// Floating IP `fip` waits before it is looked at again: 5 s, doubling
     /// with every look in a row that moved nothing, up to 5 min.
     pub(super) fn back_off(&mut self, fip: i64, now: Instant) -> Duration {
-        let attempts = self.retry.get(&fip).map_or(0, |(n, _)| *n);
+        let state = self.fips.of(fip);
+        let attempts = state.retry.map_or(0, |(n, _)| n);
         let wait = backoff::exponential(RETRY_BASE, attempts, RETRY_MAX);
-        self.retry
-            .insert(fip, (attempts.saturating_add(1), now + wait));
+        state.retry = Some((attempts.saturating_add(1), now + wait));
         wait
     }
 }
@@ -236,13 +246,12 @@ fn failure_text(error: &MoveError, pool: &FailoverPool, to: &str) -> String {
 
 /// A target not to ask again for a while: Hetzner refused it, or its Lease
 /// was not renewed (read fresh).
-fn skip_target(skips: &mut HashMap<i64, Vec<Skip>>, done: &Done, to: i64, now: Instant) {
+fn skip_target(skips: &mut Vec<Skip>, done: &Done, to: i64, now: Instant) {
     let (server, lasts, until_renewed) = match &done.result {
         Err(MoveError::Refused { server, .. }) => (*server, super::REFUSED_FOR, None),
         Ok(Ended::TargetLate(lease)) => (to, super::REFUSED_FOR, Some(lease.clone())),
         _ => return,
     };
-    let skips = skips.entry(done.floating_ip).or_default();
     skips.retain(|s| s.server != server);
     skips.push(Skip {
         server,

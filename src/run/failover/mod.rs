@@ -35,7 +35,10 @@ use super::leases::SharedRenewals;
 
 mod ended;
 mod handlers;
+mod state;
 mod task;
+
+use state::{FipStates, Moving, Skip};
 
 use task::{evidence_of, move_one, Clients, Evidence, Move, TargetLease};
 pub use task::{Done, MoveError};
@@ -50,29 +53,6 @@ const STRANDED_RECHECK: Duration = Duration::from_secs(1);
 /// How long a server Hetzner refused a Floating IP to is not asked again
 /// for it (a listing that began after the refusal forgets it sooner).
 const REFUSED_FOR: Duration = RETRY_MAX;
-
-/// A server not to give a Floating IP to, since `at` for `lasts`, or
-/// (`until_renewed`) until the watch sees its Node's Lease renewed.
-#[derive(Debug, Clone)]
-struct Skip {
-    server: i64,
-    at: Instant,
-    lasts: Duration,
-    until_renewed: Option<TargetLease>,
-}
-
-/// A move that runs.
-#[derive(Debug, Clone)]
-struct Moving {
-    pool: String,
-    from: Option<i64>,
-    to: i64,
-    /// The `reason` label and the words for logs and Events.
-    reason: &'static str,
-    why: String,
-    /// When its slot of the move budget was spent.
-    spent_at: Instant,
-}
 
 /// What the loop publishes for the mover.
 pub type Published = Vec<(String, PoolEvent)>;
@@ -89,24 +69,12 @@ pub struct Mover {
     listing: Option<FailoverListing>,
     /// Per pool: its `FailoverMovesPerMinute` and the budget it gives.
     budgets: HashMap<String, MoveBudget>,
-    moving: HashMap<i64, Moving>,
-    /// After a failed move: failures in a row, and when it may go again.
-    retry: HashMap<i64, (u32, Instant)>,
-    /// Moves that ended, with when: newer than a listing that began before.
-    ended: HashMap<i64, (Option<i64>, Instant)>,
-    /// When each Floating IP was first seen having to move.
-    since: HashMap<i64, Instant>,
+    /// What is known of each Floating IP (its running move, backoff, last
+    /// move, clock, skipped servers for [`REFUSED_FOR`] at most, last
+    /// failure).
+    fips: FipStates,
     /// The stranded IPs last reported, per pool.
     stranded: BTreeMap<String, Vec<i64>>,
-    /// Per Floating IP, the servers not to give it to for a while: Hetzner
-    /// refused it, or a fresh read found the target's Lease not renewed
-    /// (then until the watch sees it renewed too); each for
-    /// [`REFUSED_FOR`] at most, with when. A listing that began after it
-    /// forgets it.
-    skips: HashMap<i64, Vec<Skip>>,
-    /// Per Floating IP, the cause and text of its last failed move, for
-    /// `/health`, until it settles or moves.
-    failures: HashMap<i64, (&'static str, String)>,
     tasks: JoinSet<Done>,
     /// The Floating IP each running task moves (a task that panicked is
     /// known by its ID only).
@@ -135,13 +103,8 @@ impl Mover {
             renewals,
             listing: None,
             budgets: HashMap::new(),
-            moving: HashMap::new(),
-            retry: HashMap::new(),
-            ended: HashMap::new(),
-            since: HashMap::new(),
+            fips: FipStates::default(),
             stranded: BTreeMap::new(),
-            skips: HashMap::new(),
-            failures: HashMap::new(),
             tasks: JoinSet::new(),
             task_ips: HashMap::new(),
             wake_at: None,
@@ -177,31 +140,22 @@ impl Mover {
         self.tasks = JoinSet::new();
         self.task_ips.clear();
         self.listing = None;
-        self.moving.clear();
-        self.retry.clear();
-        self.ended.clear();
-        self.since.clear();
+        self.fips.clear();
         self.wake_at = None;
         self.not_ready.clear();
         self.stranded.clear();
-        self.skips.clear();
-        self.failures.clear();
     }
 
     /// A fresh, complete listing: what it shows, with the moves that ended
     /// after it began.
     pub fn set_listing(&mut self, mut listing: FailoverListing) {
-        self.ended.retain(|_, (_, at)| *at > listing.started);
-        // What Hetzner refused may have changed (a server moved, the IP
-        // was reassigned): a listing newer than a refusal forgets it.
-        for skips in self.skips.values_mut() {
-            skips.retain(|skip| skip.at > listing.started);
-        }
-        self.skips.retain(|_, skips| !skips.is_empty());
+        // What ended or was refused before the listing began, it shows
+        // (a server moved, the IP was reassigned): forgotten.
+        self.fips.listed(listing.started);
         for pool in &mut listing.pools {
             for fip in &mut pool.floating_ips {
-                if let Some((holder, _)) = self.ended.get(&fip.id) {
-                    fip.holder = *holder;
+                if let Some((holder, _)) = self.fips.get(fip.id).and_then(|f| f.ended) {
+                    fip.holder = holder;
                 }
             }
         }
@@ -292,9 +246,9 @@ impl Mover {
         let fresh = |node: &NodeFacts| !signals.renewals.silent(&node.name, within, now);
         let members = healthy_members(pool, nodes, &quiet, &fresh);
         self.settle(pool, &members);
-        let mut all = states(pool, &|fip| self.moving.get(&fip).map(|m| m.to));
+        let mut all = states(pool, &|fip| self.fips.moving_to(fip));
         for fip in &mut all {
-            let skips = self.skips.get(&fip.id).into_iter().flatten();
+            let skips = self.fips.get(fip.id).into_iter().flat_map(|f| &f.skips);
             fip.skipped = skips
                 .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
                 .filter(|skip| {
@@ -308,12 +262,14 @@ impl Mover {
         // An IP whose move runs stays in (the plan leaves it alone and
         // counts it for its target); one whose last move failed waits for
         // its retry.
-        all.retain(|fip| self.retry.get(&fip.id).is_none_or(|(_, at)| *at <= now));
+        all.retain(|fip| {
+            (self.fips.get(fip.id).and_then(|f| f.retry)).is_none_or(|(_, at)| at <= now)
+        });
         let budget = self.budget(pool);
         let plan = failover::plan(&all, &members, budget.allowed(now));
         let next_allowed = budget.next_allowed(now);
         for fip in plan.stranded.iter().chain(&plan.deferred) {
-            self.since.entry(*fip).or_insert(now);
+            self.fips.of(*fip).since.get_or_insert(now);
         }
         if !plan.deferred.is_empty() {
             debug!(pool = %pool.pool, deferred = ?plan.deferred, "Floating IP moves wait for FailoverMovesPerMinute");
@@ -372,12 +328,11 @@ impl Mover {
             let kept = fip
                 .holder
                 .is_some_and(|h| members.iter().any(|m| m.server == h && m.keeps));
-            if kept && !self.moving.contains_key(&fip.id) {
-                self.since.remove(&fip.id);
-                self.retry.remove(&fip.id);
-                self.failures.remove(&fip.id);
+            if let Some(state) = self.fips.get_mut(fip.id).filter(|_| kept) {
+                state.settled();
             }
         }
+        self.fips.tidy();
     }
 
     /// The pool's move budget, at its `FailoverMovesPerMinute` (a reload
@@ -406,7 +361,7 @@ impl Mover {
         (evidence, target_lease): (Evidence, Option<TargetLease>),
         now: Instant,
     ) {
-        self.since.entry(floating_ip).or_insert(now);
+        self.fips.of(floating_ip).since.get_or_insert(now);
         info!(
             pool = %pool.pool,
             floating_ip = %ip_of(pool, floating_ip),
@@ -422,7 +377,7 @@ impl Mover {
             evidence,
             target_lease,
         };
-        self.moving.insert(floating_ip, moving);
+        self.fips.of(floating_ip).moving = Some(moving);
         let clients = Clients {
             hetzner: self.hetzner.clone(),
             kube: self.kube.clone(),
@@ -438,8 +393,9 @@ impl Mover {
     /// holder's Lease turning silent (the next change to see).
     fn plan_wake(&mut self, pool: &FailoverPool, look: &Look<'_>) {
         for fip in &pool.floating_ips {
-            if let Some((_, at)) = self.retry.get(&fip.id).filter(|(_, at)| *at > look.now) {
-                earliest(&mut self.wake_at, Some(*at));
+            let retry = self.fips.get(fip.id).and_then(|f| f.retry);
+            if let Some((_, at)) = retry.filter(|(_, at)| *at > look.now) {
+                earliest(&mut self.wake_at, Some(at));
             }
             let holder = fip.holder.and_then(|id| pool.candidate(id));
             let node = holder.and_then(|c| look.nodes.node_of(c.id, &c.name));
@@ -495,13 +451,16 @@ impl Mover {
             .pools
             .iter()
             .flat_map(|pool| {
-                pool.floating_ips.iter().map(|fip| FloatingIpHolder {
-                    pool: pool.pool.clone(),
-                    ip: fip.address.to_string(),
-                    holder: fip.holder.map(|id| pool.server_name(id)),
-                    moving_to: self.moving.get(&fip.id).map(|m| pool.server_name(m.to)),
-                    cause: self.failures.get(&fip.id).map(|(cause, _)| *cause),
-                    last_error: self.failures.get(&fip.id).map(|(_, text)| text.clone()),
+                pool.floating_ips.iter().map(|fip| {
+                    let failure = self.fips.get(fip.id).and_then(|f| f.failure.as_ref());
+                    FloatingIpHolder {
+                        pool: pool.pool.clone(),
+                        ip: fip.address.to_string(),
+                        holder: fip.holder.map(|id| pool.server_name(id)),
+                        moving_to: self.fips.moving_to(fip.id).map(|to| pool.server_name(to)),
+                        cause: failure.map(|(cause, _)| *cause),
+                        last_error: failure.map(|(_, text)| text.clone()),
+                    }
                 })
             })
             .collect()
