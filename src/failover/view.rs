@@ -56,6 +56,13 @@ impl FailoverPool {
         self.candidates.iter().find(|c| c.id == id)
     }
 
+    /// Floating IP `id` is on `holder` now (a move ended).
+    pub fn set_holder(&mut self, id: i64, holder: Option<i64>) {
+        if let Some(fip) = self.floating_ips.iter_mut().find(|f| f.id == id) {
+            fip.holder = holder;
+        }
+    }
+
     /// Whether the pool's `NodeSelector` (if any) matches `node`.
     pub fn selects_node(&self, node: &NodeFacts) -> bool {
         self.node_selector

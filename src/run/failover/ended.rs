@@ -64,13 +64,7 @@ impl Mover {
             Ok(Ended::HolderBack(_) | Ended::TargetLate(_)) | Err(_) => None,
         };
         if let Some(holder) = holder {
-            let fip = pool
-                .floating_ips
-                .iter_mut()
-                .find(|f| f.id == done.floating_ip);
-            if let Some(fip) = fip {
-                fip.holder = holder;
-            }
+            pool.set_holder(done.floating_ip, holder);
             let state = self.fips.of(done.floating_ip);
             state.ended = Some((holder, now));
             state.retry = None;

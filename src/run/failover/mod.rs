@@ -248,16 +248,7 @@ impl Mover {
         self.settle(pool, &members);
         let mut all = states(pool, &|fip| self.fips.moving_to(fip));
         for fip in &mut all {
-            let skips = self.fips.get(fip.id).into_iter().flat_map(|f| &f.skips);
-            fip.skipped = skips
-                .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
-                .filter(|skip| {
-                    skip.until_renewed.as_ref().is_none_or(|lease| {
-                        signals.renewals.renew_time(&lease.node) == lease.seen.as_deref()
-                    })
-                })
-                .map(|skip| skip.server)
-                .collect();
+            fip.skipped = self.fips.skipped(fip.id, signals.renewals, now);
         }
         // An IP whose move runs stays in (the plan leaves it alone and
         // counts it for its target); one whose last move failed waits for

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::task::TargetLease;
+use crate::failover::Renewals;
 
 /// A server not to give a Floating IP to, since `at` for `lasts`, or
 /// (`until_renewed`) until the watch sees its Node's Lease renewed.
@@ -106,6 +107,20 @@ impl FipStates {
     /// The target of `fip`'s running move.
     pub(super) fn moving_to(&self, fip: i64) -> Option<i64> {
         self.get(fip)?.moving.as_ref().map(|m| m.to)
+    }
+
+    /// The servers `fip` is not given to now: each skip until it lasted,
+    /// one waiting for a Lease renewal until the watch saw one.
+    pub(super) fn skipped(&self, fip: i64, renewals: &Renewals, now: Instant) -> Vec<i64> {
+        let skips = self.get(fip).into_iter().flat_map(|f| &f.skips);
+        skips
+            .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
+            .filter(|skip| {
+                (skip.until_renewed.as_ref())
+                    .is_none_or(|lease| renewals.renew_time(&lease.node) == lease.seen.as_deref())
+            })
+            .map(|skip| skip.server)
+            .collect()
     }
 
     /// A fresh listing that began at `started`.
