@@ -92,34 +92,56 @@ pub struct Refusals {
     pub resource: Box<dyn Fn() -> Option<ApiResource> + Send + Sync>,
 }
 
+/// What the watch has told of a refusal: whether one is on, and the pools
+/// whose Warning went out for it.
+#[derive(Debug, Default)]
+struct Told {
+    refused: bool,
+    pools: BTreeSet<String>,
+}
+
 impl Refusals {
-    /// Tells `access`. The Warning waits (`unsaid`) until discovery knows
-    /// the pools' API version: an Event without it would not name the
-    /// pool's uid, and `kubectl describe` would not show it. The watch
-    /// retries a refusal with backoff, so the next item says it.
-    fn tell(&self, access: Access, unsaid: &mut bool) {
+    /// Tells `access`. While a refusal lasts, each failover pool gets its
+    /// Warning once (a pool a reload adds, too), as soon as a full cycle
+    /// wrote the pools and discovery knows their API version: an Event
+    /// without them would not name the pool's uid, and `kubectl describe`
+    /// would not show it. The watch retries a refusal with backoff, so a
+    /// later item says it. (Only the leader runs cycles: a standby names
+    /// the refusal in its `/health` alone, and the leader, refused the
+    /// same, says it.)
+    fn tell(&self, access: Access, told: &mut Told) {
         match access {
             Access::Refused => {
                 self.health.set_permission(NODE_LEASES_PERMISSION, false);
-                *unsaid = true;
+                told.refused = true;
             }
             Access::Works => {
                 self.health.set_permission(NODE_LEASES_PERMISSION, true);
-                *unsaid = false;
+                *told = Told::default();
             }
             Access::Same => {}
         }
-        let Some(resource) = (self.resource)().filter(|_| *unsaid) else {
+        if !told.refused {
+            return;
+        }
+        let unsaid: Vec<String> = (lock(&self.pools).iter())
+            .filter(|name| !told.pools.contains(*name))
+            .cloned()
+            .collect();
+        // Once a full cycle succeeded, the pools exist (an Event on one
+        // not yet created would carry no uid either).
+        let ready = !unsaid.is_empty() && self.health.succeeded_once();
+        let Some(resource) = (self.resource)().filter(|_| ready) else {
             return;
         };
-        *unsaid = false;
-        for name in lock(&self.pools).iter() {
+        for name in unsaid {
             let target = Target {
                 name: name.clone(),
                 resource: Some(resource.clone()),
             };
             let event = events::permission_missing(NODE_LEASES_PERMISSION, MEANWHILE);
             self.sink.publish(target, vec![event]);
+            told.pools.insert(name);
         }
     }
 }
@@ -208,7 +230,7 @@ pub fn start(client: Client, stop: CancellationToken, refusals: Refusals) -> Sha
         .boxed();
         let mut relist = None;
         let mut failing = Failing::default();
-        let mut unsaid = false;
+        let mut told = Told::default();
         loop {
             let item = tokio::select! {
                 _ = stop.cancelled() => None,
@@ -217,11 +239,11 @@ pub fn start(client: Client, stop: CancellationToken, refusals: Refusals) -> Sha
             // Stopped (a reload took the last failover pool away, or
             // shutdown): what it said of its permission goes with it.
             let Some(item) = item.filter(|_| !stop.is_cancelled()) else {
-                refusals.tell(Access::Works, &mut unsaid);
+                refusals.tell(Access::Works, &mut told);
                 return;
             };
             let access = absorb(item, &mut lock(&renewals), &mut relist, &mut failing);
-            refusals.tell(access, &mut unsaid);
+            refusals.tell(access, &mut told);
         }
     });
     shared
@@ -339,6 +361,50 @@ mod tests {
         assert_eq!(access, Access::Same);
         let access = absorb::<Forbidden>(Err(Forbidden), &mut renewals, &mut relist, &mut failing);
         assert_eq!(access, Access::Refused);
+    }
+
+    #[test]
+    fn each_failover_pool_is_told_once_per_refusal_once_the_api_version_is_known() {
+        let known = Arc::new(Mutex::new(None));
+        let reader = Arc::clone(&known);
+        let pools: FailoverPools = Arc::new(Mutex::new(vec!["edge".to_owned()]));
+        let refusals = Refusals {
+            health: Arc::new(Health::new(std::time::Duration::from_secs(60))),
+            sink: EventSink::disabled(),
+            pools: Arc::clone(&pools),
+            resource: Box::new(move || lock(&reader).clone()),
+        };
+        let mut told = Told::default();
+        // Refused before discovery: named in /health, the Warning waits.
+        refusals.tell(Access::Refused, &mut told);
+        assert!(told.refused && told.pools.is_empty());
+        assert_eq!(
+            refusals.health.report().missing_permissions,
+            [NODE_LEASES_PERMISSION]
+        );
+        // Discovery done, but no full cycle yet (the pool may not exist):
+        // still waiting. Then a cycle succeeds: said for edge, once.
+        *lock(&known) = Some(ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "cilium.io",
+            "v2",
+            "CiliumLoadBalancerIPPool",
+        )));
+        refusals.tell(Access::Same, &mut told);
+        assert!(told.pools.is_empty());
+        refusals.health.record_success("edge", 1, None);
+        refusals.tell(Access::Same, &mut told);
+        assert_eq!(told.pools, ["edge".to_owned()].into());
+        // A reload adds a failover pool while it lasts: said for it too.
+        lock(&pools).push("internal".to_owned());
+        refusals.tell(Access::Same, &mut told);
+        assert_eq!(
+            told.pools,
+            ["edge".to_owned(), "internal".to_owned()].into()
+        );
+        // It works again: cleared, and a later refusal is said again.
+        refusals.tell(Access::Works, &mut told);
+        assert!(!told.refused && told.pools.is_empty());
+        assert!(refusals.health.report().missing_permissions.is_empty());
     }
 
     #[test]

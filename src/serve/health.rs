@@ -400,6 +400,11 @@ impl Health {
         inner.report.last_listing = at.map(|at| OffsetDateTime::now_utc() - at.elapsed());
     }
 
+    /// Whether a full cycle succeeded in this process (its pools exist).
+    pub fn succeeded_once(&self) -> bool {
+        self.read().report.last_success.is_some()
+    }
+
     pub fn report(&self) -> HealthReport {
         let inner = self.read();
         let mut report = inner.report.clone();

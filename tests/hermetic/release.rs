@@ -14,7 +14,7 @@ const TAGS: [&str; 2] = [
     "ghcr.io/canada-kaktus/canada-kaktus:2.1",
 ];
 /// What tagging the image calls.
-const TAGGING: &str = "docker buildx imagetools create \
+const TAGGING: &str = "docker buildx imagetools create --prefer-index=false \
     --tag ghcr.io/canada-kaktus/canada-kaktus:2.1.0 \
     --tag ghcr.io/canada-kaktus/canada-kaktus:2.1 \
     ghcr.io/canada-kaktus/canada-kaktus@sha256:\
@@ -244,11 +244,18 @@ fn a_signature_that_does_not_verify_fails_the_release_untagged() {
             "refs/tags/v2.1.0",
             &[("COSIGN_PRIVATE_KEY", KEY), ("FAKE_COSIGN_FAIL", failing)],
         );
-        assert!(!out.status.success(), "{failing}: {out:?}");
+        // It stopped at that very call, which failed: not at a usage error.
+        failed_saying(&out, &format!("{failing} failed"));
+        let calls = rig.calls();
         assert!(
-            !rig.calls().iter().any(|c| c.starts_with("docker")),
-            "{failing}: tagged anyway: {:?}",
-            rig.calls()
+            calls
+                .last()
+                .is_some_and(|c| c.starts_with(&format!("{failing} "))),
+            "{failing}: {calls:?}"
+        );
+        assert!(
+            !calls.iter().any(|c| c.starts_with("docker")),
+            "{failing}: tagged anyway: {calls:?}"
         );
     }
 }
@@ -287,6 +294,22 @@ fn only_an_image_by_digest_is_signed() {
     );
     failed_saying(&out, "not an image reference by digest");
     assert!(rig.calls().is_empty(), "{:?}", rig.calls());
+}
+
+#[test]
+fn the_chart_takes_only_an_image_name_by_digest() {
+    let rig = Rig::new(false);
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    for image in [
+        format!("a&b/c@{digest}"),
+        format!("ghcr.io/x|y/z@{digest}"),
+        format!("ghcr.io/Upper/z@{digest}"),
+        format!("ghcr.io/x/y\"z@{digest}"),
+        "ghcr.io/x/y:2.1.0".to_owned(),
+    ] {
+        let out = rig.run("refs/tags/v2.1.0", &["chart", "2.1.0", &image], &[]);
+        failed_saying(&out, "not an image reference by digest");
+    }
 }
 
 #[test]
