@@ -7,7 +7,10 @@
 //! For each N a fresh controller lists the Nodes; then, one kind after the
 //! other, [`CHANGES`] changes go through the API server, one at a time:
 //! a label no rule reads, a `Ready` flip (through the status subresource,
-//! as the node controller writes it), a node-Lease renewal. The CPU the
+//! as the node controller writes it), a node-Lease renewal, and a label
+//! and a `Ready` flip of the Nodes of the pool's three members (`node-1`
+//! to `node-3`, providerIDs of the fake's servers: the path that decides
+//! for the pool and its Floating IPs). The CPU the
 //! controller spent on them (its threads' on-CPU time, less what it burns
 //! idle over the same time) divided by their number is the cost of one;
 //! its resident memory after the Node list is the other figure. Between
@@ -38,6 +41,9 @@ pub(super) struct NodeScaleResult {
     pub(super) label_us: f64,
     pub(super) ready_us: f64,
     pub(super) lease_us: f64,
+    /// The same on the Nodes of the pool's members.
+    pub(super) member_label_us: f64,
+    pub(super) member_ready_us: f64,
     /// Resident memory once the Nodes are listed, in KiB.
     pub(super) rss_kib: u64,
 }
@@ -46,6 +52,49 @@ fn now() -> String {
     time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .expect("a timestamp")
+}
+
+/// The Node of member server `id` (1 to 3): named and labelled like the
+/// others, with the server's providerID.
+fn member_node(id: usize) -> Node {
+    let mut node = scale_node(id);
+    node.metadata.name = Some(format!("node-{id}"));
+    node.spec.as_mut().expect("a spec").provider_id = Some(format!("hcloud://{id}"));
+    node
+}
+
+/// Creates the members' Nodes `node-1` to `node-3`, with their Leases.
+async fn create_members(cluster: &TestCluster) {
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    let leases: Api<Lease> = Api::namespaced(cluster.admin_client(), "kube-node-lease");
+    for id in 1..=3 {
+        let node = nodes
+            .create(&PostParams::default(), &member_node(id))
+            .await
+            .expect("creating a member's Node as admin");
+        if node.status.and_then(|s| s.conditions).is_none() {
+            ready_named(&nodes, &format!("node-{id}"), true).await;
+        }
+        let mut lease = lease(id);
+        lease.metadata.name = Some(format!("node-{id}"));
+        // The failover part leaves its Nodes' Leases behind: renewed now.
+        match leases.create(&PostParams::default(), &lease).await {
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let patch = json!({"spec": {"renewTime": now_micro()}});
+                leases
+                    .patch(
+                        &format!("node-{id}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .expect("renewing a member's Lease as admin");
+            }
+            created => {
+                created.expect("creating a member's Lease as admin");
+            }
+        }
+    }
 }
 
 /// Node `i` of the benchmark: a dozen labels, Ready, no Hetzner server.
@@ -108,16 +157,16 @@ async fn create(cluster: &TestCluster, from: usize, to: usize) {
 }
 
 async fn ready(nodes: &Api<Node>, i: usize, ready: bool) {
+    ready_named(nodes, &format!("scale-{i}"), ready).await;
+}
+
+async fn ready_named(nodes: &Api<Node>, name: &str, ready: bool) {
     let status = json!({"status": {"conditions": [{
         "type": "Ready", "status": if ready { "True" } else { "False" },
         "reason": "Bench", "lastTransitionTime": now(),
     }]}});
     nodes
-        .patch_status(
-            &format!("scale-{i}"),
-            &PatchParams::default(),
-            &Patch::Merge(&status),
-        )
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .expect("setting Ready as admin");
 }
@@ -220,12 +269,39 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
         }
     })
     .await;
+    let member_label_us = cost(&proc, idle_ns_per_s, changes, |j| {
+        let nodes = nodes.clone();
+        async move {
+            let patch = json!({"metadata": {"labels": {
+                "bench.example.com/label-0": format!("changed-{j}")}}});
+            nodes
+                .patch(
+                    &format!("node-{}", 1 + j % 3),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .expect("labelling a member's Node as admin");
+        }
+    })
+    .await;
+    let member_ready_us = cost(&proc, idle_ns_per_s, changes, |j| {
+        let nodes = nodes.clone();
+        // Each member's Node goes NotReady and back.
+        async move {
+            let name = format!("node-{}", 1 + (j / 2) % 3);
+            ready_named(&nodes, &name, j % 2 == 1).await
+        }
+    })
+    .await;
     proc.stop();
     NodeScaleResult {
         nodes: n,
         label_us,
         ready_us,
         lease_us,
+        member_label_us,
+        member_ready_us,
         rss_kib,
     }
 }
@@ -239,6 +315,7 @@ pub(super) async fn node_scale(bench: &SizeBench<'_>) -> Vec<NodeScaleResult> {
     } else {
         ([300, 3_000], CHANGES)
     };
+    create_members(bench.cluster).await;
     let mut results = Vec::new();
     let mut made = 0;
     for n in sizes {
@@ -257,17 +334,19 @@ pub(super) fn print_node_scale(results: &[NodeScaleResult]) {
          less idle):"
     );
     println!(
-        "| Nodes | label no rule reads | Ready flip | node-Lease renewal | RSS after the list (a \
-         plain pool) |"
+        "| Nodes | label no rule reads | Ready flip | node-Lease renewal | a member's label | a \
+         member's Ready flip | RSS after the list (a plain pool) |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for r in results {
         println!(
-            "| {} | {:.3} ms | {:.3} ms | {:.3} ms | {:.1} MiB |",
+            "| {} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms | {:.1} MiB |",
             group(r.nodes),
             r.label_us / 1000.0,
             r.ready_us / 1000.0,
             r.lease_us / 1000.0,
+            r.member_label_us / 1000.0,
+            r.member_ready_us / 1000.0,
             r.rss_kib as f64 / 1024.0
         );
     }
@@ -281,12 +360,20 @@ pub(super) fn print_node_scale(results: &[NodeScaleResult]) {
         ratio(small.label_us, large.label_us),
         ratio(small.ready_us, large.ready_us),
         ratio(small.lease_us, large.lease_us),
+        ratio(small.member_label_us, large.member_label_us),
+        ratio(small.member_ready_us, large.member_ready_us),
     ]
     .into_iter()
     .fold(0.0_f64, f64::max);
-    let worst_large = [large.label_us, large.ready_us, large.lease_us]
-        .into_iter()
-        .fold(0.0_f64, f64::max);
+    let worst_large = [
+        large.label_us,
+        large.ready_us,
+        large.lease_us,
+        large.member_label_us,
+        large.member_ready_us,
+    ]
+    .into_iter()
+    .fold(0.0_f64, f64::max);
     let met = |ok: bool| if ok { "met" } else { "missed" };
     println!(
         "Per change at {} Nodes at most {:.1}x the cost at {} (target: at most 2x, {}), the \
