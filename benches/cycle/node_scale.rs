@@ -1,8 +1,9 @@
 //! What a Node change costs as the cluster grows (issue 35): N = 300 and
 //! 3,000 Nodes, each with a dozen labels (as real ones carry), a Ready
 //! condition and a node Lease, beside one failover pool (so the controller
-//! watches the Node Leases too) of three Cloud servers whose Nodes are not
-//! among them, an hour between listings. No pool reads Node labels.
+//! watches the Node Leases too) of three Cloud servers, one of which holds
+//! the pool's Floating IP, an hour between listings. No pool reads Node
+//! labels.
 //!
 //! For each N a fresh controller lists the Nodes; then, one kind after the
 //! other, [`CHANGES`] changes go through the API server, one at a time:
@@ -23,7 +24,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
-use support::fake_hetzner::numbered_servers;
+use support::fake_hetzner::{numbered_servers, FakeFloatingIp};
 use support::nodes::now_micro;
 
 const POOL: &str = "bench-node-scale";
@@ -209,7 +210,7 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
     let rss_kib = plain_rss_kib(bench).await;
     let pools = json!([{
         "Name": POOL, "LabelSelector": "kops.k8s.io/instance-role=Node",
-        "Addresses": ["public-ipv4", "floating-ip"], "FloatingIpSelector": "pool=none",
+        "Addresses": ["public-ipv4", "floating-ip"], "FloatingIpSelector": "pool=bench",
         "FloatingIpFailover": true,
     }]);
     let mut proc = bench.spawn_pools(
@@ -222,7 +223,10 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
     );
     proc.wait_message("watching the Node Leases: listed").await;
     let first = proc.next_cycle().await;
-    assert_eq!(first.addresses, 3, "the three servers: {first:?}");
+    assert_eq!(
+        first.addresses, 4,
+        "the three servers and the IP: {first:?}"
+    );
     tokio::time::sleep(SETTLE * 5).await;
     let idle = proc.snapshot();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -309,7 +313,11 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
 /// Both sizes (`smoke`: 30 and 60 Nodes, a few changes, for CI).
 pub(super) async fn node_scale(bench: &SizeBench<'_>) -> Vec<NodeScaleResult> {
     bench.hetzner.set_servers(numbered_servers(3));
-    bench.hetzner.set_floating_ips(vec![]);
+    // One Floating IP on server 3, so a member's Ready flip reaches the
+    // mover's decision with an IP to keep or move.
+    bench.hetzner.set_floating_ips(vec![
+        FakeFloatingIp::new(50, "203.0.113.50", Some(3)).with_label("pool", "bench")
+    ]);
     let (sizes, changes) = if bench.plan.smoke {
         ([30, 60], 10)
     } else {
@@ -324,6 +332,7 @@ pub(super) async fn node_scale(bench: &SizeBench<'_>) -> Vec<NodeScaleResult> {
         made = n;
         results.push(measure(bench, n, changes).await);
     }
+    bench.hetzner.set_floating_ips(Vec::new());
     results
 }
 
