@@ -217,17 +217,26 @@ fn install_policy_crd(cluster: &TestCluster) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = cluster.kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "crd/ciliumnetworkpolicies.cilium.io",
-        "--timeout=60s",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Polled (not `kubectl wait`, which fails at once while the new CRD
+    // has no status conditions yet).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = cluster.kubectl(&[
+            "get",
+            "crd/ciliumnetworkpolicies.cilium.io",
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#,
+        ]);
+        if out.status.success() && out.stdout == b"True" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the CiliumNetworkPolicy CRD was not established within 60s: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     release.version
 }
 
