@@ -81,15 +81,7 @@ async fn create_members(cluster: &TestCluster) {
         // The failover part leaves its Nodes' Leases behind: renewed now.
         match leases.create(&PostParams::default(), &lease).await {
             Err(kube::Error::Api(status)) if status.code == 409 => {
-                let patch = json!({"spec": {"renewTime": now_micro()}});
-                leases
-                    .patch(
-                        &format!("node-{id}"),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                    .expect("renewing a member's Lease as admin");
+                renew(&leases, &format!("node-{id}")).await;
             }
             created => {
                 created.expect("creating a member's Lease as admin");
@@ -172,6 +164,25 @@ async fn ready_named(nodes: &Api<Node>, name: &str, ready: bool) {
         .expect("setting Ready as admin");
 }
 
+/// Changes a label no rule reads on Node `name` (to a value of change `j`).
+async fn relabel(nodes: &Api<Node>, name: &str, j: usize) {
+    let patch = json!({"metadata": {"labels": {
+        "bench.example.com/label-0": format!("changed-{j}")}}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("labelling a Node as admin");
+}
+
+/// Renews node Lease `name` now.
+async fn renew(leases: &Api<Lease>, name: &str) {
+    let patch = json!({"spec": {"renewTime": now_micro()}});
+    leases
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("renewing a node Lease as admin");
+}
+
 /// The controller's CPU per change (µs) for `changes` made by `make`, one
 /// at a time, less its idle burn (`idle_ns_per_s`) over the same time.
 async fn cost<F, Fut>(proc: &Controller, idle_ns_per_s: f64, changes: usize, make: F) -> f64
@@ -238,18 +249,7 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
     let leases: Api<Lease> = Api::namespaced(bench.cluster.admin_client(), "kube-node-lease");
     let label_us = cost(&proc, idle_ns_per_s, changes, |j| {
         let nodes = nodes.clone();
-        async move {
-            let patch = json!({"metadata": {"labels": {
-                "bench.example.com/label-0": format!("changed-{j}")}}});
-            nodes
-                .patch(
-                    &format!("scale-{}", j % n),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .expect("labelling a Node as admin");
-        }
+        async move { relabel(&nodes, &format!("scale-{}", j % n), j).await }
     })
     .await;
     let ready_us = cost(&proc, idle_ns_per_s, changes, |j| {
@@ -260,33 +260,12 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
     .await;
     let lease_us = cost(&proc, idle_ns_per_s, changes, |j| {
         let leases = leases.clone();
-        async move {
-            let patch = json!({"spec": {"renewTime": now_micro()}});
-            leases
-                .patch(
-                    &format!("scale-{}", j % n),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .expect("renewing a node Lease as admin");
-        }
+        async move { renew(&leases, &format!("scale-{}", j % n)).await }
     })
     .await;
     let member_label_us = cost(&proc, idle_ns_per_s, changes, |j| {
         let nodes = nodes.clone();
-        async move {
-            let patch = json!({"metadata": {"labels": {
-                "bench.example.com/label-0": format!("changed-{j}")}}});
-            nodes
-                .patch(
-                    &format!("node-{}", 1 + j % 3),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .expect("labelling a member's Node as admin");
-        }
+        async move { relabel(&nodes, &format!("node-{}", 1 + j % 3), j).await }
     })
     .await;
     let member_ready_us = cost(&proc, idle_ns_per_s, changes, |j| {

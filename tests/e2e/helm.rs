@@ -110,6 +110,15 @@ pub(super) fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
     out
 }
 
+/// The chart's Deployment among `objects`.
+pub(super) fn deployment(objects: &BTreeMap<(String, String, String), Value>) -> &Value {
+    &objects[&(
+        "Deployment".to_owned(),
+        RELEASE_NAMESPACE.to_owned(),
+        "canada-kaktus".to_owned(),
+    )]
+}
+
 /// Removes what only Helm adds (its labels) and the image reference (the
 /// chart defaults the tag to its appVersion; kustomize sets it in
 /// kustomization.yaml), so the rest can be compared as it is.
@@ -843,11 +852,7 @@ fn the_released_chart_pulls_the_image_it_was_built_with() {
         RELEASE_NAMESPACE,
     ]));
     let objects = objects(&rendered);
-    let deployment = &objects[&(
-        "Deployment".to_owned(),
-        RELEASE_NAMESPACE.to_owned(),
-        "canada-kaktus".to_owned(),
-    )];
+    let deployment = deployment(&objects);
     assert_eq!(
         deployment["spec"]["template"]["spec"]["containers"][0]["image"],
         image

@@ -11,7 +11,7 @@ use canada_kaktus::config::Settings;
 
 use serde_json::{json, Value};
 
-use super::helm::{objects, template, RELEASE_NAMESPACE};
+use super::helm::{deployment, objects, template, RELEASE_NAMESPACE};
 
 const ROBOT_SECRET: &str = "robot.existingSecret=robot-credentials";
 
@@ -103,7 +103,7 @@ fn chart(config: &Value) -> Result<Result<Settings, String>, String> {
         .get(&key("ConfigMap", "canada-kaktus-config"))
         .map(|map| map["data"]["config.json"].as_str().unwrap().to_owned())
         .unwrap_or_else(|| "{}".to_owned());
-    let deployment = &objects[&key("Deployment", "canada-kaktus")];
+    let deployment = deployment(&objects);
     let mounts = Mounts::new();
     let mut env = HashMap::new();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -413,11 +413,7 @@ fn without_leader_election_one_pod_runs_at_a_time() {
         let one = template(&["--set-json", &set, "--set", "replicaCount=1"]);
         assert!(one.status.success(), "{set}: {one:?}");
         let objects = objects(&String::from_utf8(one.stdout).unwrap());
-        let deployment = &objects[&(
-            "Deployment".to_owned(),
-            RELEASE_NAMESPACE.to_owned(),
-            "canada-kaktus".to_owned(),
-        )];
+        let deployment = deployment(&objects);
         assert_eq!(
             deployment["spec"]["strategy"],
             json!({"type": "Recreate"}),
@@ -435,11 +431,7 @@ fn without_leader_election_one_pod_runs_at_a_time() {
     let out = template(&["--set-json", "config.LeaderElection=\"auto\""]);
     assert!(out.status.success(), "{out:?}");
     let objects = objects(&String::from_utf8(out.stdout).unwrap());
-    let deployment = &objects[&(
-        "Deployment".to_owned(),
-        RELEASE_NAMESPACE.to_owned(),
-        "canada-kaktus".to_owned(),
-    )];
+    let deployment = deployment(&objects);
     assert_eq!(deployment["spec"]["replicas"], 2);
     assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
     assert!(objects
@@ -456,11 +448,7 @@ fn the_endpoints_are_environment_variables_of_the_pod() {
         let out = template(extra);
         assert!(out.status.success(), "{out:?}");
         let objects = objects(&String::from_utf8(out.stdout).unwrap());
-        let deployment = &objects[&(
-            "Deployment".to_owned(),
-            RELEASE_NAMESPACE.to_owned(),
-            "canada-kaktus".to_owned(),
-        )];
+        let deployment = deployment(&objects);
         deployment["spec"]["template"]["spec"]["containers"][0]["env"]
             .as_array()
             .unwrap()
