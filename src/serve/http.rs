@@ -254,3 +254,6 @@ impl Connections {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
