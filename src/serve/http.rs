@@ -134,12 +134,25 @@ pub async fn serve(
     Ok(())
 }
 
-/// One open connection: its id, what closes it, and whether a request of it
-/// is being answered (then it is no unfinished request to close first).
+/// Where a connection is, as the accept loop sees it when it makes room.
+mod heard {
+    /// Nothing read yet: a client whose request is still on its way.
+    pub const NOTHING: u8 = 0;
+    /// Something read and no request being answered: an unfinished
+    /// header or an idle keep-alive connection.
+    pub const SOMETHING: u8 = 1;
+    /// A request of it is being answered.
+    pub const ANSWERING: u8 = 2;
+}
+
+type Heard = Arc<std::sync::atomic::AtomicU8>;
+
+/// One open connection: its id, what closes it, and what it has sent
+/// ([`heard`]).
 struct Open {
     id: u64,
     close: tokio_util::sync::CancellationToken,
-    busy: Arc<std::sync::atomic::AtomicBool>,
+    heard: Heard,
 }
 
 /// The open connections, oldest first, each closed by its token.
@@ -151,35 +164,91 @@ struct Connections {
     ended: Arc<std::sync::Mutex<Vec<u64>>>,
 }
 
-/// Marks a connection busy while a request of it is answered.
-struct Busy(Arc<std::sync::atomic::AtomicBool>);
+/// Marks a connection [`heard::ANSWERING`] while a request of it is
+/// answered.
+struct Busy(Heard);
 
 impl Busy {
-    fn new(flag: &Arc<std::sync::atomic::AtomicBool>) -> Self {
-        flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        Busy(flag.clone())
+    fn new(heard: &Heard) -> Self {
+        heard.store(heard::ANSWERING, std::sync::atomic::Ordering::Relaxed);
+        Busy(heard.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.0
+            .store(heard::SOMETHING, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A connection's stream that marks it [`heard::SOMETHING`] at its first
+/// byte.
+struct Listened {
+    stream: tokio::net::TcpStream,
+    heard: Heard,
+}
+
+impl tokio::io::AsyncRead for Listened {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let _ = self.heard.compare_exchange(
+                heard::NOTHING,
+                heard::SOMETHING,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Listened {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
 impl Connections {
-    /// Makes room for one more: closes the oldest connection that is not
-    /// answering a request (an unfinished or idle one) while
-    /// [`limits::CONNECTIONS`] are open; only past twice that, the oldest
-    /// of any.
+    /// Makes room for one more while [`limits::CONNECTIONS`] are open:
+    /// closes the oldest connection that sent something and is not being
+    /// answered (an unfinished header or an idle one), else the oldest
+    /// that sent nothing yet (a request on its way loses only to those);
+    /// only past twice the limit, the oldest of any.
     fn make_room(&mut self) {
         let ended: Vec<u64> = std::mem::take(&mut *crate::sync::lock(&self.ended));
         self.open.retain(|open| !ended.contains(&open.id));
         while self.open.len() >= limits::CONNECTIONS {
-            let idle = self
-                .open
-                .iter()
-                .position(|open| !open.busy.load(std::sync::atomic::Ordering::Relaxed));
+            let oldest = |wanted: u8| {
+                self.open.iter().position(|open| {
+                    open.heard.load(std::sync::atomic::Ordering::Relaxed) == wanted
+                })
+            };
+            let idle = oldest(heard::SOMETHING).or_else(|| oldest(heard::NOTHING));
             let closed = match idle {
                 Some(index) => self.open.remove(index),
                 None if self.open.len() >= 2 * limits::CONNECTIONS => self.open.pop_front(),
@@ -196,17 +265,21 @@ impl Connections {
         let id = self.next;
         self.next += 1;
         let close = tokio_util::sync::CancellationToken::new();
-        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let heard = Heard::default();
         self.open.push_back(Open {
             id,
             close: close.clone(),
-            busy: busy.clone(),
+            heard: heard.clone(),
         });
         let ended = self.ended.clone();
         self.tasks.spawn(async move {
+            let stream = Listened {
+                stream,
+                heard: heard.clone(),
+            };
             let inner = hyper_util::service::TowerToHyperService::new(router);
             let service = hyper::service::service_fn(move |request| {
-                let busy = Busy::new(&busy);
+                let busy = Busy::new(&heard);
                 let answer = hyper::service::Service::call(&inner, request);
                 async move {
                     let _busy = busy;

@@ -3,12 +3,26 @@ use tokio::net::TcpStream;
 
 use super::*;
 
-/// Accepts the next connection and hands it to `connections`, then lets
-/// its task run once, as the accept loop does.
-async fn accept(listener: &TcpListener, connections: &mut Connections, router: &Router) {
+/// Accepts the next connection and hands it to `connections`, as the
+/// accept loop does; one whose client `sent` something is waited for until
+/// its task has read it.
+async fn accept(
+    listener: &TcpListener,
+    connections: &mut Connections,
+    router: &Router,
+    sent: bool,
+) {
     let (stream, _) = listener.accept().await.unwrap();
     connections.serve(stream, router.clone());
-    tokio::task::yield_now().await;
+    let heard = connections.open.back().unwrap().heard.clone();
+    let read = async {
+        while sent && heard.load(std::sync::atomic::Ordering::Relaxed) == heard::NOTHING {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .expect("a connection's task did not read what its client sent within 5 s");
 }
 
 /// A probe whose request has not arrived when it is accepted (a client
@@ -22,7 +36,7 @@ async fn a_probe_still_on_its_way_outlives_a_flood_of_unfinished_requests() {
     let mut connections = Connections::default();
 
     let mut probe = TcpStream::connect(address).await.unwrap();
-    accept(&listener, &mut connections, &router).await;
+    accept(&listener, &mut connections, &router, false).await;
     let mut flood = Vec::new();
     for _ in 0..2 * limits::CONNECTIONS {
         let mut client = TcpStream::connect(address).await.unwrap();
@@ -30,7 +44,7 @@ async fn a_probe_still_on_its_way_outlives_a_flood_of_unfinished_requests() {
             .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Filler: aaaa")
             .await
             .unwrap();
-        accept(&listener, &mut connections, &router).await;
+        accept(&listener, &mut connections, &router, true).await;
         flood.push(client);
     }
 
@@ -42,7 +56,9 @@ async fn a_probe_still_on_its_way_outlives_a_flood_of_unfinished_requests() {
     let read = tokio::time::timeout(Duration::from_secs(5), probe.read_to_end(&mut answer)).await;
     let answer = String::from_utf8_lossy(&answer);
     assert!(
-        matches!(read, Ok(Ok(_))) && answer.starts_with("HTTP/1.1 200") && answer.ends_with("alive"),
+        matches!(read, Ok(Ok(_)))
+            && answer.starts_with("HTTP/1.1 200")
+            && answer.ends_with("alive"),
         "the probe was not answered beside {} unfinished requests: {read:?}, {answer:?}",
         flood.len()
     );
