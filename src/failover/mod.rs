@@ -11,9 +11,11 @@
 //! selects that pass the node rules, run, and whose Nodes are Ready and not
 //! silent), the Floating IPs as the last listing shows them, and the time.
 //!
-//! The loop's side (the Lease watch, the moves through Hetzner's API) is
-//! `run::failover` and `run::leases`.
+//! What the mover knows between looks, and its transitions, are
+//! [`mover`]. The loop's side (the Lease watch, the moves through
+//! Hetzner's API) is `run::failover` and `run::leases`.
 
+pub mod mover;
 mod view;
 
 pub use view::*;
@@ -22,6 +24,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// The failover pools as one complete listing showed them.
+#[derive(Debug, Clone)]
+pub struct FailoverListing {
+    /// When the listing began: a move that ended later is newer than it.
+    pub started: Instant,
+    pub pools: Vec<FailoverPool>,
+}
 
 /// A server that may hold the pool's Floating IPs now.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,7 +19,6 @@ use kube::core::ApiResource;
 use tokio::time::Instant;
 
 use crate::config::Settings;
-use crate::failover::FailoverPool;
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeStore, NodeView, Unhealthy};
 use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
@@ -156,13 +155,7 @@ impl SharedRobot {
     }
 }
 
-/// The failover pools as one complete listing showed them.
-#[derive(Debug, Clone)]
-pub struct FailoverListing {
-    /// When the listing began: a move that ended later is newer than it.
-    pub started: Instant,
-    pub pools: Vec<FailoverPool>,
-}
+pub use crate::failover::FailoverListing;
 
 impl Reconciler {
     /// A reconciler with no listing yet.

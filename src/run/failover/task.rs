@@ -13,12 +13,12 @@ use kube::api::Api;
 use tokio::time::Instant;
 
 use crate::config::{TokenError, TokenSource};
-use crate::failover::{Departure, FailoverPool, Renewals, KUBELET_PERIOD};
+use crate::failover::mover::{Ended, Evidence, Failure, Order, Renewed, TargetLease};
+use crate::failover::KUBELET_PERIOD;
 use crate::hetzner::{Assignment, HetznerClient, HetznerError, ServerStatus};
-use crate::members::{Exclusion, NodeFacts, NodeView};
+use crate::members::NodeFacts;
 use crate::pool::Fence;
 use crate::run::leases::{renew_time, NODE_LEASE_NAMESPACE};
-use crate::vocab::LabelSelector;
 
 /// How often a move polls its Action (Hetzner's own client waits 500 ms).
 const ACTION_POLL: Duration = Duration::from_millis(500);
@@ -66,7 +66,7 @@ pub enum MoveError {
     /// Hetzner refused to assign the IP to this server (`400` or `422`
     /// with a code that is no passing state, or the Action failed): a
     /// server outside the IP's network zone, for one. The server is not
-    /// asked again for this IP for a while ([`super::REFUSED_FOR`]).
+    /// asked again for this IP for a while ([`crate::failover::mover::REFUSED_FOR`]).
     #[error("Hetzner refused the assignment to server {server}: {error}")]
     Refused { server: i64, error: HetznerError },
 }
@@ -126,120 +126,21 @@ impl MoveError {
             MoveError::Refused { .. } => "assign_refused",
         }
     }
-}
 
-/// How a move ended well.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Ended {
-    /// Hetzner's Action succeeded after this long.
-    Moved(Duration),
-    /// Hetzner said the IP was assigned already, and a read showed it on
-    /// the target.
-    AlreadyThere,
-    /// The IP was no longer where the listing had it: nothing sent.
-    Overtaken(Option<i64>),
-    /// A fresh read says the holder did not leave (the watch or the
-    /// listing was behind): nothing sent. With the Lease's `renewTime` as
-    /// the API server has it, when that was the read.
-    HolderBack(Option<Renewed>),
-    /// The target was late by the Lease watch, and a fresh read of its
-    /// Lease finds no renewal since either: nothing sent.
-    TargetLate(TargetLease),
-}
-
-/// A Lease renewal a fresh read found, for the Lease clocks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Renewed {
-    pub(super) node: String,
-    pub(super) renew_time: Option<String>,
-}
-
-/// What said the holder left, to be read again right before the move.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Evidence {
-    /// Nothing to read again (the IP was unassigned; the fresh read of the
-    /// IP says whether it still is).
-    None,
-    /// The Node's Lease had this `renewTime` and was not renewed since.
-    Lease {
-        node: String,
-        renew_time: Option<String>,
-    },
-    /// The Node was NotReady, being deleted, left out by a label or taint,
-    /// or not matched by the pool's `NodeSelector` (`selector`).
-    Node {
-        name: String,
-        selector: Option<LabelSelector>,
-    },
-    /// The server had no Node: none named like it.
-    NoNode { server_name: String },
-    /// The server was gone, not running, or no longer matched the pool's
-    /// selector.
-    Server { id: i64, selector: LabelSelector },
-}
-
-/// One move to make.
-#[derive(Debug, Clone)]
-pub(super) struct Move {
-    pub(super) floating_ip: i64,
-    pub(super) from: Option<i64>,
-    pub(super) to: i64,
-    pub(super) evidence: Evidence,
-    /// The target is late by the Lease watch: read its Lease first.
-    pub(super) target_lease: Option<TargetLease>,
-}
-
-/// The Lease of a target the watch has not seen renewing lately, with the
-/// `renewTime` the watch saw last.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct TargetLease {
-    pub(super) node: String,
-    pub(super) seen: Option<String>,
-    /// When the watch saw that renewal.
-    pub(super) seen_at: Option<Instant>,
-}
-
-/// What a move reads again before it assigns: what made `from` leave.
-pub(super) fn evidence_of(
-    pool: &FailoverPool,
-    from: i64,
-    gone: Departure,
-    nodes: &NodeView,
-    renewals: &Renewals,
-) -> Evidence {
-    let node = pool
-        .candidate(from)
-        .and_then(|c| nodes.node_of(c.id, &c.name))
-        .map(|n| n.name.clone());
-    match (gone, node) {
-        (Departure::Silent, Some(node)) => Evidence::Lease {
-            renew_time: renewals.renew_time(&node).map(str::to_owned),
-            node,
-        },
-        (
-            Departure::NotReady
-            | Departure::NotSelected
-            | Departure::Excluded(
-                Exclusion::NodeDeleting | Exclusion::ExcludeLabel | Exclusion::ToBeDeleted,
-            ),
-            Some(name),
-        ) => Evidence::Node {
-            name,
-            selector: pool.node_selector.clone(),
-        },
-        (
-            Departure::ServerGone
-            | Departure::NotRunning
-            | Departure::Excluded(Exclusion::ServerDeleting),
-            _,
-        ) => Evidence::Server {
-            id: from,
-            selector: pool.selector.clone(),
-        },
-        (Departure::NoNode, _) => Evidence::NoNode {
-            server_name: pool.server_name(from),
-        },
-        _ => Evidence::None,
+    /// The failure in the mover's terms.
+    pub(super) fn failure(self) -> Failure {
+        match self {
+            MoveError::Refused { server, error } => Failure::Refused {
+                server,
+                error: error.to_string(),
+            },
+            MoveError::AssignedElsewhere { holder } => Failure::AssignedElsewhere { holder },
+            error => Failure::Other {
+                cause: error.cause(),
+                text: error.to_string(),
+                sent_nothing: error.sent_nothing(),
+            },
+        }
     }
 }
 
@@ -265,7 +166,7 @@ pub(super) struct Clients {
 
 /// One move, start to end. A late target's Lease is read first (no
 /// Hetzner request for a target that does not renew).
-pub(super) async fn move_one(clients: Clients, step: Move) -> Done {
+pub(super) async fn move_one(clients: Clients, step: Order) -> Done {
     let floating_ip = step.floating_ip;
     let (target_renewed, result) = match &step.target_lease {
         None => (None, run(&clients, &step).await),
@@ -318,7 +219,7 @@ async fn target_renewal(
 /// How late past its period a kubelet's renewal may still arrive.
 const RENEWAL_SLACK: Duration = Duration::from_secs(2);
 
-async fn run(clients: &Clients, step: &Move) -> Result<Ended, MoveError> {
+async fn run(clients: &Clients, step: &Order) -> Result<Ended, MoveError> {
     let Clients {
         hetzner,
         kube,

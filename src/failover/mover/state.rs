@@ -7,51 +7,51 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::task::TargetLease;
+use super::TargetLease;
 use crate::failover::Renewals;
 
 /// A server not to give a Floating IP to, since `at` for `lasts`, or
 /// (`until_renewed`) until the watch sees its Node's Lease renewed.
 #[derive(Debug, Clone)]
-pub(super) struct Skip {
-    pub(super) server: i64,
-    pub(super) at: Instant,
-    pub(super) lasts: Duration,
-    pub(super) until_renewed: Option<TargetLease>,
+pub struct Skip {
+    pub server: i64,
+    pub at: Instant,
+    pub lasts: Duration,
+    pub until_renewed: Option<TargetLease>,
 }
 
 /// A move that runs.
 #[derive(Debug, Clone)]
-pub(super) struct Moving {
-    pub(super) pool: String,
-    pub(super) from: Option<i64>,
-    pub(super) to: i64,
+pub struct Moving {
+    pub pool: String,
+    pub from: Option<i64>,
+    pub to: i64,
     /// The `reason` label and the words for logs and Events.
-    pub(super) reason: &'static str,
-    pub(super) why: String,
+    pub reason: &'static str,
+    pub why: String,
     /// When its slot of the move budget was spent.
-    pub(super) spent_at: Instant,
+    pub spent_at: Instant,
 }
 
 /// One Floating IP's state.
 #[derive(Debug, Default)]
-pub(super) struct FipState {
+pub struct FipState {
     /// The move that runs.
-    pub(super) moving: Option<Moving>,
+    pub moving: Option<Moving>,
     /// After a failed move: failures in a row, and when it may go again.
-    pub(super) retry: Option<(u32, Instant)>,
+    pub retry: Option<(u32, Instant)>,
     /// The move that ended last, with where it left the IP and when: newer
     /// than a listing that began before.
-    pub(super) ended: Option<(Option<i64>, Instant)>,
+    pub ended: Option<(Option<i64>, Instant)>,
     /// When it was first seen having to move.
-    pub(super) since: Option<Instant>,
+    pub since: Option<Instant>,
     /// The servers not to give it to for a while: Hetzner refused it, or a
     /// fresh read found the target's Lease not renewed (then until the
     /// watch sees it renewed too); a listing that began after forgets it.
-    pub(super) skips: Vec<Skip>,
+    pub skips: Vec<Skip>,
     /// The cause and text of its last failed move, for `/health`, until it
     /// settles or moves.
-    pub(super) failure: Option<(&'static str, String)>,
+    pub failure: Option<(&'static str, String)>,
 }
 
 impl FipState {
@@ -75,7 +75,7 @@ impl FipState {
     }
 
     /// It settled (its holder keeps it): no clock, no retry, no failure.
-    pub(super) fn settled(&mut self) {
+    pub fn settled(&mut self) {
         if self.moving.is_none() {
             self.since = None;
             self.retry = None;
@@ -87,31 +87,31 @@ impl FipState {
 /// Every Floating IP's state, by its ID; an IP with nothing to remember
 /// has no entry.
 #[derive(Debug, Default)]
-pub(super) struct FipStates(HashMap<i64, FipState>);
+pub struct FipStates(HashMap<i64, FipState>);
 
 impl FipStates {
-    pub(super) fn get(&self, fip: i64) -> Option<&FipState> {
+    pub fn get(&self, fip: i64) -> Option<&FipState> {
         self.0.get(&fip)
     }
 
     /// The state of `fip`, made when it has none.
-    pub(super) fn of(&mut self, fip: i64) -> &mut FipState {
+    pub fn of(&mut self, fip: i64) -> &mut FipState {
         self.0.entry(fip).or_default()
     }
 
     /// `fip`'s state, if it has one, to change; pruned by [`FipStates::tidy`].
-    pub(super) fn get_mut(&mut self, fip: i64) -> Option<&mut FipState> {
+    pub fn get_mut(&mut self, fip: i64) -> Option<&mut FipState> {
         self.0.get_mut(&fip)
     }
 
     /// The target of `fip`'s running move.
-    pub(super) fn moving_to(&self, fip: i64) -> Option<i64> {
+    pub fn moving_to(&self, fip: i64) -> Option<i64> {
         self.get(fip)?.moving.as_ref().map(|m| m.to)
     }
 
     /// The servers `fip` is not given to now: each skip until it lasted,
     /// one waiting for a Lease renewal until the watch saw one.
-    pub(super) fn skipped(&self, fip: i64, renewals: &Renewals, now: Instant) -> Vec<i64> {
+    pub fn skipped(&self, fip: i64, renewals: &Renewals, now: Instant) -> Vec<i64> {
         let skips = self.get(fip).into_iter().flat_map(|f| &f.skips);
         skips
             .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
@@ -124,7 +124,7 @@ impl FipStates {
     }
 
     /// A fresh listing that began at `started`.
-    pub(super) fn listed(&mut self, started: Instant) {
+    pub fn listed(&mut self, started: Instant) {
         for state in self.0.values_mut() {
             state.listed(started);
         }
@@ -132,11 +132,11 @@ impl FipStates {
     }
 
     /// Drops the states with nothing to remember.
-    pub(super) fn tidy(&mut self) {
+    pub fn tidy(&mut self) {
         self.0.retain(|_, state| !state.idle());
     }
 
-    pub(super) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.0.clear();
     }
 }
