@@ -1,17 +1,17 @@
-//! What a Node change costs as the cluster grows (issue 35): N = 300 and
-//! 3,000 Nodes, each with a dozen labels (as real ones carry), a Ready
-//! condition and a node Lease, beside one failover pool (so the controller
-//! watches the Node Leases too) of three Cloud servers, one of which holds
-//! the pool's Floating IP, an hour between listings. No pool reads Node
-//! labels.
+//! What a Node change costs as the cluster grows (issues 35 and 49): N =
+//! 300 and 3,000 Nodes, each with a dozen labels (as real ones carry), a
+//! Ready condition, a node Lease and a server of the fake (its providerID),
+//! all members of one failover pool (so the controller watches the Node
+//! Leases too) whose Floating IP is on server 3, an hour between listings
+//! and between node-triggered ones. No pool reads Node labels.
 //!
 //! For each N a fresh controller lists the Nodes; then, one kind after the
 //! other, [`CHANGES`] changes go through the API server, one at a time:
 //! a label no rule reads, a `Ready` flip (through the status subresource,
-//! as the node controller writes it), a node-Lease renewal, and a label
-//! and a `Ready` flip of the Nodes of the pool's three members (`node-1`
-//! to `node-3`, providerIDs of the fake's servers: the path that decides
-//! for the pool and its Floating IPs). The CPU the
+//! as the node controller writes it) and a node-Lease renewal, each of a
+//! member that holds nothing, and a label and a `Ready` flip of `node-1`
+//! to `node-3` in turn, one of which holds the Floating IP (the path that
+//! decides for the pool and its Floating IPs). The CPU the
 //! controller spent on them (its threads' on-CPU time, less what it burns
 //! idle over the same time) divided by their number is the cost of one;
 //! its resident memory after the Node list is the other figure. Between
@@ -28,6 +28,9 @@ use support::fake_hetzner::{numbered_servers, FakeFloatingIp};
 use support::nodes::now_micro;
 
 const POOL: &str = "bench-node-scale";
+/// The server of Node `scale-i` is `SCALE_SERVERS + i` (servers 1 to 3
+/// are `node-1` to `node-3`'s).
+const SCALE_SERVERS: usize = 4;
 const LABELS: usize = 12;
 /// Changes of each kind measured at each size.
 const CHANGES: usize = 200;
@@ -104,7 +107,7 @@ fn scale_node(i: usize) -> Node {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": format!("scale-{i}"), "labels": labels},
-        "spec": {"providerID": format!("hcloud://{}", 500_000 + i)},
+        "spec": {"providerID": format!("hcloud://{}", SCALE_SERVERS + i)},
         "status": {
             "conditions": [{"type": "Ready", "status": "True", "reason": "Bench",
                             "lastTransitionTime": now()}],
@@ -205,11 +208,15 @@ where
 /// The resident memory (KiB) of a controller with one plain pool (no
 /// failover, so no Lease watch; no pool reads Node labels) once it has
 /// listed the `n` Nodes and written the pool.
-async fn plain_rss_kib(bench: &SizeBench<'_>) -> u64 {
+async fn plain_rss_kib(bench: &SizeBench<'_>, n: usize) -> u64 {
     let pools = json!([{"Name": POOL, "LabelSelector": "kops.k8s.io/instance-role=Node"}]);
     let mut proc = bench.spawn_pools("1h", &pools, &[]);
     let first = proc.next_cycle().await;
-    assert_eq!(first.addresses, 3, "the three servers: {first:?}");
+    assert_eq!(
+        first.addresses,
+        3 + n as u64,
+        "every Node's server: {first:?}"
+    );
     tokio::time::sleep(SETTLE * 5).await;
     let rss = proc.status_kib("VmRSS");
     proc.stop();
@@ -218,7 +225,7 @@ async fn plain_rss_kib(bench: &SizeBench<'_>) -> u64 {
 
 /// One size: the Nodes up to `n` exist; fresh controllers list them.
 async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleResult {
-    let rss_kib = plain_rss_kib(bench).await;
+    let rss_kib = plain_rss_kib(bench, n).await;
     let pools = json!([{
         "Name": POOL, "LabelSelector": "kops.k8s.io/instance-role=Node",
         "Addresses": ["public-ipv4", "floating-ip"], "FloatingIpSelector": "pool=bench",
@@ -235,8 +242,9 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
     proc.wait_message("watching the Node Leases: listed").await;
     let first = proc.next_cycle().await;
     assert_eq!(
-        first.addresses, 4,
-        "the three servers and the IP: {first:?}"
+        first.addresses,
+        4 + n as u64,
+        "every Node's server and the IP: {first:?}"
     );
     tokio::time::sleep(SETTLE * 5).await;
     let idle = proc.snapshot();
@@ -308,6 +316,8 @@ pub(super) async fn node_scale(bench: &SizeBench<'_>) -> Vec<NodeScaleResult> {
     for n in sizes {
         eprintln!("   {n} Nodes");
         create(bench.cluster, made, n).await;
+        // Every Node is a server of the pool's.
+        bench.hetzner.set_servers(numbered_servers(3 + n));
         made = n;
         results.push(measure(bench, n, changes).await);
     }
@@ -318,12 +328,12 @@ pub(super) async fn node_scale(bench: &SizeBench<'_>) -> Vec<NodeScaleResult> {
 pub(super) fn print_node_scale(results: &[NodeScaleResult]) {
     println!();
     println!(
-        "Node changes at scale (a dozen labels per Node, no pool reads them; CPU per change, \
-         less idle):"
+        "Node changes at scale (every Node a member of the failover pool, a dozen labels per \
+         Node, no pool reads them; CPU per change, less idle):"
     );
     println!(
-        "| Nodes | label no rule reads | Ready flip | node-Lease renewal | a member's label | a \
-         member's Ready flip | RSS after the list (a plain pool) |"
+        "| Nodes | label no rule reads | Ready flip | node-Lease renewal | label of node-1..3 | \
+         Ready flip of node-1..3 (one holds the IP) | RSS after the list (a plain pool) |"
     );
     println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for r in results {
