@@ -168,29 +168,72 @@ impl MoverState {
         // move then. (What the view says later may be old while the watch
         // fails: every move reads fresh what made the holder leave.)
         if nodes.complete {
-            // The clocks of the members' Nodes only: a look costs what the
-            // pools are, not what the cluster is.
-            let members = (listing.pools.iter())
-                .flat_map(|pool| &pool.candidates)
-                .filter_map(|c| nodes.node_of(c.id, &c.name));
-            self.not_ready.observe(members, now);
-            let not_ready = std::mem::take(&mut self.not_ready);
-            let signals = Signals {
-                renewals,
-                not_ready: &not_ready,
-            };
-            for pool in &listing.pools {
+            // The holders' clocks first: whether a pool must plan reads
+            // them. Every member's only when one must: a look at pools
+            // whose holders all keep their IPs (most Node changes) costs
+            // what the IPs are, not what the members or the cluster are.
+            let holders = (listing.pools.iter()).flat_map(|pool| holder_nodes(pool, nodes));
+            self.not_ready.observe_only(holders, now);
+            let must_plan: Vec<bool> = {
+                let signals = Signals {
+                    renewals,
+                    not_ready: &self.not_ready,
+                };
                 let look = Look {
                     nodes,
                     signals: &signals,
                     now,
                 };
-                self.decide_pool(&look, pool, &mut effects);
+                (listing.pools.iter())
+                    .map(|pool| self.must_plan(pool, &look))
+                    .collect()
+            };
+            if must_plan.contains(&true) {
+                let members = (listing.pools.iter())
+                    .flat_map(|pool| &pool.candidates)
+                    .filter_map(|c| nodes.node_of(c.id, &c.name));
+                self.not_ready.observe(members, now);
+            }
+            let not_ready = std::mem::take(&mut self.not_ready);
+            let signals = Signals {
+                renewals,
+                not_ready: &not_ready,
+            };
+            for (pool, must_plan) in listing.pools.iter().zip(must_plan) {
+                let look = Look {
+                    nodes,
+                    signals: &signals,
+                    now,
+                };
+                if must_plan {
+                    self.decide_pool(&look, pool, &mut effects);
+                } else {
+                    // Every IP stays with its holder: the plan would say so.
+                    self.fips.tidy();
+                    self.report_stranded(pool, Vec::new(), &mut effects);
+                    self.plan_wake(pool, &look);
+                }
             }
             self.not_ready = not_ready;
         }
         self.listing = Some(listing);
         effects
+    }
+
+    /// Whether a Floating IP of `pool` may have to move: it is
+    /// unassigned, its holder is no healthy member, or a move of it runs,
+    /// failed or waits. Otherwise the plan keeps every IP where it is.
+    fn must_plan(&self, pool: &FailoverPool, look: &Look<'_>) -> bool {
+        let after = pool.failover.after;
+        let quiet = |node: &NodeFacts| look.signals.quiet(node, after, look.now);
+        pool.floating_ips.iter().any(|fip| {
+            let waiting = (self.fips.get(fip.id))
+                .is_some_and(|f| f.moving.is_some() || f.since.is_some() || f.retry.is_some());
+            waiting
+                || fip
+                    .holder
+                    .is_none_or(|holder| departure(pool, holder, look.nodes, &quiet).is_some())
+        })
     }
 
     fn decide_pool(&mut self, look: &Look<'_>, pool: &FailoverPool, effects: &mut Vec<Effect>) {
@@ -349,6 +392,16 @@ impl MoverState {
             report: Report::Stranded { addresses },
         });
     }
+}
+
+/// The Nodes of the servers that hold `pool`'s Floating IPs.
+fn holder_nodes<'a>(
+    pool: &'a FailoverPool,
+    nodes: &'a NodeView,
+) -> impl Iterator<Item = &'a NodeFacts> {
+    (pool.floating_ips.iter())
+        .filter_map(|fip| pool.candidate(fip.holder?))
+        .filter_map(|c| nodes.node_of(c.id, &c.name))
 }
 
 /// A target the watch has not seen renewing is taken only when a fresh

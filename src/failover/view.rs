@@ -336,20 +336,44 @@ impl NotReady {
         self.since
             .retain(|name, _| not_ready.contains_key(name.as_str()));
         for node in not_ready.into_values() {
-            let transition = node.not_ready_since;
-            if self
-                .since
-                .get(&node.name)
-                .is_some_and(|(_, known)| *known == transition)
-            {
-                continue;
-            }
-            let since = transition
-                .and_then(|t| wall.duration_since(t).ok())
-                .and_then(|long| now.checked_sub(long))
-                .unwrap_or(now);
-            self.since.insert(node.name.clone(), (since, transition));
+            self.start(node, now, wall);
         }
+    }
+
+    /// Takes in what `nodes` say at `now`, and only them: a Ready one is
+    /// forgotten, the clocks of the others are kept (a look that reads
+    /// only the holders' Nodes).
+    pub fn observe_only<'a>(
+        &mut self,
+        nodes: impl IntoIterator<Item = &'a NodeFacts>,
+        now: Instant,
+    ) {
+        let wall = std::time::SystemTime::now();
+        for node in nodes {
+            if node.ready {
+                self.since.remove(&node.name);
+            } else {
+                self.start(node, now, wall);
+            }
+        }
+    }
+
+    /// `node` is NotReady: its clock runs from its transition (a new one
+    /// starts it again), else from `now` when it has none yet.
+    fn start(&mut self, node: &NodeFacts, now: Instant, wall: std::time::SystemTime) {
+        let transition = node.not_ready_since;
+        if self
+            .since
+            .get(&node.name)
+            .is_some_and(|(_, known)| *known == transition)
+        {
+            return;
+        }
+        let since = transition
+            .and_then(|t| wall.duration_since(t).ok())
+            .and_then(|long| now.checked_sub(long))
+            .unwrap_or(now);
+        self.since.insert(node.name.clone(), (since, transition));
     }
 
     /// Whether `node` has been NotReady for `after` at `now`.
