@@ -153,7 +153,8 @@ impl MoverState {
     /// The watch or the listing was behind. A Lease renewal read fresh
     /// restarts that Lease's clock (a stuck watch must not hide the next
     /// silence); otherwise not again before the backoff (by then the watch
-    /// or the next listing caught up).
+    /// or the next listing caught up). (A renewal is read only for a Lease
+    /// the watch said was silent: a watch runs.)
     fn holder_back(
         &mut self,
         end: &MoveEnd,

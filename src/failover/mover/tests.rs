@@ -201,7 +201,8 @@ fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once() {
     };
     assert_eq!((order.floating_ip, order.from), (10, None));
     assert_eq!(order.evidence, Evidence::None);
-    state.finish(ended(10, Ok(Ended::Moved(s(1)))), now);
+    let effects = state.finish(ended(10, Ok(Ended::Moved(s(1)))), now);
+    assert_eq!(counted(&effects), [("unassigned", "success")]);
 
     // Every member's Node is being deleted: stranded, reported once.
     let mut state = mover(&[None], now);
@@ -292,6 +293,24 @@ fn each_reason_a_holder_left_names_what_the_move_reads_again() {
         pool
     };
     let selector: crate::vocab::LabelSelector = "role=edge".parse().unwrap();
+    let stopped = {
+        let mut pool = pool_with(&[Some(1)], 10);
+        pool.candidates[0].status = ServerStatus::Off;
+        pool
+    };
+    let zone: crate::vocab::LabelSelector = "zone=a".parse().unwrap();
+    let by_zone = {
+        let mut pool = pool_with(&[Some(1)], 10);
+        pool.node_selector = Some(zone.clone());
+        pool
+    };
+    let in_zone = |but: i64| {
+        nodes_with(move |id, node| {
+            if id != but {
+                node.labels.insert("zone".into(), "a".into());
+            }
+        })
+    };
     let cases: Vec<(&str, FailoverPool, NodeView, Renewals, &str, Evidence)> = vec![
         (
             "Node being deleted",
@@ -311,6 +330,39 @@ fn each_reason_a_holder_left_names_what_the_move_reads_again() {
             quiet(),
             "server_gone",
             Evidence::Server { id: 1, selector },
+        ),
+        (
+            "server stopped",
+            stopped,
+            ready(),
+            quiet(),
+            "not_running",
+            Evidence::Server {
+                id: 1,
+                selector: "role=edge".parse().unwrap(),
+            },
+        ),
+        (
+            "Node labelled out",
+            pool_with(&[Some(1)], 10),
+            nodes_with(|id, node| node.exclude_label = id == 1),
+            quiet(),
+            "excluded",
+            Evidence::Node {
+                name: "node-1".into(),
+                selector: None,
+            },
+        ),
+        (
+            "NodeSelector no longer matches",
+            by_zone,
+            in_zone(1),
+            quiet(),
+            "not_selected",
+            Evidence::Node {
+                name: "node-1".into(),
+                selector: Some(zone),
+            },
         ),
         (
             "no Node",
@@ -360,6 +412,10 @@ fn a_node_not_ready_moves_its_ip_only_after_failover_after() {
     let [order] = starts(&effects)[..] else {
         panic!("one move: {effects:?}")
     };
+    assert_eq!(
+        state.fip(10).unwrap().moving.as_ref().unwrap().reason,
+        "not_ready"
+    );
     assert_eq!(
         order.evidence,
         Evidence::Node {
@@ -518,7 +574,8 @@ fn an_ip_found_elsewhere_is_where_the_read_found_it_and_costs_no_budget() {
         [11]
     );
     // A move that was sent keeps its slot: the next waits for the window.
-    state.finish(ended(11, Ok(Ended::Moved(s(1)))), t0 + s(2));
+    let effects = state.finish(ended(11, Ok(Ended::Moved(s(1)))), t0 + s(2));
+    assert_eq!(counted(&effects), [("excluded", "success")]);
     let mut state = MoverState::default();
     state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
     state.decide(&deleting(1), &quiet(), t0);
@@ -672,4 +729,69 @@ fn a_reset_forgets_the_term_and_takes_the_stranded_counts_along() {
     // Nothing moves before a fresh listing.
     assert_eq!(state.decide(&deleting(1), &quiet(), t0), []);
     assert!(state.listing().is_none() && state.fip(10).is_none());
+}
+
+#[test]
+fn a_failed_move_that_sent_nothing_gives_its_budget_slot_back() {
+    let t0 = Instant::now();
+    for (sent_nothing, next) in [(true, vec![11]), (false, vec![])] {
+        let mut state = MoverState::default();
+        state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
+        let effects = state.decide(&deleting(1), &quiet(), t0);
+        assert_eq!(
+            starts(&effects)
+                .iter()
+                .map(|o| o.floating_ip)
+                .collect::<Vec<_>>(),
+            [10]
+        );
+        let failure = Failure::Other {
+            cause: "timeout",
+            text: "late".into(),
+            sent_nothing,
+        };
+        state.finish(ended(10, Err(failure)), t0 + s(1));
+        // IP 10 waits for its retry; IP 11 goes only if the slot is free.
+        let effects = state.decide(&deleting(1), &quiet(), t0 + s(1));
+        let started: Vec<i64> = starts(&effects).iter().map(|o| o.floating_ip).collect();
+        assert_eq!(started, next, "sent nothing: {sent_nothing}");
+    }
+    // A holder found back sent nothing either.
+    let mut state = MoverState::default();
+    state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
+    state.decide(&deleting(1), &quiet(), t0);
+    state.finish(ended(10, Ok(Ended::HolderBack(None))), t0 + s(1));
+    let effects = state.decide(&deleting(1), &quiet(), t0 + s(1));
+    assert_eq!(
+        starts(&effects)
+            .iter()
+            .map(|o| o.floating_ip)
+            .collect::<Vec<_>>(),
+        [11]
+    );
+}
+
+#[test]
+fn a_member_not_ready_while_every_holder_keeps_is_no_target_later() {
+    let t0 = Instant::now();
+    let mut state = mover(&[Some(1)], t0);
+    // Node 2 turns NotReady while the holder keeps its IP: nothing moves.
+    let two_down = nodes_with(|id, node| node.ready = id != 2);
+    assert_eq!(
+        state.decide(&two_down, &quiet(), t0),
+        [Effect::Stranded {
+            pool: POOL.into(),
+            count: 0
+        }]
+    );
+    // Then the holder's Node is deleted: its IP goes to node 3, not node 2.
+    let both = nodes_with(|id, node| {
+        node.ready = id != 2;
+        node.deleting = id == 1;
+    });
+    let effects = state.decide(&both, &quiet(), t0 + s(30));
+    assert_eq!(
+        starts(&effects).iter().map(|o| o.to).collect::<Vec<_>>(),
+        [3]
+    );
 }

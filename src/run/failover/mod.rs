@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::config::Settings;
+use crate::config::{Settings, TokenSource};
 use crate::failover::mover::{Effect, MoverState, Outcome, Report};
 use crate::failover::Renewals;
 use crate::hetzner::HetznerClient;
@@ -55,6 +55,12 @@ pub struct Mover {
     /// The leadership term the moves started now belong to: the fence
     /// holds back a move of an earlier one.
     term: u64,
+    /// Where moves read the Hetzner API token: the settings of the last
+    /// look.
+    token: Option<TokenSource>,
+    /// Moves that could not start (no token source known): ended at once,
+    /// so their IPs do not stay "moving".
+    unstarted: Vec<Done>,
 }
 
 impl Mover {
@@ -73,6 +79,8 @@ impl Mover {
             tasks: JoinSet::new(),
             task_ips: HashMap::new(),
             term: 0,
+            token: None,
+            unstarted: Vec::new(),
         }
     }
 
@@ -99,8 +107,9 @@ impl Mover {
         self.tasks.abort_all();
         self.tasks = JoinSet::new();
         self.task_ips.clear();
+        self.unstarted.clear();
         let effects = self.state.reset();
-        self.apply(effects, None, metrics, Instant::now());
+        self.apply(effects, metrics, Instant::now());
     }
 
     /// A fresh, complete listing: what it shows, with the moves that ended
@@ -116,6 +125,9 @@ impl Mover {
 
     /// The next move that ends; pending forever without running moves.
     pub async fn next_done(&mut self) -> Option<Done> {
+        if let Some(done) = self.unstarted.pop() {
+            return Some(done);
+        }
         if self.tasks.is_empty() {
             return std::future::pending().await;
         }
@@ -144,13 +156,14 @@ impl Mover {
         metrics: &Metrics,
         now: Instant,
     ) -> Published {
+        self.token = Some(settings.token.clone());
         // Read in place (no copy per look): the renewals behind their lock
         // for this look.
         let effects = match &self.renewals {
             Some(renewals) => self.state.decide(nodes, &lock(renewals), now),
             None => self.state.decide(nodes, &Renewals::default(), now),
         };
-        self.apply(effects, Some(settings), metrics, now)
+        self.apply(effects, metrics, now)
     }
 
     /// Records a move that ended; the loop decides again after it.
@@ -161,35 +174,16 @@ impl Mover {
             target_renewed: done.target_renewed,
         };
         let effects = self.state.finish(outcome, now);
-        self.apply(effects, None, metrics, now)
+        self.apply(effects, metrics, now)
     }
 
     /// Carries out `effects` of a transition at `now` in order; the
-    /// Events are returned for the loop to publish. Only a look starts
-    /// moves: it gives the `settings` they read the token from.
-    fn apply(
-        &mut self,
-        effects: Vec<Effect>,
-        settings: Option<&Settings>,
-        metrics: &Metrics,
-        now: Instant,
-    ) -> Published {
+    /// Events are returned for the loop to publish.
+    fn apply(&mut self, effects: Vec<Effect>, metrics: &Metrics, now: Instant) -> Published {
         let mut published = Vec::new();
         for effect in effects {
             match effect {
-                Effect::Start(order) => {
-                    let Some(settings) = settings else { continue };
-                    let clients = Clients {
-                        hetzner: self.hetzner.clone(),
-                        kube: self.kube.clone(),
-                        token: settings.token.clone(),
-                        fence: self.fence.clone(),
-                        term: self.term,
-                    };
-                    let floating_ip = order.floating_ip;
-                    let task = self.tasks.spawn(move_one(clients, order));
-                    self.task_ips.insert(task.id(), floating_ip);
-                }
+                Effect::Start(order) => self.start(order),
                 Effect::Report { pool, report } => published.push((pool, event_of(&report))),
                 Effect::Count {
                     pool,
@@ -207,6 +201,29 @@ impl Mover {
             }
         }
         published
+    }
+
+    /// Starts `order` as a task of its own.
+    fn start(&mut self, order: crate::failover::mover::Order) {
+        let floating_ip = order.floating_ip;
+        let Some(token) = self.token.clone() else {
+            // Only a look starts moves, and it gives the token source.
+            self.unstarted.push(Done {
+                floating_ip,
+                result: Err(MoveError::Aborted),
+                target_renewed: None,
+            });
+            return;
+        };
+        let clients = Clients {
+            hetzner: self.hetzner.clone(),
+            kube: self.kube.clone(),
+            token,
+            fence: self.fence.clone(),
+            term: self.term,
+        };
+        let task = self.tasks.spawn(move_one(clients, order));
+        self.task_ips.insert(task.id(), floating_ip);
     }
 
     /// Where to read when the Node-Lease watch last delivered an event,
