@@ -36,6 +36,8 @@ const LABELS: usize = 12;
 const CHANGES: usize = 200;
 /// What the method tells apart from the idle burn, in µs per change.
 const NOISE_US: f64 = 50.0;
+/// The controller's `NodeDebounce` (its default).
+const NODE_DEBOUNCE: Duration = Duration::from_secs(2);
 /// Nodes are created this many at a time.
 const CREATE_AT_ONCE: usize = 8;
 
@@ -197,8 +199,10 @@ where
     for j in 0..changes {
         make(j).await;
     }
-    // What the last changes woke has run by now.
-    tokio::time::sleep(SETTLE * 3).await;
+    // What the last changes woke has run by now, the Node update they
+    // started after `NodeDebounce` included (it is theirs, not the next
+    // kind's).
+    tokio::time::sleep(SETTLE * 3 + NODE_DEBOUNCE).await;
     let after = proc.snapshot();
     let elapsed = after.at.duration_since(before.at).as_secs_f64();
     let spent = after.ns.saturating_sub(before.ns) as f64 - idle_ns_per_s * elapsed;
