@@ -170,10 +170,14 @@ impl MoverState {
         if nodes.complete {
             // The holders' clocks first: whether a pool must plan reads
             // them. Every member's only when one must: a look at pools
-            // whose holders all keep their IPs (most Node changes) costs
-            // what the IPs are, not what the members or the cluster are.
+            // whose holders all keep their IPs (most Node changes) reads
+            // the holders' Nodes and the clocks, not every member's Node.
             let holders = (listing.pools.iter()).flat_map(|pool| holder_nodes(pool, nodes));
             self.not_ready.observe_only(holders, now);
+            // A Node Ready again (or gone) since a look saw it NotReady:
+            // its clock starts again when it turns NotReady, as a look at
+            // every member would have it.
+            // (self.not_ready).forget_unless(|name| nodes.named(name).is_some_and(|n| !n.ready));
             let must_plan: Vec<bool> = {
                 let signals = Signals {
                     renewals,

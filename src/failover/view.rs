@@ -205,9 +205,19 @@ pub fn departure(
     nodes: &NodeView,
     quiet: Quiet<'_>,
 ) -> Option<Departure> {
-    let Some(server) = pool.candidate(id) else {
-        return Some(Departure::ServerGone);
-    };
+    match pool.candidate(id) {
+        Some(server) => candidate_departure(pool, server, nodes, quiet),
+        None => Some(Departure::ServerGone),
+    }
+}
+
+/// [`departure`] of a server the pool's selector matched.
+fn candidate_departure(
+    pool: &FailoverPool,
+    server: &Candidate,
+    nodes: &NodeView,
+    quiet: Quiet<'_>,
+) -> Option<Departure> {
     match server.status {
         ServerStatus::Deleting => return Some(Departure::Excluded(Exclusion::ServerDeleting)),
         // A live migration, or a status this version does not know: not
@@ -267,7 +277,7 @@ pub fn healthy_members(
     pool.candidates
         .iter()
         .filter_map(|c| {
-            let keeps = match departure(pool, c.id, nodes, quiet) {
+            let keeps = match candidate_departure(pool, c, nodes, quiet) {
                 None => true,
                 // Silent by the watch: its IPs go, but a fresh read of its
                 // Lease may still make it a target.
@@ -306,7 +316,8 @@ pub fn states(pool: &FailoverPool, moving_to: &dyn Fn(i64) -> Option<i64>) -> Ve
 /// Since when each Node has been NotReady: from its Ready condition's
 /// `lastTransitionTime` when that is known (a new transition starts the
 /// clock again, also one this process did not see happen), else from when
-/// this process first saw it NotReady.
+/// a look first read it NotReady (a look reads the holders' Nodes, and
+/// every member's when a Floating IP may have to move).
 #[derive(Debug, Clone, Default)]
 pub struct NotReady {
     since: HashMap<String, (Instant, Option<std::time::SystemTime>)>,
@@ -386,6 +397,13 @@ impl NotReady {
     /// When `node` will have been NotReady for `after`, if later than `now`.
     pub fn long_at(&self, node: &str, after: Duration, now: Instant) -> Option<Instant> {
         Some(self.since.get(node)?.0 + after).filter(|due| *due > now)
+    }
+
+    /// Forgets the clocks of the Nodes `still` does not say are NotReady
+    /// (a look that reads only the holders' Nodes: a Node Ready again
+    /// starts a new clock when it turns NotReady).
+    pub fn forget_unless(&mut self, still: impl Fn(&str) -> bool) {
+        self.since.retain(|name, _| still(name));
     }
 
     /// Forgets every clock (a new term).

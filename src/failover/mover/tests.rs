@@ -772,26 +772,46 @@ fn a_failed_move_that_sent_nothing_gives_its_budget_slot_back() {
 }
 
 #[test]
-fn a_member_not_ready_while_every_holder_keeps_is_no_target_later() {
+fn a_node_ready_again_while_it_held_nothing_starts_a_new_clock() {
     let t0 = Instant::now();
     let mut state = mover(&[Some(1)], t0);
-    // Node 2 turns NotReady while the holder keeps its IP: nothing moves.
-    let two_down = nodes_with(|id, node| node.ready = id != 2);
-    assert_eq!(
-        state.decide(&two_down, &quiet(), t0),
-        [Effect::Stranded {
-            pool: POOL.into(),
-            count: 0
-        }]
-    );
-    // Then the holder's Node is deleted: its IP goes to node 3, not node 2.
+    // Node 2 NotReady (no transition time known) when the holder leaves:
+    // the IP goes to node 3, and node 2's clock starts.
     let both = nodes_with(|id, node| {
         node.ready = id != 2;
         node.deleting = id == 1;
     });
-    let effects = state.decide(&both, &quiet(), t0 + s(30));
+    let effects = state.decide(&both, &quiet(), t0);
     assert_eq!(
         starts(&effects).iter().map(|o| o.to).collect::<Vec<_>>(),
         [3]
+    );
+    state.finish(ended(10, Ok(Ended::Moved(s(1)))), t0);
+    // Node 2 Ready, then NotReady again, while node 3 keeps the IP.
+    let two_down = nodes_with(|id, node| node.ready = id != 2);
+    assert_eq!(
+        starts(&state.decide(&ready(), &quiet(), t0 + s(5))).len(),
+        0
+    );
+    assert_eq!(
+        starts(&state.decide(&two_down, &quiet(), t0 + s(25))).len(),
+        0
+    );
+    // A listing finds the IP on server 2: its clock is not the one of
+    // t0 but starts when a look first reads it NotReady again (without a
+    // transition time: the look that reads it as the holder's Node).
+    state.set_listing(listing_of(pool_with(&[Some(2)], 10), t0 + s(26)));
+    assert_eq!(
+        starts(&state.decide(&two_down, &quiet(), t0 + s(26))).len(),
+        0
+    );
+    assert_eq!(state.wake_at(), Some(t0 + s(26) + AFTER));
+    let effects = state.decide(&two_down, &quiet(), t0 + s(26) + AFTER);
+    assert_eq!(
+        starts(&effects)
+            .iter()
+            .map(|o| (o.from, o.to))
+            .collect::<Vec<_>>(),
+        [(Some(2), 3)]
     );
 }
