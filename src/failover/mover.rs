@@ -177,7 +177,7 @@ impl MoverState {
             // A Node Ready again (or gone) since a look saw it NotReady:
             // its clock starts again when it turns NotReady, as a look at
             // every member would have it.
-            // (self.not_ready).forget_unless(|name| nodes.named(name).is_some_and(|n| !n.ready));
+            (self.not_ready).forget_unless(|name| nodes.named(name).is_some_and(|n| !n.ready));
             let must_plan: Vec<bool> = {
                 let signals = Signals {
                     renewals,
