@@ -169,6 +169,16 @@ impl Controller {
         }
     }
 
+    /// Whether a line whose message is `message` came among the lines
+    /// not read yet (they are read now).
+    pub(super) fn said(&mut self, message: &str) -> bool {
+        let mut said = false;
+        while let Ok((_, value)) = self.lines.try_recv() {
+            said |= value["message"] == message;
+        }
+        said
+    }
+
     pub(super) fn tail(&self) -> String {
         let tail = lock(&self.tail);
         let lines: Vec<&str> = tail.iter().map(String::as_str).collect();

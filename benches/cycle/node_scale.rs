@@ -3,7 +3,9 @@
 //! Ready condition, a node Lease and a server of the fake (its providerID),
 //! all members of one failover pool (so the controller watches the Node
 //! Leases too) whose Floating IP is on server 3, an hour between listings
-//! and between node-triggered ones. No pool reads Node labels.
+//! and between node-triggered ones, `FailoverAfter` 10 minutes (no Lease
+//! turns silent meanwhile; the benchmark fails if the IP moves). No pool
+//! reads Node labels.
 //!
 //! For each N a fresh controller lists the Nodes; then, one kind after the
 //! other, [`CHANGES`] changes go through the API server, one at a time:
@@ -234,6 +236,9 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
         "Name": POOL, "LabelSelector": "kops.k8s.io/instance-role=Node",
         "Addresses": ["public-ipv4", "floating-ip"], "FloatingIpSelector": "pool=bench",
         "FloatingIpFailover": true,
+        // No Lease turns silent while the changes go on (the members'
+        // Leases are renewed only in their kind): nothing moves.
+        "FailoverAfter": "10m",
     }]);
     let mut proc = bench.spawn_pools(
         "1h",
@@ -289,6 +294,11 @@ async fn measure(bench: &SizeBench<'_>, n: usize, changes: usize) -> NodeScaleRe
         }
     })
     .await;
+    assert!(
+        !proc.said("moving a Floating IP to a healthy member"),
+        "a Floating IP moved while the changes were measured\n{}",
+        proc.tail()
+    );
     proc.stop();
     NodeScaleResult {
         nodes: n,
