@@ -380,3 +380,37 @@ fn a_server_with_two_nodes_keeps_the_other_when_one_goes() {
         Some("new")
     );
 }
+
+/// A Node change that keeps the Node's server ID (a Ready flip, a label)
+/// looks at no other Node (issue 49: every such change of a member's Node
+/// searched the whole view); one that changes it, or a Node that goes,
+/// still finds the server's other Node.
+#[test]
+fn a_node_change_that_keeps_its_server_searches_no_other_node() {
+    let mut view = NodeView::new((0..1000).map(|i| node(&format!("n{i}"), Some(i))), true);
+    let before = entries_searched();
+    for i in 0..100 {
+        let mut flipped = node(&format!("n{}", i * 7), Some(i * 7));
+        flipped.ready = i % 2 == 0;
+        view.upsert(flipped);
+    }
+    assert_eq!(
+        entries_searched() - before,
+        0,
+        "a Ready flip searched the view"
+    );
+    // A second Node of server 5, then n5 its Node again, then n5 takes
+    // another server ID: server 5 keeps the other Node.
+    view.upsert(node("other-n5", Some(5)));
+    view.upsert(node("n5", Some(5)));
+    let searched = entries_searched();
+    view.upsert(node("n5", Some(2000)));
+    assert_eq!(
+        view.node_of(5, "server-5").map(|n| n.name.as_str()),
+        Some("other-n5")
+    );
+    assert!(
+        entries_searched() > searched,
+        "a changed server ID searched nothing"
+    );
+}

@@ -270,6 +270,7 @@ impl NodeView {
             if self.by_id.get(&id) == Some(name) {
                 self.by_id.remove(&id);
                 let other = (self.by_name.values())
+                    .inspect(|_| SEARCHED.with(|c| c.set(c.get() + 1)))
                     .find(|n| n.server_id == Some(id) && n.name != *name)
                     .map(|n| n.name.clone());
                 if let Some(other) = other {
@@ -283,6 +284,16 @@ impl NodeView {
 thread_local! {
     /// Node entries ([`NodeFacts`]) copied on this thread.
     static COPIED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Node entries looked at on this thread to find a server's other Node.
+    static SEARCHED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many Node entries were looked at on this thread so far to find
+/// the other Node of a server whose Node went or changed its server ID: a
+/// test's measure that a Node change costs what that Node is, not what
+/// the cluster is.
+pub fn entries_searched() -> usize {
+    SEARCHED.with(std::cell::Cell::get)
 }
 
 /// How many Node entries ([`NodeFacts`]) were copied on this thread so far,
