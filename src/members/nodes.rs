@@ -247,7 +247,10 @@ impl NodeView {
         let name = node.name.clone();
         let id = node.server_id;
         let before = self.by_name.insert(name.clone(), node);
-        self.unlink(before.as_ref());
+        // The same server ID (a Ready flip, a label): its link stays.
+        if before.as_ref().is_some_and(|b| b.server_id != id) {
+            self.unlink(before.as_ref());
+        }
         if let Some(id) = id {
             self.by_id.insert(id, name);
         }
