@@ -318,3 +318,29 @@ fn a_member_that_renewed_its_lease_long_ago_is_late() {
         .collect();
     assert_eq!(late, [(1, true, true), (2, true, false)]);
 }
+
+/// A server is found among a pool's candidates by a binary search, not a
+/// walk through all of them (issue 49: a look at a pool of 3,000 members
+/// walked them several times per Node change): the listing's servers come
+/// in any order, the candidates sorted by ID; a pool built unsorted (a
+/// test's) is still searched right.
+#[test]
+fn a_pools_candidates_are_sorted_and_each_is_found() {
+    let pools = [failover_pool("edge", "use=edge")];
+    let servers: Vec<Server> = [9, 3, 7, 1, 5]
+        .into_iter()
+        .map(|id| server(id, ServerStatus::Running, "fsn1"))
+        .collect();
+    let held = BTreeSet::new();
+    let mut pool = failover_pools(&pools, &[&held], &servers, false, &[]).remove(0);
+    let ids: Vec<i64> = pool.candidates.iter().map(|c| c.id).collect();
+    assert_eq!(ids, [1, 3, 5, 7, 9]);
+    for id in [1, 3, 5, 7, 9] {
+        assert_eq!(pool.candidate(id).map(|c| c.id), Some(id));
+    }
+    assert!(pool.candidate(4).is_none());
+    pool.candidates.reverse();
+    for id in [1, 3, 5, 7, 9] {
+        assert_eq!(pool.candidate(id).map(|c| c.id), Some(id));
+    }
+}
