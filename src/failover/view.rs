@@ -47,13 +47,20 @@ pub struct FailoverPool {
     /// the pool's other addresses.
     pub node_selector: Option<LabelSelector>,
     pub failover: Failover,
+    /// Sorted by server ID.
     pub candidates: Vec<Candidate>,
     pub floating_ips: Vec<PoolFloatingIp>,
 }
 
 impl FailoverPool {
+    /// The candidate with server ID `id`: a binary search of the
+    /// candidates, sorted by ID (a pool built otherwise is walked).
     pub fn candidate(&self, id: i64) -> Option<&Candidate> {
-        self.candidates.iter().find(|c| c.id == id)
+        match self.candidates.binary_search_by_key(&id, |c| c.id) {
+            Ok(index) => Some(&self.candidates[index]),
+            Err(_) if self.candidates.is_sorted_by_key(|c| c.id) => None,
+            Err(_) => self.candidates.iter().find(|c| c.id == id),
+        }
     }
 
     /// Floating IP `id` is on `holder` now (a move ended).
@@ -96,7 +103,7 @@ pub fn failover_pools(
             let failover = pool.failover?;
             // A failover pool has Cloud servers (the configuration says so).
             let selector = pool.label_selector.clone()?;
-            let candidates = servers
+            let mut candidates: Vec<Candidate> = servers
                 .iter()
                 .filter(|s| pool.selects_cloud(&s.labels, prefiltered))
                 .map(|s| Candidate {
@@ -106,6 +113,8 @@ pub fn failover_pools(
                     location: s.location.as_deref().cloned().unwrap_or_default(),
                 })
                 .collect();
+            // Found by a binary search (`FailoverPool::candidate`).
+            candidates.sort_unstable_by_key(|c| c.id);
             let selected = pool.floating_ip_selector.as_ref();
             let floating_ips = floating_ips
                 .iter()
