@@ -119,6 +119,23 @@ fn renewals(now: Instant, ago: &[(i64, u64)]) -> Renewals {
     renewals
 }
 
+/// Floating IPs 10 and 11 on server 1, one move a minute.
+fn two_ips_one_move_a_minute(t0: Instant) -> MoverState {
+    let mut state = MoverState::default();
+    state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
+    state
+}
+
+/// The Floating IPs whose moves start.
+fn moved_ips(effects: &[Effect]) -> Vec<i64> {
+    starts(effects).iter().map(|o| o.floating_ip).collect()
+}
+
+/// The servers the moves that start go to.
+fn targets(effects: &[Effect]) -> Vec<i64> {
+    starts(effects).iter().map(|o| o.to).collect()
+}
+
 fn starts(effects: &[Effect]) -> Vec<&Order> {
     (effects.iter())
         .filter_map(|e| match e {
@@ -507,10 +524,7 @@ fn a_late_target_that_did_not_renew_is_skipped_until_its_lease_renews() {
     let mut renewed = watched.clone();
     renewed.saw("node-2", Some("r-2b".into()), now + s(2));
     let effects = state.decide(&nodes, &renewed, now + s(2));
-    assert_eq!(
-        starts(&effects).iter().map(|o| o.to).collect::<Vec<_>>(),
-        [2]
-    );
+    assert_eq!(targets(&effects), [2]);
 }
 
 #[test]
@@ -550,34 +564,20 @@ fn a_holder_found_back_waits_for_the_backoff_unless_its_lease_renewed() {
 #[test]
 fn an_ip_found_elsewhere_is_where_the_read_found_it_and_costs_no_budget() {
     let t0 = Instant::now();
-    let mut state = MoverState::default();
-    state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
+    let mut state = two_ips_one_move_a_minute(t0);
     let effects = state.decide(&deleting(1), &quiet(), t0);
     // The budget of one a minute defers the other.
-    assert_eq!(
-        starts(&effects)
-            .iter()
-            .map(|o| o.floating_ip)
-            .collect::<Vec<_>>(),
-        [10]
-    );
+    assert_eq!(moved_ips(&effects), [10]);
     let effects = state.finish(ended(10, Ok(Ended::Overtaken(Some(3)))), t0 + s(1));
     assert_eq!(counted(&effects), [("excluded", "overtaken")]);
     assert_eq!(holder_of(&state, 10), Some(3));
     // Nothing was sent: the slot is free for the other IP at once.
     let effects = state.decide(&deleting(1), &quiet(), t0 + s(1));
-    assert_eq!(
-        starts(&effects)
-            .iter()
-            .map(|o| o.floating_ip)
-            .collect::<Vec<_>>(),
-        [11]
-    );
+    assert_eq!(moved_ips(&effects), [11]);
     // A move that was sent keeps its slot: the next waits for the window.
     let effects = state.finish(ended(11, Ok(Ended::Moved(s(1)))), t0 + s(2));
     assert_eq!(counted(&effects), [("excluded", "success")]);
-    let mut state = MoverState::default();
-    state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
+    let mut state = two_ips_one_move_a_minute(t0);
     state.decide(&deleting(1), &quiet(), t0);
     state.finish(ended(10, Ok(Ended::Moved(s(1)))), t0 + s(1));
     assert_eq!(
@@ -629,9 +629,10 @@ fn a_failed_move_is_reported_and_tried_again_after_a_doubling_backoff() {
     assert!(state.fip(10).is_none());
 }
 
-#[test]
-fn a_refused_target_is_skipped_and_the_next_member_asked_at_once() {
-    let t0 = Instant::now();
+/// A mover whose first move of IP 10 (holder 1's Node deleted) Hetzner
+/// refused at `t0` + 1 s; with the server it was refused to and the
+/// effects of the refusal.
+fn refused_once(t0: Instant) -> (MoverState, i64, Vec<Effect>) {
     let mut state = mover(&[Some(1)], t0);
     let effects = state.decide(&deleting(1), &quiet(), t0);
     let first = starts(&effects)[0].to;
@@ -640,6 +641,13 @@ fn a_refused_target_is_skipped_and_the_next_member_asked_at_once() {
         error: "invalid_input".into(),
     };
     let effects = state.finish(ended(10, Err(refused)), t0 + s(1));
+    (state, first, effects)
+}
+
+#[test]
+fn a_refused_target_is_skipped_and_the_next_member_asked_at_once() {
+    let t0 = Instant::now();
+    let (mut state, first, effects) = refused_once(t0);
     let name = format!("node-{first}");
     assert!(matches!(
         reports(&effects)[..],
@@ -648,30 +656,17 @@ fn a_refused_target_is_skipped_and_the_next_member_asked_at_once() {
                 && error.starts_with(&format!("Hetzner refused the assignment to {name}: invalid_input; {name} is not asked again"))
     ));
     let effects = state.decide(&deleting(1), &quiet(), t0 + s(1));
-    let next: Vec<i64> = starts(&effects).iter().map(|o| o.to).collect();
-    assert_eq!(next, [5 - first]);
+    assert_eq!(targets(&effects), [5 - first]);
 
     // A listing that began after the refusal forgets it; an older one not.
-    let mut state = mover(&[Some(1)], t0);
-    state.decide(&deleting(1), &quiet(), t0);
-    let refused = Failure::Refused {
-        server: first,
-        error: "invalid_input".into(),
-    };
-    state.finish(ended(10, Err(refused)), t0 + s(1));
+    let (mut state, first, _) = refused_once(t0);
     state.set_listing(listing_of(pool_with(&[Some(1)], 10), t0));
     let skipped = state.decide(&deleting(1), &quiet(), t0 + s(2));
-    assert_eq!(starts(&skipped)[0].to, 5 - first);
-    let mut state = mover(&[Some(1)], t0);
-    state.decide(&deleting(1), &quiet(), t0);
-    let refused = Failure::Refused {
-        server: first,
-        error: "invalid_input".into(),
-    };
-    state.finish(ended(10, Err(refused)), t0 + s(1));
+    assert_eq!(targets(&skipped), [5 - first]);
+    let (mut state, first, _) = refused_once(t0);
     state.set_listing(listing_of(pool_with(&[Some(1)], 10), t0 + s(2)));
     let forgotten = state.decide(&deleting(1), &quiet(), t0 + s(3));
-    assert_eq!(starts(&forgotten)[0].to, first);
+    assert_eq!(targets(&forgotten), [first]);
 }
 
 #[test]
@@ -735,16 +730,9 @@ fn a_reset_forgets_the_term_and_takes_the_stranded_counts_along() {
 fn a_failed_move_that_sent_nothing_gives_its_budget_slot_back() {
     let t0 = Instant::now();
     for (sent_nothing, next) in [(true, vec![11]), (false, vec![])] {
-        let mut state = MoverState::default();
-        state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
+        let mut state = two_ips_one_move_a_minute(t0);
         let effects = state.decide(&deleting(1), &quiet(), t0);
-        assert_eq!(
-            starts(&effects)
-                .iter()
-                .map(|o| o.floating_ip)
-                .collect::<Vec<_>>(),
-            [10]
-        );
+        assert_eq!(moved_ips(&effects), [10]);
         let failure = Failure::Other {
             cause: "timeout",
             text: "late".into(),
@@ -753,22 +741,15 @@ fn a_failed_move_that_sent_nothing_gives_its_budget_slot_back() {
         state.finish(ended(10, Err(failure)), t0 + s(1));
         // IP 10 waits for its retry; IP 11 goes only if the slot is free.
         let effects = state.decide(&deleting(1), &quiet(), t0 + s(1));
-        let started: Vec<i64> = starts(&effects).iter().map(|o| o.floating_ip).collect();
+        let started = moved_ips(&effects);
         assert_eq!(started, next, "sent nothing: {sent_nothing}");
     }
     // A holder found back sent nothing either.
-    let mut state = MoverState::default();
-    state.set_listing(listing_of(pool_with(&[Some(1), Some(1)], 1), t0));
+    let mut state = two_ips_one_move_a_minute(t0);
     state.decide(&deleting(1), &quiet(), t0);
     state.finish(ended(10, Ok(Ended::HolderBack(None))), t0 + s(1));
     let effects = state.decide(&deleting(1), &quiet(), t0 + s(1));
-    assert_eq!(
-        starts(&effects)
-            .iter()
-            .map(|o| o.floating_ip)
-            .collect::<Vec<_>>(),
-        [11]
-    );
+    assert_eq!(moved_ips(&effects), [11]);
 }
 
 #[test]
@@ -782,10 +763,7 @@ fn a_node_ready_again_while_it_held_nothing_starts_a_new_clock() {
         node.deleting = id == 1;
     });
     let effects = state.decide(&both, &quiet(), t0);
-    assert_eq!(
-        starts(&effects).iter().map(|o| o.to).collect::<Vec<_>>(),
-        [3]
-    );
+    assert_eq!(targets(&effects), [3]);
     state.finish(ended(10, Ok(Ended::Moved(s(1)))), t0);
     // Node 2 Ready, then NotReady again, while node 3 keeps the IP.
     let two_down = nodes_with(|id, node| node.ready = id != 2);
