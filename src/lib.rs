@@ -12,8 +12,8 @@
 //!  │         ▼
 //!  ├──────► world   the clients, the world read once, the commands' plan
 //!  │         ▲
-//!  └──► run ─┘  (the loop: its schedule, leadership, Node feed, Events,
-//!        │       reloads) ──► serve   health, metrics, logs
+//!  └──► run ─┘  (the loop: its schedule, handlers, reloads) ──► serve
+//!        │  └──► cluster  leader election, Node and Lease watches, Events
 //!        ▼
 //!      reconcile   listing → plan → act
 //!          │
@@ -49,8 +49,10 @@
 //!   own), a pure plan per pool, then the writes.
 //! - [`run`]: the loop of independent parts (a schedule of pure
 //!   transitions; the listing in flight, Node steps, repairs and Floating IP
-//!   moves side by side), leader election, the Node watch, Events and config
-//!   reloads.
+//!   moves side by side), its handlers and config reloads.
+//! - [`cluster`]: what the loop hears from Kubernetes and tells it, apart
+//!   from the pools: leader election, the Node and Node Lease watches,
+//!   Events, the watch helpers; it never imports the loop.
 //! - [`serve`]: health, metrics, the HTTP server and logging.
 //! - [`check`]: `canada-kaktus check`, a read-only report of the setup
 //!   with the verdicts pure.
@@ -71,6 +73,7 @@
 pub mod backoff;
 pub mod check;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod explain;
 pub mod failover;

@@ -13,7 +13,7 @@
 //!
 //! What the mover knows between looks, and its transitions, are
 //! [`mover`]. The loop's side (the Lease watch, the moves through
-//! Hetzner's API) is `run::failover` and `run::leases`.
+//! Hetzner's API) is `run::failover` and `cluster::leases`.
 
 pub mod mover;
 mod view;

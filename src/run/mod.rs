@@ -8,16 +8,12 @@
 //! failed, as a Kubernetes Event on the pool.
 
 mod cycle;
-pub mod events;
 pub mod failover;
 mod full;
-pub mod leader;
-pub mod leases;
-pub mod nodes;
 pub mod operate;
+mod pools;
 mod reload;
 pub mod schedule;
-pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -27,12 +23,12 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
+use crate::cluster::watch::{PoolWatch, PoolWatchEvent};
+use crate::cluster::{events, leases, nodes};
 use crate::config::{self, Settings};
-
-use crate::pool::{other_spec_writers, Pool};
-use crate::reconcile::{event_needs_repair, CycleKind, Observed, Reconciler};
+use crate::reconcile::{CycleKind, Observed, Reconciler};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 use crate::serve::telemetry::LogControl;
@@ -40,8 +36,7 @@ use cycle::Work;
 use events::Target;
 use operate::{Leadership, NodeFeed, Recorder};
 use reload::ConfigFile;
-use schedule::{Clocks, NodeChangeAnswer, PoolEventAnswer, PoolEventSeen, Schedule};
-use watch::{PoolWatch, PoolWatchEvent};
+use schedule::{Clocks, NodeChangeAnswer, Schedule};
 
 /// Timings of the loop itself; the defaults suit production, tests shorten them.
 #[derive(Debug, Clone)]
@@ -379,50 +374,6 @@ impl ControlLoop {
                 change = change.what,
                 "node changed; a listing is already due"
             ),
-        }
-        Flow::Go
-    }
-
-    fn on_pool_event(&mut self, st: &mut Running, pool: String, event: Option<Pool>) -> Flow {
-        let seen = match self.reconciler.last_desired(&pool) {
-            None => PoolEventSeen::NoListing,
-            Some(desired)
-                if event_needs_repair(event.as_ref(), desired, st.schedule.in_conflict(&pool)) =>
-            {
-                PoolEventSeen::NeedsRepair
-            }
-            Some(_) => PoolEventSeen::Unchanged,
-        };
-        match st.schedule.on_pool_event(&pool, seen, Instant::now()) {
-            PoolEventAnswer::Ignore => {}
-            PoolEventAnswer::TellNoListing => info!(
-                pool = %pool,
-                deleted = event.is_none(),
-                "the pool changed, but this leadership term has no successful \
-                 Hetzner listing yet; it is repaired after the next listing succeeds"
-            ),
-            PoolEventAnswer::Repair => {
-                debug!(pool = %pool, deleted = event.is_none(), "pool changed by someone else; repairing")
-            }
-            PoolEventAnswer::RepairBackedOff(wait) => {
-                let writers = event
-                    .as_ref()
-                    .map(other_spec_writers)
-                    .filter(|writers| !writers.is_empty())
-                    .unwrap_or_else(|| vec!["unknown".to_owned()]);
-                warn!(
-                    pool = %pool,
-                    field_managers = %writers.join(","),
-                    deleted = event.is_none(),
-                    wait_s = wait.as_secs(),
-                    "another writer keeps changing the pool; repairs back off while this goes on"
-                );
-                self.metrics.repair_backed_off(&writers);
-                st.recorder.publish(
-                    self.event_target(&pool),
-                    vec![events::repair_backoff(&writers, wait)],
-                );
-            }
         }
         Flow::Go
     }

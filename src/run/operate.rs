@@ -11,12 +11,12 @@ use kube::Client;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
+use crate::cluster::events::{EventPlanner, EventSink, PoolEvent, Target};
+use crate::cluster::leader::{self, LeaderElection, LeaseConfig, Term};
+use crate::cluster::nodes::{self, NodeChange};
 use crate::config::Settings;
 use crate::members::{LabelKeys, NodeStore, NodeView};
 use crate::pool::Fence;
-use crate::run::events::{EventPlanner, EventSink, PoolEvent, Target};
-use crate::run::leader::{self, LeaderElection, LeaseConfig, Term};
-use crate::run::nodes::{self, NodeChange};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::cluster::leader::Term;
 use crate::pool::RepairLimiter;
 use crate::reconcile::RobotDue;
-use crate::run::leader::Term;
 use crate::serve::metrics::Trigger;
 
 /// The clocks the schedule follows: the loop's timings and the settings'

@@ -11,9 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use canada_kaktus::cluster::events::{self, EventSink, Target};
 use canada_kaktus::config;
 use canada_kaktus::pool::pool_resource;
-use canada_kaktus::run::events::{self, EventSink, Target};
 use canada_kaktus::run::operate::Leadership;
 use canada_kaktus::serve::metrics::Metrics;
 use support::fake_kube::FakeKube;

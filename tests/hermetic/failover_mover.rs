@@ -6,6 +6,7 @@ use crate::support;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use canada_kaktus::cluster::leases::{renew_time, SharedRenewals};
 use canada_kaktus::config::{self, Failover};
 use canada_kaktus::failover::Renewals;
 use canada_kaktus::failover::{Candidate, FailoverPool, PoolFloatingIp};
@@ -14,7 +15,6 @@ use canada_kaktus::members::{NodeFacts, NodeView};
 use canada_kaktus::pool::Fence;
 use canada_kaktus::reconcile::FailoverListing;
 use canada_kaktus::run::failover::Mover;
-use canada_kaktus::run::leases::{renew_time, SharedRenewals};
 use canada_kaktus::serve::metrics::Metrics;
 use std::sync::{Arc, Mutex};
 use support::fake_hetzner::{ActionPlan, FakeFloatingIp, FakeHetzner, FakeServer, ReadOnly};

@@ -335,9 +335,9 @@ fn the_pointer_check_can_fail() {
 }
 
 /// The Event reasons the controller gives: the CamelCase string literals of
-/// `src/run/events.rs` (`"PoolCreated"`, …).
+/// `src/cluster/events.rs` (`"PoolCreated"`, …).
 fn event_reasons_in_the_code() -> BTreeSet<String> {
-    let code = page("src/run/events.rs");
+    let code = page("src/cluster/events.rs");
     let code = code.split("#[cfg(test)]").next().unwrap_or_default();
     code.split('"')
         .skip(1)

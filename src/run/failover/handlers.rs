@@ -7,7 +7,7 @@ use super::{Done, Published};
 use crate::members::NodeView;
 use std::sync::{Arc, Mutex};
 
-use crate::run::leases;
+use crate::cluster::leases;
 use crate::run::{ControlLoop, Flow, LeaseWatch, Running};
 use crate::sync::lock;
 

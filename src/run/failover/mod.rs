@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::cluster::events::{self, PoolEvent};
 use crate::config::{Settings, TokenSource};
 use crate::failover::mover::{Effect, MoverState, Outcome, Report};
 use crate::failover::Renewals;
@@ -23,12 +24,11 @@ use crate::hetzner::HetznerClient;
 use crate::members::NodeView;
 use crate::pool::Fence;
 use crate::reconcile::FailoverListing;
-use crate::run::events::{self, PoolEvent};
 use crate::serve::health::FloatingIpHolder;
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
 
-use super::leases::SharedRenewals;
+use crate::cluster::leases::SharedRenewals;
 
 mod handlers;
 mod task;

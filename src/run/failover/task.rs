@@ -12,13 +12,13 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use tokio::time::Instant;
 
+use crate::cluster::leases::{renew_time, NODE_LEASE_NAMESPACE};
 use crate::config::{TokenError, TokenSource};
 use crate::failover::mover::{Ended, Evidence, Failure, Order, Renewed, TargetLease};
 use crate::failover::KUBELET_PERIOD;
 use crate::hetzner::{Assignment, HetznerClient, HetznerError, ServerStatus};
 use crate::members::NodeFacts;
 use crate::pool::Fence;
-use crate::run::leases::{renew_time, NODE_LEASE_NAMESPACE};
 
 /// How often a move polls its Action (Hetzner's own client waits 500 ms).
 const ACTION_POLL: Duration = Duration::from_millis(500);

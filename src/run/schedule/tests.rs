@@ -9,8 +9,8 @@ use super::{
     retry_after, Clocks, FullCycleEnd, NodeChangeAnswer, PoolEventAnswer, PoolEventSeen, RepairEnd,
     Schedule,
 };
+use crate::cluster::leader::Term;
 use crate::pool::{FIRST_BACKOFF, FREE_REPAIRS};
-use crate::run::leader::Term;
 use crate::serve::metrics::Trigger;
 
 const S: fn(u64) -> Duration = Duration::from_secs;

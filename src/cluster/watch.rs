@@ -4,7 +4,6 @@
 //! `watch_object`, which filters by `metadata.name` so RBAC `resourceNames`
 //! can restrict list and watch to that object.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -19,7 +18,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use super::ControlLoop;
 use crate::pool::Pool;
 
 /// The first wait after a failed watch request, and the longest.
@@ -82,16 +80,16 @@ pub async fn follow_one<K, F>(
 /// Whether a watch event shows the API server answered: kube's watcher
 /// hands out `Init` before it lists, so `Init` alone proves nothing (an
 /// unreachable API server gives `Init`, then the error, again and again).
-pub(super) fn answered<K>(event: &watcher::Event<K>) -> bool {
+pub(crate) fn answered<K>(event: &watcher::Event<K>) -> bool {
     !matches!(event, watcher::Event::Init)
 }
 
 /// A pool event from a watch: the pool's name, and the object or `None`
 /// when it is gone.
-pub(super) type PoolWatchEvent = (String, Option<Pool>);
+pub(crate) type PoolWatchEvent = (String, Option<Pool>);
 
 /// The watch of one pool, stopped when dropped.
-pub(super) struct PoolWatch {
+pub(crate) struct PoolWatch {
     key: (String, String),
     task: JoinHandle<()>,
 }
@@ -102,34 +100,22 @@ impl Drop for PoolWatch {
     }
 }
 
-impl ControlLoop {
-    /// Starts (or restarts) a watch on each configured pool once its API
-    /// version is known, and whenever the version changes.
-    pub(super) fn ensure_pool_watches(
-        &self,
-        current: &mut BTreeMap<String, PoolWatch>,
-        events: &mpsc::Sender<PoolWatchEvent>,
-    ) {
-        let Some(resource) = self.reconciler.resource() else {
-            return;
-        };
-        for pool in &self.settings.pools {
-            let key = (resource.api_version.clone(), pool.name.clone());
-            if current
-                .get(&pool.name)
-                .is_some_and(|w| w.key == key && !w.task.is_finished())
-            {
-                continue;
-            }
-            let client = self.reconciler.pools().client().clone();
-            let task = tokio::spawn(watch_pool(
-                client,
-                resource.clone(),
-                pool.name.clone(),
-                events.clone(),
-            ));
-            current.insert(pool.name.clone(), PoolWatch { key, task });
-        }
+impl PoolWatch {
+    /// Starts watching the pool `name` of the API version `resource` says.
+    pub(crate) fn start(
+        client: Client,
+        resource: ApiResource,
+        name: String,
+        events: mpsc::Sender<PoolWatchEvent>,
+    ) -> Self {
+        let key = (resource.api_version.clone(), name.clone());
+        let task = tokio::spawn(watch_pool(client, resource, name, events));
+        Self { key, task }
+    }
+
+    /// Whether it still watches the pool `name` at `api_version`.
+    pub(crate) fn serves(&self, api_version: &str, name: &str) -> bool {
+        self.key.0 == api_version && self.key.1 == name && !self.task.is_finished()
     }
 }
 

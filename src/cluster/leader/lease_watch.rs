@@ -42,7 +42,7 @@ pub(super) async fn watch_lease(
             }
         }
     };
-    crate::run::watch::follow_one(api, &name, on_error, |state| {
+    crate::cluster::watch::follow_one(api, &name, on_error, |state| {
         if failing.swap(false, std::sync::atomic::Ordering::Relaxed) {
             info!("watching the leader Lease works again");
         }
@@ -52,4 +52,4 @@ pub(super) async fn watch_lease(
     .await;
 }
 
-use crate::run::watch::forbidden;
+use crate::cluster::watch::forbidden;

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::cluster::events::{self, EventSink, Target};
 use crate::failover::Renewals;
-use crate::run::events::{self, EventSink, Target};
 use crate::serve::health::Health;
 use crate::sync::lock;
 
@@ -168,7 +168,7 @@ enum Access {
 /// as silent until the watch delivers again; kube-runtime resumes from its
 /// last version without a new list, so the first event after the error
 /// makes it current again, every clock restarted).
-fn absorb<E: std::fmt::Display + crate::run::watch::Refusal>(
+fn absorb<E: std::fmt::Display + crate::cluster::watch::Refusal>(
     item: Result<Event<Lease>, E>,
     renewals: &mut Renewals,
     relist: &mut Option<BTreeSet<String>>,
@@ -261,7 +261,7 @@ mod tests {
         .unwrap()
     }
 
-    impl crate::run::watch::Refusal for &str {
+    impl crate::cluster::watch::Refusal for &str {
         fn refused(&self) -> bool {
             false
         }
@@ -312,7 +312,7 @@ mod tests {
         }
     }
 
-    impl crate::run::watch::Refusal for Forbidden {
+    impl crate::cluster::watch::Refusal for Forbidden {
         fn refused(&self) -> bool {
             true
         }
