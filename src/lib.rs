@@ -68,6 +68,30 @@
 //!   the exponential backoff, each written once.
 //! - [`memory`]: gives the memory a cycle freed back to the operating
 //!   system after each cycle (the crate's one `unsafe` call).
+//!
+//! ## Who may import whom
+//!
+//! A module imports only what its row names (`crate::` paths outside its
+//! unit-test files); `tests/hermetic/architecture.rs` holds the code to
+//! this table, and a new module needs a row.
+//!
+//! | module | may import |
+//! | --- | --- |
+//! | `cli` | check, config, explain, members, pool, reconcile, run, serve, sync, world |
+//! | `check` | config, hetzner, members, pool, reconcile, robot, vocab, world |
+//! | `explain` | config, hetzner, members, pool, reconcile, world |
+//! | `run` | backoff, cluster, config, failover, hetzner, members, memory, pool, reconcile, serve, sync, vocab, world |
+//! | `cluster` | backoff, failover, members, memory, pool, reconcile, serve, sync |
+//! | `world` | config, hetzner, members, pool, reconcile |
+//! | `serve` | config, hetzner, members, pool, reconcile, robot, sync |
+//! | `reconcile` | config, failover, hetzner, members, pool, robot |
+//! | `failover` | backoff, config, hetzner, members, vocab |
+//! | `members` | config, hetzner, sync, vocab |
+//! | `pool` | backoff, config, sync |
+//! | `config` | hetzner, robot, vocab |
+//! | `robot` | hetzner, sync, vocab |
+//! | `hetzner` | backoff, sync, vocab |
+//! | `vocab`, `sync`, `backoff`, `memory` | nothing |
 #![deny(unsafe_code)]
 
 pub mod backoff;

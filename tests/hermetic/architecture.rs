@@ -1,6 +1,6 @@
 //! The module graph `src/lib.rs` describes, checked against the code: the
 //! top-level modules of the crate import each other without a cycle, and
-//! the few promises `lib.rs` makes about single modules hold. An import is
+//! each imports only what the table of `lib.rs` allows. An import is
 //! any `crate::<module>` path (also inside `crate::{…}`) in a module's
 //! files, its unit-test files aside.
 
@@ -200,22 +200,70 @@ fn no_two_top_level_modules_import_each_other_in_a_circle() {
     }
 }
 
-#[test]
-fn the_modules_lib_rs_names_as_leaves_stay_leaves() {
-    let graph = graph();
-    let allowed = |module: &str, allowed: &[&str]| {
-        let extra: Vec<&String> = graph[module]
-            .iter()
-            .filter(|m| !allowed.contains(&m.as_str()))
+/// The table "Who may import whom" of `src/lib.rs`: each module (a row
+/// may name several) and what it may import.
+fn allowed_edges(lib_rs: &str) -> Graph {
+    let mut table = Graph::new();
+    let rows = lib_rs
+        .lines()
+        .filter_map(|line| line.strip_prefix("//! | `"))
+        .filter_map(|row| row.split_once(" | "));
+    for (modules, allowed) in rows {
+        let allowed: BTreeSet<String> = allowed
+            .trim_end_matches(" |")
+            .split(", ")
+            .filter(|name| *name != "nothing")
+            .map(str::to_owned)
             .collect();
-        assert!(
-            extra.is_empty(),
-            "src/lib.rs says {module} imports only {allowed:?}; it imports {extra:?} too"
+        for module in modules.split(", ") {
+            table.insert(module.trim_matches('`').to_owned(), allowed.clone());
+        }
+    }
+    table
+}
+
+/// Every import of `graph` the table does not allow, as `from → to`, and
+/// every module without a row.
+fn outside(graph: &Graph, table: &Graph) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (module, imports) in graph {
+        let Some(allowed) = table.get(module) else {
+            wrong.push(format!("{module} has no row"));
+            continue;
+        };
+        wrong.extend(
+            imports
+                .difference(allowed)
+                .map(|to| format!("{module} → {to}")),
         );
-    };
-    allowed("vocab", &[]);
-    allowed("config", &["vocab", "hetzner", "robot"]);
-    // The Robot client never sees the settings or the cycle.
-    allowed("robot", &["hetzner", "sync", "vocab"]);
-    allowed("hetzner", &["backoff", "sync", "vocab"]);
+    }
+    wrong
+}
+
+#[test]
+fn the_table_check_reads_rows_and_finds_an_import_outside_them() {
+    let table = allowed_edges(
+        "//! | module | may import |\n//! | --- | --- |\n//! | `check` | config, world |\n\
+         //! | `vocab`, `sync` | nothing |\n",
+    );
+    assert_eq!(table.len(), 3, "{table:?}");
+    assert!(table["sync"].is_empty());
+    let mut graph = Graph::new();
+    graph.insert("check".into(), ["config".into(), "run".into()].into());
+    graph.insert("vocab".into(), BTreeSet::new());
+    graph.insert("new".into(), BTreeSet::new());
+    assert_eq!(outside(&graph, &table), ["check → run", "new has no row"]);
+}
+
+#[test]
+fn every_module_imports_only_what_its_row_in_lib_rs_allows() {
+    let lib_rs = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    let table = allowed_edges(&lib_rs);
+    assert!(table.contains_key("reconcile"), "{table:?}");
+    let wrong = outside(&graph(), &table);
+    assert!(
+        wrong.is_empty(),
+        "imports src/lib.rs's table \"Who may import whom\" does not allow (move the \
+         code, or change the table with a reason): {wrong:?}"
+    );
 }
