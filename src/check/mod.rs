@@ -29,7 +29,6 @@ use crate::hetzner::{HetznerClient, HetznerError, Server};
 use crate::members::{NodeFacts, NodeView};
 use crate::pool::{gate, PoolClient, POOL_GROUP, POOL_PLURAL};
 use crate::reconcile::{self, Listing};
-use crate::run;
 use crate::vocab::SecretString;
 use crate::world;
 
@@ -312,7 +311,9 @@ async fn crd(settings: &Settings, client: &Client) -> Vec<Check> {
 
 /// The lease namespace the controller would use.
 fn lease_namespace(settings: &Settings, env: &HashMap<String, String>, client: &Client) -> String {
-    run::operate::lease_namespace(settings, env, client.default_namespace())
+    settings
+        .operate
+        .lease_namespace(env, client.default_namespace())
 }
 
 /// Every permission the controller needs with these settings.

@@ -100,6 +100,26 @@ pub struct OperateSettings {
     pub events: bool,
 }
 
+impl OperateSettings {
+    /// The namespace of the leader Lease: `LeaseNamespace`, else the pod's
+    /// (`POD_NAMESPACE`), else the kube config's (`default_namespace`).
+    /// The controller and `check` both read it here.
+    pub fn lease_namespace(
+        &self,
+        env: &std::collections::HashMap<String, String>,
+        default_namespace: &str,
+    ) -> String {
+        self.lease_namespace
+            .clone()
+            .or_else(|| {
+                env.get("POD_NAMESPACE")
+                    .map(|n| n.trim().to_owned())
+                    .filter(|n| !n.is_empty())
+            })
+            .unwrap_or_else(|| default_namespace.to_owned())
+    }
+}
+
 /// The effective configuration. `Debug` never shows the token.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {

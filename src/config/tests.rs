@@ -222,6 +222,26 @@ mod operate_settings_tests {
     }
 
     #[test]
+    fn the_lease_namespace_is_the_setting_else_the_pods_else_the_kube_configs() {
+        let mut operate = load_env(&[]).expect("defaults").operate;
+        let pod = |ns: &str| HashMap::from([("POD_NAMESPACE".to_owned(), ns.to_owned())]);
+        assert_eq!(
+            operate.lease_namespace(&HashMap::new(), "default"),
+            "default"
+        );
+        assert_eq!(
+            operate.lease_namespace(&pod(" kube-system "), "default"),
+            "kube-system"
+        );
+        assert_eq!(operate.lease_namespace(&pod("  "), "default"), "default");
+        operate.lease_namespace = Some("ops".to_owned());
+        assert_eq!(
+            operate.lease_namespace(&pod("kube-system"), "default"),
+            "ops"
+        );
+    }
+
+    #[test]
     fn values_are_parsed_and_bad_ones_reported_by_name() {
         let operate = load_env(&[
             ("CANADA_KAKTUS_LEADER_ELECTION", "TRUE"),

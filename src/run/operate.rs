@@ -35,31 +35,12 @@ pub struct Leadership {
     pub identity: String,
 }
 
-/// The namespace of the leader Lease: `LeaseNamespace`, else the pod's
-/// (`POD_NAMESPACE`), else the kube config's (`default_namespace`).
-pub fn lease_namespace(
-    settings: &Settings,
-    env: &HashMap<String, String>,
-    default_namespace: &str,
-) -> String {
-    settings
-        .operate
-        .lease_namespace
-        .clone()
-        .or_else(|| {
-            env.get("POD_NAMESPACE")
-                .map(|n| n.trim().to_owned())
-                .filter(|n| !n.is_empty())
-        })
-        .unwrap_or_else(|| default_namespace.to_owned())
-}
-
 impl Leadership {
     pub fn start(client: &Client, settings: &Settings, env: &HashMap<String, String>) -> Self {
         let operate = &settings.operate;
         let identity = leader::identity(env);
         let (election, term, always) = if operate.leader_election.enabled(env) {
-            let namespace = lease_namespace(settings, env, client.default_namespace());
+            let namespace = operate.lease_namespace(env, client.default_namespace());
             let config = LeaseConfig {
                 name: operate.lease_name.clone(),
                 namespace,
