@@ -56,9 +56,19 @@ fn files_of(name: &str) -> Vec<PathBuf> {
 
 /// The crate's modules a text names after `crate::`, alone or in a group.
 fn imports_in(text: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
+    names_after(text, "crate::", modules)
+}
+
+/// The `names` a text names right after `prefix` (`crate::`,
+/// `super::`), alone or as an entry of a group.
+fn names_after(text: &str, prefix: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
-    for (at, _) in text.match_indices("crate::") {
-        let rest = &text[at + "crate::".len()..];
+    for (at, _) in text.match_indices(prefix) {
+        if text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+            // `super::super::x`, `other::crate::`: not this prefix.
+            continue;
+        }
+        let rest = &text[at + prefix.len()..];
         let names: Vec<&str> = match rest.strip_prefix('{') {
             // The group's own top-level names (nested groups belong to them).
             Some(group) => top_level_names(group),
@@ -184,6 +194,95 @@ fn the_cycle_finder_finds_a_cycle_and_only_a_cycle() {
             &modules
         ),
         modules
+    );
+}
+
+/// Every folder of `src/` (the crate root aside) with the files in it as a
+/// graph: a file (`layers.rs`, or a folder's `mod.rs`) imports a sibling
+/// when it names it after `super::` or after its folder's `crate::` path.
+/// The folder's own face (`mod.rs`, or the file beside the folder) is the
+/// parent of them all, not a sibling.
+fn sibling_graphs() -> BTreeMap<String, Graph> {
+    let mut graphs = BTreeMap::new();
+    let mut folders: Vec<PathBuf> = modules()
+        .iter()
+        .map(|m| src().join(m))
+        .filter(|p| p.is_dir())
+        .collect();
+    while let Some(folder) = folders.pop() {
+        let relative = folder
+            .strip_prefix(src())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let mut children: BTreeMap<String, PathBuf> = BTreeMap::new();
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                folders.push(path.clone());
+                let face = path.join("mod.rs");
+                if face.is_file() {
+                    children.insert(name, face);
+                }
+            } else if let Some(stem) = name.strip_suffix(".rs") {
+                if stem != "mod" && stem != "tests" && !stem.ends_with("_tests") {
+                    children.insert(stem.to_owned(), path);
+                }
+            }
+        }
+        let names: BTreeSet<String> = children.keys().cloned().collect();
+        let own_path = format!("crate::{}::", relative.replace('/', "::"));
+        let graph: Graph = children
+            .iter()
+            .map(|(name, file)| {
+                let text = std::fs::read_to_string(file).unwrap();
+                let mut imports = names_after(&text, "super::", &names);
+                imports.extend(names_after(&text, &own_path, &names));
+                imports.remove(name);
+                (name.clone(), imports)
+            })
+            .collect();
+        graphs.insert(relative, graph);
+    }
+    graphs
+}
+
+#[test]
+fn the_sibling_reader_sees_super_and_crate_paths_but_not_super_super() {
+    let names: BTreeSet<String> = ["layers", "loader"].map(String::from).into();
+    let text = "use super::{loader::Loader, Layer};\nuse crate::config::layers::Kind;\n\
+                use super::super::layers;";
+    assert_eq!(
+        names_after(text, "super::", &names),
+        ["loader".to_owned()].into()
+    );
+    assert_eq!(
+        names_after(text, "crate::config::", &names),
+        ["layers".to_owned()].into()
+    );
+}
+
+#[test]
+fn no_two_files_of_one_folder_import_each_other_in_a_circle() {
+    let graphs = sibling_graphs();
+    // The reader works: the pool's gate reads its ranges.
+    assert!(
+        graphs["pool"]["gate"].contains("ranges"),
+        "{:?}",
+        graphs["pool"]
+    );
+    let circles: Vec<String> = graphs
+        .iter()
+        .filter_map(|(folder, graph)| {
+            let circle = cycle(graph)?;
+            Some(format!("src/{folder}: {}", circle.join(" → ")))
+        })
+        .collect();
+    assert!(
+        circles.is_empty(),
+        "files of one folder import each other in a circle (move what both need \
+         to one of them, or to a third file): {circles:?}"
     );
 }
 
