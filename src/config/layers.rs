@@ -2,7 +2,7 @@
 //! reading of the environment and the config file into layers of text
 //! values keyed by config.json key.
 
-use super::loader::Loader;
+use super::loader::{LayerKind, Loader};
 use super::{
     accepts_list, accepts_object, is_token_setting, json_to_text, json_type, normalize, suggestion,
     Entries, Setting, SettingDefault, CONFIG_FILE_ENV, ENV_ONLY, ENV_PREFIX, LABEL_SELECTOR, POOLS,
@@ -14,25 +14,6 @@ use figment::value::{Dict, Map};
 use figment::{Metadata, Profile, Provider};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LayerKind {
-    Defaults,
-    File,
-    Env,
-}
-
-impl LayerKind {
-    pub(super) const ALL: [LayerKind; 3] = [LayerKind::Defaults, LayerKind::File, LayerKind::Env];
-
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            LayerKind::Defaults => "built-in defaults",
-            LayerKind::File => "config file",
-            LayerKind::Env => "environment",
-        }
-    }
-}
 
 /// One layer of string values keyed by config.json key. Values are kept as
 /// strings so that nothing reinterprets them (figment's `Env` would turn a

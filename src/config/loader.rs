@@ -2,7 +2,6 @@
 //! with every problem collected at once (the layers themselves are read in
 //! `layers`).
 
-use super::layers::LayerKind;
 use super::{
     check_token, parse_blocked_addresses, parse_bool, parse_bounded_duration, parse_interval,
     parse_leader_election, parse_lease_duration, parse_listen_address, parse_namespace,
@@ -24,6 +23,26 @@ use figment::Figment;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// The layer a value came from (its origin in messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LayerKind {
+    Defaults,
+    File,
+    Env,
+}
+
+impl LayerKind {
+    pub(super) const ALL: [LayerKind; 3] = [LayerKind::Defaults, LayerKind::File, LayerKind::Env];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            LayerKind::Defaults => "built-in defaults",
+            LayerKind::File => "config file",
+            LayerKind::Env => "environment",
+        }
+    }
+}
 
 /// A value as found, with a description of where it came from.
 pub(super) struct Raw {

@@ -16,7 +16,7 @@ mod table;
 mod token;
 mod values;
 pub use choices::*;
-use layers::{Layer, LayerKind};
+use layers::Layer;
 use loader::*;
 pub use pools::*;
 pub use robot::*;

@@ -23,9 +23,10 @@
 use std::net::IpAddr;
 
 use super::guard::Refusal;
+use super::object::DesiredPool;
 use super::object::Pool;
 use super::ranges::Ranges;
-use super::render::{unwritable, DesiredPool};
+use super::render::unwritable;
 
 /// Whether this cycle may add addresses to a pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::AddressKind;
-use crate::pool::render::DesiredPool;
+use crate::pool::object::DesiredPool;
 
 /// Why a write was refused. The live pool is left exactly as it was.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

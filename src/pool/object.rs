@@ -8,7 +8,10 @@
 //! 10,000-block pool is one `Vec<Block>`, deserialised in one pass.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicResourceScope};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -192,4 +195,15 @@ impl kube::Resource for Pool {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
+}
+
+/// The complete pool we want the API server to hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredPool {
+    pub name: String,
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+    /// Distinct and in numeric order, so the same servers always give the same bytes.
+    pub addresses: Vec<IpAddr>,
+    pub service_selector: Option<KubeLabelSelector>,
 }

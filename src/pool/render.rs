@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as KubeLabelSe
 use serde_json::Value;
 
 use super::guard::Refusal;
-use super::object::{Block, Pool};
+use super::object::{Block, DesiredPool, Pool};
 
 /// The field manager name used for server-side apply. Kubernetes keys field
 /// ownership by it, so it must never change between releases.
@@ -29,17 +29,6 @@ pub struct PoolTemplate {
     pub name: String,
     pub annotations: BTreeMap<String, String>,
     pub labels: BTreeMap<String, String>,
-    pub service_selector: Option<KubeLabelSelector>,
-}
-
-/// The complete pool we want the API server to hold.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DesiredPool {
-    pub name: String,
-    pub annotations: BTreeMap<String, String>,
-    pub labels: BTreeMap<String, String>,
-    /// Distinct and in numeric order, so the same servers always give the same bytes.
-    pub addresses: Vec<IpAddr>,
     pub service_selector: Option<KubeLabelSelector>,
 }
 

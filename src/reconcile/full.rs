@@ -7,12 +7,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::listing::{keep_unconfirmed, list_cloud, removals, render_recording, warn_about};
+use super::listing::{
+    keep_unconfirmed, list_cloud, removals, render_recording, warn_about, Removals,
+};
 use super::{
     CycleInputs, FailoverListing, Listing, Observed, PoolOutcome, ReconcileError, Reconciler,
     SharedRobot,
@@ -35,15 +36,6 @@ pub struct FullRead {
     /// what it held when read, and the part of that the second listing
     /// agreed is gone.
     removals: BTreeMap<String, Removals>,
-}
-
-/// One pool's removals as the read saw them.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Removals {
-    /// What the first listing left out of what the pool held.
-    pub checked: BTreeSet<IpAddr>,
-    /// What the second listing left out too: these may go.
-    pub confirmed: BTreeSet<IpAddr>,
 }
 
 /// What a full cycle's writes ended with.

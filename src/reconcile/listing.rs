@@ -2,6 +2,7 @@
 //! one go, and each pool rendered from it with the empty-pool guard's
 //! verdict. A removal is confirmed by a second listing before it is written.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use tokio::time::Instant;
@@ -302,10 +303,10 @@ pub(super) fn removals(rendered: &[RenderedPool], all: &[Pool]) -> Vec<Vec<IpAdd
 pub(super) fn keep_unconfirmed(
     rendered: &mut [RenderedPool],
     removing: Vec<Vec<IpAddr>>,
-    read: &std::collections::BTreeMap<String, super::full::Removals>,
+    read: &std::collections::BTreeMap<String, Removals>,
 ) -> Vec<bool> {
     let mut kept_unchecked = Vec::with_capacity(rendered.len());
-    let none = super::full::Removals::default();
+    let none = Removals::default();
     for (RenderedPool { desired, .. }, removing) in rendered.iter_mut().zip(removing) {
         let seen = read.get(&desired.name).unwrap_or(&none);
         let (shifted, unchecked): (Vec<IpAddr>, Vec<IpAddr>) = removing
@@ -368,4 +369,13 @@ pub(super) fn server_counts(members: &Members) -> pool::ServerCounts {
         without_address: members.without_address,
         excluded: members.excluded.len(),
     }
+}
+
+/// One pool's removals as the read saw them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Removals {
+    /// What the first listing left out of what the pool held.
+    pub checked: BTreeSet<IpAddr>,
+    /// What the second listing left out too: these may go.
+    pub confirmed: BTreeSet<IpAddr>,
 }
