@@ -366,3 +366,100 @@ fn every_module_imports_only_what_its_row_in_lib_rs_allows() {
          code, or change the table with a reason): {wrong:?}"
     );
 }
+
+/// The files `src/lib.rs` calls pure decisions: the pool's members, the
+/// Floating IPs' holders and their mover, the pool's render, guards, write
+/// gate, ranges and repair limiter, a cycle's plan, the loop's schedule and
+/// the leader's hold. Their unit-test files aside.
+const DECISIONS: [&str; 10] = [
+    "members",
+    "failover",
+    "pool/render",
+    "pool/guard",
+    "pool/gate",
+    "pool/ranges",
+    "pool/repairs",
+    "reconcile/plan",
+    "run/schedule",
+    "cluster/leader/held",
+];
+
+/// What a pure decision never names: a client module (Cloud, Robot), the
+/// Kubernetes client crate, an HTTP client, a task.
+const IMPURE: [&str; 7] = [
+    "crate::hetzner",
+    "crate::robot",
+    "kube::",
+    "reqwest",
+    "tokio::spawn",
+    "tokio::task",
+    "JoinSet",
+];
+
+/// The lines of `text` (comments and string literals aside: a message may
+/// say "kubectl") that name something of [`IMPURE`].
+fn impure_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .map(|code| {
+            // Drop string literals: every second piece between quotes.
+            code.split('"').step_by(2).collect::<Vec<_>>().join(" ")
+        })
+        .filter(|code| IMPURE.iter().any(|word| code.contains(word)))
+        .map(|code| code.trim().to_owned())
+        .collect()
+}
+
+/// The `.rs` files of a decision: `path.rs` and everything under `path/`,
+/// unit-test files aside.
+fn decision_files(path: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let file = src().join(format!("{path}.rs"));
+    if file.is_file() {
+        files.push(file);
+    }
+    let folder = src().join(path);
+    if folder.is_dir() {
+        let top = path.split('/').next().unwrap();
+        let under = folder.strip_prefix(src().join(top)).unwrap().to_owned();
+        files.extend(
+            files_of(top)
+                .into_iter()
+                .filter(|f| f.strip_prefix(src().join(top)).unwrap().starts_with(&under)),
+        );
+    }
+    files
+}
+
+#[test]
+fn the_purity_check_sees_a_client_but_not_a_message() {
+    let text = "use crate::hetzner::Server;\nlet s = \"kubectl delete\"; // kube::Client\n\
+                tokio::spawn(async {});";
+    assert_eq!(
+        impure_lines(text),
+        ["use crate::hetzner::Server;", "tokio::spawn(async {});"]
+    );
+}
+
+#[test]
+fn the_pure_decisions_import_no_client_no_kube_and_spawn_no_task() {
+    let mut found = Vec::new();
+    for decision in DECISIONS {
+        let files = decision_files(decision);
+        assert!(!files.is_empty(), "src/{decision} is gone: update DECISIONS");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let shown = file.strip_prefix(src()).unwrap().display().to_string();
+            found.extend(
+                impure_lines(&text)
+                    .into_iter()
+                    .map(|line| format!("src/{shown}: {line}")),
+            );
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a pure decision names a client, kube or a task (the server model is \
+         src/server/; I/O belongs to the caller): {found:#?}"
+    );
+}
