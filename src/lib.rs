@@ -32,9 +32,11 @@
 //!   over defaults) and the token source.
 //! - [`vocab`]: what several modules share and none owns: the label-selector
 //!   grammar and the string that never prints its secret.
-//! - [`hetzner`]: the API client (paging, retries, rate limit and request
-//!   budget inside it; the Floating IP assignment and its Action) and the
-//!   server model.
+//! - [`hetzner`]: the Cloud API client (paging, retries, rate limit and
+//!   request budget inside it; the Floating IP assignment and its Action).
+//! - [`server`]: the server model both clients fill in and the decisions
+//!   read (a Cloud or Robot server, each kind of address, Floating IPs);
+//!   it imports nothing of the crate.
 //! - [`robot`]: the Hetzner Robot webservice's documents (dedicated
 //!   servers, their additional and failover IPs) and errors, read.
 //! - [`failover`]: which server holds each Floating IP of a failover pool
@@ -78,20 +80,20 @@
 //! | module | may import |
 //! | --- | --- |
 //! | `cli` | check, config, explain, members, pool, reconcile, run, serve, sync, world |
-//! | `check` | config, hetzner, members, pool, reconcile, robot, vocab, world |
-//! | `explain` | config, hetzner, members, pool, reconcile, world |
-//! | `run` | backoff, cluster, config, failover, hetzner, members, memory, pool, reconcile, serve, sync, vocab, world |
+//! | `check` | config, hetzner, members, pool, reconcile, robot, server, vocab, world |
+//! | `explain` | config, members, pool, reconcile, server, world |
+//! | `run` | backoff, cluster, config, failover, hetzner, members, memory, pool, reconcile, serve, server, sync, vocab, world |
 //! | `cluster` | backoff, failover, members, memory, pool, reconcile, serve, sync |
 //! | `world` | config, hetzner, members, pool, reconcile |
-//! | `serve` | config, hetzner, members, pool, reconcile, robot, sync |
-//! | `reconcile` | config, failover, hetzner, members, pool, robot |
-//! | `failover` | backoff, config, hetzner, members, vocab |
-//! | `members` | config, hetzner, sync, vocab |
+//! | `serve` | config, hetzner, members, pool, reconcile, robot, server, sync |
+//! | `reconcile` | config, failover, hetzner, members, pool, robot, server |
+//! | `failover` | backoff, config, members, server, vocab |
+//! | `members` | config, server, sync, vocab |
 //! | `pool` | backoff, config, sync |
 //! | `config` | hetzner, robot, vocab |
-//! | `robot` | hetzner, sync, vocab |
-//! | `hetzner` | backoff, sync, vocab |
-//! | `vocab`, `sync`, `backoff`, `memory` | nothing |
+//! | `robot` | hetzner, server, sync, vocab |
+//! | `hetzner` | backoff, server, sync, vocab |
+//! | `server`, `vocab`, `sync`, `backoff`, `memory` | nothing |
 #![deny(unsafe_code)]
 
 pub mod backoff;
@@ -109,6 +111,7 @@ pub mod reconcile;
 pub mod robot;
 pub mod run;
 pub mod serve;
+pub mod server;
 pub mod sync;
 pub mod vocab;
 pub mod world;

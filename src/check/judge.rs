@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::config::{ConfigErrors, Settings};
-use crate::hetzner::{HetznerError, RateLimit, Server, WriteScope};
+use crate::hetzner::{HetznerError, RateLimit, WriteScope};
 use crate::members::{NodeFacts, NodeView};
 use crate::pool::{candidate_versions, gate::Withheld, pool_conflict, Pool, POOL_GROUP};
+use crate::server::Server;
 
 use super::report::Check;
 

@@ -25,10 +25,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use kube::Client;
 
 use crate::config::{ConfigErrors, LeaderElectionMode, Settings};
-use crate::hetzner::{HetznerClient, HetznerError, Server};
+use crate::hetzner::{HetznerClient, HetznerError};
 use crate::members::{NodeFacts, NodeView};
 use crate::pool::{gate, PoolClient, POOL_GROUP, POOL_PLURAL};
 use crate::reconcile::{self, Listing};
+use crate::server::Server;
 use crate::vocab::SecretString;
 use crate::world;
 

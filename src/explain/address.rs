@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings};
-use crate::hetzner::{FloatingAddress, FloatingIp, Ipv6Net, Server};
+use crate::server::{FloatingAddress, FloatingIp, Ipv6Net, Server};
 
 use super::{Line, PoolAnswer, ServerAnswer};
 

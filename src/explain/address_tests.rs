@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::hetzner::{PrivateNet, RobotAddresses};
+use crate::server::{PrivateNet, RobotAddresses};
 
 fn settings() -> Settings {
     let pools = serde_json::json!([

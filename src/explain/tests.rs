@@ -1,9 +1,9 @@
 use std::collections::HashMap;
 
 use super::*;
-use crate::hetzner::{FloatingAddress, FloatingIp, Server};
 use crate::members::NodeFacts;
 use crate::pool::Block;
+use crate::server::{FloatingAddress, FloatingIp, Server};
 
 fn settings() -> Settings {
     settings_with(
@@ -79,7 +79,7 @@ fn server(id: i64, ip: Option<&str>, blocked: bool) -> Server {
     let mut server = Server::with_public_ipv4(id, format!("node-{id}"), "0.0.0.0".parse().unwrap());
     server.public_ipv4 = match ip {
         Some(ip) => Ok(ip.parse().unwrap()),
-        None => Err(crate::hetzner::SkipReason::NoPublicIpv4),
+        None => Err(crate::server::SkipReason::NoPublicIpv4),
     };
     server.public_ipv4_blocked = blocked;
     server.labels.insert("role".into(), "edge".into());

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::{Failover, PoolConfig};
-use crate::hetzner::{FloatingIp, Location, Server, ServerStatus};
 use crate::members::{floating_address, Exclusion, NodeFacts, NodeView};
+use crate::server::{FloatingIp, Location, Server, ServerStatus};
 use crate::vocab::LabelSelector;
 
 use super::{FloatingIpState, Member};

@@ -26,6 +26,11 @@ pub use page::*;
 pub use probe::*;
 use request::*;
 pub use retry::*;
+// The server model the listings fill in; its one home is `crate::server`.
+use crate::server::{
+    FloatingAddress, FloatingIp, Ipv6Net, Location, Network, PrivateNet, Server, ServerStatus,
+    SkipReason,
+};
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{exclusion, Excluded, Exclusion, NodeView, Unhealthy};
 use crate::config::PoolConfig;
-use crate::hetzner::ServerStatus;
+use crate::server::ServerStatus;
 
 /// What a Node change needs of the last listing, and no more: each server
 /// that gave a pool an address, and what it gave. A few bytes per server

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use super::trace::{note, Outcome, Trace};
 use super::{floating_address, selects, Members};
 use crate::config::{AddressKind, BlockedAddresses, NetworkRef, PoolConfig};
-use crate::hetzner::{FloatingAddress, FloatingIp, Network, PrivateNet, Server};
+use crate::server::{FloatingAddress, FloatingIp, Network, PrivateNet, Server};
 
 /// The network ID `private-ipv4` takes: the configured one (a name looked
 /// up in `networks`), or `None` for "the server's only one".

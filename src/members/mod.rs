@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use tokio::time::Instant;
 
 use crate::config::{AddressKind, BlockedAddresses, PoolConfig};
-use crate::hetzner::{FloatingAddress, FloatingIp, Network, Server};
+use crate::server::{FloatingAddress, FloatingIp, Network, Server};
 use crate::vocab::LabelSelector;
 
 /// What one cycle read: the servers (matched by the Hetzner API already

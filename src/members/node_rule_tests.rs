@@ -3,7 +3,7 @@
 
 use super::tests::{ips, listed, pool, server, split, split_checked};
 use super::*;
-use crate::hetzner::{Ipv6Net, ServerStatus};
+use crate::server::{Ipv6Net, ServerStatus};
 use std::time::Duration;
 
 fn node(name: &str, server: Option<i64>) -> NodeFacts {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::time::Instant;
 
 use crate::config::PoolConfig;
-use crate::hetzner::{Server, ServerStatus};
+use crate::server::{Server, ServerStatus};
 
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";

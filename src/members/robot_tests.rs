@@ -13,7 +13,7 @@ fn robot_server(number: i64, name: &str, ipv4: &str) -> RobotServer {
         number,
         name: name.into(),
         ipv4: Some(ipv4.parse().unwrap()),
-        ipv6: crate::hetzner::Ipv6Net::parse(&format!("2a01:4f8:{number}::/64"), false),
+        ipv6: crate::server::Ipv6Net::parse(&format!("2a01:4f8:{number}::/64"), false),
         status: RobotStatus::Ready,
         cancelled: false,
         dc: "FSN1-DC10".into(),

@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::{NetworkRef, NodeRules, PoolConfig, DEFAULT_IPV6_HOST_PART};
-use crate::hetzner::{Ipv6Net, PrivateNet};
+use crate::server::{Ipv6Net, PrivateNet};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
@@ -28,7 +28,7 @@ pub(super) fn server(id: i64, ipv4: Option<&str>) -> Server {
     let mut server = Server::with_public_ipv4(id, format!("node-{id}"), "0.0.0.0".parse().unwrap());
     server.public_ipv4 = match ipv4 {
         Some(ip) => Ok(ip.parse().unwrap()),
-        None => Err(crate::hetzner::SkipReason::NoPublicIpv4),
+        None => Err(crate::server::SkipReason::NoPublicIpv4),
     };
     server
 }

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use crate::config::AddressKind;
-use crate::hetzner::Server;
+use crate::server::Server;
 
 use super::Exclusion;
 

@@ -9,11 +9,12 @@ use tokio::time::Instant;
 
 use super::report::{join, ReconcileError};
 use crate::config::{AddressKind, NetworkRef, PoolConfig, Settings};
-use crate::hetzner::{FloatingIp, HetznerClient, Network, Server};
+use crate::hetzner::HetznerClient;
 use crate::members::{
     members, members_traced, Contributions, Listed, Members, NodeView, Trace, Unhealthy,
 };
 use crate::reconcile::{RobotDue, RobotRead, RobotSource};
+use crate::server::{FloatingIp, Network, Server};
 
 use crate::pool::{self, DesiredPool, Pool, PoolTemplate};
 

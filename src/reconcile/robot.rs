@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use crate::config::RobotRef;
 use crate::config::{AddressKind, Settings};
-use crate::hetzner::Server;
 use crate::robot::{as_servers, RobotClient, RobotCredentials, RobotError, RobotList};
+use crate::server::Server;
 
 /// The least time between two Robot listings: at most 60 of each list an
 /// hour, whatever the interval and however often cycles are retried.

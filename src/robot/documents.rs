@@ -9,7 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::{RobotError, RobotFailover, RobotIp, RobotServer, RobotStatus};
-use crate::hetzner::{shown_value, without_values, Ipv6Net};
+use crate::hetzner::{shown_value, without_values};
+use crate::server::Ipv6Net;
 
 /// One list endpoint: its path, what its elements are wrapped in, and how
 /// its error messages name it.

@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::hetzner::Ipv6Net;
+use crate::server::Ipv6Net;
 
 /// A dedicated server (`GET /server`).
 #[derive(Debug, Clone, PartialEq, Eq)]

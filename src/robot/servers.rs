@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::{RobotFailover, RobotIp, RobotServer, RobotStatus};
-use crate::hetzner::{FloatingAddress, Ipv6Net, RobotAddresses, Server, ServerStatus, SkipReason};
+use crate::server::{FloatingAddress, Ipv6Net, RobotAddresses, Server, ServerStatus, SkipReason};
 
 /// The servers of a Robot listing as members. `ips` and `failovers` are
 /// empty when no pool takes those kinds.

@@ -19,10 +19,11 @@ use families::{
     RobotLabels, TriggerLabels,
 };
 
-use crate::hetzner::{RequestObserver, RequestOutcome, SkipReason};
+use crate::hetzner::{RequestObserver, RequestOutcome};
 use crate::members::Exclusion;
 use crate::pool::gate::WithheldReason;
 use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
+use crate::server::SkipReason;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -446,7 +446,10 @@ fn the_pure_decisions_import_no_client_no_kube_and_spawn_no_task() {
     let mut found = Vec::new();
     for decision in DECISIONS {
         let files = decision_files(decision);
-        assert!(!files.is_empty(), "src/{decision} is gone: update DECISIONS");
+        assert!(
+            !files.is_empty(),
+            "src/{decision} is gone: update DECISIONS"
+        );
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();
             let shown = file.strip_prefix(src()).unwrap().display().to_string();

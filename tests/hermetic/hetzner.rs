@@ -6,9 +6,9 @@ use crate::support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use canada_kaktus::hetzner::{
-    HetznerClient, HetznerError, HetznerOptions, RetryPolicy, ServerListing, SkipReason,
-    TransportKind,
+    HetznerClient, HetznerError, HetznerOptions, RetryPolicy, ServerListing, TransportKind,
 };
+use canada_kaktus::server::SkipReason;
 use canada_kaktus::vocab::SecretString;
 use support::fake_hetzner::{numbered_servers, FakeHetzner, FakeServer, Fault};
 use support::in_process::{quick_options, quick_retry};

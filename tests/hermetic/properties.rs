@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use canada_kaktus::config::{self, SETTINGS};
 use canada_kaktus::hetzner::{
-    parse_servers_page, HetznerClient, HetznerError, HetznerOptions, RetryPolicy, SkipReason,
+    parse_servers_page, HetznerClient, HetznerError, HetznerOptions, RetryPolicy,
 };
+use canada_kaktus::server::SkipReason;
 use canada_kaktus::vocab::LabelSelector;
 use canada_kaktus::vocab::SecretString;
 use proptest::prelude::*;
@@ -867,7 +868,7 @@ fn described(server: &Value) -> Described {
     }
 }
 
-fn read(server: &canada_kaktus::hetzner::Server) -> Described {
+fn read(server: &canada_kaktus::server::Server) -> Described {
     Described {
         id: server.id,
         status: format!("{:?}", server.status).to_lowercase(),

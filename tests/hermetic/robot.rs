@@ -16,11 +16,11 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use canada_kaktus::hetzner::FloatingAddress;
 use canada_kaktus::robot::{
     as_servers, read_failovers, read_ips, read_servers, RobotClient, RobotCredentials, RobotError,
     RobotStatus,
 };
+use canada_kaktus::server::FloatingAddress;
 use canada_kaktus::vocab::SecretString;
 use support::fake_robot::{authorization, FakeRobot, PASSWORD, USER};
 

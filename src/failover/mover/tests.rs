@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use super::*;
 use crate::config::Failover;
 use crate::failover::{Candidate, PoolFloatingIp};
-use crate::hetzner::{Location, ServerStatus};
+use crate::server::{Location, ServerStatus};
 
 const POOL: &str = "edge";
 const AFTER: Duration = Duration::from_secs(20);

@@ -4,8 +4,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::hetzner::FloatingAddress;
 use crate::members::NodeFacts;
+use crate::server::FloatingAddress;
 
 fn failover_pool(name: &str, selector: &str) -> PoolConfig {
     let text = format!(

@@ -16,9 +16,10 @@ use crate::cluster::leases::{renew_time, NODE_LEASE_NAMESPACE};
 use crate::config::{TokenError, TokenSource};
 use crate::failover::mover::{Ended, Evidence, Failure, Order, Renewed, TargetLease};
 use crate::failover::KUBELET_PERIOD;
-use crate::hetzner::{Assignment, HetznerClient, HetznerError, ServerStatus};
+use crate::hetzner::{Assignment, HetznerClient, HetznerError};
 use crate::members::NodeFacts;
 use crate::pool::Fence;
+use crate::server::ServerStatus;
 
 /// How often a move polls its Action (Hetzner's own client waits 500 ms).
 const ACTION_POLL: Duration = Duration::from_millis(500);
