@@ -9,15 +9,16 @@ use std::sync::{Arc, Mutex};
 
 use kube::core::ApiResource;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::Event;
 use kube::Client;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+use super::reflect::{reflect, Heard, Say, Streak};
+use super::watch::Refusal;
 
 use crate::cluster::events::{self, EventSink, Target};
 use crate::failover::Renewals;
@@ -146,18 +147,11 @@ impl Refusals {
     }
 }
 
-/// A streak of failures of the watch: whether one is on, and whether a
-/// refusal in it was told.
-#[derive(Debug, Default, Clone, Copy)]
-struct Failing {
-    now: bool,
-    refused: bool,
-}
-
 /// What one item of the watch says of the access to the Leases.
 #[derive(Debug, PartialEq, Eq)]
 enum Access {
-    /// A refusal (403) began a streak of failures.
+    /// A refusal (403) began a streak of failures, or its cause turned
+    /// into one.
     Refused,
     /// The watch delivers again after failing.
     Works,
@@ -168,49 +162,46 @@ enum Access {
 /// as silent until the watch delivers again; kube-runtime resumes from its
 /// last version without a new list, so the first event after the error
 /// makes it current again, every clock restarted).
-fn absorb<E: std::fmt::Display + crate::cluster::watch::Refusal>(
+fn absorb<E: std::fmt::Display + Refusal>(
     item: Result<Event<Lease>, E>,
     renewals: &mut Renewals,
     relist: &mut Option<BTreeSet<String>>,
-    failing: &mut Failing,
+    streak: &mut Streak,
 ) -> Access {
-    match item {
-        Ok(event) => {
-            let mut access = Access::Same;
-            if failing.now && super::watch::answered(&event) {
-                info!("watching the Node Leases works again");
-                *failing = Failing::default();
-                access = Access::Works;
-                if !matches!(event, Event::Init | Event::InitApply(_)) {
-                    renewals.set_current(true);
-                }
+    match streak.take(item) {
+        Heard::Event { event, again } => {
+            if !again {
+                fold(event, renewals, relist);
+                return Access::Same;
+            }
+            info!("watching the Node Leases works again");
+            if !matches!(event, Event::Init | Event::InitApply(_)) {
+                renewals.set_current(true);
             }
             fold(event, renewals, relist);
-            access
+            Access::Works
         }
-        Err(error) => {
+        Heard::Failure { error, say } => {
             renewals.set_current(false);
-            // A refusal is told once per streak, also after other failures.
-            let refused = error.refused() && !failing.refused;
-            if refused {
-                warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
-                               ServiceAccount needs list and watch on leases there, \
-                               deploy/rbac.yaml); Floating IP failover waits for NotReady \
-                               meanwhile; retrying with backoff");
-                *failing = Failing {
-                    now: true,
-                    refused: true,
-                };
-                return Access::Refused;
-            } else if failing.now {
-                debug!(%error, "watching the Node Leases still fails; retrying with backoff");
-            } else {
-                warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
-                               Kubernetes API server did not answer, or failed); Floating IP \
-                               failover waits for NotReady meanwhile; retrying with backoff");
-                failing.now = true;
+            match say {
+                Say::Again => {
+                    debug!(%error, "watching the Node Leases still fails; retrying with backoff");
+                    Access::Same
+                }
+                Say::Refused => {
+                    warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
+                                   ServiceAccount needs list and watch on leases there, \
+                                   deploy/rbac.yaml); Floating IP failover waits for NotReady \
+                                   meanwhile; retrying with backoff");
+                    Access::Refused
+                }
+                Say::Failed => {
+                    warn!(%error, "watching the Node Leases in kube-node-lease failed (the \
+                                   Kubernetes API server did not answer, or failed); Floating IP \
+                                   failover waits for NotReady meanwhile; retrying with backoff");
+                    Access::Same
+                }
             }
-            Access::Same
         }
     }
 }
@@ -222,29 +213,17 @@ pub fn start(client: Client, stop: CancellationToken, refusals: Refusals) -> Sha
     let renewals = Arc::clone(&shared);
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, NODE_LEASE_NAMESPACE);
-        let mut stream = watcher::watcher(
-            api,
-            watcher::Config::default().page_size(super::nodes::LIST_PAGE),
-        )
-        .default_backoff()
-        .boxed();
         let mut relist = None;
-        let mut failing = Failing::default();
+        let mut streak = Streak::default();
         let mut told = Told::default();
-        loop {
-            let item = tokio::select! {
-                _ = stop.cancelled() => None,
-                item = stream.next() => item,
-            };
-            // Stopped (a reload took the last failover pool away, or
-            // shutdown): what it said of its permission goes with it.
-            let Some(item) = item.filter(|_| !stop.is_cancelled()) else {
-                refusals.tell(Access::Works, &mut told);
-                return;
-            };
-            let access = absorb(item, &mut lock(&renewals), &mut relist, &mut failing);
+        reflect(api, stop.cancelled(), |item| {
+            let access = absorb(item, &mut lock(&renewals), &mut relist, &mut streak);
             refusals.tell(access, &mut told);
-        }
+        })
+        .await;
+        // Stopped (a reload took the last failover pool away, or
+        // shutdown): what it said of its permission goes with it.
+        refusals.tell(Access::Works, &mut told);
     });
     shared
 }
@@ -261,7 +240,7 @@ mod tests {
         .unwrap()
     }
 
-    impl crate::cluster::watch::Refusal for &str {
+    impl Refusal for &str {
         fn refused(&self) -> bool {
             false
         }
@@ -273,7 +252,7 @@ mod tests {
         // a new list: the first event after the error makes it current.
         let mut renewals = Renewals::default();
         let mut relist = None;
-        let mut failing = Failing::default();
+        let mut streak = Streak::default();
         for event in [
             Event::Init,
             Event::InitApply(lease("a", "2026-11-25T03:00:00.000000Z")),
@@ -283,7 +262,7 @@ mod tests {
                 Ok::<_, &str>(event),
                 &mut renewals,
                 &mut relist,
-                &mut failing,
+                &mut streak,
             );
         }
         assert!(renewals.is_current());
@@ -291,16 +270,16 @@ mod tests {
             Err("connection reset"),
             &mut renewals,
             &mut relist,
-            &mut failing,
+            &mut streak,
         );
-        assert!(!renewals.is_current() && failing.now);
+        assert!(!renewals.is_current() && streak.failing());
         absorb(
             Ok::<_, &str>(Event::Apply(lease("a", "2026-11-25T03:00:10.000000Z"))),
             &mut renewals,
             &mut relist,
-            &mut failing,
+            &mut streak,
         );
-        assert!(renewals.is_current() && !failing.now);
+        assert!(renewals.is_current() && !streak.failing());
     }
 
     /// A 403 from the API server.
@@ -312,7 +291,7 @@ mod tests {
         }
     }
 
-    impl crate::cluster::watch::Refusal for Forbidden {
+    impl Refusal for Forbidden {
         fn refused(&self) -> bool {
             true
         }
@@ -322,27 +301,27 @@ mod tests {
     fn a_refused_watch_is_told_once_and_its_end_too() {
         let mut renewals = Renewals::default();
         let mut relist = None;
-        let mut failing = Failing::default();
+        let mut streak = Streak::default();
         let mut seen = Vec::new();
         for item in [Err(Forbidden), Err(Forbidden)] {
             seen.push(absorb::<Forbidden>(
                 item,
                 &mut renewals,
                 &mut relist,
-                &mut failing,
+                &mut streak,
             ));
         }
         seen.push(absorb::<Forbidden>(
             Ok(Event::Init),
             &mut renewals,
             &mut relist,
-            &mut failing,
+            &mut streak,
         ));
         seen.push(absorb::<Forbidden>(
             Ok(Event::InitDone),
             &mut renewals,
             &mut relist,
-            &mut failing,
+            &mut streak,
         ));
         assert_eq!(
             seen,
@@ -351,15 +330,15 @@ mod tests {
         );
         // A failure that is no refusal names no permission; a refusal
         // after it in the same streak is told.
-        failing = Failing::default();
+        streak = Streak::default();
         let access = absorb(
             Err("connection reset"),
             &mut renewals,
             &mut relist,
-            &mut failing,
+            &mut streak,
         );
         assert_eq!(access, Access::Same);
-        let access = absorb::<Forbidden>(Err(Forbidden), &mut renewals, &mut relist, &mut failing);
+        let access = absorb::<Forbidden>(Err(Forbidden), &mut renewals, &mut relist, &mut streak);
         assert_eq!(access, Access::Refused);
     }
 

@@ -9,4 +9,5 @@ pub mod events;
 pub mod leader;
 pub mod leases;
 pub mod nodes;
+mod reflect;
 pub mod watch;

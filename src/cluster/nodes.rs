@@ -13,41 +13,61 @@
 //! pool with a `NodeSelector` reads them. The loop debounces the notices and keeps a
 //! minimum gap between node-triggered listings (see `run`).
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::Client;
 use tokio::sync::{mpsc, watch};
-
-use crate::members::{LabelKeys, NodeFacts, NodeStore, NodeView};
 use tracing::{debug, info, warn};
 
-/// The change the watch's first list is: no address was added before it.
-pub const FIRST_LIST: &str = "listed for the first time";
-/// Nodes per page of the watch's (re)list: a page is read whole before
-/// its Nodes are taken in, so a smaller one keeps the peak (and the
-/// buffers the connection keeps after it) small; 100 Nodes a page costs a
-/// 3,000-Node cluster 30 requests per list.
-pub(super) const LIST_PAGE: u32 = 100;
+use super::reflect::{reflect, Heard, Say, Streak};
+use crate::members::{LabelKeys, NodeFacts, NodeStore, NodeView};
 
-/// A Node's labels changed and nothing else the rules read: it matters
-/// only to a pool with a `NodeSelector` (the loop ignores it otherwise).
-pub const LABELS_CHANGED: &str = "labels changed";
+/// What changed of a Node, as the loop is told (and logs say it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeChangeKind {
+    /// The watch's first list: no address was added before it.
+    FirstList,
+    Added,
+    AddressesChanged,
+    /// Its labels changed and nothing else the rules read: it matters only
+    /// to a pool with a `NodeSelector` (the loop ignores it otherwise).
+    LabelsChanged,
+    /// Deleting, excluded, tainted, (not) Ready: what the node rules read.
+    StateChanged,
+    Removed,
+    /// A relist after a reconnect found the Nodes changed.
+    ChangedWhileReconnecting,
+}
 
-/// What the loop is told.
+impl NodeChangeKind {
+    /// The words logs use for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FirstList => "listed for the first time",
+            Self::Added => "added",
+            Self::AddressesChanged => "addresses changed",
+            Self::LabelsChanged => "labels changed",
+            Self::StateChanged => "state changed",
+            Self::Removed => "removed",
+            Self::ChangedWhileReconnecting => "changed while the watch was reconnecting",
+        }
+    }
+}
+
+/// A change worth the loop's attention: the Node (or Nodes) and what
+/// changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeChange {
     pub node: String,
-    pub what: &'static str,
+    pub kind: NodeChangeKind,
 }
 
 /// What the Node watch keeps: the view the decisions read (each change
 /// writes its own entry there, in place), the relist in progress, and
 /// whether a first list completed (the first list itself is a change:
 /// cycles before it added nothing).
-struct Folder {
+struct NodeWriter {
     store: NodeStore,
     /// The Node labels the view keeps (those a selector names).
     keys: LabelKeys,
@@ -55,7 +75,7 @@ struct Folder {
     initialised: bool,
 }
 
-impl Folder {
+impl NodeWriter {
     fn new(store: NodeStore, keys: LabelKeys) -> Self {
         Self {
             store,
@@ -68,7 +88,7 @@ impl Folder {
     /// Folds one watch event into the view; returns the change worth a
     /// refresh. A change no rule reads (a status heartbeat, a label no
     /// selector names) writes nothing and wakes nothing.
-    fn fold(&mut self, event: Event<Node>) -> Option<NodeChange> {
+    fn apply_watcher_event(&mut self, event: Event<Node>) -> Option<NodeChange> {
         match event {
             Event::Init => {
                 self.relist = Some(NodeView::default());
@@ -84,27 +104,29 @@ impl Folder {
             Event::Apply(node) => {
                 let now = NodeFacts::kept(&node, &self.keys);
                 let mut view = self.store.write();
-                let what = match view.named(&now.name) {
-                    None => "added",
-                    Some(before) if before.addresses != now.addresses => "addresses changed",
+                let kind = match view.named(&now.name) {
+                    None => NodeChangeKind::Added,
+                    Some(before) if before.addresses != now.addresses => {
+                        NodeChangeKind::AddressesChanged
+                    }
                     Some(before) if *before == now => return None,
                     Some(before)
                         if before.labels != now.labels && same_but_labels(before, &now) =>
                     {
-                        LABELS_CHANGED
+                        NodeChangeKind::LabelsChanged
                     }
-                    Some(_) => "state changed",
+                    Some(_) => NodeChangeKind::StateChanged,
                 };
                 let node = now.name.clone();
                 view.upsert(now);
-                Some(NodeChange { node, what })
+                Some(NodeChange { node, kind })
             }
             Event::Delete(node) => {
                 let name = node.metadata.name.unwrap_or_default();
                 let gone = self.store.write().remove(&name);
                 gone.map(|_| NodeChange {
                     node: name,
-                    what: "removed",
+                    kind: NodeChangeKind::Removed,
                 })
             }
         }
@@ -127,12 +149,12 @@ impl Folder {
             // Node may leave its server out), so a listing is due.
             Some(NodeChange {
                 node: format!("{} node(s)", fresh.len()),
-                what: FIRST_LIST,
+                kind: NodeChangeKind::FirstList,
             })
         } else if fresh != *view {
             Some(NodeChange {
                 node: describe_difference(&view, &fresh),
-                what: "changed while the watch was reconnecting",
+                kind: NodeChangeKind::ChangedWhileReconnecting,
             })
         } else {
             None
@@ -195,60 +217,52 @@ pub fn start(
     let (tx, rx) = mpsc::channel(1);
     let (listed_tx, listed_rx) = watch::channel(false);
     let store = NodeStore::default();
-    let mut folder = Folder::new(store.clone(), keys);
+    let mut writer = NodeWriter::new(store.clone(), keys);
     tokio::spawn(async move {
-        let api: Api<Node> = Api::all(client);
-        let mut stream = watcher::watcher(api, watcher::Config::default().page_size(LIST_PAGE))
-            .default_backoff()
-            .boxed();
-        // Whether the watch fails, and whether for a refusal (403): a
-        // change of cause is said again.
-        let mut failing: Option<bool> = None;
-        loop {
-            let item = tokio::select! {
-                _ = tx.closed() => return,
-                item = stream.next() => item,
+        let mut streak = Streak::default();
+        reflect(Api::<Node>::all(client), tx.closed(), |item| {
+            let Some(event) = said(streak.take(item)) else {
+                return;
             };
-            let Some(item) = item else { return };
-            let event = match item {
-                Ok(event) => {
-                    if failing.is_some() && super::watch::answered(&event) {
-                        info!("watching Nodes works again");
-                        failing = None;
-                    }
-                    event
-                }
-                Err(error) => {
-                    let refused = super::watch::forbidden(&error);
-                    if failing == Some(refused) {
-                        debug!(%error, "watching Nodes still fails; retrying with backoff");
-                    } else if refused {
-                        warn!(%error, "watching Nodes failed (the ServiceAccount needs list and \
-                                       watch on nodes, deploy/rbac.yaml); retrying with backoff");
-                    } else {
-                        warn!(%error, "watching Nodes failed (the Kubernetes API server did not \
-                                       answer, or failed); retrying with backoff");
-                    }
-                    failing = Some(refused);
-                    continue;
-                }
-            };
-            let was_initialised = folder.initialised;
-            let change = folder.fold(event);
-            if folder.initialised && !was_initialised {
+            let was_initialised = writer.initialised;
+            let change = writer.apply_watcher_event(event);
+            if writer.initialised && !was_initialised {
                 debug!(
-                    nodes = folder.store.read().len(),
+                    nodes = writer.store.read().len(),
                     "watching Nodes: the first list is complete"
                 );
                 listed_tx.send_replace(true);
             }
             if let Some(change) = change {
-                debug!(node = %change.node, what = change.what, "node change");
+                debug!(node = %change.node, what = change.kind.as_str(), "node change");
                 let _ = tx.try_send(change);
             }
-        }
+        })
+        .await;
     });
     (rx, store, listed_rx)
+}
+
+/// Says what the watch heard in its words; returns the event, if one.
+fn said(heard: Heard<Node, watcher::Error>) -> Option<Event<Node>> {
+    match heard {
+        Heard::Event { event, again } => {
+            if again {
+                info!("watching Nodes works again");
+            }
+            Some(event)
+        }
+        Heard::Failure { error, say } => {
+            match say {
+                Say::Again => debug!(%error, "watching Nodes still fails; retrying with backoff"),
+                Say::Refused => warn!(%error, "watching Nodes failed (the ServiceAccount needs \
+                    list and watch on nodes, deploy/rbac.yaml); retrying with backoff"),
+                Say::Failed => warn!(%error, "watching Nodes failed (the Kubernetes API server \
+                    did not answer, or failed); retrying with backoff"),
+            }
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -25,8 +25,9 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::cluster::nodes::{NodeChange, NodeChangeKind};
 use crate::cluster::watch::{PoolWatch, PoolWatchEvent};
-use crate::cluster::{events, leases, nodes};
+use crate::cluster::{events, leases};
 use crate::config::{self, Settings};
 use crate::reconcile::{CycleKind, Observed, Reconciler};
 use crate::serve::health::Health;
@@ -349,8 +350,8 @@ impl ControlLoop {
         Flow::Go
     }
 
-    fn on_node_change(&mut self, st: &mut Running, change: nodes::NodeChange) -> Flow {
-        if change.what == nodes::LABELS_CHANGED
+    fn on_node_change(&mut self, st: &mut Running, change: NodeChange) -> Flow {
+        if change.kind == NodeChangeKind::LabelsChanged
             && !self.settings.pools.iter().any(|p| p.reads_node_labels())
         {
             // No pool reads Node labels: not worth a listing.
@@ -360,18 +361,18 @@ impl ControlLoop {
         if st.schedule.leading() {
             self.decide_moves(st);
         }
-        let first_list = change.what == nodes::FIRST_LIST;
+        let first_list = change.kind == NodeChangeKind::FirstList;
         match st.schedule.on_node_change(first_list, Instant::now()) {
             NodeChangeAnswer::Ignore => {}
             NodeChangeAnswer::ListEarly(at) => info!(
                 node = %change.node,
-                change = change.what,
+                change = change.kind.as_str(),
                 in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64,
                 "node changed; listing Hetzner early"
             ),
             NodeChangeAnswer::AlreadyDue => debug!(
                 node = %change.node,
-                change = change.what,
+                change = change.kind.as_str(),
                 "node changed; a listing is already due"
             ),
         }

@@ -23,8 +23,8 @@ fn node(name: &str, ips: &[&str]) -> Node {
     }
 }
 
-fn folder(keys: &[&str]) -> Folder {
-    Folder::new(NodeStore::default(), LabelKeys::named(keys.iter().copied()))
+fn writer(keys: &[&str]) -> NodeWriter {
+    NodeWriter::new(NodeStore::default(), LabelKeys::named(keys.iter().copied()))
 }
 
 fn ready(mut node: Node, ready: bool) -> Node {
@@ -49,12 +49,12 @@ fn labelled(mut node: Node, labels: &[(&str, &str)]) -> Node {
 
 #[test]
 fn only_additions_removals_and_address_changes_count() {
-    let mut folder = folder(&[]);
-    let mut fold = |e| folder.fold(e);
+    let mut writer = writer(&[]);
+    let mut fold = |e| writer.apply_watcher_event(e);
     assert_eq!(fold(Event::Init), None);
     assert_eq!(fold(Event::InitApply(node("a", &["192.0.2.1"]))), None);
     assert_eq!(
-        fold(Event::InitDone).map(|c| c.what),
+        fold(Event::InitDone).map(|c| c.kind.as_str()),
         Some("listed for the first time"),
         "the first list: additions may be decided from now on"
     );
@@ -64,15 +64,15 @@ fn only_additions_removals_and_address_changes_count() {
         "a status update"
     );
     assert_eq!(
-        fold(Event::Apply(node("b", &["192.0.2.2"]))).map(|c| c.what),
+        fold(Event::Apply(node("b", &["192.0.2.2"]))).map(|c| c.kind.as_str()),
         Some("added")
     );
     assert_eq!(
-        fold(Event::Apply(node("b", &["192.0.2.3"]))).map(|c| c.what),
+        fold(Event::Apply(node("b", &["192.0.2.3"]))).map(|c| c.kind.as_str()),
         Some("addresses changed")
     );
     assert_eq!(
-        fold(Event::Delete(node("a", &[]))).map(|c| c.what),
+        fold(Event::Delete(node("a", &[]))).map(|c| c.kind.as_str()),
         Some("removed")
     );
     assert_eq!(fold(Event::Delete(node("a", &[]))), None, "already gone");
@@ -81,7 +81,7 @@ fn only_additions_removals_and_address_changes_count() {
     assert_eq!(fold(Event::InitApply(node("b", &["192.0.2.3"]))), None);
     assert_eq!(fold(Event::InitApply(node("c", &["192.0.2.4"]))), None);
     assert_eq!(fold(Event::InitDone).map(|c| c.node), Some("c".to_owned()));
-    let view = folder.store.read();
+    let view = writer.store.read();
     assert!(view.complete);
     let names: Vec<&str> = view.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names.len(), 2);
@@ -90,15 +90,15 @@ fn only_additions_removals_and_address_changes_count() {
 
 #[test]
 fn a_change_of_labels_alone_is_its_own_kind_of_change() {
-    let mut folder = folder(&["role"]);
-    let mut fold = |e| folder.fold(e);
+    let mut writer = writer(&["role"]);
+    let mut fold = |e| writer.apply_watcher_event(e);
     fold(Event::Init);
     fold(Event::InitApply(node("a", &["192.0.2.1"])));
     fold(Event::InitDone);
     let edge = labelled(node("a", &["192.0.2.1"]), &[("role", "edge")]);
     assert_eq!(
-        fold(Event::Apply(edge)).map(|c| c.what),
-        Some(LABELS_CHANGED),
+        fold(Event::Apply(edge)).map(|c| c.kind.as_str()),
+        Some(NodeChangeKind::LabelsChanged.as_str()),
         "only a pool with a NodeSelector cares"
     );
     // The exclude label is a node rule's: a change of state.
@@ -107,7 +107,7 @@ fn a_change_of_labels_alone_is_its_own_kind_of_change() {
         &[("role", "edge"), (crate::members::EXCLUDE_LABEL, "")],
     );
     assert_eq!(
-        fold(Event::Apply(out)).map(|c| c.what),
+        fold(Event::Apply(out)).map(|c| c.kind.as_str()),
         Some("state changed")
     );
 }
@@ -117,34 +117,34 @@ fn a_change_of_labels_alone_is_its_own_kind_of_change() {
 /// nothing (issue 35).
 #[test]
 fn a_label_no_selector_names_is_not_kept_and_its_change_wakes_nothing() {
-    let mut folder = folder(&["role"]);
+    let mut writer = writer(&["role"]);
     let many: Vec<(String, String)> = (0..12)
         .map(|i| (format!("example.com/label-{i}"), format!("value-{i}")))
         .collect();
     let mut labels: Vec<(&str, &str)> =
         many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     labels.push(("role", "edge"));
-    folder.fold(Event::Init);
-    folder.fold(Event::InitApply(labelled(
+    writer.apply_watcher_event(Event::Init);
+    writer.apply_watcher_event(Event::InitApply(labelled(
         node("a", &["192.0.2.1"]),
         &labels,
     )));
-    folder.fold(Event::InitDone);
-    let kept = folder.store.read().named("a").unwrap().labels.clone();
+    writer.apply_watcher_event(Event::InitDone);
+    let kept = writer.store.read().named("a").unwrap().labels.clone();
     assert_eq!(kept, [("role".to_owned(), "edge".to_owned())].into());
 
     labels[0].1 = "another value";
     let changed = labelled(node("a", &["192.0.2.1"]), &labels);
-    assert_eq!(folder.fold(Event::Apply(changed)), None);
+    assert_eq!(writer.apply_watcher_event(Event::Apply(changed)), None);
 
     // Without any selector on Node labels, none is kept.
-    let mut bare = self::folder(&[]);
-    bare.fold(Event::Init);
-    bare.fold(Event::InitApply(labelled(
+    let mut bare = self::writer(&[]);
+    bare.apply_watcher_event(Event::Init);
+    bare.apply_watcher_event(Event::InitApply(labelled(
         node("a", &["192.0.2.1"]),
         &labels,
     )));
-    bare.fold(Event::InitDone);
+    bare.apply_watcher_event(Event::InitDone);
     assert!(bare.store.read().named("a").unwrap().labels.is_empty());
 }
 
@@ -154,8 +154,8 @@ fn a_label_no_selector_names_is_not_kept_and_its_change_wakes_nothing() {
 /// the whole view after every change: 1,000 copies each.)
 #[test]
 fn a_node_change_copies_no_entry_of_the_view() {
-    let mut folder = folder(&["role"]);
-    folder.fold(Event::Init);
+    let mut writer = writer(&["role"]);
+    writer.apply_watcher_event(Event::Init);
     for i in 0..1000 {
         let node = ready(
             node(
@@ -164,9 +164,9 @@ fn a_node_change_copies_no_entry_of_the_view() {
             ),
             true,
         );
-        folder.fold(Event::InitApply(node));
+        writer.apply_watcher_event(Event::InitApply(node));
     }
-    folder.fold(Event::InitDone);
+    writer.apply_watcher_event(Event::InitDone);
     let before = crate::members::entries_copied();
     let mut changes = 0;
     for i in 0..100 {
@@ -178,7 +178,7 @@ fn a_node_change_copies_no_entry_of_the_view() {
             1 => ready(labelled(base, &[("role", "edge")]), true),
             _ => ready(node(&name, &[&ip, "192.0.2.99"]), true),
         };
-        changes += usize::from(folder.fold(Event::Apply(event)).is_some());
+        changes += usize::from(writer.apply_watcher_event(Event::Apply(event)).is_some());
     }
     assert_eq!(changes, 100, "every one was a change the rules read");
     assert_eq!(
@@ -186,7 +186,7 @@ fn a_node_change_copies_no_entry_of_the_view() {
         0,
         "a Node change copied entries of the view"
     );
-    assert_eq!(folder.store.read().len(), 1000);
+    assert_eq!(writer.store.read().len(), 1000);
 }
 
 /// Everything logged on this thread while `run` runs (a current-thread
@@ -223,6 +223,9 @@ async fn an_unreachable_api_server_is_never_said_to_work_again() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Another test may have hit the watch's log lines first with no
+    // subscriber on its thread; tracing cached "never" for them then.
+    tracing::callsite::rebuild_interest_cache();
     let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
     let client = Client::try_from(config).unwrap();
     let (_changes, _view, _listed) = start(client, LabelKeys::default());
