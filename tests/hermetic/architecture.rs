@@ -466,3 +466,100 @@ fn the_pure_decisions_import_no_client_no_kube_and_spawn_no_task() {
          src/server/; I/O belongs to the caller): {found:#?}"
     );
 }
+
+/// The rows of `docs/development/code-layout.md`: each `src/…` its first
+/// cell names, with the backticked `.rs` paths of the whole row.
+fn layout_rows(page: &str) -> Vec<(String, Vec<String>)> {
+    let ticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut rows = Vec::new();
+    for line in page.lines().filter(|l| l.starts_with("| `src/")) {
+        let mut cells = line.trim_matches('|').splitn(2, '|');
+        let places = ticked(cells.next().unwrap_or_default());
+        let files: Vec<String> = ticked(cells.next().unwrap_or_default())
+            .into_iter()
+            .filter(|t| t.ends_with(".rs"))
+            .collect();
+        for place in places {
+            rows.push((place, files.clone()));
+        }
+    }
+    rows
+}
+
+/// What the layout page gets wrong about the tree: a module without a
+/// row, a file of a folder its row does not name (the folder's `mod.rs`
+/// aside), a named file that does not exist.
+fn layout_mismatches(page: &str) -> Vec<String> {
+    let rows = layout_rows(page);
+    let mut wrong = Vec::new();
+    for module in modules() {
+        let folder = format!("src/{module}/");
+        let file = format!("src/{module}.rs");
+        let Some((_, named)) = rows.iter().find(|(p, _)| *p == folder || *p == file) else {
+            wrong.push(format!("src/{module} has no row"));
+            continue;
+        };
+        if !src().join(&module).is_dir() {
+            continue;
+        }
+        for path in files_of(&module) {
+            let inside = path.strip_prefix(src().join(&module)).unwrap();
+            let inside = inside.to_string_lossy().into_owned();
+            if inside == "mod.rs" || !path.starts_with(src().join(&module)) {
+                continue;
+            }
+            if !named.contains(&inside) {
+                wrong.push(format!("{folder}{inside} is not named in its row"));
+            }
+        }
+    }
+    for (place, named) in &rows {
+        let base = place.trim_start_matches("src/");
+        for file in named {
+            let near = src().join(base).join(file);
+            let far = src().join(file.trim_start_matches("src/"));
+            if !near.is_file() && !far.is_file() {
+                wrong.push(format!("{place} names {file}, which does not exist"));
+            }
+        }
+    }
+    wrong
+}
+
+#[test]
+fn the_layout_check_finds_a_missing_row_file_and_a_file_that_is_gone() {
+    let page = "| `src/pool/` | the gate (`gate.rs`), the fence (`gone.rs`) |\n";
+    let wrong = layout_mismatches(page);
+    assert!(
+        wrong.contains(&"src/run has no row".to_owned()),
+        "{wrong:?}"
+    );
+    assert!(
+        wrong.contains(&"src/pool/ranges.rs is not named in its row".to_owned()),
+        "{wrong:?}"
+    );
+    assert!(
+        wrong.contains(&"src/pool/ names gone.rs, which does not exist".to_owned()),
+        "{wrong:?}"
+    );
+    assert!(!wrong.iter().any(|w| w.contains("gate.rs")), "{wrong:?}");
+}
+
+#[test]
+fn the_code_layout_page_names_every_module_and_file_of_the_tree() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/development/code-layout.md"),
+    )
+    .unwrap();
+    let wrong = layout_mismatches(&page);
+    assert!(
+        wrong.is_empty(),
+        "docs/development/code-layout.md does not match the tree: {wrong:#?}"
+    );
+}
