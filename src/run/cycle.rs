@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{error, info};
 
-use super::operate::while_leading;
+use super::parts::while_leading;
 use super::{events, ControlLoop, Flow, Running};
 use crate::pool::gate::WithheldReason;
 use crate::reconcile::{

@@ -10,10 +10,12 @@
 mod cycle;
 pub mod failover;
 mod full;
-pub mod operate;
+mod nodes;
+pub mod parts;
 mod pools;
 mod reload;
 pub mod schedule;
+mod term;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -23,21 +25,19 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::info;
 
-use crate::cluster::nodes::{NodeChange, NodeChangeKind};
 use crate::cluster::watch::{PoolWatch, PoolWatchEvent};
 use crate::cluster::{events, leases};
 use crate::config::{self, Settings};
-use crate::reconcile::{CycleKind, Observed, Reconciler};
+use crate::reconcile::{Observed, Reconciler};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 use crate::serve::telemetry::LogControl;
-use cycle::Work;
 use events::Target;
-use operate::{Leadership, NodeFeed, Recorder};
+use parts::{Leadership, NodeFeed, Recorder};
 use reload::ConfigFile;
-use schedule::{Clocks, NodeChangeAnswer, Schedule};
+use schedule::{Clocks, Schedule};
 
 /// Timings of the loop itself; the defaults suit production, tests shorten them.
 #[derive(Debug, Clone)]
@@ -266,117 +266,6 @@ impl ControlLoop {
         };
         self.ensure_lease_watch(&mut st);
         st
-    }
-
-    /// A new leadership term (lost and won again since the last look is a
-    /// new term too, and starts afresh).
-    async fn on_term(&mut self, st: &mut Running) -> Flow {
-        let term = *st.leadership.term.borrow_and_update();
-        let Some(leading) = st.schedule.on_term(term, Instant::now()) else {
-            return Flow::Go;
-        };
-        self.metrics.set_leader(leading);
-        // A new term starts from a fresh listing: while we did not lead,
-        // another replica may have written the pool. A read of the old
-        // term in flight is dropped first.
-        full::stop(&mut st.listing).await;
-        self.reconciler.new_term();
-        self.show_listing();
-        st.mover.reset(&self.metrics);
-        st.mover.set_term(term.number);
-        self.health.set_floating_ips(st.mover.holders());
-        self.health.set_lease_heard(st.mover.lease_clock());
-        if leading {
-            st.recorder.announce_leadership = true;
-        } else {
-            self.health.record_standby();
-        }
-        Flow::Go
-    }
-
-    /// A standby that cannot take part in the election could not take over
-    /// either: not ready, with the reason.
-    fn on_election_problem(&mut self, st: &mut Running) -> Flow {
-        let problem = st.leadership.problem.borrow_and_update().clone();
-        if !st.schedule.leading() {
-            match problem {
-                Some(problem) => self.health.record_problem(problem),
-                None => self.health.record_standby(),
-            }
-        }
-        Flow::Go
-    }
-
-    /// Re-applies the last listing to the pools someone changed.
-    async fn repair(&mut self, st: &mut Running) -> Flow {
-        let started = Instant::now();
-        let (pools, unrepairable): (Vec<String>, Vec<String>) = st
-            .schedule
-            .take_repairs(started)
-            .into_iter()
-            .partition(|pool| self.reconciler.can_repair(pool));
-        if !unrepairable.is_empty() {
-            // Nothing of the last write that the latest plan still wants
-            // (or no write in this term): a listing decides.
-            debug!(pools = %unrepairable.join(","), "nothing to repair from; listing now");
-            st.schedule.list_now(started);
-        }
-        if pools.is_empty() {
-            return Flow::Go;
-        }
-        let observed = st.observed();
-        let result = match self.lead(st, Work::Repair(pools), &observed).await {
-            Ok(output) => output.result,
-            Err(flow) => return flow,
-        };
-        self.observe(st, CycleKind::Repair, &result, started.elapsed());
-        st.schedule.end_repair(cycle::repair_end(&result));
-        Flow::Go
-    }
-
-    /// Applies the Nodes' state to the last listing (removals only).
-    async fn apply_nodes(&mut self, st: &mut Running) -> Flow {
-        st.schedule.take_nodes();
-        let observed = st.observed();
-        let started = Instant::now();
-        let result = match self.lead(st, Work::Nodes, &observed).await {
-            Ok(output) => output.result,
-            Err(flow) => return flow,
-        };
-        if matches!(&result, Ok(outcomes) if !outcomes.is_empty()) || result.is_err() {
-            self.observe(st, CycleKind::Nodes, &result, started.elapsed());
-        }
-        self.list_when_health_flips(&mut st.schedule, started);
-        Flow::Go
-    }
-
-    fn on_node_change(&mut self, st: &mut Running, change: NodeChange) -> Flow {
-        if change.kind == NodeChangeKind::LabelsChanged
-            && !self.settings.pools.iter().any(|p| p.reads_node_labels())
-        {
-            // No pool reads Node labels: not worth a listing.
-            debug!(node = %change.node, "node labels changed; no pool has a NodeSelector");
-            return Flow::Go;
-        }
-        if st.schedule.leading() {
-            self.decide_moves(st);
-        }
-        let first_list = change.kind == NodeChangeKind::FirstList;
-        match st.schedule.on_node_change(first_list, Instant::now()) {
-            NodeChangeAnswer::Ignore => {}
-            NodeChangeAnswer::ListEarly(at) => info!(
-                node = %change.node,
-                change = change.kind.as_str(),
-                in_ms = at.saturating_duration_since(Instant::now()).as_millis() as u64,
-                "node changed; listing Hetzner early"
-            ),
-            NodeChangeAnswer::AlreadyDue => debug!(
-                node = %change.node,
-                change = change.kind.as_str(),
-                "node changed; a listing is already due"
-            ),
-        }
-        Flow::Go
     }
 
     fn interval(&self) -> Duration {

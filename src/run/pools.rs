@@ -9,12 +9,13 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::cycle::{self, Work};
 use super::schedule::{PoolEventAnswer, PoolEventSeen};
 use super::{ControlLoop, Flow, Running};
 use crate::cluster::events;
 use crate::cluster::watch::{PoolWatch, PoolWatchEvent};
 use crate::pool::{other_spec_writers, Pool};
-use crate::reconcile::event_needs_repair;
+use crate::reconcile::{event_needs_repair, CycleKind};
 
 impl ControlLoop {
     /// Starts (or restarts) a watch on each configured pool once its API
@@ -87,6 +88,33 @@ impl ControlLoop {
                 );
             }
         }
+        Flow::Go
+    }
+
+    /// Re-applies the last listing to the pools someone changed.
+    pub(super) async fn repair(&mut self, st: &mut Running) -> Flow {
+        let started = Instant::now();
+        let (pools, unrepairable): (Vec<String>, Vec<String>) = st
+            .schedule
+            .take_repairs(started)
+            .into_iter()
+            .partition(|pool| self.reconciler.can_repair(pool));
+        if !unrepairable.is_empty() {
+            // Nothing of the last write that the latest plan still wants
+            // (or no write in this term): a listing decides.
+            debug!(pools = %unrepairable.join(","), "nothing to repair from; listing now");
+            st.schedule.list_now(started);
+        }
+        if pools.is_empty() {
+            return Flow::Go;
+        }
+        let observed = st.observed();
+        let result = match self.lead(st, Work::Repair(pools), &observed).await {
+            Ok(output) => output.result,
+            Err(flow) => return flow,
+        };
+        self.observe(st, CycleKind::Repair, &result, started.elapsed());
+        st.schedule.end_repair(cycle::repair_end(&result));
         Flow::Go
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use canada_kaktus::cluster::events::{self, EventSink, Target};
 use canada_kaktus::config;
 use canada_kaktus::pool::pool_resource;
-use canada_kaktus::run::operate::Leadership;
+use canada_kaktus::run::parts::Leadership;
 use canada_kaktus::serve::metrics::Metrics;
 use support::fake_kube::FakeKube;
 use support::in_process::hcloud_env;
