@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 use crate::config::{self, NodeRules, RobotRef, Settings};
 use crate::members::{NodeView, Unhealthy};
 use crate::pool::{candidate_versions, DesiredPool};
-use crate::reconcile::{self, shared_selector, Observed, Reconciler};
+use crate::reconcile::{self, shared_selector, CycleInput, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
 use crate::world::{self, Clients, ConnectError};
@@ -294,7 +294,7 @@ async fn once(settings: &Settings, reconciler: &mut Reconciler, kube_url: &str) 
             NodeView::new([], false)
         }
     };
-    let observed = Observed::with_nodes(nodes);
+    let observed = CycleInput::with_nodes(nodes);
     let outcomes = match bounded(reconciler.full(settings, &observed)).await {
         Ok(outcomes) => outcomes,
         Err(e) => {

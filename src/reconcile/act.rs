@@ -7,7 +7,7 @@ use kube::core::ApiResource;
 use super::listing::RenderedPool;
 use super::plan::{self, merge_diff, PlanContext, PoolPlan};
 use super::report::{CycleKind, CycleReport, PoolOutcome, ReconcileError};
-use super::{Observed, Reconciler};
+use super::{CycleInput, Reconciler};
 use crate::config::Settings;
 use crate::members::NodeView;
 use crate::pool::{
@@ -18,7 +18,7 @@ use crate::pool::{
 use tokio::time::Instant;
 
 /// What one call of [`Reconciler::converge_all`] is, besides the pools.
-pub(super) struct CycleInputs {
+pub(super) struct WriteInputs {
     pub kind: CycleKind,
     /// The Hetzner requests its listing made (for the report).
     pub hetzner_requests: u32,
@@ -30,12 +30,12 @@ pub(super) struct CycleInputs {
     pub confirm_after: std::time::Duration,
 }
 
-impl CycleInputs {
+impl WriteInputs {
     pub fn new(
         kind: CycleKind,
         hetzner_requests: u32,
         nodes: &NodeView,
-        observed: &Observed,
+        observed: &CycleInput,
     ) -> Self {
         Self {
             kind,
@@ -67,7 +67,7 @@ impl Reconciler {
         resource: &ApiResource,
         mut all: Vec<Pool>,
         rendered: Vec<RenderedPool>,
-        inputs: CycleInputs,
+        inputs: WriteInputs,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
         let gate = Gate::new(&managed, &all, inputs.additions);

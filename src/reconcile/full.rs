@@ -15,8 +15,8 @@ use super::listing::{
     keep_unconfirmed, list_cloud, removals, render_recording, warn_about, Removals,
 };
 use super::{
-    CycleInputs, FailoverListing, Listing, Observed, PoolOutcome, ReconcileError, Reconciler,
-    SharedRobot,
+    CycleInput, FailoverListing, Listing, PoolOutcome, ReconcileError, Reconciler, SharedRobot,
+    WriteInputs,
 };
 use crate::config::Settings;
 use crate::failover::failover_pools;
@@ -70,7 +70,7 @@ impl Reconciler {
         &self,
         settings: &Settings,
         due: RobotDue,
-        observed: &Observed,
+        observed: &CycleInput,
     ) -> impl Future<Output = Result<FullRead, ReconcileError>> + Send + 'static {
         let inputs = ReadInputs {
             settings: settings.clone(),
@@ -93,7 +93,7 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
         read: FullRead,
-        observed: &Observed,
+        observed: &CycleInput,
     ) -> Result<FullApplied, ReconcileError> {
         let FullRead {
             listing,
@@ -113,7 +113,7 @@ impl Reconciler {
                 Instant::now(),
                 record.as_mut(),
             );
-            let inputs = CycleInputs::new(CycleKind::Full, listing.requests, &nodes, observed);
+            let inputs = WriteInputs::new(CycleKind::Full, listing.requests, &nodes, observed);
             (rendered, inputs)
         };
         warn_about(settings, &rendered);

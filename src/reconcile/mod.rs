@@ -25,7 +25,7 @@ use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolC
 use crate::robot::RobotObserver;
 use std::sync::Arc;
 
-use act::CycleInputs;
+use act::WriteInputs;
 pub use dry::{dry_cycle, DryPool};
 pub use full::{FullApplied, FullRead};
 use listing::{find_pool, server_counts};
@@ -34,7 +34,9 @@ pub use listing::{
     RenderedPool,
 };
 use plan::take_pool;
-pub use report::{join, CycleKind, CycleReport, ListingSummary, PoolOutcome, ReconcileError};
+pub use report::{
+    join, CycleKind, CycleReport, ListingSummary, PoolOutcome, ReconcileError, Trigger,
+};
 pub use robot::{
     RobotDue, RobotListing, RobotRead, RobotSource, MIN_GAP as ROBOT_MIN_GAP,
     TIME_LIMIT as ROBOT_TIME_LIMIT,
@@ -43,6 +45,13 @@ pub use robot::{
 /// How long a removal the shrink guard holds waits, at most, before a
 /// listing may confirm it (less when the interval is shorter).
 pub const CONFIRM_DELAY: Duration = Duration::from_secs(60);
+
+/// How long a held removal waits before a listing may confirm it: the
+/// confirm delay, never longer than the interval (the one formula the
+/// loop's schedule and the commands share).
+pub fn confirm_after(confirm_delay: Duration, interval: Duration) -> Duration {
+    confirm_delay.min(interval)
+}
 
 /// What the reconciler remembers of one pool between cycles.
 #[derive(Debug, Clone, Default)]
@@ -88,14 +97,14 @@ impl PoolState {
 /// other parts of the controller keep, handed to each call (the loop from
 /// its Node watch and schedule; `--once` from one Node list).
 #[derive(Debug, Clone)]
-pub struct Observed {
+pub struct CycleInput {
     /// The Nodes as the Node watch knows them now (shared, never copied).
     pub nodes: NodeStore,
     /// How long a held removal waits before a listing may confirm it.
     pub confirm_after: Duration,
 }
 
-impl Default for Observed {
+impl Default for CycleInput {
     /// As with the Node watch off: no Node, and none to wait for; a held
     /// removal may be confirmed by the next listing at once.
     fn default() -> Self {
@@ -103,7 +112,7 @@ impl Default for Observed {
     }
 }
 
-impl Observed {
+impl CycleInput {
     /// `nodes`, and no wait before a held removal may be confirmed.
     pub fn with_nodes(nodes: NodeView) -> Self {
         Self {
@@ -115,7 +124,7 @@ impl Observed {
 
 /// Owns the clients and what each pool was last written with; driven by
 /// the controller loop one call at a time, each call with its inputs
-/// ([`Observed`]) and its outputs.
+/// ([`CycleInput`]) and its outputs.
 pub struct Reconciler {
     hetzner: HetznerClient,
     pools: Arc<PoolClient>,
@@ -296,7 +305,7 @@ impl Reconciler {
     pub async fn full(
         &mut self,
         settings: &Settings,
-        observed: &Observed,
+        observed: &CycleInput,
     ) -> Result<Vec<PoolOutcome>, ReconcileError> {
         let read = self.read_full(settings, RobotDue::List, observed).await?;
         Ok(self.apply_full(settings, read, observed).await?.outcomes)
@@ -309,7 +318,7 @@ impl Reconciler {
     pub async fn nodes_changed(
         &mut self,
         settings: &Settings,
-        observed: &Observed,
+        observed: &CycleInput,
     ) -> Result<Option<Vec<PoolOutcome>>, ReconcileError> {
         let Some(record) = &self.last_listing else {
             return Ok(None);
@@ -326,7 +335,7 @@ impl Reconciler {
             }
             let out =
                 record.excluded_now(&settings.pools, &nodes, &mut self.unhealthy, Instant::now());
-            (out, CycleInputs::new(CycleKind::Nodes, 0, &nodes, observed))
+            (out, WriteInputs::new(CycleKind::Nodes, 0, &nodes, observed))
         };
         let resource = self.pools.resource().await?;
         let all = self.pools.list_all(&resource).await?;
@@ -405,7 +414,7 @@ impl Reconciler {
         &mut self,
         settings: &Settings,
         pool: &str,
-        observed: &Observed,
+        observed: &CycleInput,
     ) -> Result<Option<CycleReport>, ReconcileError> {
         let managed: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
         let (Some(desired), Some(index)) = (

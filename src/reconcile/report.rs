@@ -117,6 +117,32 @@ pub struct CycleReport {
     pub withheld: Vec<Withheld>,
 }
 
+/// Why a full cycle runs (the schedule's word; the metric
+/// `canada_kaktus_full_cycles_total{trigger}` counts by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// Start-up, the interval, or a retry after a failure.
+    Interval,
+    /// A Kubernetes Node was added, removed or changed, or a clock of
+    /// `Nodes.ExcludeUnhealthyAfter` ran out.
+    Node,
+    /// config.json changed.
+    Config,
+    /// This replica just became the leader.
+    Leadership,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Interval => "interval",
+            Trigger::Node => "node",
+            Trigger::Config => "config",
+            Trigger::Leadership => "leadership",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CycleKind {
     /// Listed Hetzner, then converged the pool.

@@ -12,7 +12,8 @@ use super::parts::while_leading;
 use super::{events, ControlLoop, Flow, Running};
 use crate::pool::gate::WithheldReason;
 use crate::reconcile::{
-    join, CycleKind, CycleReport, FailoverListing, FullRead, Observed, PoolOutcome, ReconcileError,
+    join, CycleInput, CycleKind, CycleReport, FailoverListing, FullRead, PoolOutcome,
+    ReconcileError,
 };
 use crate::run::schedule::{FullCycleEnd, RepairEnd};
 
@@ -25,6 +26,8 @@ pub(super) type CycleResult = Result<Vec<PoolOutcome>, ReconcileError>;
 
 /// What one cycle hands back to the loop.
 pub(super) struct CycleOutput {
+    /// What kind of cycle the work was.
+    pub kind: CycleKind,
     pub result: CycleResult,
     /// After a full cycle's writes: the failover pools, for the mover.
     pub failover: Option<FailoverListing>,
@@ -38,7 +41,7 @@ impl ControlLoop {
         &mut self,
         st: &mut Running,
         work: Work,
-        observed: &Observed,
+        observed: &CycleInput,
     ) -> Result<CycleOutput, Flow> {
         let cycle = self.cycle(work, observed);
         match while_leading(&st.leadership.term, st.schedule.term(), cycle).await {
@@ -50,7 +53,7 @@ impl ControlLoop {
 
     /// Metrics, health and Kubernetes Events for a finished cycle: per pool,
     /// and a failure that concerns every pool (the listing) for each one.
-    pub(super) fn observe(
+    pub(super) fn record_cycle(
         &self,
         st: &mut Running,
         kind: CycleKind,
@@ -116,12 +119,13 @@ impl ControlLoop {
 
     /// Runs one cycle, bounded by the cycle timeout and abandoned at once
     /// on shutdown (`None`).
-    async fn cycle(&mut self, work: Work, observed: &Observed) -> Option<CycleOutput> {
+    async fn cycle(&mut self, work: Work, observed: &CycleInput) -> Option<CycleOutput> {
         let timeout = self.timings.cycle_timeout;
         let started = match &work {
             Work::Full { started, .. } => *started,
             _ => Instant::now(),
         };
+        let kind = work.kind();
         let settings = self.settings.clone();
         let shutdown = self.shutdown.clone();
         let work = async {
@@ -194,7 +198,11 @@ impl ControlLoop {
             }
             Err(e) => log_failure("", e, duration),
         }
-        Some(CycleOutput { result, failover })
+        Some(CycleOutput {
+            kind,
+            result,
+            failover,
+        })
     }
 }
 
@@ -209,6 +217,17 @@ pub(super) enum Work {
     Repair(Vec<String>),
     /// Apply a Node change to the last listing.
     Nodes,
+}
+
+impl Work {
+    /// The kind of cycle this work is (logs, metrics, health).
+    pub(super) fn kind(&self) -> CycleKind {
+        match self {
+            Work::Full { .. } => CycleKind::Full,
+            Work::Repair(_) => CycleKind::Repair,
+            Work::Nodes => CycleKind::Nodes,
+        }
+    }
 }
 
 /// The pools whose last cycle ended in Cilium's conflict verdict.

@@ -13,7 +13,7 @@ use tracing::debug;
 use super::cycle::{self, Work};
 use super::schedule::{self, Schedule};
 use super::{ControlLoop, Flow, Running};
-use crate::reconcile::{CycleKind, FullRead, ReconcileError};
+use crate::reconcile::{FullRead, ReconcileError};
 
 /// How long a full cycle waits for the Node watch's first list.
 const NODE_LIST_WAIT: Duration = Duration::from_secs(10);
@@ -70,13 +70,13 @@ impl ControlLoop {
         let trigger = st.schedule.start_full(Instant::now());
         self.metrics.full_cycle_started(trigger);
         let health_flip = st.schedule.take_health_flip();
-        let observed = st.observed();
+        let input = st.cycle_input();
         // A read without the Node list (it took longer than the wait):
         // the list, when it comes, brings a Node step and a listing.
-        st.schedule.nodes_seen(observed.nodes.read().complete);
+        st.schedule.nodes_seen(input.nodes.read().complete);
         let confirming = st.schedule.confirming() || self.reconciler.holding();
         let due = schedule::robot_due(trigger, health_flip || confirming);
-        let read = self.reconciler.read_full(&self.settings, due, &observed);
+        let read = self.reconciler.read_full(&self.settings, due, &input);
         let limit = self.timings.cycle_timeout;
         let read = async move {
             tokio::time::timeout(limit, read)
@@ -98,17 +98,17 @@ impl ControlLoop {
         let Some(InFlight { started, .. }) = st.listing.take() else {
             return Flow::Go;
         };
-        let observed = st.observed();
-        st.schedule.nodes_seen(observed.nodes.read().complete);
+        let input = st.cycle_input();
+        st.schedule.nodes_seen(input.nodes.read().complete);
         let work = Work::Full {
             read: Box::new(read),
             started,
         };
-        let (result, failover) = match self.lead(st, work, &observed).await {
-            Ok(output) => (output.result, output.failover),
+        let (kind, result, failover) = match self.lead(st, work, &input).await {
+            Ok(output) => (output.kind, output.result, output.failover),
             Err(flow) => return flow,
         };
-        self.observe(st, CycleKind::Full, &result, started.elapsed());
+        self.record_cycle(st, kind, &result, started.elapsed());
         self.show_listing();
         st.schedule
             .end_full(cycle::full_end(&result), Instant::now());

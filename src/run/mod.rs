@@ -30,7 +30,7 @@ use tracing::info;
 use crate::cluster::watch::{PoolWatch, PoolWatchEvent};
 use crate::cluster::{events, leases};
 use crate::config::{self, Settings};
-use crate::reconcile::{Observed, Reconciler};
+use crate::reconcile::{CycleInput, Reconciler};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 use crate::serve::telemetry::LogControl;
@@ -74,12 +74,6 @@ impl Default for LoopTimings {
 }
 
 impl LoopTimings {
-    /// How long a held removal waits before a listing may confirm it with
-    /// these timings and `settings` (as `Clocks::confirm_after`).
-    pub fn confirm_after(&self, settings: &Settings) -> Duration {
-        self.confirm_delay.min(settings.interval)
-    }
-
     /// `/livez` fails after this long without a heartbeat: longer than any
     /// cycle may run, so only a stuck loop trips it.
     pub fn liveness_timeout(&self) -> Duration {
@@ -330,8 +324,8 @@ struct LeaseWatch {
 impl Running {
     /// What a cycle decides with now, besides the listing and the pools:
     /// the Node watch's view and the schedule's confirmation delay.
-    fn observed(&self) -> Observed {
-        Observed {
+    fn cycle_input(&self) -> CycleInput {
+        CycleInput {
             nodes: self.nodes.view(),
             confirm_after: self.schedule.clocks().confirm_after(),
         }

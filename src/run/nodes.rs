@@ -9,20 +9,19 @@ use super::cycle::Work;
 use super::schedule::NodeChangeAnswer;
 use super::{ControlLoop, Flow, Running};
 use crate::cluster::nodes::{NodeChange, NodeChangeKind};
-use crate::reconcile::CycleKind;
 
 impl ControlLoop {
     /// Applies the Nodes' state to the last listing (removals only).
     pub(super) async fn apply_nodes(&mut self, st: &mut Running) -> Flow {
         st.schedule.take_nodes();
-        let observed = st.observed();
+        let input = st.cycle_input();
         let started = Instant::now();
-        let result = match self.lead(st, Work::Nodes, &observed).await {
-            Ok(output) => output.result,
+        let (kind, result) = match self.lead(st, Work::Nodes, &input).await {
+            Ok(output) => (output.kind, output.result),
             Err(flow) => return flow,
         };
         if matches!(&result, Ok(outcomes) if !outcomes.is_empty()) || result.is_err() {
-            self.observe(st, CycleKind::Nodes, &result, started.elapsed());
+            self.record_cycle(st, kind, &result, started.elapsed());
         }
         self.list_when_health_flips(&mut st.schedule, started);
         Flow::Go

@@ -15,7 +15,7 @@ use super::{ControlLoop, Flow, Running};
 use crate::cluster::events;
 use crate::cluster::watch::{PoolWatch, PoolWatchEvent};
 use crate::pool::{other_spec_writers, Pool};
-use crate::reconcile::{event_needs_repair, CycleKind};
+use crate::reconcile::event_needs_repair;
 
 impl ControlLoop {
     /// Starts (or restarts) a watch on each configured pool once its API
@@ -108,12 +108,12 @@ impl ControlLoop {
         if pools.is_empty() {
             return Flow::Go;
         }
-        let observed = st.observed();
-        let result = match self.lead(st, Work::Repair(pools), &observed).await {
-            Ok(output) => output.result,
+        let input = st.cycle_input();
+        let (kind, result) = match self.lead(st, Work::Repair(pools), &input).await {
+            Ok(output) => (output.kind, output.result),
             Err(flow) => return flow,
         };
-        self.observe(st, CycleKind::Repair, &result, started.elapsed());
+        self.record_cycle(st, kind, &result, started.elapsed());
         st.schedule.end_repair(cycle::repair_end(&result));
         Flow::Go
     }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::cluster::leader::Term;
 use crate::pool::RepairLimiter;
 use crate::reconcile::RobotDue;
-use crate::serve::metrics::Trigger;
+use crate::reconcile::Trigger;
 
 /// The clocks the schedule follows: the loop's timings and the settings'
 /// interval and Node debounce, set again after a reload.
@@ -39,7 +39,7 @@ impl Clocks {
     /// How long a held removal waits before a listing may confirm it:
     /// the confirm delay, never longer than the interval.
     pub fn confirm_after(&self) -> Duration {
-        self.confirm_delay.min(self.interval)
+        crate::reconcile::confirm_after(self.confirm_delay, self.interval)
     }
 }
 

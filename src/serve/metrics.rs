@@ -22,7 +22,7 @@ use families::{
 use crate::hetzner::{RequestObserver, RequestOutcome};
 use crate::members::Exclusion;
 use crate::pool::gate::WithheldReason;
-use crate::reconcile::{CycleKind, CycleReport, ReconcileError};
+use crate::reconcile::{CycleKind, CycleReport, ReconcileError, Trigger};
 use crate::server::SkipReason;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
@@ -34,31 +34,6 @@ pub const PREFIX: &str = "canada_kaktus";
 /// The `guard` label of the shrink guard (a held removal); refusals use
 /// their own `Refusal::metric_label` (e.g. `empty_pool`).
 pub const SHRINK_GUARD: &str = "shrink";
-
-/// Why a full cycle ran, for `canada_kaktus_full_cycles_total{trigger}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    /// Start-up, the interval, or a retry after a failure.
-    Interval,
-    /// A Kubernetes Node was added, removed or changed, or a clock of
-    /// `Nodes.ExcludeUnhealthyAfter` ran out.
-    Node,
-    /// config.json changed.
-    Config,
-    /// This replica just became the leader.
-    Leadership,
-}
-
-impl Trigger {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Interval => "interval",
-            Trigger::Node => "node",
-            Trigger::Config => "config",
-            Trigger::Leadership => "leadership",
-        }
-    }
-}
 
 /// All metrics of one process. Shared (`Arc`) by the loop, the Hetzner
 /// client's observer and the HTTP server.

@@ -265,7 +265,7 @@ impl World {
 /// How long a held removal waits before a listing may confirm it, as the
 /// controller's default timings have it for `settings`.
 pub fn confirm_after(settings: &Settings) -> Duration {
-    reconcile::CONFIRM_DELAY.min(settings.interval)
+    reconcile::confirm_after(reconcile::CONFIRM_DELAY, settings.interval)
 }
 
 /// What a cycle now would do with `rendered` (from the listing and

@@ -421,8 +421,9 @@ pub(crate) fn metric_rows() -> Vec<(Vec<String>, String)> {
 #[test]
 fn the_metrics_table_names_every_metric_with_its_labels() {
     use canada_kaktus::hetzner::{RequestObserver, RequestOutcome};
+    use canada_kaktus::reconcile::Trigger;
     use canada_kaktus::reconcile::{CycleKind, CycleReport, ListingSummary, ReconcileError};
-    use canada_kaktus::serve::metrics::{Metrics, Trigger};
+    use canada_kaktus::serve::metrics::Metrics;
     use std::time::Duration;
 
     // Every family with at least one series.

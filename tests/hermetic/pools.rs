@@ -15,7 +15,7 @@ use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::members::{NodeFacts, NodeStore, NodeView};
 use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::{CycleKind, Observed, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{CycleInput, CycleKind, ReconcileError, Reconciler};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use support::fake_hetzner::{
@@ -153,7 +153,7 @@ async fn run(
     steps: &[Step],
     ratios: (f64, f64),
 ) -> Result<usize, TestCaseError> {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let kube = FakeKube::new(&["v2"]);
     kube.record_snapshots();
     // Someone else's pool covers .5 from the start, and a disabled one
@@ -325,7 +325,7 @@ fn no_listing_node_change_or_failed_write_puts_an_address_in_two_pools() {
 /// of the later pool before the earlier one gets it, in the same cycle.
 #[tokio::test]
 async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "edge", "LabelSelector": "role=edge", "MaxRemovalRatio": 1},
         {"Name": "rest", "LabelSelector": "kops.k8s.io/instance-role=Node", "MaxRemovalRatio": 1},
@@ -378,7 +378,7 @@ async fn a_moving_address_leaves_one_pool_before_it_enters_the_other() {
 /// written from a listing without it.
 #[tokio::test]
 async fn a_failed_floating_ip_listing_writes_nothing() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv4", "floating-ip"]},
@@ -432,7 +432,7 @@ async fn a_failed_floating_ip_listing_writes_nothing() {
 /// pool, the other is written, and the refusal names its pool.
 #[tokio::test]
 async fn one_pools_refusal_does_not_hold_the_others() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "v6", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv6"]},
@@ -527,7 +527,7 @@ async fn a_node_change_removes_without_listing_and_under_the_shrink_guard() {
 /// is: it must not read as "these servers have no private address now".
 #[tokio::test]
 async fn a_private_network_name_that_names_no_network_leaves_the_pool_unchanged() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "internal", "LabelSelector": "kops.k8s.io/instance-role=Node",
          "Addresses": ["public-ipv4", "private-ipv4"], "PrivateNetwork": "k8s",
@@ -593,7 +593,7 @@ fn ever_in(snapshots: &[BTreeMap<String, Value>], pool: &str) -> BTreeSet<String
 /// covers its addresses like an enabled one, and they are withheld.
 #[tokio::test]
 async fn a_disabled_foreign_pool_still_covers_its_addresses() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "Addresses": ["public-ipv4", "public-ipv6"]}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -635,7 +635,7 @@ async fn a_disabled_foreign_pool_still_covers_its_addresses() {
 /// that follows must not write it back.
 #[tokio::test]
 async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -669,7 +669,7 @@ async fn a_repair_never_writes_back_an_address_a_foreign_pool_now_covers() {
 /// the cycle.
 #[tokio::test]
 async fn ranges_held_by_another_managed_pool_are_never_overlapped() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
         {"Name": "a", "LabelSelector": "role=a", "Addresses": ["private-ipv4"],
@@ -720,7 +720,7 @@ async fn ranges_held_by_another_managed_pool_are_never_overlapped() {
 /// from the Service that holds it.
 #[tokio::test]
 async fn an_address_live_in_two_pools_stays_in_the_one_that_wants_it() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "a", "LabelSelector": "role in (a,ab)", "MaxRemovalRatio": 1},
         {"Name": "b", "LabelSelector": "role in (b,ab)", "MaxRemovalRatio": 1},
@@ -763,7 +763,7 @@ async fn an_address_live_in_two_pools_stays_in_the_one_that_wants_it() {
 /// would otherwise be added at every start and removed a listing later.
 #[tokio::test]
 async fn no_address_is_added_before_the_node_list_is_complete() {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node"}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
     kube.record_snapshots();
@@ -802,7 +802,7 @@ async fn no_address_is_added_before_the_node_list_is_complete() {
 /// how to end it.
 #[tokio::test]
 async fn two_pools_that_swap_addresses_are_told_how_to_end_it() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "a", "LabelSelector": "role=a", "MaxRemovalRatio": 1},
         {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
@@ -835,7 +835,7 @@ async fn two_pools_that_swap_addresses_are_told_how_to_end_it() {
 /// (the early listing that follows sees where it is now).
 #[tokio::test]
 async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let pools = json!([{"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "Addresses": ["public-ipv4", "floating-ip"], "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -875,7 +875,7 @@ async fn a_node_change_never_removes_a_floating_ip_that_may_have_moved() {
 /// (0148c81 left it out until the next listing).
 #[tokio::test]
 async fn a_node_step_between_a_foreign_edit_and_its_repair_does_not_adopt_the_edit() {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let pools = json!([{"Name": "edge", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -937,7 +937,7 @@ fn not_ready_for(id: i64, ago: Duration) -> NodeFacts {
 /// condition says since when.
 #[tokio::test]
 async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1, "Nodes": {"ExcludeUnhealthyAfter": "10s"}}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -977,7 +977,7 @@ async fn a_server_down_for_an_hour_stays_out_after_its_clocks_are_forgotten() {
 /// an address the cycle would add) is seen, and the address is withheld.
 #[tokio::test]
 async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -1018,7 +1018,7 @@ async fn a_foreign_pool_created_during_the_confirmation_listing_is_respected() {
 /// change must not add them (a listing does, when it comes).
 #[tokio::test]
 async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 1}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -1056,7 +1056,7 @@ async fn a_node_change_never_adds_what_a_failed_write_did_not_write() {
 /// listed, it takes the servers that are Nodes.
 #[tokio::test]
 async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "Nodes": {"RequireNode": true}}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -1094,10 +1094,10 @@ async fn a_pool_that_requires_nodes_waits_for_the_node_list() {
 }
 
 /// [`setup`] with servers 1 to 4 (198.51.100.<id>), their Nodes (what a
-/// cycle is given: the Observed handed back), and a first full cycle
+/// cycle is given: the CycleInput handed back), and a first full cycle
 /// written.
-async fn four_written(pools: &Value) -> (FakeHetzner, FakeKube, Settings, Reconciler, Observed) {
-    let observed = Observed::with_nodes(deleting(&[]));
+async fn four_written(pools: &Value) -> (FakeHetzner, FakeKube, Settings, Reconciler, CycleInput) {
+    let observed = CycleInput::with_nodes(deleting(&[]));
     let (hetzner, kube, settings, mut reconciler) = setup(pools).await;
     hetzner.set_servers(
         (1..=4)
@@ -1154,7 +1154,7 @@ async fn a_node_change_removes_while_every_listing_fails() {
 /// `confirm_after` confirms it however often Nodes change in between.
 #[tokio::test]
 async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
-    let mut observed = Observed::default();
+    let mut observed = CycleInput::default();
     let pools = json!([{"Name": "p", "LabelSelector": "kops.k8s.io/instance-role=Node",
                         "MaxRemovalRatio": 0.25}]);
     let (hetzner, kube, settings, mut reconciler) = setup(&pools).await;
@@ -1227,7 +1227,7 @@ async fn node_churn_keeps_a_held_removal_until_a_listing_confirms_it() {
 /// would restore the swap). The next full cycle then ends it.
 #[tokio::test]
 async fn deleting_one_pool_of_a_swap_ends_it() {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let pools = json!([
         {"Name": "a", "LabelSelector": "role=a", "MaxRemovalRatio": 1},
         {"Name": "b", "LabelSelector": "role=b", "MaxRemovalRatio": 1},
@@ -1304,7 +1304,7 @@ async fn a_node_list_that_lands_during_a_cycle_does_not_let_it_add_what_it_rende
             .map(|id| FakeServer::new(id, &format!("198.51.100.{id}")))
             .collect(),
     );
-    let observed = Observed::with_nodes(NodeView::new([], false));
+    let observed = CycleInput::with_nodes(NodeView::new([], false));
     // The read lists the pools once, the apply once more: the Node list
     // lands while the apply waits for that second answer.
     let store = observed.nodes.clone();

@@ -10,7 +10,7 @@ use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::pool::WriteReason;
 use canada_kaktus::pool::{Fence, PoolClient};
-use canada_kaktus::reconcile::{CycleKind, Observed, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{CycleInput, CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
 use support::fake_hetzner::{
     numbered_servers, Directive, FakeFloatingIp, FakeHetzner, FakeServer, Fault,
@@ -70,7 +70,7 @@ async fn a_missing_pool_is_created_with_one_exact_server_side_apply() {
     ]);
     let report = single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap();
@@ -113,11 +113,11 @@ async fn nothing_is_written_when_the_pool_already_matches() {
     let (hetzner, kube, mut reconciler) = setup(&["v2", "v2alpha1"]).await;
     hetzner.set_servers(numbered_servers(3));
     let settings = settings(&hetzner, &[]);
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
 
     for _ in 0..3 {
-        let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+        let report = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
         assert_eq!(report.written, None);
         assert!(report.diff.is_empty());
     }
@@ -136,13 +136,13 @@ async fn servers_joining_and_leaving_are_added_and_removed() {
         FakeServer::new(1, "1.0.0.1"),
         FakeServer::new(2, "1.0.0.2"),
     ]);
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
 
     hetzner.set_servers(vec![
         FakeServer::new(2, "1.0.0.2"),
         FakeServer::new(3, "1.0.0.3"),
     ]);
-    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    let report = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     assert_eq!(
         report.diff.added,
@@ -163,11 +163,11 @@ async fn no_servers_leaves_the_pool_untouched() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(2));
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
 
     hetzner.set_servers(vec![]);
-    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
     assert!(
         error
@@ -180,7 +180,7 @@ async fn no_servers_leaves_the_pool_untouched() {
         FakeServer::without_ipv4(1),
         FakeServer::without_ipv4(2),
     ]);
-    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Refused(_)), "{error}");
 
     assert_eq!(kube.writes().len(), 1);
@@ -192,14 +192,14 @@ async fn a_failed_second_page_leaves_the_pool_untouched() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(120));
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     let before = kube.pool("covidnetes-pool").unwrap();
     assert_eq!(before["spec"]["blocks"].as_array().unwrap().len(), 120);
 
     // 40 servers are gone, but page 2 fails: nothing may be removed.
     hetzner.set_servers(numbered_servers(80));
     hetzner.set_fault(Some(Fault::FailPage(2, 500)));
-    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap_err();
     assert!(matches!(error, ReconcileError::Hetzner(_)), "{error}");
     assert!(error.to_string().contains("pool left unchanged"), "{error}");
     assert_eq!(kube.writes().len(), 1);
@@ -213,7 +213,7 @@ async fn a_bad_token_fails_without_a_write_or_a_leak() {
     hetzner.expect_token("some-other-token");
     let error = single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap_err();
@@ -229,7 +229,7 @@ async fn the_v2alpha1_api_is_used_when_v2_is_not_served() {
     hetzner.set_servers(numbered_servers(1));
     let report = single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap();
@@ -257,7 +257,7 @@ async fn a_configured_api_version_is_used_as_is() {
         fast_hetzner(hetzner.endpoint()),
         PoolClient::new(kube.client(), settings.cilium_api_version),
     );
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert!(kube.writes()[0]
         .path
         .starts_with("/apis/cilium.io/v2alpha1/"));
@@ -269,7 +269,7 @@ async fn a_cluster_without_the_crd_says_cilium_lb_ipam_is_missing() {
     hetzner.set_servers(numbered_servers(1));
     let error = single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap_err();
@@ -290,7 +290,7 @@ async fn a_forbidden_patch_names_the_rbac_fix() {
     kube.fail_patches(Some(403));
     let error = single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap_err();
@@ -320,7 +320,7 @@ async fn configured_metadata_and_selector_are_applied_and_foreign_metadata_kept(
             ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
         ],
     );
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     let pool = kube.pool("covidnetes-pool").unwrap();
     assert_eq!(pool["metadata"]["annotations"]["team"], "net");
     assert_eq!(
@@ -348,7 +348,7 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
             .repair(
                 &settings(&hetzner, &[]),
                 "covidnetes-pool",
-                &Observed::default()
+                &CycleInput::default()
             )
             .await
             .unwrap()
@@ -357,7 +357,7 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
     );
     single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap();
@@ -371,7 +371,7 @@ async fn a_repair_reapplies_the_last_listing_without_asking_hetzner() {
         .repair(
             &settings(&hetzner, &[]),
             "covidnetes-pool",
-            &Observed::default(),
+            &CycleInput::default(),
         )
         .await
         .unwrap()
@@ -391,14 +391,14 @@ async fn a_pool_conflict_reported_by_cilium_fails_the_cycle() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(1));
     let settings = settings(&hetzner, &[]);
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     let mut pool = kube.pool("covidnetes-pool").unwrap();
     pool["status"] = json!({"conditions": [{
         "type": "cilium.io/PoolConflict", "status": "True", "reason": "cidr_overlap",
         "message": "Pool overlaps with CIDR of other-pool"
     }]});
     kube.insert_pool("covidnetes-pool", pool);
-    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap_err();
     assert_eq!(error.metric_label(), "pool_conflict");
     assert!(error.to_string().contains("other-pool"), "{error}");
     assert_eq!(kube.writes().len(), 1);
@@ -413,14 +413,14 @@ async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(40));
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 40);
 
     // 40 → 3, plus one new server: the addition goes through, the removal waits.
     let mut servers = numbered_servers(3);
     servers.push(FakeServer::new(99, "203.0.113.99"));
     hetzner.set_servers(servers);
-    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    let report = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     let held = report.held.clone().expect("the removal is held");
     assert_eq!(held.addresses.len(), 37);
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
@@ -436,13 +436,13 @@ async fn a_sudden_drop_is_held_once_then_written_when_confirmed() {
     edited["spec"]["blocks"] = json!([]);
     kube.insert_pool("covidnetes-pool", edited);
     reconciler
-        .repair(&settings, "covidnetes-pool", &Observed::default())
+        .repair(&settings, "covidnetes-pool", &CycleInput::default())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 41);
 
-    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    let report = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert_eq!(report.held, None);
     assert_eq!(report.confirmed.map(|c| c.addresses.len()), Some(37));
     assert_eq!(report.diff.removed.len(), 37);
@@ -458,7 +458,7 @@ async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
     ]);
     let report = single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap();
@@ -477,7 +477,7 @@ async fn blocked_addresses_are_kept_by_default_and_dropped_on_request() {
             ("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1"),
         ],
     );
-    single(reconciler.full(&drop, &Observed::default()).await).unwrap();
+    single(reconciler.full(&drop, &CycleInput::default()).await).unwrap();
     assert_eq!(
         kube.pool("covidnetes-pool").unwrap()["spec"]["blocks"],
         json!([{"cidr": "203.0.113.1/32"}])
@@ -497,9 +497,9 @@ async fn the_configured_request_budget_is_enforced() {
         PoolClient::new(kube.client(), CiliumApiVersion::Auto),
     );
     for _ in 0..3 {
-        single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+        single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     }
-    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap_err();
     assert_eq!(error.metric_label(), "budget_exhausted", "{error}");
     assert_eq!(
         hetzner.requests(),
@@ -523,7 +523,7 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
         &hetzner,
         &[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2alpha1")],
     );
-    single(reconciler.full(&reloaded, &Observed::default()).await).unwrap();
+    single(reconciler.full(&reloaded, &CycleInput::default()).await).unwrap();
     let good = kube.pool("covidnetes-pool").unwrap();
 
     // Someone edits the pool; the repair's write gets a 404 on the resource,
@@ -533,13 +533,13 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
     kube.insert_pool("covidnetes-pool", edited);
     kube.fail_next_patch(404);
     reconciler
-        .repair(&reloaded, "covidnetes-pool", &Observed::default())
+        .repair(&reloaded, "covidnetes-pool", &CycleInput::default())
         .await
         .unwrap_err();
     kube.take_requests();
 
     reconciler
-        .repair(&reloaded, "covidnetes-pool", &Observed::default())
+        .repair(&reloaded, "covidnetes-pool", &CycleInput::default())
         .await
         .unwrap()
         .unwrap();
@@ -561,7 +561,7 @@ async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(3));
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     // A mark of another manager: gone once the object was deleted.
     let mut pool = kube.pool("covidnetes-pool").unwrap();
     pool["metadata"]["annotations"]["example.com/marker"] = json!("before the delete");
@@ -571,7 +571,7 @@ async fn a_pool_deleted_between_read_and_write_is_recreated_whole() {
     hetzner.set_servers(numbered_servers(4));
     // The read's look at the pools, then the write's fresh one.
     kube.delete_pool_after_reads("covidnetes-pool", 2);
-    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    let report = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert_eq!(report.written, Some(WriteReason::BlocksDiffer));
     let after = kube.writes();
     assert_eq!(after.len(), writes + 1, "one write");
@@ -594,7 +594,7 @@ async fn a_page_shift_never_removes_a_server_that_is_still_there() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     let settings = settings(&hetzner, &[]);
     hetzner.set_servers(numbered_servers(60));
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert_eq!(addresses(&kube.pool("covidnetes-pool").unwrap()), 60);
 
     let after: Vec<FakeServer> = numbered_servers(61)
@@ -613,7 +613,7 @@ async fn a_page_shift_never_removes_a_server_that_is_still_there() {
             Directive::default()
         }
     })));
-    let _ = single(reconciler.full(&settings, &Observed::default()).await);
+    let _ = single(reconciler.full(&settings, &CycleInput::default()).await);
     let pool = kube.pool("covidnetes-pool").unwrap();
     let blocks = pool["spec"]["blocks"].to_string();
     assert!(
@@ -639,7 +639,7 @@ async fn a_range_in_our_pool_is_removed_only_through_the_guards() {
         }),
     );
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "0.5")]);
-    let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    let report = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert_eq!(
         hetzner.requests(),
         2,
@@ -673,7 +673,7 @@ async fn a_block_too_wide_to_keep_address_by_address_is_never_dropped() {
     });
     kube.insert_pool("covidnetes-pool", before.clone());
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_MAX_REMOVAL_RATIO", "1")]);
-    let error = single(reconciler.full(&settings, &Observed::default()).await).unwrap_err();
+    let error = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap_err();
     let text = error.to_string();
     assert!(
         text.contains("2001:db8:5::/64") && text.contains("by hand"),
@@ -698,7 +698,7 @@ async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
     reconciler.set_fence(fence.clone());
     let error = single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap_err();
@@ -712,7 +712,7 @@ async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
     fence.allow_until(Some(SystemTime::now() + Duration::from_secs(60)));
     single(
         reconciler
-            .full(&settings(&hetzner, &[]), &Observed::default())
+            .full(&settings(&hetzner, &[]), &CycleInput::default())
             .await,
     )
     .unwrap();
@@ -727,7 +727,7 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
     let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(2));
     let settings = settings(&hetzner, &[]);
-    single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+    single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     let mut edited = kube.pool("covidnetes-pool").unwrap();
     edited["spec"]["blocks"]
         .as_array_mut()
@@ -735,7 +735,7 @@ async fn a_repair_never_drops_a_block_too_wide_to_keep() {
         .push(json!({"cidr": "2001:db8:5::/64"}));
     kube.insert_pool("covidnetes-pool", edited.clone());
     let error = reconciler
-        .repair(&settings, "covidnetes-pool", &Observed::default())
+        .repair(&settings, "covidnetes-pool", &CycleInput::default())
         .await
         .expect_err("repaired");
     assert_eq!(error.metric_label(), "wide_block", "{error}");
@@ -753,7 +753,7 @@ async fn read_and_apply(
     reconciler: &mut Reconciler,
     settings: &canada_kaktus::config::Settings,
 ) -> canada_kaktus::reconcile::FullApplied {
-    let observed = Observed::default();
+    let observed = CycleInput::default();
     let due = canada_kaktus::reconcile::RobotDue::List;
     let read = reconciler
         .read_full(settings, due, &observed)
@@ -817,7 +817,7 @@ async fn a_server_without_a_public_ipv4_is_warned_about_once_per_cycle() {
     ]);
     let settings = settings(&hetzner, &[]);
     for cycle in 1..=2 {
-        let report = single(reconciler.full(&settings, &Observed::default()).await).unwrap();
+        let report = single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
         assert_eq!(report.listing.unwrap().servers_skipped, 1);
         let warned = logs
             .mine()

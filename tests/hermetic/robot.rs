@@ -544,7 +544,7 @@ mod cycle {
     use canada_kaktus::hetzner::HetznerClient;
     use canada_kaktus::members::NodeStore;
     use canada_kaktus::pool::PoolClient;
-    use canada_kaktus::reconcile::{Observed, PoolOutcome, Reconciler};
+    use canada_kaktus::reconcile::{CycleInput, PoolOutcome, Reconciler};
     use serde_json::Value;
     use std::collections::HashMap;
 
@@ -617,7 +617,7 @@ mod cycle {
 
     #[tokio::test]
     async fn robot_servers_named_by_number_and_name_join_the_pool_with_one_listing() {
-        let observed = Observed::default();
+        let observed = CycleInput::default();
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
         let mut reconciler = reconciler(&hetzner, &kube);
@@ -647,7 +647,7 @@ mod cycle {
 
     #[tokio::test]
     async fn refused_credentials_leave_the_robot_pool_alone_and_the_cloud_pool_written() {
-        let observed = Observed::default();
+        let observed = CycleInput::default();
         let (hetzner, robot, kube) = setup().await;
         let wrong = "not-the-password";
         let settings = settings(&hetzner, &robot, wrong);
@@ -669,7 +669,7 @@ mod cycle {
 
     #[tokio::test]
     async fn a_robot_outage_or_rate_limit_removes_nothing_from_a_pool_it_filled() {
-        let observed = Observed::default();
+        let observed = CycleInput::default();
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
         reconciler(&hetzner, &kube)
@@ -731,7 +731,7 @@ mod cycle {
                 true,
             )
         };
-        let mut observed = Observed::with_nodes(nodes(false));
+        let mut observed = CycleInput::with_nodes(nodes(false));
         reconciler.full(&settings, &observed).await.unwrap();
         assert_eq!(cidrs(&kube, "dedicated").len(), 3);
         robot.set_maintenance(true);
@@ -839,7 +839,7 @@ mod cycle {
 
     #[tokio::test]
     async fn a_held_robot_removal_is_confirmed_only_by_a_newer_robot_listing() {
-        let mut observed = Observed::default();
+        let mut observed = CycleInput::default();
         let (hetzner, robot, kube) = setup().await;
         let settings = settings(&hetzner, &robot, PASSWORD);
         reconciler(&hetzner, &kube)
@@ -932,7 +932,7 @@ mod cycle {
 
     #[tokio::test]
     async fn a_stalled_webservice_fails_the_robot_pool_and_the_cloud_pool_goes_on() {
-        let observed = Observed::default();
+        let observed = CycleInput::default();
         use canada_kaktus::reconcile::{RobotDue, RobotRead, RobotSource};
         let (hetzner, robot, kube) = setup().await;
         robot.set_delay(std::time::Duration::from_secs(30));
@@ -1009,7 +1009,7 @@ mod cycle {
     /// may hold already). It waits for the least gap and writes nothing.
     #[tokio::test]
     async fn a_new_term_never_decides_from_a_robot_answer_of_an_earlier_term() {
-        let observed = Observed::default();
+        let observed = CycleInput::default();
         let hetzner = FakeHetzner::start().await;
         hetzner.expect_token(TOKEN);
         hetzner.set_servers(vec![FakeServer::new(1, "192.0.2.1")]);

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::cluster::leader::Term;
 use crate::pool::{FIRST_BACKOFF, FREE_REPAIRS};
-use crate::serve::metrics::Trigger;
+use crate::reconcile::Trigger;
 
 const S: fn(u64) -> Duration = Duration::from_secs;
 
