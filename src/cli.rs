@@ -11,10 +11,10 @@ use tracing::{error, info, warn};
 use crate::config::{self, NodeRules, RobotRef, Settings};
 use crate::members::{NodeView, Unhealthy};
 use crate::pool::{candidate_versions, DesiredPool};
-use crate::reconcile::{self, shared_selector, CycleInput, Reconciler};
+use crate::reconcile::{self, shared_selector, Clients, CycleInput, Reconciler};
 use crate::run::{self, ControlLoop, LoopTimings};
 use crate::serve::{http, telemetry};
-use crate::world::{self, Clients, ConnectError};
+use crate::world::{self, ConnectError};
 
 /// Exit status for invalid configuration, apart from runtime failures (1).
 pub const EXIT_CONFIG: u8 = 2;
@@ -137,15 +137,14 @@ pub async fn run(cli: Cli) -> ExitCode {
     if cli.dry_run {
         return dry_run(&settings, cli.output).await;
     }
-    let Some((reconciler, kube_url)) = connect(&settings).await else {
+    let Some(clients) = connect(&settings).await else {
         return ExitCode::FAILURE;
     };
 
     if cli.once {
-        let mut reconciler = reconciler.single_cycle();
-        return once(&settings, &mut reconciler, &kube_url).await;
+        return once(&settings, clients).await;
     }
-    run_controller(settings, reconciler, cli.config, env, log).await
+    run_controller(settings, clients, cli.config, env, log).await
 }
 
 /// `check`: the report on stdout, the exit code from its worst finding.
@@ -260,14 +259,11 @@ fn start(settings: &Settings) -> telemetry::LogControl {
     log
 }
 
-/// The reconciler with the process's clients ([`Clients`]), or `None`
-/// (and why, logged) when they cannot be built.
-async fn connect(settings: &Settings) -> Option<(Reconciler, String)> {
-    match Clients::connect(settings).await {
-        Ok(clients) => Some((
-            Reconciler::new(clients.hetzner.clone(), clients.pools(settings)),
-            clients.kube_url,
-        )),
+/// The process's clients ([`Clients`]), or `None` (and why, logged)
+/// when they cannot be built.
+async fn connect(settings: &Settings) -> Option<Clients> {
+    match world::connect(settings).await {
+        Ok(clients) => Some(clients),
         Err(ConnectError::Kubernetes(e)) => {
             error!(
                 error = %e,
@@ -284,18 +280,19 @@ async fn connect(settings: &Settings) -> Option<(Reconciler, String)> {
 }
 
 /// `--once`: one full reconcile; success only when every pool reconciled.
-async fn once(settings: &Settings, reconciler: &mut Reconciler, kube_url: &str) -> ExitCode {
+async fn once(settings: &Settings, clients: Clients) -> ExitCode {
     // No watch: the Nodes are listed once, before anything is decided.
     // Without that list nothing is added (removals still go).
-    let nodes = match world::read_nodes(reconciler.pools().client(), kube_url, settings).await {
+    let nodes = match world::read_nodes(&clients.kube, &clients.kube_url, settings).await {
         Ok(nodes) => nodes,
         Err(e) => {
             warn!(error = %e, "listing Nodes failed; no address is added");
             NodeView::new([], false)
         }
     };
-    let observed = CycleInput::with_nodes(nodes);
-    let outcomes = match bounded(reconciler.full(settings, &observed)).await {
+    let input = CycleInput::with_nodes(nodes);
+    let mut reconciler = Reconciler::new(clients).single_cycle();
+    let outcomes = match bounded(reconciler.full(settings, &input)).await {
         Ok(outcomes) => outcomes,
         Err(e) => {
             error!(error = %e, cause = e.metric_label(), "reconcile failed; pool left unchanged");
@@ -324,7 +321,7 @@ async fn once(settings: &Settings, reconciler: &mut Reconciler, kube_url: &str) 
 /// termination signal ends both; failure when the health server failed.
 async fn run_controller(
     settings: Settings,
-    reconciler: Reconciler,
+    clients: Clients,
     cli_config: Option<PathBuf>,
     env: HashMap<String, String>,
     log: telemetry::LogControl,
@@ -336,7 +333,7 @@ async fn run_controller(
             return ExitCode::FAILURE;
         }
     };
-    let controller = ControlLoop::new(settings, reconciler, cli_config, env).with_log(log);
+    let controller = ControlLoop::new(settings, clients, cli_config, env).with_log(log);
     if let Ok(address) = listener.local_addr() {
         // With port 0 the kernel picks one; this line says which.
         info!(address = %address, "health server listening");

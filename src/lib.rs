@@ -48,7 +48,9 @@
 //!   Kubernetes discovery, LIST and apply.
 //! - [`reconcile`]: one cycle, the only place that calls both Hetzner and
 //!   Kubernetes: the read (Cloud and Robot listings, as a future of its
-//!   own), a pure plan per pool, then the writes.
+//!   own), a pure plan per pool, then the writes; and the process's
+//!   [`reconcile::Clients`], built once and handed to the cycle and the
+//!   mover.
 //! - [`run`]: the loop of independent parts (a schedule of pure
 //!   transitions; the listing in flight, Node steps, repairs and Floating IP
 //!   moves side by side), its handlers and config reloads.
@@ -60,8 +62,8 @@
 //!   with the verdicts pure.
 //! - [`explain`]: `canada-kaktus explain`, why each address is in a pool or
 //!   not, from the split's trace, the render and the write gate.
-//! - [`world`]: the one home of the clients (Kubernetes, Hetzner) every
-//!   entry point builds, of "read the world once" (the Nodes, the pools,
+//! - [`world`]: where every entry point builds the clients
+//!   ([`world::connect`]), the home of "read the world once" (the Nodes, the pools,
 //!   the listing) with its one timeout helper, and of the plan `check` and
 //!   `explain` decide from (the controller's own cycle, nothing written).
 //! - [`cli`]: the binary's entry points (`run`, `--once`, `--dry-run`,

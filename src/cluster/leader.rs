@@ -110,18 +110,19 @@ impl Term {
 /// A running election. `subscribe` follows it; `stop` releases the Lease.
 pub struct LeaderElection {
     state: watch::Receiver<Term>,
-    fence: Fence,
     problem: watch::Receiver<Option<String>>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl LeaderElection {
-    pub fn start(client: Client, config: LeaseConfig) -> Self {
+    /// Takes part in the election for `config`'s Lease, moving `fence`
+    /// (a [`Fence::closed`] one, which the process's writes ask).
+    pub fn start(client: Client, config: LeaseConfig, fence: Fence) -> Self {
+        assert!(fence.moves(), "the election needs a fence it can move");
         let (tx, state) = watch::channel(Term::default());
         let (problem_tx, problem) = watch::channel(None);
         let stop = CancellationToken::new();
-        let fence = Fence::closed();
         let (view_tx, views) = watch::channel(LeaseView::default());
         let watcher = tokio::spawn(watch_lease(
             client.clone(),
@@ -140,7 +141,7 @@ impl LeaderElection {
             config,
             tx,
             problem: problem_tx,
-            writes: fence.clone(),
+            writes: fence,
             stop: stop.clone(),
             views,
             failures: 0,
@@ -148,7 +149,6 @@ impl LeaderElection {
         let task = tokio::spawn(election.run(watcher));
         Self {
             state,
-            fence,
             problem,
             stop,
             task,
@@ -159,12 +159,6 @@ impl LeaderElection {
     /// unreachable), or `None` while it works.
     pub fn problems(&self) -> watch::Receiver<Option<String>> {
         self.problem.clone()
-    }
-
-    /// The fence every write asks: open until the Lease would certainly
-    /// still be ours.
-    pub fn fence(&self) -> Fence {
-        self.fence.clone()
     }
 
     /// Follows leadership: each term, leading while this process holds the

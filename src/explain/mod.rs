@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::members::{Decision, Exclusion, NodeView, Outcome, Unhealthy};
 use crate::pool::{gate, live_addresses, Pool};
 use crate::reconcile::{render_traced, Listing, ReconcileError};
-use crate::world::{self, Clients, World};
+use crate::world::{self, World};
 
 mod address;
 
@@ -542,7 +542,7 @@ pub async fn read_and_explain(
     settings: &Settings,
     filter: &Filter,
 ) -> Result<Explanation, ExplainError> {
-    let clients = Clients::connect(settings)
+    let clients = world::connect(settings)
         .await
         .map_err(|e| ExplainError::Read(e.to_string()))?;
     let world = World::read(&clients, settings)

@@ -36,6 +36,11 @@ impl Fence {
         Self(Some(Arc::default()))
     }
 
+    /// Whether something (the leader election) moves it: a closed fence.
+    pub fn moves(&self) -> bool {
+        self.0.is_some()
+    }
+
     /// Writes may go out until `until` (`None`: not at all). No effect on
     /// an always-open fence.
     pub fn allow_until(&self, until: Option<SystemTime>) {

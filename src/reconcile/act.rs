@@ -179,10 +179,10 @@ impl Reconciler {
         }
         match reason {
             Some(_) => {
-                if !self.fence.allows() {
+                if !self.clients.fence.allows() {
                     return Err(ReconcileError::LeaseExpired);
                 }
-                let written = self.pools.apply(resource, approved).await?;
+                let written = self.clients.pools.apply(resource, approved).await?;
                 Ok((report, Some(written)))
             }
             None => Ok((report, live)),

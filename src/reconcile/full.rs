@@ -74,8 +74,8 @@ impl Reconciler {
     ) -> impl Future<Output = Result<FullRead, ReconcileError>> + Send + 'static {
         let inputs = ReadInputs {
             settings: settings.clone(),
-            hetzner: self.hetzner.for_cycle(),
-            pools: self.pools.clone(),
+            hetzner: self.clients.hetzner.for_cycle(),
+            pools: self.clients.pools.clone(),
             robot: self.robot.clone(),
             due,
             nodes: observed.nodes.clone(),
@@ -100,7 +100,7 @@ impl Reconciler {
             started,
             removals: read_removals,
         } = read;
-        let resource = self.pools.resource().await?;
+        let resource = self.clients.pools.resource().await?;
         let mut record = self.keeps_listing.then(Contributions::default);
         // One look at the Nodes: the render and whether the cycle may add.
         let (mut rendered, inputs) = {
@@ -136,7 +136,7 @@ impl Reconciler {
             &listing.floating_ips,
         );
         drop(listing);
-        let all = self.pools.list_all(&resource).await?;
+        let all = self.clients.pools.list_all(&resource).await?;
         let removing = removals(&rendered, &all);
         let recheck = keep_unconfirmed(&mut rendered, removing, &read_removals);
         let mut outcomes = self

@@ -4,6 +4,7 @@
 //! decides a cycle the same way and writes nothing (for `explain`).
 
 mod act;
+mod clients;
 mod dry;
 mod full;
 mod listing;
@@ -21,11 +22,12 @@ use tokio::time::Instant;
 use crate::config::Settings;
 use crate::hetzner::HetznerClient;
 use crate::members::{Contributions, Members, NodeStore, NodeView, Unhealthy};
-use crate::pool::{self, gate::Gate, DesiredPool, Fence, HeldRemoval, Pool, PoolClient};
+use crate::pool::{self, gate::Gate, DesiredPool, HeldRemoval, Pool};
 use crate::robot::RobotObserver;
 use std::sync::Arc;
 
 use act::WriteInputs;
+pub use clients::Clients;
 pub use dry::{dry_cycle, DryPool};
 pub use full::{FullApplied, FullRead};
 use listing::{find_pool, server_counts};
@@ -122,12 +124,12 @@ impl CycleInput {
     }
 }
 
-/// Owns the clients and what each pool was last written with; driven by
-/// the controller loop one call at a time, each call with its inputs
-/// ([`CycleInput`]) and its outputs.
+/// Keeps what each pool was last written with, with the process's
+/// [`Clients`] (built once, handed in); driven by the controller loop one
+/// call at a time, each call with its inputs ([`CycleInput`]) and its
+/// outputs.
 pub struct Reconciler {
-    hetzner: HetznerClient,
-    pools: Arc<PoolClient>,
+    clients: Clients,
     state: BTreeMap<String, PoolState>,
     /// What each server of the last complete listing of this term gave
     /// each pool, for Node changes.
@@ -135,8 +137,6 @@ pub struct Reconciler {
     /// When the listing of `last_listing` began.
     listed_at: Option<Instant>,
     unhealthy: Unhealthy,
-    /// Asked right before every write: the leader Lease still holds.
-    fence: Fence,
     /// The Robot webservice, shared with the read of a full cycle.
     robot: SharedRobot,
     /// Whether a full cycle keeps what each server gave (`last_listing`)
@@ -167,17 +167,15 @@ impl SharedRobot {
 pub use crate::failover::FailoverListing;
 
 impl Reconciler {
-    /// A reconciler with no listing yet.
-    pub fn new(hetzner: HetznerClient, pools: PoolClient) -> Self {
+    /// A reconciler with no listing yet, on `clients`.
+    pub fn new(clients: Clients) -> Self {
         Self {
-            hetzner,
-            pools: Arc::new(pools),
+            robot: SharedRobot::new(ROBOT_MIN_GAP, clients.robot_observer.clone()),
+            clients,
             state: BTreeMap::new(),
             last_listing: None,
             listed_at: None,
             unhealthy: Unhealthy::default(),
-            fence: Fence::open(),
-            robot: SharedRobot::new(ROBOT_MIN_GAP, None),
             keeps_listing: true,
         }
     }
@@ -193,16 +191,6 @@ impl Reconciler {
     /// second listing at once (the controller keeps `robot::MIN_GAP`).
     pub fn set_robot_min_gap(&mut self, min_gap: Duration) {
         self.robot = SharedRobot::new(min_gap, self.robot.observer.clone());
-    }
-
-    /// Tells `observer` about every Robot request (metrics).
-    pub fn set_robot_observer(&mut self, observer: Arc<dyn RobotObserver>) {
-        self.robot = SharedRobot::new(self.robot.min_gap, Some(observer));
-    }
-
-    /// The fence leader election moves; without one every write goes out.
-    pub fn set_fence(&mut self, fence: Fence) {
-        self.fence = fence;
     }
 
     /// Forgets every listing and held removal. Called when the
@@ -239,11 +227,6 @@ impl Reconciler {
         }
     }
 
-    /// The fence every write asks (the Floating IP moves too).
-    pub fn fence(&self) -> &Fence {
-        &self.fence
-    }
-
     /// When a clock of `Nodes.ExcludeUnhealthyAfter` runs out later than
     /// `after` (a server goes out of a pool or comes back), if one runs: a
     /// listing at that moment applies it with fresh Hetzner status and
@@ -259,16 +242,15 @@ impl Reconciler {
         self.state.values().any(|s| s.held.is_some())
     }
 
-    pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
-        self.hetzner = hetzner;
+    /// The process's clients (the loop's watches and the mover use them).
+    pub fn clients(&self) -> &Clients {
+        &self.clients
     }
 
-    pub fn hetzner(&self) -> &HetznerClient {
-        &self.hetzner
-    }
-
-    pub fn pools(&self) -> &PoolClient {
-        &self.pools
+    /// A reload changed the Cloud client's timeout or budget: every later
+    /// cycle uses `hetzner` (built with the same observer).
+    pub fn replace_hetzner(&mut self, hetzner: HetznerClient) {
+        self.clients.hetzner = hetzner;
     }
 
     /// When the last good listing of this term began (what Node changes
@@ -293,7 +275,7 @@ impl Reconciler {
 
     /// The API version found by the last discovery.
     pub fn resource(&self) -> Option<ApiResource> {
-        self.pools.cached_resource()
+        self.clients.pools.cached_resource()
     }
 
     /// One full cycle: list Hetzner once for every pool (twice when
@@ -337,8 +319,8 @@ impl Reconciler {
                 record.excluded_now(&settings.pools, &nodes, &mut self.unhealthy, Instant::now());
             (out, WriteInputs::new(CycleKind::Nodes, 0, &nodes, observed))
         };
-        let resource = self.pools.resource().await?;
-        let all = self.pools.list_all(&resource).await?;
+        let resource = self.clients.pools.resource().await?;
+        let all = self.clients.pools.list_all(&resource).await?;
         // What the last write had that the pool lacks now (someone's edit,
         // or a write that failed) and the step does not remove: the step
         // does not write it, but keeps it in what the pool was written
@@ -423,8 +405,8 @@ impl Reconciler {
         ) else {
             return Ok(None);
         };
-        let resource = self.pools.resource().await?;
-        let mut all = self.pools.list_all(&resource).await?;
+        let resource = self.clients.pools.resource().await?;
+        let mut all = self.clients.pools.list_all(&resource).await?;
         let gate = Gate::new(&managed, &all, act::additions(&observed.nodes.read()));
         let live = take_pool(&mut all, pool);
         drop(all);

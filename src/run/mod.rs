@@ -30,7 +30,7 @@ use tracing::info;
 use crate::cluster::watch::{PoolWatch, PoolWatchEvent};
 use crate::cluster::{events, leases};
 use crate::config::{self, Settings};
-use crate::reconcile::{CycleInput, Reconciler};
+use crate::reconcile::{Clients, CycleInput, Reconciler};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
 use crate::serve::telemetry::LogControl;
@@ -99,7 +99,8 @@ pub struct ControlLoop {
 
 impl ControlLoop {
     /// The one wiring of the controller, for the CLI and the tests alike:
-    /// the settings, the reconciler (its Hetzner and Kubernetes clients) and
+    /// the settings, the process's clients (the reconciler gets them with
+    /// the metrics told of every request and the election's fence) and
     /// what a config reload reads again (`--config` and the environment).
     /// It owns fresh health and metrics (serve them with
     /// [`ControlLoop::health`] and [`ControlLoop::metrics`]) and a shutdown
@@ -107,21 +108,24 @@ impl ControlLoop {
     /// [`ControlLoop::with_timings`] replaces them.
     pub fn new(
         settings: Settings,
-        reconciler: Reconciler,
+        clients: Clients,
         cli_config: Option<PathBuf>,
         env: HashMap<String, String>,
     ) -> Self {
         let timings = LoopTimings::default();
+        let metrics = Arc::new(Metrics::new());
+        let fence = Leadership::fence_for(&settings, &env);
+        let clients = clients.observed(metrics.clone()).fenced(fence);
         Self {
             settings: Arc::new(settings),
-            reconciler,
+            reconciler: Reconciler::new(clients),
             health: Arc::new(Health::new(timings.liveness_timeout())),
             log: LogControl::detached(),
             timings,
             shutdown: CancellationToken::new(),
             cli_config,
             env,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
         }
     }
 
@@ -201,8 +205,8 @@ impl ControlLoop {
         st.leadership.stop().await;
     }
 
-    /// Sets up what the loop holds: the config file's first look, the
-    /// observed Hetzner client, leadership, the Node feed, Events and the
+    /// Sets up what the loop holds: the config file's first look,
+    /// leadership, the Node feed, Events, the mover and the
     /// schedule of the first term.
     async fn start(&mut self, pool_changes: mpsc::Sender<PoolWatchEvent>) -> Running {
         // The file `config::load` reads, watched even while it does not exist
@@ -214,17 +218,12 @@ impl ControlLoop {
         if snapshot.digest() != self.settings.config_digest {
             snapshot = ConfigFile::Unknown;
         }
-        let observed = self
-            .reconciler
-            .hetzner()
-            .clone()
-            .with_observer(self.metrics.clone());
-        self.reconciler.set_hetzner(observed);
-        self.reconciler.set_robot_observer(self.metrics.clone());
         self.metrics.set_interval(self.interval());
         self.announce_pools();
-        let client = self.reconciler.pools().client().clone();
-        let mut leadership = Leadership::start(&client, &self.settings, &self.env);
+        let clients = self.reconciler.clients();
+        let client = clients.kube.clone();
+        let fence = clients.fence.clone();
+        let mut leadership = Leadership::start(&client, &self.settings, &self.env, fence);
         let nodes = NodeFeed::start(&client, &self.settings);
         let recorder = Recorder::start(
             &client,
@@ -233,13 +232,7 @@ impl ControlLoop {
             self.metrics.clone(),
             self.health.clone(),
         );
-        self.reconciler.set_fence(leadership.fence());
-        let mut mover = failover::Mover::new(
-            self.reconciler.hetzner().clone(),
-            client.clone(),
-            leadership.fence(),
-            None,
-        );
+        let mut mover = failover::Mover::new(None);
         let term = *leadership.term.borrow_and_update();
         mover.set_term(term.number);
         self.metrics.set_leader(term.leading);

@@ -36,7 +36,25 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    pub fn start(client: &Client, settings: &Settings, env: &HashMap<String, String>) -> Self {
+    /// The fence the process's writes ask: closed until the election opens
+    /// it, or always open when election is off. Made before the clients
+    /// are, so they are built with it.
+    pub fn fence_for(settings: &Settings, env: &HashMap<String, String>) -> Fence {
+        if settings.operate.leader_election.enabled(env) {
+            Fence::closed()
+        } else {
+            Fence::open()
+        }
+    }
+
+    /// Starts the election (moving `fence`, from [`Leadership::fence_for`])
+    /// or, with election off, one term that leads for ever.
+    pub fn start(
+        client: &Client,
+        settings: &Settings,
+        env: &HashMap<String, String>,
+        fence: Fence,
+    ) -> Self {
         let operate = &settings.operate;
         let identity = leader::identity(env);
         let (election, term, always) = if operate.leader_election.enabled(env) {
@@ -54,7 +72,7 @@ impl Leadership {
                 lease_duration_seconds = config.duration.as_secs(),
                 "leader election on; standing by until this replica holds the Lease"
             );
-            let election = LeaderElection::start(client.clone(), config);
+            let election = LeaderElection::start(client.clone(), config, fence);
             let term = election.subscribe();
             (Some(election), term, None)
         } else {
@@ -73,14 +91,6 @@ impl Leadership {
             problem,
             identity,
         }
-    }
-
-    /// The fence every write asks: the election's, or always open when
-    /// election is off.
-    pub fn fence(&self) -> Fence {
-        self.election
-            .as_ref()
-            .map_or_else(Fence::open, LeaderElection::fence)
     }
 
     /// Leaves the election, releasing the Lease if held. Call after the

@@ -35,7 +35,7 @@ impl ControlLoop {
             {
                 continue;
             }
-            let client = self.reconciler.pools().client().clone();
+            let client = self.reconciler.clients().kube.clone();
             let watch =
                 PoolWatch::start(client, resource.clone(), pool.name.clone(), events.clone());
             current.insert(pool.name.clone(), watch);

@@ -49,7 +49,7 @@ impl ControlLoop {
             super::full::stop(&mut st.listing).await;
             st.pool_watches.retain(|name, _| names.contains(name));
             // New pools or another API: moves wait for the listing the
-            // reload brings. Any reload: later moves use the new client.
+            // reload brings. Later moves use the clients of their look.
             if before.pools != self.settings.pools
                 || before.hcloud_endpoint != self.settings.hcloud_endpoint
                 || before.token != self.settings.token
@@ -58,11 +58,10 @@ impl ControlLoop {
                 self.health.set_floating_ips(st.mover.holders());
                 self.health.set_lease_heard(st.mover.lease_clock());
             }
-            st.mover.set_hetzner(self.reconciler.hetzner().clone());
             self.ensure_lease_watch(st);
             // The Node view keeps only the labels the selectors name: new
             // names need a fresh Node list (nothing is added before it).
-            let client = self.reconciler.pools().client().clone();
+            let client = self.reconciler.clients().kube.clone();
             if st.nodes.follow(&client, &self.settings) {
                 info!("the pools' Node selectors name other labels now; listing the Nodes again");
             }
@@ -195,7 +194,7 @@ impl ControlLoop {
             match hetzner_client(&new) {
                 Ok(client) => self
                     .reconciler
-                    .set_hetzner(client.with_observer(self.metrics.clone())),
+                    .replace_hetzner(client.with_observer(self.metrics.clone())),
                 Err(e) => {
                     error!(error = %e, "config reload rejected; keeping the previous config");
                     self.health.record_config_reload(Some(e.to_string()));

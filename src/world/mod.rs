@@ -1,7 +1,7 @@
 //! The clients and the world they read, in one home for every entry point.
 //!
 //! The controller, `--once`, `--dry-run`, `check` and `explain` build their
-//! Kubernetes and Hetzner clients here ([`Clients`], [`hetzner_client`]),
+//! Kubernetes and Hetzner clients here ([`connect`], [`hetzner_client`]),
 //! read the Nodes and the pools here, each read bounded by [`within`]
 //! (the one timeout helper of a read), and the commands that decide
 //! without writing (`check`, `explain`) decide here ([`decide`]): the
@@ -20,7 +20,7 @@ use crate::config::Settings;
 use crate::hetzner::{HetznerClient, HetznerError, HetznerOptions};
 use crate::members::{NodeFacts, NodeView, Unhealthy};
 use crate::pool::{gate::Additions, Pool, PoolClient};
-use crate::reconcile::{self, DryPool, Listing, ReconcileError, RenderedPool};
+use crate::reconcile::{self, Clients, DryPool, Listing, ReconcileError, RenderedPool};
 
 /// Every read of a command is bounded: a command must end.
 pub const READ_LIMIT: Duration = Duration::from_secs(15);
@@ -144,31 +144,14 @@ impl fmt::Display for ConnectError {
 
 impl std::error::Error for ConnectError {}
 
-/// The clients of one process, built once from the settings.
-#[derive(Clone)]
-pub struct Clients {
-    pub kube: kube::Client,
-    /// The Kubernetes API server's URL, for messages.
-    pub kube_url: String,
-    pub hetzner: HetznerClient,
-}
-
-impl Clients {
-    /// The Hetzner client first (it needs no network), then Kubernetes.
-    pub async fn connect(settings: &Settings) -> Result<Self, ConnectError> {
-        let hetzner = hetzner_client(settings).map_err(ConnectError::Hetzner)?;
-        let (kube, kube_url) = kube_client().await.map_err(ConnectError::Kubernetes)?;
-        Ok(Self {
-            kube,
-            kube_url,
-            hetzner,
-        })
-    }
-
-    /// The pool client for the settings' Cilium API version.
-    pub fn pools(&self, settings: &Settings) -> PoolClient {
-        PoolClient::new(self.kube.clone(), settings.cilium_api_version)
-    }
+/// The process's clients as the settings describe them: the Hetzner
+/// client first (it needs no network), then Kubernetes; no observer, the
+/// fence open (the controller adds its metrics and its election's fence,
+/// `ControlLoop::new`).
+pub async fn connect(settings: &Settings) -> Result<Clients, ConnectError> {
+    let hetzner = hetzner_client(settings).map_err(ConnectError::Hetzner)?;
+    let (kube, kube_url) = kube_client().await.map_err(ConnectError::Kubernetes)?;
+    Ok(Clients::new(kube, hetzner, settings.cilium_api_version).shown_at(kube_url))
 }
 
 /// Every Node, listed once, as the node rules read them (complete); with
@@ -253,7 +236,7 @@ impl World {
         let nodes = read_nodes(&clients.kube, &clients.kube_url, settings)
             .await
             .map_err(|e| format!("listing the Nodes failed: {e}"))?;
-        let pools = read_pools(&clients.pools(settings)).await?;
+        let pools = read_pools(&clients.pools).await?;
         Ok(World {
             listing,
             nodes,

@@ -103,7 +103,8 @@ async fn a_lease_that_gets_no_answer_is_reported_and_tried_again() {
         ("POD_NAMESPACE".into(), "canada-kaktus".into()),
     ]);
     let settings = config::load(None, &env).unwrap();
-    let mut leadership = Leadership::start(&kube.client(), &settings, &env);
+    let fence = Leadership::fence_for(&settings, &env);
+    let mut leadership = Leadership::start(&kube.client(), &settings, &env, fence);
     let problem = tokio::time::timeout(GIVE_UP, async {
         loop {
             leadership.problem.changed().await.unwrap();

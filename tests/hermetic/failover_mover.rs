@@ -7,14 +7,14 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use canada_kaktus::cluster::leases::{renew_time, SharedRenewals};
-use canada_kaktus::config::{self, Failover};
+use canada_kaktus::config::{self, CiliumApiVersion, Failover};
 use canada_kaktus::failover::Renewals;
 use canada_kaktus::failover::{Candidate, FailoverPool, PoolFloatingIp};
 use canada_kaktus::hetzner::HetznerClient;
 use canada_kaktus::members::{NodeFacts, NodeView};
 use canada_kaktus::pool::Fence;
-use canada_kaktus::reconcile::FailoverListing;
-use canada_kaktus::run::failover::Mover;
+use canada_kaktus::reconcile::{Clients, FailoverListing};
+use canada_kaktus::run::failover::{Look, Mover};
 use canada_kaktus::serve::metrics::Metrics;
 use canada_kaktus::server::{Location, ServerStatus};
 use std::sync::{Arc, Mutex};
@@ -75,9 +75,9 @@ fn nodes(deleting: &[i64]) -> NodeView {
     )
 }
 
-async fn setup() -> (FakeHetzner, Mover, config::Settings) {
-    let (fake, _kube, mover, settings) = setup_with(None).await;
-    (fake, mover, settings)
+async fn setup() -> (FakeHetzner, Mover, config::Settings, Clients) {
+    let (fake, _kube, mover, settings, clients) = setup_with(None).await;
+    (fake, mover, settings, clients)
 }
 
 /// The fake Hetzner (servers 1 to 3, Floating IP 10 on server 1), the
@@ -85,7 +85,7 @@ async fn setup() -> (FakeHetzner, Mover, config::Settings) {
 /// mover reading `renewals`.
 async fn setup_with(
     renewals: Option<SharedRenewals>,
-) -> (FakeHetzner, FakeKube, Mover, config::Settings) {
+) -> (FakeHetzner, FakeKube, Mover, config::Settings, Clients) {
     canada_kaktus::sync::install_crypto_provider();
     let fake = FakeHetzner::start().await;
     fake.set_servers((1..=3).map(|id| FakeServer::new(id, "192.0.2.1")).collect());
@@ -94,8 +94,24 @@ async fn setup_with(
     let settings = config::load(None, &hcloud_env(TOKEN, fake.endpoint())).unwrap();
     let client = HetznerClient::new(quick_options(fake.endpoint())).unwrap();
     let kube = FakeKube::new(&["v2"]);
-    let mover = Mover::new(client, kube.client(), Fence::open(), renewals);
-    (fake, kube, mover, settings)
+    let clients = Clients::new(kube.client(), client, CiliumApiVersion::Auto);
+    let mover = Mover::new(renewals);
+    (fake, kube, mover, settings, clients)
+}
+
+/// What the loop would hand the mover: these clients and settings, at `now`.
+fn look<'a>(
+    clients: &'a Clients,
+    settings: &'a config::Settings,
+    metrics: &'a Metrics,
+    now: Instant,
+) -> Look<'a> {
+    Look {
+        clients,
+        settings,
+        metrics,
+        now,
+    }
 }
 
 /// The next move that ends; fails (instead of waiting for ever) when none
@@ -116,7 +132,7 @@ fn holder(fake: &FakeHetzner) -> Option<i64> {
 
 #[tokio::test]
 async fn an_ip_whose_move_runs_is_not_moved_again_until_the_move_ended() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     fake.set_action_plan(ActionPlan {
         running_polls: 0,
         error: None,
@@ -125,18 +141,24 @@ async fn an_ip_whose_move_runs_is_not_moved_again_until_the_move_ended() {
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
     // Server 1's Node is being deleted: the IP goes to 2 or 3.
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     let first = mover.holders()[0].moving_to.clone().expect("a move runs");
     let target: i64 = first.trim_start_matches("node-").parse().unwrap();
     // While its Action runs, the target's Node is marked for deletion too:
     // no second move of the same IP starts.
-    mover.decide(&settings, &nodes(&[1, target]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1, target]),
+    );
     assert_eq!(
         mover.holders()[0].moving_to.as_deref(),
         Some(first.as_str())
     );
     let done = mover.next_done().await.expect("the move ends");
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(holder(&fake), Some(target));
     assert!(
         published[0].1.note.contains(&format!("to {first}")),
@@ -145,9 +167,12 @@ async fn an_ip_whose_move_runs_is_not_moved_again_until_the_move_ended() {
     );
     assert_eq!(fake.action_requests().0, 1, "one assignment so far");
     // Now the IP moves on from the target, to the one member left.
-    mover.decide(&settings, &nodes(&[1, target]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1, target]),
+    );
     let done = mover.next_done().await.expect("the second move ends");
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     let last = 6 - 1 - target;
     assert_eq!(holder(&fake), Some(last));
     assert_eq!(fake.action_requests().0, 2);
@@ -155,14 +180,17 @@ async fn an_ip_whose_move_runs_is_not_moved_again_until_the_move_ended() {
 
 #[tokio::test]
 async fn without_failover_pools_nothing_moves() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
     mover.set_listing(FailoverListing {
         started: Instant::now(),
         pools: Vec::new(),
     });
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     assert!(mover.holders().is_empty());
     assert_eq!(holder(&fake), Some(1));
     assert_eq!(fake.action_requests().0, 0);
@@ -172,13 +200,16 @@ async fn without_failover_pools_nothing_moves() {
 async fn a_holder_a_stale_node_view_shows_leaving_is_read_fresh_and_keeps_its_ip() {
     // The Node watch fell behind: it still shows node-1 being deleted, but
     // the API server has node-1 Ready and not leaving. Nothing is assigned.
-    let (fake, kube, mut mover, settings) = setup_with(None).await;
+    let (fake, kube, mut mover, settings, clients) = setup_with(None).await;
     kube.set_node("node-1", 1, true);
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     let done = mover.next_done().await.expect("the move ends");
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(fake.action_requests().0, 0, "nothing assigned");
     assert!(metrics.render().contains(
         r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="excluded",result="holder_back"} 1"#
@@ -186,19 +217,22 @@ async fn a_holder_a_stale_node_view_shows_leaving_is_read_fresh_and_keeps_its_ip
     // The API server says NotReady now: after the backoff, it moves.
     kube.set_node("node-1", 1, false);
     mover.decide(
-        &settings,
+        &look(
+            &clients,
+            &settings,
+            &metrics,
+            Instant::now() + Duration::from_secs(6),
+        ),
         &nodes(&[1]),
-        &metrics,
-        Instant::now() + Duration::from_secs(6),
     );
     let done = mover.next_done().await.expect("the second move ends");
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
 }
 
 #[tokio::test]
 async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retried_later() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     fake.fail_assignments(&[(
         401,
         "token_readonly",
@@ -207,9 +241,9 @@ async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retrie
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
     let now = Instant::now();
-    mover.decide(&settings, &nodes(&[1]), &metrics, now);
+    mover.decide(&look(&clients, &settings, &metrics, now), &nodes(&[1]));
     let done = mover.next_done().await.expect("the move ends");
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     let (pool, event) = &published[0];
     assert_eq!(
         (pool.as_str(), event.reason),
@@ -222,7 +256,10 @@ async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retrie
         r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="excluded",result="failure"} 1"#
     ));
     // Not again at once: the retry waits (5 s, then longer).
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     assert_eq!(mover.holders()[0].moving_to, None);
     assert!(mover
         .wake_at()
@@ -236,13 +273,16 @@ async fn a_read_only_token_fails_the_move_naming_the_token_setting_and_is_retrie
 /// `token_readonly` in the log: `e2e::failover`).
 #[tokio::test]
 async fn a_403_forbidden_assignment_fails_the_move_as_a_read_only_token() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     fake.set_read_only_answer(ReadOnly::Forbidden403);
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     let done = mover.next_done().await.expect("the move ends");
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     let (_, event) = &published[0];
     assert_eq!(event.reason, "FloatingIpMoveFailed");
     assert!(
@@ -261,7 +301,7 @@ async fn a_403_forbidden_assignment_fails_the_move_as_a_read_only_token() {
 /// the listing keeps the holder Hetzner shows.
 #[tokio::test]
 async fn a_422_floating_ip_assigned_elsewhere_is_a_failed_move() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     fake.fail_assignments(&[(
         422,
         "floating_ip_assigned",
@@ -269,9 +309,12 @@ async fn a_422_floating_ip_assigned_elsewhere_is_a_failed_move() {
     )]);
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     let done = mover.next_done().await.expect("the move ends");
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(published.len(), 1, "{published:?}");
     let (_, event) = &published[0];
     assert_eq!(event.reason, "FloatingIpMoveFailed", "{}", event.note);
@@ -287,15 +330,18 @@ async fn a_422_floating_ip_assigned_elsewhere_is_a_failed_move() {
 /// assignment: the read after the `422` shows it there, and it is moved.
 #[tokio::test]
 async fn a_422_floating_ip_assigned_on_the_target_is_a_move() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
     // node-1 and node-3 are being deleted: node-2 is the target, and
     // another tool puts the IP there just before the assignment.
     fake.overtake_next_assignment(2);
-    mover.decide(&settings, &nodes(&[1, 3]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1, 3]),
+    );
     let done = ended(&mut mover).await;
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(fake.action_requests().0, 1, "one assignment, answered 422");
     assert_eq!(
         fake.holder_requests(),
@@ -317,7 +363,7 @@ async fn a_422_floating_ip_assigned_on_the_target_is_a_move() {
 /// move failing again and again.
 #[tokio::test]
 async fn a_refused_assignment_skips_that_server_for_a_while() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     fake.fail_assignments(&[
         (422, "invalid_input", "server is in another network zone"),
         (422, "invalid_input", "server is in another network zone"),
@@ -328,9 +374,9 @@ async fn a_refused_assignment_skips_that_server_for_a_while() {
     // member, and Hetzner refuses it.
     let deleting = nodes(&[1, 3]);
     let now = Instant::now();
-    mover.decide(&settings, &deleting, &metrics, now);
+    mover.decide(&look(&clients, &settings, &metrics, now), &deleting);
     let done = ended(&mut mover).await;
-    let published = mover.finish(done, &metrics, now);
+    let published = mover.finish(&look(&clients, &settings, &metrics, now), done);
     assert_eq!(published[0].1.reason, "FloatingIpMoveFailed");
     let note = &published[0].1.note;
     assert!(
@@ -338,7 +384,7 @@ async fn a_refused_assignment_skips_that_server_for_a_while() {
         "{note}"
     );
     // At once, no backoff: node-2 is not asked again, the IP is stranded.
-    let published = mover.decide(&settings, &deleting, &metrics, now);
+    let published = mover.decide(&look(&clients, &settings, &metrics, now), &deleting);
     assert_eq!(fake.action_requests().0, 1, "node-2 is not asked again");
     assert_eq!(published.len(), 1, "{published:?}");
     assert_eq!(published[0].1.reason, "FloatingIpStranded");
@@ -347,9 +393,9 @@ async fn a_refused_assignment_skips_that_server_for_a_while() {
         .contains(r#"canada_kaktus_floating_ips_stranded{pool="edge"} 1"#));
     // Five minutes on, node-2 is asked again (and refuses again).
     let later = now + Duration::from_secs(301);
-    mover.decide(&settings, &deleting, &metrics, later);
+    mover.decide(&look(&clients, &settings, &metrics, later), &deleting);
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, later);
+    mover.finish(&look(&clients, &settings, &metrics, later), done);
     assert_eq!(fake.action_requests().0, 2);
     // A listing that began after the refusal forgets it: node-2 is asked
     // again and takes the IP.
@@ -358,9 +404,9 @@ async fn a_refused_assignment_skips_that_server_for_a_while() {
         ..listing(Some(1))
     });
     let after = later + Duration::from_secs(2);
-    mover.decide(&settings, &deleting, &metrics, after);
+    mover.decide(&look(&clients, &settings, &metrics, after), &deleting);
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, after);
+    mover.finish(&look(&clients, &settings, &metrics, after), done);
     assert_eq!(fake.action_requests().0, 3);
     assert_eq!(holder(&fake), Some(2));
 }
@@ -368,18 +414,18 @@ async fn a_refused_assignment_skips_that_server_for_a_while() {
 /// A listing that began before the refusal does not forget it.
 #[tokio::test]
 async fn a_listing_older_than_a_refusal_keeps_it() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     fake.fail_assignments(&[(422, "invalid_input", "no")]);
     let metrics = Metrics::new();
     let old = listing(Some(1));
     mover.set_listing(old.clone());
     let deleting = nodes(&[1, 3]);
     let now = Instant::now();
-    mover.decide(&settings, &deleting, &metrics, now);
+    mover.decide(&look(&clients, &settings, &metrics, now), &deleting);
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, now);
+    mover.finish(&look(&clients, &settings, &metrics, now), done);
     mover.set_listing(old);
-    let published = mover.decide(&settings, &deleting, &metrics, now);
+    let published = mover.decide(&look(&clients, &settings, &metrics, now), &deleting);
     assert_eq!(published[0].1.reason, "FloatingIpStranded", "{published:?}");
     assert_eq!(fake.action_requests().0, 1);
 }
@@ -389,7 +435,7 @@ async fn a_listing_older_than_a_refusal_keeps_it() {
 /// failed move, instead of keeping the IP "moving" for the rest of the term.
 #[tokio::test]
 async fn a_token_file_that_never_answers_ends_the_move_in_time() {
-    let (fake, mut mover, mut settings) = setup().await;
+    let (fake, mut mover, mut settings, clients) = setup().await;
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("token");
     let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -410,9 +456,12 @@ async fn a_token_file_that_never_answers_ends_the_move_in_time() {
     let _unblock = Unblock(fifo.clone());
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     let done = ended(&mut mover).await;
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     let (_, event) = &published[0];
     assert_eq!(event.reason, "FloatingIpMoveFailed");
     assert!(
@@ -432,20 +481,24 @@ async fn a_token_file_that_never_answers_ends_the_move_in_time() {
 /// replica's move).
 #[tokio::test]
 async fn a_move_of_an_old_term_sends_nothing_once_the_fence_opens_for_a_new_one() {
-    let (fake, kube, _mover, settings) = setup_with(None).await;
+    let (fake, kube, _mover, settings, _) = setup_with(None).await;
     let fence = Fence::closed();
     fence.set_term(1);
     fence.allow_until(Some(std::time::SystemTime::now() + Duration::from_secs(60)));
     let client = HetznerClient::new(quick_options(fake.endpoint())).unwrap();
-    let mut mover = Mover::new(client, kube.client(), fence.clone(), None);
+    let clients = Clients::new(kube.client(), client, CiliumApiVersion::Auto).fenced(fence.clone());
+    let mut mover = Mover::new(None);
     mover.set_term(1);
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    mover.decide(&settings, &nodes(&[1]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1]),
+    );
     // Before the task runs: term 2 began and the fence opened for it.
     fence.set_term(2);
     let done = ended(&mut mover).await;
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(published[0].1.reason, "FloatingIpMoveFailed");
     assert!(
         published[0].1.note.contains("leader Lease"),
@@ -459,10 +512,13 @@ async fn a_move_of_an_old_term_sends_nothing_once_the_fence_opens_for_a_new_one(
 /// term) takes the stranded gauge along; it is set again by the next look.
 #[tokio::test]
 async fn a_reset_takes_the_stranded_gauge_along() {
-    let (_fake, mut mover, settings) = setup().await;
+    let (_fake, mut mover, settings, clients) = setup().await;
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1, 2, 3]),
+    );
     let stranded = r#"canada_kaktus_floating_ips_stranded{pool="edge"}"#;
     assert!(metrics.render().contains(&format!("{stranded} 1")));
     mover.reset(&metrics);
@@ -471,12 +527,15 @@ async fn a_reset_takes_the_stranded_gauge_along() {
 
 #[tokio::test]
 async fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once() {
-    let (fake, mut mover, settings) = setup().await;
+    let (fake, mut mover, settings, clients) = setup().await;
     fake.set_floating_ips(vec![FakeFloatingIp::new(10, "203.0.113.10", None)]);
     let metrics = Metrics::new();
     // Every Node is being deleted: nowhere to go. Said once, not per look.
     mover.set_listing(listing(None));
-    let first = mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    let first = mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1, 2, 3]),
+    );
     assert_eq!(first.len(), 1, "{first:?}");
     assert_eq!(first[0].1.reason, "FloatingIpStranded");
     assert!(
@@ -484,7 +543,10 @@ async fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once(
         "{}",
         first[0].1.note
     );
-    let again = mover.decide(&settings, &nodes(&[1, 2, 3]), &metrics, Instant::now());
+    let again = mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1, 2, 3]),
+    );
     assert!(again.is_empty(), "{again:?}");
     assert!(metrics
         .render()
@@ -492,9 +554,12 @@ async fn an_unassigned_ip_is_assigned_and_one_without_a_member_is_reported_once(
     assert!(mover.wake_at().is_some(), "looked at again while stranded");
     assert_eq!(fake.action_requests().0, 0);
     // A member is back: the IP is assigned.
-    mover.decide(&settings, &nodes(&[1, 3]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[1, 3]),
+    );
     let done = mover.next_done().await.expect("the move ends");
-    let published = mover.finish(done, &metrics, Instant::now());
+    let published = mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(holder(&fake), Some(2));
     assert!(
         published[0]
@@ -535,17 +600,20 @@ async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
         );
     }
     let shared: SharedRenewals = Arc::new(Mutex::new(seen));
-    let (fake, kube, mut mover, settings) = setup_with(Some(shared.clone())).await;
+    let (fake, kube, mut mover, settings, clients) = setup_with(Some(shared.clone())).await;
     kube.set_lease("node-1", "2026-11-25T03:00:30.000000Z");
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
-    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[]),
+    );
     assert!(
         mover.holders()[0].moving_to.is_some(),
         "the view says silent"
     );
     let done = mover.next_done().await.expect("the move ends");
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(fake.action_requests().0, 0, "nothing assigned");
     assert_eq!(holder(&fake), Some(1));
     assert!(metrics.render().contains(
@@ -561,9 +629,9 @@ async fn a_silent_holder_is_read_fresh_and_one_that_renewed_keeps_its_ip() {
             .unwrap()
             .saw(node, Some(renewed("2026-11-25T03:00:50.000000Z")), later);
     }
-    mover.decide(&settings, &nodes(&[]), &metrics, later);
+    mover.decide(&look(&clients, &settings, &metrics, later), &nodes(&[]));
     let done = mover.next_done().await.expect("the second move ends");
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
 }
 
@@ -599,17 +667,20 @@ fn stalled_watch() -> SharedRenewals {
 #[tokio::test]
 async fn a_stalled_lease_watch_strands_no_ip_a_fresh_read_finds_the_target_renewing() {
     let shared = stalled_watch();
-    let (fake, kube, mut mover, settings) = setup_with(Some(shared.clone())).await;
+    let (fake, kube, mut mover, settings, clients) = setup_with(Some(shared.clone())).await;
     // The holder's Lease is as the watch saw it; node-2's was renewed since.
     kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
     kube.set_lease("node-2", "2026-11-25T03:00:29.000000Z");
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
     // node-3 is being deleted: node-2 is the one target.
-    let published = mover.decide(&settings, &nodes(&[3]), &metrics, Instant::now());
+    let published = mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[3]),
+    );
     assert!(published.is_empty(), "nothing stranded: {published:?}");
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(holder(&fake), Some(2));
     // The renewal the read found restarted node-2's clock.
     let clock = shared
@@ -630,30 +701,30 @@ async fn a_stalled_lease_watch_strands_no_ip_a_fresh_read_finds_the_target_renew
 #[tokio::test]
 async fn a_late_target_whose_lease_is_not_renewed_takes_nothing() {
     let shared = stalled_watch();
-    let (fake, kube, mut mover, settings) = setup_with(Some(shared.clone())).await;
+    let (fake, kube, mut mover, settings, clients) = setup_with(Some(shared.clone())).await;
     kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
     kube.set_lease("node-2", "2026-11-25T03:00:00.000000Z");
     let metrics = Metrics::new();
     mover.set_listing(listing(Some(1)));
     let now = Instant::now();
-    mover.decide(&settings, &nodes(&[3]), &metrics, now);
+    mover.decide(&look(&clients, &settings, &metrics, now), &nodes(&[3]));
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, now);
+    mover.finish(&look(&clients, &settings, &metrics, now), done);
     assert_eq!(fake.holder_requests(), 0, "no Hetzner request");
     assert_eq!(fake.action_requests().0, 0);
     assert!(metrics.render().contains(
         r#"canada_kaktus_floating_ip_moves_total{pool="edge",reason="silent",result="target_late"} 1"#
     ));
-    let published = mover.decide(&settings, &nodes(&[3]), &metrics, now);
+    let published = mover.decide(&look(&clients, &settings, &metrics, now), &nodes(&[3]));
     assert_eq!(published[0].1.reason, "FloatingIpStranded", "{published:?}");
     assert_eq!(mover.holders()[0].moving_to, None);
     // The watch sees node-2 renew: it is a target again at once.
     let later = now + Duration::from_secs(1);
     let renewal = Some(renewed("2026-11-25T03:00:40.000000Z"));
     shared.lock().unwrap().saw("node-2", renewal, later);
-    mover.decide(&settings, &nodes(&[3]), &metrics, later);
+    mover.decide(&look(&clients, &settings, &metrics, later), &nodes(&[3]));
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, later);
+    mover.finish(&look(&clients, &settings, &metrics, later), done);
     assert_eq!(holder(&fake), Some(2));
 }
 
@@ -671,7 +742,7 @@ async fn a_live_target_that_only_looks_late_is_read_again_when_its_renewal_is_du
             ("node-2", "2026-11-25T03:00:09.000000Z", 7),
         ],
     );
-    let (fake, kube, mut mover, settings) = setup_with(Some(seen)).await;
+    let (fake, kube, mut mover, settings, clients) = setup_with(Some(seen)).await;
     kube.set_lease("node-1", "2026-11-25T03:00:00.000000Z");
     kube.set_lease("node-2", "2026-11-25T03:00:09.000000Z");
     let mut quick = listing(Some(1));
@@ -679,7 +750,7 @@ async fn a_live_target_that_only_looks_late_is_read_again_when_its_renewal_is_du
     mover.set_listing(quick);
     let metrics = Metrics::new();
     // node-3 is being deleted: node-2 is the one target.
-    mover.decide(&settings, &nodes(&[3]), &metrics, now);
+    mover.decide(&look(&clients, &settings, &metrics, now), &nodes(&[3]));
     // The kubelet renews a second after the first read.
     let renewing = kube.clone();
     tokio::spawn(async move {
@@ -687,7 +758,7 @@ async fn a_live_target_that_only_looks_late_is_read_again_when_its_renewal_is_du
         renewing.set_lease("node-2", "2026-11-25T03:00:19.000000Z");
     });
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(holder(&fake), Some(2));
 }
 
@@ -708,7 +779,7 @@ async fn a_target_that_died_with_the_holder_is_not_chosen() {
             ("node-3", "2026-11-25T03:00:19.000000Z", 2),
         ],
     );
-    let (fake, _kube, mut mover, settings) = setup_with(Some(seen)).await;
+    let (fake, _kube, mut mover, settings, clients) = setup_with(Some(seen)).await;
     let mut spread = listing(Some(1));
     spread.pools[0].candidates[2].location = Location {
         name: "nbg1".into(),
@@ -716,9 +787,9 @@ async fn a_target_that_died_with_the_holder_is_not_chosen() {
     };
     mover.set_listing(spread);
     let metrics = Metrics::new();
-    mover.decide(&settings, &nodes(&[]), &metrics, now);
+    mover.decide(&look(&clients, &settings, &metrics, now), &nodes(&[]));
     let done = ended(&mut mover).await;
-    mover.finish(done, &metrics, now);
+    mover.finish(&look(&clients, &settings, &metrics, now), done);
     assert_eq!(holder(&fake), Some(3));
     assert_eq!(fake.action_requests().0, 1, "one move");
 }
@@ -727,14 +798,17 @@ async fn a_target_that_died_with_the_holder_is_not_chosen() {
 async fn a_holder_a_listing_missed_is_read_fresh_and_keeps_its_ip_while_it_runs() {
     // Offset paging hid server 1 from the listing: gone, by the listing.
     // Hetzner says it runs: nothing is assigned.
-    let (fake, _kube, mut mover, settings) = setup_with(None).await;
+    let (fake, _kube, mut mover, settings, clients) = setup_with(None).await;
     let metrics = Metrics::new();
     let mut missed = listing(Some(1));
     missed.pools[0].candidates.retain(|c| c.id != 1);
     mover.set_listing(missed);
-    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[]),
+    );
     let done = mover.next_done().await.expect("the move ends");
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert_eq!(fake.server_requests(), 1);
     assert_eq!(fake.action_requests().0, 0, "nothing assigned");
     assert_eq!(holder(&fake), Some(1));
@@ -743,7 +817,7 @@ async fn a_holder_a_listing_missed_is_read_fresh_and_keeps_its_ip_while_it_runs(
 #[tokio::test]
 async fn a_holder_the_pool_no_longer_selects_gives_its_ip_up_though_it_runs() {
     // Server 1 runs but lost the pool's label: not a member, so its IP goes.
-    let (fake, _kube, mut mover, settings) = setup_with(None).await;
+    let (fake, _kube, mut mover, settings, clients) = setup_with(None).await;
     fake.set_servers(vec![
         FakeServer::new(1, "192.0.2.1").with_label("kops.k8s.io/instance-role", "Master"),
         FakeServer::new(2, "192.0.2.2"),
@@ -753,8 +827,11 @@ async fn a_holder_the_pool_no_longer_selects_gives_its_ip_up_though_it_runs() {
     let mut relabelled = listing(Some(1));
     relabelled.pools[0].candidates.retain(|c| c.id != 1);
     mover.set_listing(relabelled);
-    mover.decide(&settings, &nodes(&[]), &metrics, Instant::now());
+    mover.decide(
+        &look(&clients, &settings, &metrics, Instant::now()),
+        &nodes(&[]),
+    );
     let done = mover.next_done().await.expect("the move ends");
-    mover.finish(done, &metrics, Instant::now());
+    mover.finish(&look(&clients, &settings, &metrics, Instant::now()), done);
     assert!(matches!(holder(&fake), Some(2 | 3)), "{:?}", holder(&fake));
 }

@@ -14,8 +14,7 @@ use std::time::Duration;
 use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
 use canada_kaktus::members::{NodeFacts, NodeStore, NodeView};
-use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::{CycleInput, CycleKind, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{Clients, CycleInput, CycleKind, ReconcileError, Reconciler};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use support::fake_hetzner::{
@@ -52,10 +51,11 @@ fn client(endpoint: String) -> HetznerClient {
 }
 
 fn reconciler(hetzner: &FakeHetzner, kube: &FakeKube) -> Reconciler {
-    Reconciler::new(
+    Reconciler::new(Clients::new(
+        kube.client(),
         client(hetzner.endpoint()),
-        PoolClient::new(kube.client(), CiliumApiVersion::V2),
-    )
+        CiliumApiVersion::V2,
+    ))
 }
 
 /// The fake Hetzner API (expecting the token), the in-memory API server

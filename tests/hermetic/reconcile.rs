@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use canada_kaktus::config::{self, CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
+use canada_kaktus::pool::Fence;
 use canada_kaktus::pool::WriteReason;
-use canada_kaktus::pool::{Fence, PoolClient};
-use canada_kaktus::reconcile::{CycleInput, CycleKind, ReconcileError, Reconciler};
+use canada_kaktus::reconcile::{Clients, CycleInput, CycleKind, ReconcileError, Reconciler};
 use serde_json::json;
 use support::fake_hetzner::{
     numbered_servers, Directive, FakeFloatingIp, FakeHetzner, FakeServer, Fault,
@@ -52,10 +52,11 @@ async fn setup(versions: &[&str]) -> (FakeHetzner, FakeKube, Reconciler) {
     let hetzner = FakeHetzner::start().await;
     hetzner.expect_token(TOKEN);
     let kube = FakeKube::new(versions);
-    let reconciler = Reconciler::new(
+    let reconciler = Reconciler::new(Clients::new(
+        kube.client(),
         fast_hetzner(hetzner.endpoint()),
-        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
-    );
+        CiliumApiVersion::Auto,
+    ));
     (hetzner, kube, reconciler)
 }
 
@@ -253,10 +254,11 @@ async fn a_configured_api_version_is_used_as_is() {
         &hetzner,
         &[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2alpha1")],
     );
-    let mut reconciler = Reconciler::new(
+    let mut reconciler = Reconciler::new(Clients::new(
+        kube.client(),
         fast_hetzner(hetzner.endpoint()),
-        PoolClient::new(kube.client(), settings.cilium_api_version),
-    );
+        settings.cilium_api_version,
+    ));
     single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     assert!(kube.writes()[0]
         .path
@@ -492,10 +494,8 @@ async fn the_configured_request_budget_is_enforced() {
     let settings = settings(&hetzner, &[("CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET", "10")]);
     let client = canada_kaktus::world::hetzner_client(&settings).unwrap();
     let kube = FakeKube::new(&["v2"]);
-    let mut reconciler = Reconciler::new(
-        client,
-        PoolClient::new(kube.client(), CiliumApiVersion::Auto),
-    );
+    let mut reconciler =
+        Reconciler::new(Clients::new(kube.client(), client, CiliumApiVersion::Auto));
     for _ in 0..3 {
         single(reconciler.full(&settings, &CycleInput::default()).await).unwrap();
     }
@@ -515,10 +515,11 @@ async fn a_repair_that_must_rediscover_uses_the_api_version_of_the_current_setti
     // set it to v2alpha1 since, and the full cycle ran with that.
     let (hetzner, kube, _) = setup(&["v2", "v2alpha1"]).await;
     hetzner.set_servers(numbered_servers(2));
-    let mut reconciler = Reconciler::new(
+    let mut reconciler = Reconciler::new(Clients::new(
+        kube.client(),
         fast_hetzner(hetzner.endpoint()),
-        PoolClient::new(kube.client(), CiliumApiVersion::V2),
-    );
+        CiliumApiVersion::V2,
+    ));
     let reloaded = settings(
         &hetzner,
         &[("CANADA_KAKTUS_CILIUM_API_VERSION", "v2alpha1")],
@@ -691,11 +692,16 @@ async fn a_block_too_wide_to_keep_address_by_address_is_never_dropped() {
 /// the election has noticed: the write must not go out (issue 20 review).
 #[tokio::test]
 async fn no_write_goes_out_once_the_lease_has_run_out_by_the_clock() {
-    let (hetzner, kube, mut reconciler) = setup(&["v2"]).await;
+    let (hetzner, kube, _) = setup(&["v2"]).await;
     hetzner.set_servers(numbered_servers(2));
     let fence = Fence::closed();
     fence.allow_until(Some(SystemTime::now() - Duration::from_secs(1)));
-    reconciler.set_fence(fence.clone());
+    let clients = Clients::new(
+        kube.client(),
+        fast_hetzner(hetzner.endpoint()),
+        CiliumApiVersion::Auto,
+    );
+    let mut reconciler = Reconciler::new(clients.fenced(fence.clone()));
     let error = single(
         reconciler
             .full(&settings(&hetzner, &[]), &CycleInput::default())

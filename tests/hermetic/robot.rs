@@ -543,8 +543,7 @@ mod cycle {
     use canada_kaktus::config::{self, CiliumApiVersion, Settings};
     use canada_kaktus::hetzner::HetznerClient;
     use canada_kaktus::members::NodeStore;
-    use canada_kaktus::pool::PoolClient;
-    use canada_kaktus::reconcile::{CycleInput, PoolOutcome, Reconciler};
+    use canada_kaktus::reconcile::{Clients, CycleInput, PoolOutcome, Reconciler};
     use serde_json::Value;
     use std::collections::HashMap;
 
@@ -593,10 +592,11 @@ mod cycle {
 
     fn reconciler(hetzner: &FakeHetzner, kube: &FakeKube) -> Reconciler {
         canada_kaktus::sync::install_crypto_provider();
-        Reconciler::new(
+        Reconciler::new(Clients::new(
+            kube.client(),
             HetznerClient::new(quick_options(hetzner.endpoint())).unwrap(),
-            PoolClient::new(kube.client(), CiliumApiVersion::Auto),
-        )
+            CiliumApiVersion::Auto,
+        ))
     }
 
     fn cidrs(kube: &FakeKube, pool: &str) -> Vec<String> {

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use canada_kaktus::config::{CiliumApiVersion, Settings};
 use canada_kaktus::hetzner::{HetznerClient, HetznerOptions, RetryPolicy};
-use canada_kaktus::pool::PoolClient;
-use canada_kaktus::reconcile::Reconciler;
+use canada_kaktus::reconcile::Clients;
 use canada_kaktus::run::{ControlLoop, LoopTimings};
 
 /// One retry, backoff from 1 ms capped at 5 ms, at most 10 ms waited for
@@ -69,9 +68,10 @@ pub fn control_loop(
     kube: kube::Client,
     timings: LoopTimings,
 ) -> ControlLoop {
-    let reconciler = Reconciler::new(
+    let clients = Clients::new(
+        kube,
         HetznerClient::new(options).unwrap(),
-        PoolClient::new(kube, CiliumApiVersion::Auto),
+        CiliumApiVersion::Auto,
     );
-    ControlLoop::new(settings, reconciler, cli_config, env).with_timings(timings)
+    ControlLoop::new(settings, clients, cli_config, env).with_timings(timings)
 }

@@ -3,7 +3,7 @@
 
 use tokio::time::Instant;
 
-use super::{Done, Published};
+use super::{Done, Look, Published};
 use crate::members::NodeView;
 use std::sync::{Arc, Mutex};
 
@@ -31,13 +31,13 @@ impl ControlLoop {
             }
             None if !wanted.is_empty() => {
                 let stop = self.shutdown.child_token();
-                let client = self.reconciler.pools().client().clone();
+                let client = self.reconciler.clients().kube.clone();
                 let pools: leases::FailoverPools = Arc::new(Mutex::new(wanted));
                 let refusals = leases::Refusals {
                     health: self.health.clone(),
                     sink: st.recorder.sink(),
                     pools: pools.clone(),
-                    resource: Box::new(self.reconciler.pools().resource_reader()),
+                    resource: Box::new(self.reconciler.clients().pools.resource_reader()),
                 };
                 let renewals = leases::start(client, stop.clone(), refusals);
                 st.mover.set_renewals(Some(renewals));
@@ -51,18 +51,13 @@ impl ControlLoop {
     pub(in crate::run) fn decide_moves(&mut self, st: &mut Running) -> Flow {
         // Every Node change comes here: the Nodes' view (shared, read in
         // place) only when a failover pool reads it.
+        let look = self.look();
         let published = if st.mover.has_pools() {
             let nodes = st.nodes.view();
             let nodes = nodes.read();
-            st.mover
-                .decide(&self.settings, &nodes, &self.metrics, Instant::now())
+            st.mover.decide(&look, &nodes)
         } else {
-            st.mover.decide(
-                &self.settings,
-                &NodeView::default(),
-                &self.metrics,
-                Instant::now(),
-            )
+            st.mover.decide(&look, &NodeView::default())
         };
         self.publish_moves(st, published);
         Flow::Go
@@ -70,12 +65,22 @@ impl ControlLoop {
 
     /// A move ended: recorded, and the pools looked at again.
     pub(in crate::run) fn on_move_done(&mut self, st: &mut Running, done: Done) -> Flow {
-        let published = st.mover.finish(done, &self.metrics, Instant::now());
+        let published = st.mover.finish(&self.look(), done);
         self.publish_moves(st, published);
         if st.schedule.leading() {
             self.decide_moves(st);
         }
         Flow::Go
+    }
+
+    /// What the mover is handed at a look or a move's end.
+    fn look(&self) -> Look<'_> {
+        Look {
+            clients: self.reconciler.clients(),
+            settings: &self.settings,
+            metrics: &self.metrics,
+            now: Instant::now(),
+        }
     }
 
     fn publish_moves(&self, st: &mut Running, published: Published) {

@@ -17,13 +17,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::cluster::events::{self, PoolEvent};
-use crate::config::{Settings, TokenSource};
+use crate::config::Settings;
 use crate::failover::mover::{Effect, MoverState, Outcome, Report};
 use crate::failover::Renewals;
-use crate::hetzner::HetznerClient;
 use crate::members::NodeView;
-use crate::pool::Fence;
-use crate::reconcile::FailoverListing;
+use crate::reconcile::{Clients, FailoverListing};
 use crate::serve::health::FloatingIpHolder;
 use crate::serve::metrics::Metrics;
 use crate::sync::lock;
@@ -33,7 +31,7 @@ use crate::cluster::leases::SharedRenewals;
 mod handlers;
 mod task;
 
-use task::{move_one, Clients};
+use task::{move_one, MoveClients};
 pub use task::{Done, MoveError};
 
 /// What the loop publishes for the mover.
@@ -42,10 +40,6 @@ pub type Published = Vec<(String, PoolEvent)>;
 /// The failover side of one process: the mover's state, the moves that
 /// run, and what they run with.
 pub struct Mover {
-    hetzner: HetznerClient,
-    /// Reads what said a holder left, right before a move.
-    kube: kube::Client,
-    fence: Fence,
     renewals: Option<SharedRenewals>,
     state: MoverState,
     tasks: JoinSet<Done>,
@@ -55,43 +49,32 @@ pub struct Mover {
     /// The leadership term the moves started now belong to: the fence
     /// holds back a move of an earlier one.
     term: u64,
-    /// Where moves read the Hetzner API token: the settings of the last
-    /// look.
-    token: Option<TokenSource>,
-    /// Moves that could not start (no token source known): ended at once,
-    /// so their IPs do not stay "moving".
-    unstarted: Vec<Done>,
+}
+
+/// What the loop hands the mover at a look or a move's end: the process's
+/// clients and the settings now (a move reads the token through them),
+/// the metrics, the moment.
+pub struct Look<'a> {
+    pub clients: &'a Clients,
+    pub settings: &'a Settings,
+    pub metrics: &'a Metrics,
+    pub now: Instant,
 }
 
 impl Mover {
-    pub fn new(
-        hetzner: HetznerClient,
-        kube: kube::Client,
-        fence: Fence,
-        renewals: Option<SharedRenewals>,
-    ) -> Self {
+    pub fn new(renewals: Option<SharedRenewals>) -> Self {
         Self {
-            hetzner,
-            kube,
-            fence,
             renewals,
             state: MoverState::default(),
             tasks: JoinSet::new(),
             task_ips: HashMap::new(),
             term: 0,
-            token: None,
-            unstarted: Vec::new(),
         }
     }
 
     /// Moves started from now on belong to leadership term `term`.
     pub fn set_term(&mut self, term: u64) {
         self.term = term;
-    }
-
-    /// The Hetzner client moves use (the loop's, with its observer).
-    pub fn set_hetzner(&mut self, hetzner: HetznerClient) {
-        self.hetzner = hetzner;
     }
 
     /// The Node Lease watch's renewals (`None`: no watch runs).
@@ -107,9 +90,10 @@ impl Mover {
         self.tasks.abort_all();
         self.tasks = JoinSet::new();
         self.task_ips.clear();
-        self.unstarted.clear();
-        let effects = self.state.reset();
-        self.apply(effects, metrics, Instant::now());
+        for effect in self.state.reset() {
+            // A reset starts nothing and reports nothing: only gauges go.
+            self.apply_metric(effect, metrics);
+        }
     }
 
     /// A fresh, complete listing: what it shows, with the moves that ended
@@ -125,9 +109,6 @@ impl Mover {
 
     /// The next move that ends; pending forever without running moves.
     pub async fn next_done(&mut self) -> Option<Done> {
-        if let Some(done) = self.unstarted.pop() {
-            return Some(done);
-        }
         if self.tasks.is_empty() {
             return std::future::pending().await;
         }
@@ -149,80 +130,74 @@ impl Mover {
     /// Looks at every failover pool and starts the moves the mover asks
     /// for. `nodes` is what the Node watch knows now; nothing moves before
     /// it listed the Nodes.
-    pub fn decide(
-        &mut self,
-        settings: &Settings,
-        nodes: &NodeView,
-        metrics: &Metrics,
-        now: Instant,
-    ) -> Published {
-        self.token = Some(settings.token.clone());
+    pub fn decide(&mut self, look: &Look, nodes: &NodeView) -> Published {
         // Read in place (no copy per look): the renewals behind their lock
         // for this look.
         let effects = match &self.renewals {
-            Some(renewals) => self.state.decide(nodes, &lock(renewals), now),
-            None => self.state.decide(nodes, &Renewals::default(), now),
+            Some(renewals) => self.state.decide(nodes, &lock(renewals), look.now),
+            None => self.state.decide(nodes, &Renewals::default(), look.now),
         };
-        self.apply(effects, metrics, now)
+        self.apply(effects, look)
     }
 
     /// Records a move that ended; the loop decides again after it.
-    pub fn finish(&mut self, done: Done, metrics: &Metrics, now: Instant) -> Published {
+    pub fn finish(&mut self, look: &Look, done: Done) -> Published {
         let outcome = Outcome {
             floating_ip: done.floating_ip,
             result: done.result.map_err(|error| error.failure()),
             target_renewed: done.target_renewed,
         };
-        let effects = self.state.finish(outcome, now);
-        self.apply(effects, metrics, now)
+        let effects = self.state.finish(outcome, look.now);
+        self.apply(effects, look)
     }
 
-    /// Carries out `effects` of a transition at `now` in order; the
-    /// Events are returned for the loop to publish.
-    fn apply(&mut self, effects: Vec<Effect>, metrics: &Metrics, now: Instant) -> Published {
+    /// Carries out `effects` of a transition in order; the Events are
+    /// returned for the loop to publish.
+    fn apply(&mut self, effects: Vec<Effect>, look: &Look) -> Published {
         let mut published = Vec::new();
         for effect in effects {
             match effect {
-                Effect::Start(order) => self.start(order),
+                Effect::Start(order) => self.start(order, look),
                 Effect::Report { pool, report } => published.push((pool, event_of(&report))),
-                Effect::Count {
-                    pool,
-                    reason,
-                    outcome,
-                } => metrics.floating_ip_moved(&pool, reason, outcome),
-                Effect::Took { pool, took } => metrics.failover_took(&pool, took),
-                Effect::Stranded { pool, count } => metrics.set_stranded(&pool, count),
-                Effect::Unstranded { pool } => metrics.drop_stranded(&pool),
                 Effect::Renewed(renewed) => {
                     if let Some(renewals) = &self.renewals {
-                        lock(renewals).saw(&renewed.node, renewed.renew_time, now);
+                        lock(renewals).saw(&renewed.node, renewed.renew_time, look.now);
                     }
                 }
+                metric => self.apply_metric(metric, look.metrics),
             }
         }
         published
     }
 
-    /// Starts `order` as a task of its own.
-    fn start(&mut self, order: crate::failover::mover::Order) {
+    /// Carries out an effect that sets a metric (any other is none of a
+    /// metric's business and is not one of these).
+    fn apply_metric(&self, effect: Effect, metrics: &Metrics) {
+        match effect {
+            Effect::Count {
+                pool,
+                reason,
+                outcome,
+            } => metrics.floating_ip_moved(&pool, reason, outcome),
+            Effect::Took { pool, took } => metrics.failover_took(&pool, took),
+            Effect::Stranded { pool, count } => metrics.set_stranded(&pool, count),
+            Effect::Unstranded { pool } => metrics.drop_stranded(&pool),
+            Effect::Start(_) | Effect::Report { .. } | Effect::Renewed(_) => {}
+        }
+    }
+
+    /// Starts `order` as a task of its own, with the clients and the token
+    /// source of this look.
+    fn start(&mut self, order: crate::failover::mover::Order, look: &Look) {
         let floating_ip = order.floating_ip;
-        let Some(token) = self.token.clone() else {
-            // Only a look starts moves, and it gives the token source.
-            self.unstarted.push(Done {
-                floating_ip,
-                result: Err(MoveError::Aborted),
-                target_renewed: None,
-            });
-            return;
-        };
-        let clients = Clients {
-            hetzner: self.hetzner.clone(),
-            kube: self.kube.clone(),
-            token,
-            fence: self.fence.clone(),
+        let with = MoveClients {
+            hetzner: look.clients.hetzner.clone(),
+            kube: look.clients.kube.clone(),
+            token: look.settings.token.clone(),
+            fence: look.clients.fence.clone(),
             term: self.term,
         };
-        let task = self.tasks.spawn(move_one(clients, order));
+        let task = self.tasks.spawn(move_one(with, order));
         self.task_ips.insert(task.id(), floating_ip);
     }
 

@@ -156,7 +156,7 @@ pub struct Done {
 
 /// The clients a move reads and writes with.
 #[derive(Clone)]
-pub(super) struct Clients {
+pub(super) struct MoveClients {
     pub(super) hetzner: HetznerClient,
     pub(super) kube: kube::Client,
     pub(super) token: TokenSource,
@@ -167,7 +167,7 @@ pub(super) struct Clients {
 
 /// One move, start to end. A late target's Lease is read first (no
 /// Hetzner request for a target that does not renew).
-pub(super) async fn move_one(clients: Clients, step: Order) -> Done {
+pub(super) async fn move_one(clients: MoveClients, step: Order) -> Done {
     let floating_ip = step.floating_ip;
     let (target_renewed, result) = match &step.target_lease {
         None => (None, run(&clients, &step).await),
@@ -220,8 +220,8 @@ async fn target_renewal(
 /// How late past its period a kubelet's renewal may still arrive.
 const RENEWAL_SLACK: Duration = Duration::from_secs(2);
 
-async fn run(clients: &Clients, step: &Order) -> Result<Ended, MoveError> {
-    let Clients {
+async fn run(clients: &MoveClients, step: &Order) -> Result<Ended, MoveError> {
+    let MoveClients {
         hetzner,
         kube,
         token,
