@@ -158,6 +158,29 @@ enum Access {
     Same,
 }
 
+/// The Lease watch's streak of failures, as it tells them: a refusal
+/// once per streak (also after other failures), another failure only when
+/// a streak begins, the rest at debug (Floating IP failover waits for
+/// NotReady meanwhile, whatever the cause).
+#[derive(Debug, Default)]
+struct LeaseStreak {
+    streak: Streak,
+    /// A refusal was told in this streak.
+    refusal_told: bool,
+}
+
+impl LeaseStreak {
+    /// Takes one item, with what to say of a failure in the Lease watch's
+    /// way.
+    fn take<E: Refusal>(&mut self, item: Result<Event<Lease>, E>) -> Heard<Lease, E> {
+        let heard = self.streak.take(item);
+        match heard {
+            Heard::Failure { error, say } => Heard::Failure { error, say },
+            event => event,
+        }
+    }
+}
+
 /// Takes one item of the watch: an event, or an error (then nobody counts
 /// as silent until the watch delivers again; kube-runtime resumes from its
 /// last version without a new list, so the first event after the error
@@ -166,7 +189,7 @@ fn absorb<E: std::fmt::Display + Refusal>(
     item: Result<Event<Lease>, E>,
     renewals: &mut Renewals,
     relist: &mut Option<BTreeSet<String>>,
-    streak: &mut Streak,
+    streak: &mut LeaseStreak,
 ) -> Access {
     match streak.take(item) {
         Heard::Event { event, again } => {
@@ -214,7 +237,7 @@ pub fn start(client: Client, stop: CancellationToken, refusals: Refusals) -> Sha
     tokio::spawn(async move {
         let api: Api<Lease> = Api::namespaced(client, NODE_LEASE_NAMESPACE);
         let mut relist = None;
-        let mut streak = Streak::default();
+        let mut streak = LeaseStreak::default();
         let mut told = Told::default();
         reflect(api, stop.cancelled(), |item| {
             let access = absorb(item, &mut lock(&renewals), &mut relist, &mut streak);
@@ -252,7 +275,7 @@ mod tests {
         // a new list: the first event after the error makes it current.
         let mut renewals = Renewals::default();
         let mut relist = None;
-        let mut streak = Streak::default();
+        let mut streak = LeaseStreak::default();
         for event in [
             Event::Init,
             Event::InitApply(lease("a", "2026-11-25T03:00:00.000000Z")),
@@ -272,14 +295,14 @@ mod tests {
             &mut relist,
             &mut streak,
         );
-        assert!(!renewals.is_current() && streak.failing());
+        assert!(!renewals.is_current() && streak.streak.failing());
         absorb(
             Ok::<_, &str>(Event::Apply(lease("a", "2026-11-25T03:00:10.000000Z"))),
             &mut renewals,
             &mut relist,
             &mut streak,
         );
-        assert!(renewals.is_current() && !streak.failing());
+        assert!(renewals.is_current() && !streak.streak.failing());
     }
 
     /// A 403 from the API server.
@@ -301,7 +324,7 @@ mod tests {
     fn a_refused_watch_is_told_once_and_its_end_too() {
         let mut renewals = Renewals::default();
         let mut relist = None;
-        let mut streak = Streak::default();
+        let mut streak = LeaseStreak::default();
         let mut seen = Vec::new();
         for item in [Err(Forbidden), Err(Forbidden)] {
             seen.push(absorb::<Forbidden>(
@@ -330,7 +353,7 @@ mod tests {
         );
         // A failure that is no refusal names no permission; a refusal
         // after it in the same streak is told.
-        streak = Streak::default();
+        streak = LeaseStreak::default();
         let access = absorb(
             Err("connection reset"),
             &mut renewals,
@@ -340,6 +363,64 @@ mod tests {
         assert_eq!(access, Access::Same);
         let access = absorb::<Forbidden>(Err(Forbidden), &mut renewals, &mut relist, &mut streak);
         assert_eq!(access, Access::Refused);
+    }
+
+    /// What the watch says of each item: the failure's `Say`, or `None`.
+    fn said(streak: &mut LeaseStreak, refused: &[bool]) -> Vec<Say> {
+        let item = |refused: bool| -> Result<Event<Lease>, Box<dyn RefusalText>> {
+            if refused {
+                Err(Box::new(Forbidden))
+            } else {
+                Err(Box::new("connection reset"))
+            }
+        };
+        refused
+            .iter()
+            .filter_map(|refused| match streak.take(item(*refused)) {
+                Heard::Failure { say, .. } => Some(say),
+                Heard::Event { .. } => None,
+            })
+            .collect()
+    }
+
+    trait RefusalText: Refusal + std::fmt::Display {}
+    impl<T: Refusal + std::fmt::Display> RefusalText for T {}
+    impl Refusal for Box<dyn RefusalText> {
+        fn refused(&self) -> bool {
+            (**self).refused()
+        }
+    }
+
+    /// A refusal is told once per streak, also after another failure; a
+    /// failure that is no refusal only when it begins the streak (the
+    /// warnings the watch gave before it shared the reflector loop).
+    #[test]
+    fn the_lease_watch_tells_a_refusal_once_per_streak_and_another_failure_when_it_begins() {
+        let mut streak = LeaseStreak::default();
+        assert_eq!(
+            said(&mut streak, &[true, false, true, false]),
+            [Say::Refused, Say::Again, Say::Again, Say::Again]
+        );
+        let mut streak = LeaseStreak::default();
+        assert_eq!(
+            said(&mut streak, &[false, false, true, true, false]),
+            [
+                Say::Failed,
+                Say::Again,
+                Say::Refused,
+                Say::Again,
+                Say::Again
+            ]
+        );
+        // It works again: a later streak is told afresh.
+        let mut relist = None;
+        absorb::<&str>(
+            Ok(Event::InitDone),
+            &mut Renewals::default(),
+            &mut relist,
+            &mut streak,
+        );
+        assert_eq!(said(&mut streak, &[true]), [Say::Refused]);
     }
 
     #[test]
