@@ -173,10 +173,25 @@ impl LeaseStreak {
     /// Takes one item, with what to say of a failure in the Lease watch's
     /// way.
     fn take<E: Refusal>(&mut self, item: Result<Event<Lease>, E>) -> Heard<Lease, E> {
-        let heard = self.streak.take(item);
-        match heard {
-            Heard::Failure { error, say } => Heard::Failure { error, say },
-            event => event,
+        let began = !self.streak.failing();
+        match self.streak.take(item) {
+            Heard::Failure { error, .. } => {
+                let say = if error.refused() && !self.refusal_told {
+                    self.refusal_told = true;
+                    Say::Refused
+                } else if began && !error.refused() {
+                    Say::Failed
+                } else {
+                    Say::Again
+                };
+                Heard::Failure { error, say }
+            }
+            Heard::Event { event, again } => {
+                if again {
+                    self.refusal_told = false;
+                }
+                Heard::Event { event, again }
+            }
         }
     }
 }
