@@ -29,6 +29,8 @@ pub struct Clients {
     pub fence: Fence,
     /// Told of every Robot request (the controller's metrics).
     pub robot_observer: Option<Arc<dyn RobotObserver>>,
+    /// Told of every Cloud request; a replaced Cloud client gets it too.
+    hetzner_observer: Option<Arc<dyn RequestObserver>>,
 }
 
 impl Clients {
@@ -42,6 +44,7 @@ impl Clients {
             hetzner,
             fence: Fence::open(),
             robot_observer: None,
+            hetzner_observer: None,
         }
     }
 
@@ -57,8 +60,18 @@ impl Clients {
         O: RequestObserver + RobotObserver + 'static,
     {
         self.hetzner = self.hetzner.with_observer(observer.clone());
+        self.hetzner_observer = Some(observer.clone());
         self.robot_observer = Some(observer);
         self
+    }
+
+    /// Another Cloud client (a reload changed its timeout or budget), told
+    /// to whoever was told of the one it replaces.
+    pub fn replace_hetzner(&mut self, hetzner: HetznerClient) {
+        self.hetzner = match &self.hetzner_observer {
+            Some(observer) => hetzner.with_observer(observer.clone()),
+            None => hetzner,
+        };
     }
 
     /// Every write asks `fence` (the leader election's).

@@ -248,9 +248,9 @@ impl Reconciler {
     }
 
     /// A reload changed the Cloud client's timeout or budget: every later
-    /// cycle uses `hetzner` (built with the same observer).
+    /// cycle and move uses `hetzner`, told to the same observer.
     pub fn replace_hetzner(&mut self, hetzner: HetznerClient) {
-        self.clients.hetzner = hetzner;
+        self.clients.replace_hetzner(hetzner);
     }
 
     /// When the last good listing of this term began (what Node changes

@@ -99,8 +99,9 @@ pub struct ControlLoop {
 
 impl ControlLoop {
     /// The one wiring of the controller, for the CLI and the tests alike:
-    /// the settings, the process's clients (the reconciler gets them with
-    /// the metrics told of every request and the election's fence) and
+    /// the settings, the process's clients (as [`crate::world::connect`]
+    /// builds them: the loop tells its metrics of every request and gives
+    /// them the election's fence) and
     /// what a config reload reads again (`--config` and the environment).
     /// It owns fresh health and metrics (serve them with
     /// [`ControlLoop::health`] and [`ControlLoop::metrics`]) and a shutdown

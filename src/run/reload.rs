@@ -192,9 +192,7 @@ impl ControlLoop {
             || new.guards.hcloud_request_budget != self.settings.guards.hcloud_request_budget
         {
             match hetzner_client(&new) {
-                Ok(client) => self
-                    .reconciler
-                    .replace_hetzner(client.with_observer(self.metrics.clone())),
+                Ok(client) => self.reconciler.replace_hetzner(client),
                 Err(e) => {
                     error!(error = %e, "config reload rejected; keeping the previous config");
                     self.health.record_config_reload(Some(e.to_string()));

@@ -14,7 +14,7 @@ use canada_kaktus::hetzner::HetznerClient;
 use canada_kaktus::members::{NodeFacts, NodeView};
 use canada_kaktus::pool::Fence;
 use canada_kaktus::reconcile::{Clients, FailoverListing};
-use canada_kaktus::run::failover::{Look, Mover};
+use canada_kaktus::run::failover::{Context, Mover};
 use canada_kaktus::serve::metrics::Metrics;
 use canada_kaktus::server::{Location, ServerStatus};
 use std::sync::{Arc, Mutex};
@@ -105,8 +105,8 @@ fn look<'a>(
     settings: &'a config::Settings,
     metrics: &'a Metrics,
     now: Instant,
-) -> Look<'a> {
-    Look {
+) -> Context<'a> {
+    Context {
         clients,
         settings,
         metrics,

@@ -3,7 +3,7 @@
 
 use tokio::time::Instant;
 
-use super::{Done, Look, Published};
+use super::{Context, Done, Published};
 use crate::members::NodeView;
 use std::sync::{Arc, Mutex};
 
@@ -51,13 +51,13 @@ impl ControlLoop {
     pub(in crate::run) fn decide_moves(&mut self, st: &mut Running) -> Flow {
         // Every Node change comes here: the Nodes' view (shared, read in
         // place) only when a failover pool reads it.
-        let look = self.look();
+        let cx = self.mover_context();
         let published = if st.mover.has_pools() {
             let nodes = st.nodes.view();
             let nodes = nodes.read();
-            st.mover.decide(&look, &nodes)
+            st.mover.decide(&cx, &nodes)
         } else {
-            st.mover.decide(&look, &NodeView::default())
+            st.mover.decide(&cx, &NodeView::default())
         };
         self.publish_moves(st, published);
         Flow::Go
@@ -65,7 +65,7 @@ impl ControlLoop {
 
     /// A move ended: recorded, and the pools looked at again.
     pub(in crate::run) fn on_move_done(&mut self, st: &mut Running, done: Done) -> Flow {
-        let published = st.mover.finish(&self.look(), done);
+        let published = st.mover.finish(&self.mover_context(), done);
         self.publish_moves(st, published);
         if st.schedule.leading() {
             self.decide_moves(st);
@@ -74,8 +74,8 @@ impl ControlLoop {
     }
 
     /// What the mover is handed at a look or a move's end.
-    fn look(&self) -> Look<'_> {
-        Look {
+    fn mover_context(&self) -> Context<'_> {
+        Context {
             clients: self.reconciler.clients(),
             settings: &self.settings,
             metrics: &self.metrics,

@@ -54,7 +54,7 @@ pub struct Mover {
 /// What the loop hands the mover at a look or a move's end: the process's
 /// clients and the settings now (a move reads the token through them),
 /// the metrics, the moment.
-pub struct Look<'a> {
+pub struct Context<'a> {
     pub clients: &'a Clients,
     pub settings: &'a Settings,
     pub metrics: &'a Metrics,
@@ -130,41 +130,41 @@ impl Mover {
     /// Looks at every failover pool and starts the moves the mover asks
     /// for. `nodes` is what the Node watch knows now; nothing moves before
     /// it listed the Nodes.
-    pub fn decide(&mut self, look: &Look, nodes: &NodeView) -> Published {
+    pub fn decide(&mut self, cx: &Context, nodes: &NodeView) -> Published {
         // Read in place (no copy per look): the renewals behind their lock
         // for this look.
         let effects = match &self.renewals {
-            Some(renewals) => self.state.decide(nodes, &lock(renewals), look.now),
-            None => self.state.decide(nodes, &Renewals::default(), look.now),
+            Some(renewals) => self.state.decide(nodes, &lock(renewals), cx.now),
+            None => self.state.decide(nodes, &Renewals::default(), cx.now),
         };
-        self.apply(effects, look)
+        self.apply(effects, cx)
     }
 
     /// Records a move that ended; the loop decides again after it.
-    pub fn finish(&mut self, look: &Look, done: Done) -> Published {
+    pub fn finish(&mut self, cx: &Context, done: Done) -> Published {
         let outcome = Outcome {
             floating_ip: done.floating_ip,
             result: done.result.map_err(|error| error.failure()),
             target_renewed: done.target_renewed,
         };
-        let effects = self.state.finish(outcome, look.now);
-        self.apply(effects, look)
+        let effects = self.state.finish(outcome, cx.now);
+        self.apply(effects, cx)
     }
 
     /// Carries out `effects` of a transition in order; the Events are
     /// returned for the loop to publish.
-    fn apply(&mut self, effects: Vec<Effect>, look: &Look) -> Published {
+    fn apply(&mut self, effects: Vec<Effect>, cx: &Context) -> Published {
         let mut published = Vec::new();
         for effect in effects {
             match effect {
-                Effect::Start(order) => self.start(order, look),
+                Effect::Start(order) => self.start(order, cx),
                 Effect::Report { pool, report } => published.push((pool, event_of(&report))),
                 Effect::Renewed(renewed) => {
                     if let Some(renewals) = &self.renewals {
-                        lock(renewals).saw(&renewed.node, renewed.renew_time, look.now);
+                        lock(renewals).saw(&renewed.node, renewed.renew_time, cx.now);
                     }
                 }
-                metric => self.apply_metric(metric, look.metrics),
+                metric => self.apply_metric(metric, cx.metrics),
             }
         }
         published
@@ -188,13 +188,13 @@ impl Mover {
 
     /// Starts `order` as a task of its own, with the clients and the token
     /// source of this look.
-    fn start(&mut self, order: crate::failover::mover::Order, look: &Look) {
+    fn start(&mut self, order: crate::failover::mover::Order, cx: &Context) {
         let floating_ip = order.floating_ip;
         let with = MoveClients {
-            hetzner: look.clients.hetzner.clone(),
-            kube: look.clients.kube.clone(),
-            token: look.settings.token.clone(),
-            fence: look.clients.fence.clone(),
+            hetzner: cx.clients.hetzner.clone(),
+            kube: cx.clients.kube.clone(),
+            token: cx.settings.token.clone(),
+            fence: cx.clients.fence.clone(),
             term: self.term,
         };
         let task = self.tasks.spawn(move_one(with, order));
