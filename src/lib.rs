@@ -97,6 +97,7 @@
 //! | `hetzner` | backoff, server, sync, vocab |
 //! | `server`, `vocab`, `sync`, `backoff`, `memory` | nothing |
 #![deny(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod backoff;
 pub mod check;

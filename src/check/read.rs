@@ -25,7 +25,7 @@ fn not_found(error: &kube::Error) -> bool {
 
 /// The pool CRD's served versions and its storage version; from API
 /// discovery (storage unknown) when the CRD may not be read.
-pub async fn crd_versions(client: &Client) -> Result<(Vec<String>, Option<String>), String> {
+pub(super) async fn crd_versions(client: &Client) -> Result<(Vec<String>, Option<String>), String> {
     let name = format!("{POOL_PLURAL}.{POOL_GROUP}");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     match bounded(crds.get_opt(&name)).await {
@@ -98,7 +98,7 @@ impl std::fmt::Display for Access {
 
 /// Whether the identity that runs the check may do `access`
 /// (a `SelfSubjectAccessReview`).
-pub async fn allowed(client: &Client, access: &Access) -> Result<bool, String> {
+pub(super) async fn allowed(client: &Client, access: &Access) -> Result<bool, String> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
@@ -119,7 +119,7 @@ pub async fn allowed(client: &Client, access: &Access) -> Result<bool, String> {
 }
 
 /// `namespace/cilium-config`'s data (`None`: no such ConfigMap).
-pub async fn cilium_config(
+pub(super) async fn cilium_config(
     client: &Client,
     namespace: &str,
 ) -> Result<Option<BTreeMap<String, String>>, String> {
@@ -130,20 +130,23 @@ pub async fn cilium_config(
 }
 
 /// The image of `namespace/cilium-operator`'s first container.
-pub async fn operator_image(client: &Client, namespace: &str) -> Result<Option<String>, String> {
+pub(super) async fn operator_image(
+    client: &Client,
+    namespace: &str,
+) -> Result<Option<String>, String> {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     Ok(bounded(deployments.get_opt("cilium-operator"))
         .await?
         .and_then(|d| d.spec?.template.spec?.containers.into_iter().next()?.image))
 }
 
-pub async fn nodes(client: &Client) -> Result<Vec<Node>, String> {
+pub(super) async fn nodes(client: &Client) -> Result<Vec<Node>, String> {
     let nodes: Api<Node> = Api::all(client.clone());
     Ok(bounded(nodes.list(&ListParams::default())).await?.items)
 }
 
 /// The Lease's holder and how long ago it was renewed.
-pub async fn lease(
+pub(super) async fn lease(
     client: &Client,
     namespace: &str,
     name: &str,
@@ -164,7 +167,7 @@ pub async fn lease(
 
 /// Each pool's last success, from the `/metrics` of a controller on this
 /// host (`kubectl exec` into its pod); `None` when none answers.
-pub async fn local_last_success(port: u16) -> Option<BTreeMap<String, f64>> {
+pub(super) async fn local_last_success(port: u16) -> Option<BTreeMap<String, f64>> {
     let url = format!("http://127.0.0.1:{port}/metrics");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
@@ -176,7 +179,7 @@ pub async fn local_last_success(port: u16) -> Option<BTreeMap<String, f64>> {
 
 /// Each pool's last success in a `/metrics` text; `None` when the text is
 /// not canada-kaktus's (something else may listen on that port).
-pub fn last_success_in(text: &str) -> Option<BTreeMap<String, f64>> {
+pub(super) fn last_success_in(text: &str) -> Option<BTreeMap<String, f64>> {
     if !text
         .lines()
         .any(|l| l.starts_with("canada_kaktus_build_info{"))

@@ -15,14 +15,38 @@ mod schema;
 mod table;
 mod token;
 mod values;
-pub use choices::*;
+pub(crate) use choices::LeaderElectionMode;
+pub use choices::{AddressKind, BlockedAddresses, CiliumApiVersion, LogFormat, LogLevel};
 use layers::Layer;
 use loader::*;
-pub use pools::*;
-pub use robot::*;
-pub use schema::*;
-pub use table::*;
-pub use token::*;
+#[cfg(test)]
+pub(crate) use pools::RobotMembers;
+pub(crate) use pools::{parse_pools, NodeRules, PoolConfig, DEFAULT_IPV6_HOST_PART};
+pub use pools::{
+    pool_fields_markdown, Failover, NetworkRef, RobotRef, NODE_KEYS, POOL_KEYS, ROBOT_KEYS,
+};
+use pools::{FieldType, PoolField, POOL_FIELDS};
+pub(crate) use robot::RobotPasswordError;
+pub use robot::{RobotPassword, RobotSettings, RobotUser};
+pub use schema::chart_config_schema;
+pub(crate) use table::ROBOT_ENDPOINT;
+use table::{
+    accepts_list, accepts_object, is_token_setting, Setting, SettingDefault, BLOCKED_ADDRESSES,
+    CILIUM_API_VERSION, ENV_ONLY, EVENTS, HCLOUD_ALLOW_HTTP, HCLOUD_REQUEST_BUDGET,
+    LEADER_ELECTION, LEASE_DURATION, LEASE_NAME, LEASE_NAMESPACE, LOG_FORMAT, NODE_MIN_GAP,
+    POOL_ANNOTATIONS, POOL_LABELS, ROBOT_PASSWORD_FILE, ROBOT_USER_FILE, SINGLE_POOL_SETTINGS,
+    WATCH_NODES,
+};
+pub use table::{
+    settings_table_markdown, HCLOUD_ENDPOINT, HCLOUD_TIMEOUT, HCLOUD_TOKEN, HCLOUD_TOKEN_FILE,
+    INTERVAL, LABEL_SELECTOR, LISTEN_ADDRESS, LOG_LEVEL, MAX_REMOVAL_RATIO, NODE_DEBOUNCE, POOLS,
+    POOL_NAME, POOL_SERVICE_SELECTOR, ROBOT_PASSWORD, ROBOT_USER, SETTINGS,
+};
+use token::check_token;
+pub(crate) use token::TokenError;
+pub use token::TokenSource;
+#[cfg(test)]
+use token::MAX_TOKEN_FILE_BYTES;
 use values::*;
 
 use std::collections::{BTreeMap, HashMap};

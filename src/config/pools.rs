@@ -51,9 +51,9 @@ pub struct Failover {
 }
 
 /// `FailoverAfter` when unset: two missed kubelet renewals (every 10 s).
-pub const DEFAULT_FAILOVER_AFTER: Duration = Duration::from_secs(20);
+pub(super) const DEFAULT_FAILOVER_AFTER: Duration = Duration::from_secs(20);
 /// `FailoverMovesPerMinute` when unset.
-pub const DEFAULT_MOVES_PER_MINUTE: u32 = 10;
+pub(super) const DEFAULT_MOVES_PER_MINUTE: u32 = 10;
 
 impl PoolConfig {
     pub fn wants(&self, kind: AddressKind) -> bool {
@@ -136,16 +136,17 @@ pub struct NodeRules {
 }
 
 /// The host part `::1`: what Hetzner's images configure on the interface.
-pub const DEFAULT_IPV6_HOST_PART: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1);
+pub(crate) const DEFAULT_IPV6_HOST_PART: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1);
 
 mod addresses;
 mod fields;
 mod parse;
 mod servers;
 
-pub use fields::*;
+pub use fields::{pool_fields_markdown, NODE_KEYS, POOL_KEYS, ROBOT_KEYS};
+pub(crate) use fields::{FieldType, PoolField, POOL_FIELDS};
 
 use addresses::*;
-pub use parse::parse_pools;
+pub(crate) use parse::parse_pools;
 use parse::*;
 use servers::*;

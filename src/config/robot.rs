@@ -106,7 +106,7 @@ fn is_user(text: &str) -> bool {
 }
 
 /// The user in a file: one word, blanks around it dropped.
-pub fn read_user_file(path: &std::path::Path) -> Result<SecretString, RobotPasswordError> {
+pub(super) fn read_user_file(path: &std::path::Path) -> Result<SecretString, RobotPasswordError> {
     let shown = path.display().to_string();
     let not = || RobotPasswordError::NotAUser {
         path: shown.clone(),
@@ -125,7 +125,9 @@ pub fn read_user_file(path: &std::path::Path) -> Result<SecretString, RobotPassw
 }
 
 /// The password in a file: its text less one line end.
-pub fn read_password_file(path: &std::path::Path) -> Result<SecretString, RobotPasswordError> {
+pub(super) fn read_password_file(
+    path: &std::path::Path,
+) -> Result<SecretString, RobotPasswordError> {
     let shown = path.display().to_string();
     let not = || RobotPasswordError::NotAPassword {
         path: shown.clone(),

@@ -17,7 +17,7 @@ use super::{
 /// the Robot credentials come from Secrets (`token.*`, `robot.*`), the
 /// listen address must match the probes' port, and the Lease's namespace
 /// is the release's.
-pub const MANAGED_BY_THE_CHART: &[&str] = &[
+pub(super) const MANAGED_BY_THE_CHART: &[&str] = &[
     "HcloudToken",
     "HcloudTokenFile",
     "RobotUser",
@@ -30,7 +30,7 @@ pub const MANAGED_BY_THE_CHART: &[&str] = &[
 
 /// Settings read as a duration, which needs its unit: a bare number such
 /// as `60` is refused (a test holds this list to what the binary does).
-pub const DURATION_SETTINGS: &[&str] = &[
+pub(super) const DURATION_SETTINGS: &[&str] = &[
     "HcloudTimeout",
     "Interval",
     "LeaseDuration",

@@ -35,7 +35,7 @@ pub const LOG_LEVEL: Setting = Setting {
     default: SettingDefault::Value("Info"),
     description: "Log level: Debug, Info, Warn or Error (any case; Warning, Trace, Fatal and Panic are also accepted)",
 };
-pub const LOG_FORMAT: Setting = Setting {
+pub(super) const LOG_FORMAT: Setting = Setting {
     env: "CANADA_KAKTUS_LOG_FORMAT",
     key: "LogFormat",
     default: SettingDefault::Value("auto"),
@@ -70,7 +70,7 @@ pub const HCLOUD_TOKEN_FILE: Setting = Setting {
 /// Settings read from the environment only: where the credentials go.
 /// In config.json (a ConfigMap more people may edit than the Deployment)
 /// each is a problem.
-pub const ENV_ONLY: &[&str] = &["HcloudEndpoint", "HcloudAllowHttp", "RobotEndpoint"];
+pub(super) const ENV_ONLY: &[&str] = &["HcloudEndpoint", "HcloudAllowHttp", "RobotEndpoint"];
 
 pub const HCLOUD_ENDPOINT: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_ENDPOINT",
@@ -81,7 +81,7 @@ pub const HCLOUD_ENDPOINT: Setting = Setting {
                   (in config.json an error), read at start: a config.json never sends the token \
                   elsewhere",
 };
-pub const HCLOUD_ALLOW_HTTP: Setting = Setting {
+pub(super) const HCLOUD_ALLOW_HTTP: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_ALLOW_HTTP",
     key: "HcloudAllowHttp",
     default: SettingDefault::Value("false"),
@@ -106,7 +106,7 @@ pub const ROBOT_USER: Setting = Setting {
     description: "Hetzner Robot webservice user (Robot → Settings → Webservice and app settings), \
                   with RobotPassword or RobotPasswordFile: both or neither. Never shown",
 };
-pub const ROBOT_USER_FILE: Setting = Setting {
+pub(super) const ROBOT_USER_FILE: Setting = Setting {
     env: "CANADA_KAKTUS_ROBOT_USER_FILE",
     key: "RobotUserFile",
     default: SettingDefault::Unset("unset"),
@@ -121,14 +121,14 @@ pub const ROBOT_PASSWORD: Setting = Setting {
     description: "The webservice user's password (a line end is removed, spaces are kept). \
                   Never shown",
 };
-pub const ROBOT_PASSWORD_FILE: Setting = Setting {
+pub(super) const ROBOT_PASSWORD_FILE: Setting = Setting {
     env: "CANADA_KAKTUS_ROBOT_PASSWORD_FILE",
     key: "RobotPasswordFile",
     default: SettingDefault::Unset("unset"),
     description: "Path of a file holding the password (e.g. a mounted Secret), instead of \
                   RobotPassword; re-read every cycle, so a new password is used without a restart",
 };
-pub const ROBOT_ENDPOINT: Setting = Setting {
+pub(crate) const ROBOT_ENDPOINT: Setting = Setting {
     env: "CANADA_KAKTUS_ROBOT_ENDPOINT",
     key: "RobotEndpoint",
     default: SettingDefault::Value(crate::robot::ROBOT_ENDPOINT),
@@ -141,14 +141,14 @@ pub const POOL_NAME: Setting = Setting {
     default: SettingDefault::Value("covidnetes-pool"),
     description: "Name of the CiliumLoadBalancerIPPool to keep up to date (a DNS-1123 subdomain)",
 };
-pub const POOL_ANNOTATIONS: Setting = Setting {
+pub(super) const POOL_ANNOTATIONS: Setting = Setting {
     env: "CANADA_KAKTUS_POOL_ANNOTATIONS",
     key: "PoolAnnotations",
     default: SettingDefault::Unset("none"),
     description:
         "Extra annotations for the pool, as a JSON object, e.g. {\"example.com/team\":\"platform\"}",
 };
-pub const POOL_LABELS: Setting = Setting {
+pub(super) const POOL_LABELS: Setting = Setting {
     env: "CANADA_KAKTUS_POOL_LABELS",
     key: "PoolLabels",
     default: SettingDefault::Unset("none"),
@@ -191,7 +191,7 @@ pub const LISTEN_ADDRESS: Setting = Setting {
     default: SettingDefault::Value("0.0.0.0:8080"),
     description: "Address and port of the HTTP server (health); :8080 means every IPv4 interface",
 };
-pub const CILIUM_API_VERSION: Setting = Setting {
+pub(super) const CILIUM_API_VERSION: Setting = Setting {
     env: "CANADA_KAKTUS_CILIUM_API_VERSION",
     key: "CiliumApiVersion",
     default: SettingDefault::Value("auto"),
@@ -206,7 +206,7 @@ pub const MAX_REMOVAL_RATIO: Setting = Setting {
                   or more is held until a listing at least min(Interval, 60s) later confirms it \
                   (0 holds every removal, 1 turns the guard off); additions are never held",
 };
-pub const BLOCKED_ADDRESSES: Setting = Setting {
+pub(super) const BLOCKED_ADDRESSES: Setting = Setting {
     env: "CANADA_KAKTUS_BLOCKED_ADDRESSES",
     key: "BlockedAddresses",
     default: SettingDefault::Value("keep"),
@@ -214,7 +214,7 @@ pub const BLOCKED_ADDRESSES: Setting = Setting {
                   an address in a blocked IPv6 /64, a Floating IP): keep (stay in the pool, \
                   reported) or drop (left out of the pool)",
 };
-pub const HCLOUD_REQUEST_BUDGET: Setting = Setting {
+pub(super) const HCLOUD_REQUEST_BUDGET: Setting = Setting {
     env: "CANADA_KAKTUS_HCLOUD_REQUEST_BUDGET",
     key: "HcloudRequestBudget",
     default: SettingDefault::Value("1200"),
@@ -223,7 +223,7 @@ pub const HCLOUD_REQUEST_BUDGET: Setting = Setting {
                   10 to 100000",
 };
 
-pub const LEADER_ELECTION: Setting = Setting {
+pub(super) const LEADER_ELECTION: Setting = Setting {
     env: "CANADA_KAKTUS_LEADER_ELECTION",
     key: "LeaderElection",
     default: SettingDefault::Value("auto"),
@@ -233,13 +233,13 @@ pub const LEADER_ELECTION: Setting = Setting {
                   KUBERNETES_SERVICE_HOST is set), true or false (a single replica or a run \
                   outside the cluster)",
 };
-pub const LEASE_NAME: Setting = Setting {
+pub(super) const LEASE_NAME: Setting = Setting {
     env: "CANADA_KAKTUS_LEASE_NAME",
     key: "LeaseName",
     default: SettingDefault::Value("canada-kaktus"),
     description: "Name of the leader-election Lease (must match resourceNames in deploy/rbac.yaml)",
 };
-pub const LEASE_NAMESPACE: Setting = Setting {
+pub(super) const LEASE_NAMESPACE: Setting = Setting {
     env: "CANADA_KAKTUS_LEASE_NAMESPACE",
     key: "LeaseNamespace",
     default: SettingDefault::Unset(
@@ -248,7 +248,7 @@ pub const LEASE_NAMESPACE: Setting = Setting {
     ),
     description: "Namespace of the leader-election Lease",
 };
-pub const LEASE_DURATION: Setting = Setting {
+pub(super) const LEASE_DURATION: Setting = Setting {
     env: "CANADA_KAKTUS_LEASE_DURATION",
     key: "LeaseDuration",
     default: SettingDefault::Value("15s"),
@@ -256,7 +256,7 @@ pub const LEASE_DURATION: Setting = Setting {
                   5m: a leader that dies is replaced within about this long (one that shuts \
                   down releases the Lease at once); the leader renews after two thirds of it",
 };
-pub const WATCH_NODES: Setting = Setting {
+pub(super) const WATCH_NODES: Setting = Setting {
     env: "CANADA_KAKTUS_WATCH_NODES",
     key: "WatchNodes",
     default: SettingDefault::Value("true"),
@@ -271,14 +271,14 @@ pub const NODE_DEBOUNCE: Setting = Setting {
     description: "How long to gather further Node changes before one node-triggered listing, \
                   0s to 5m",
 };
-pub const NODE_MIN_GAP: Setting = Setting {
+pub(super) const NODE_MIN_GAP: Setting = Setting {
     env: "CANADA_KAKTUS_NODE_MIN_GAP",
     key: "NodeMinGap",
     default: SettingDefault::Value("30s"),
     description: "Least time between two node-triggered listings, 1s to 1h, so a node storm \
                   costs at most one listing per gap (120/h at 30s)",
 };
-pub const EVENTS: Setting = Setting {
+pub(super) const EVENTS: Setting = Setting {
     env: "CANADA_KAKTUS_EVENTS",
     key: "Events",
     default: SettingDefault::Value("true"),
@@ -363,7 +363,7 @@ pub(super) fn accepts_object(setting: &Setting) -> bool {
 }
 
 /// The settings that describe the one pool when `Pools` is not set.
-pub const SINGLE_POOL_SETTINGS: &[Setting] = &[
+pub(super) const SINGLE_POOL_SETTINGS: &[Setting] = &[
     LABEL_SELECTOR,
     POOL_NAME,
     POOL_ANNOTATIONS,

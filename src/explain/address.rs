@@ -14,14 +14,14 @@ use super::{Line, PoolAnswer, ServerAnswer};
 /// What has the address: a server (Cloud or Robot) with the kind it has it
 /// as, or a Floating IP.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owner<'a> {
+pub(super) enum Owner<'a> {
     Server(&'a Server, AddressKind),
     FloatingIp(&'a FloatingIp),
 }
 
 /// Everything that has `address` in `servers` (Cloud and Robot) and
 /// `floating_ips`.
-pub fn owners<'a>(
+pub(super) fn owners<'a>(
     address: IpAddr,
     servers: impl IntoIterator<Item = &'a Server>,
     floating_ips: &'a [FloatingIp],
@@ -95,7 +95,7 @@ fn in_network(net: Ipv6Net, address: IpAddr) -> bool {
 
 /// Why no pool takes `address`, pool by pool (only `pool` when given), for
 /// each owner; `None` when nothing has it.
-pub fn why_not(
+pub(super) fn why_not(
     settings: &Settings,
     owners: &[Owner<'_>],
     address: IpAddr,
@@ -149,7 +149,7 @@ pub fn why_not(
 
 /// Fills `answer` (whose pools say nothing of `address`) with who has it
 /// and why no pool takes it; only `--server`'s owner when one is named.
-pub fn fill_unclaimed(
+pub(super) fn fill_unclaimed(
     settings: &Settings,
     answer: &mut super::Explanation,
     owners: &[Owner<'_>],

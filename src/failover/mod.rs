@@ -18,7 +18,9 @@
 pub mod mover;
 mod view;
 
-pub use view::*;
+use view::{departure, healthy_members, takes_new_within, Departure};
+pub(crate) use view::{failover_pools, KUBELET_PERIOD};
+pub use view::{states, Candidate, FailoverPool, NotReady, PoolFloatingIp, Renewals};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

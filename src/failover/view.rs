@@ -89,7 +89,7 @@ impl FailoverPool {
 /// holds after the split (`held[i]` are pool `i`'s addresses: an IP an
 /// earlier pool took is not this pool's to move) and the servers its
 /// selector matches (all of `servers` when the listing was `prefiltered`).
-pub fn failover_pools(
+pub(crate) fn failover_pools(
     pools: &[PoolConfig],
     held: &[&BTreeSet<IpAddr>],
     servers: &[Server],
@@ -204,11 +204,11 @@ impl Departure {
 
 /// Whether a Node has gone quiet for long enough: NotReady or silent for
 /// `FailoverAfter` (so a Node that flaps faster causes no move).
-pub type Quiet<'a> = &'a dyn Fn(&NodeFacts) -> Option<Departure>;
+pub(super) type Quiet<'a> = &'a dyn Fn(&NodeFacts) -> Option<Departure>;
 
 /// Why server `id` is no healthy member of `pool` now; `None` when it is
 /// (it may still take no new IP, see [`healthy_members`]).
-pub fn departure(
+pub(super) fn departure(
     pool: &FailoverPool,
     id: i64,
     nodes: &NodeView,
@@ -248,16 +248,16 @@ fn candidate_departure(
 
 /// Whether a Node may take a new Floating IP: it renewed its Lease
 /// recently (see [`TAKES_NEW_WITHIN`]).
-pub type Fresh<'a> = &'a dyn Fn(&NodeFacts) -> bool;
+pub(super) type Fresh<'a> = &'a dyn Fn(&NodeFacts) -> bool;
 
 /// A new holder must have renewed its Node's Lease within this long at
 /// most: one and a half kubelet periods. A Node late beyond it may be
 /// about to go silent (a location failing), and a move to it would be
 /// undone soon, each hop a real Action that spends the move budget.
-pub const TAKES_NEW_WITHIN: Duration = Duration::from_secs(15);
+pub(super) const TAKES_NEW_WITHIN: Duration = Duration::from_secs(15);
 
 /// How often a kubelet renews its Node's Lease (its default).
-pub const KUBELET_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const KUBELET_PERIOD: Duration = Duration::from_secs(10);
 
 /// How recent a target's last renewal the watch saw must be for the move
 /// to go without reading the target's Lease first: `FailoverAfter` less one
@@ -265,7 +265,7 @@ pub const KUBELET_PERIOD: Duration = Duration::from_secs(10);
 /// fails at once, the mover looks at the holder `FailoverAfter` after its
 /// last renewal; a target that died with it renewed at most one period
 /// later, so it is late by then, and a fresh read finds it not renewing.
-pub fn takes_new_within(failover_after: Duration) -> Duration {
+pub(super) fn takes_new_within(failover_after: Duration) -> Duration {
     failover_after
         .saturating_sub(KUBELET_PERIOD)
         .clamp(Duration::from_secs(5), TAKES_NEW_WITHIN)
@@ -277,7 +277,7 @@ pub fn takes_new_within(failover_after: Duration) -> Duration {
 /// nothing); one whose Lease the watch has not seen renewed lately
 /// (`fresh`) is `lease_late`: it ranks last, and a move to it reads its
 /// Lease fresh before it assigns.
-pub fn healthy_members(
+pub(super) fn healthy_members(
     pool: &FailoverPool,
     nodes: &NodeView,
     quiet: Quiet<'_>,

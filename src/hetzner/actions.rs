@@ -20,7 +20,7 @@ use reqwest::Url;
 
 /// The least time between two polls of an Action: every poll is a request
 /// against the rate limit (Hetzner's own client waits 500 ms too).
-pub const MIN_ACTION_POLL: Duration = Duration::from_millis(500);
+pub(super) const MIN_ACTION_POLL: Duration = Duration::from_millis(500);
 use crate::vocab::SecretString;
 
 /// An Action as Hetzner reports it.

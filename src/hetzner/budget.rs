@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 /// A token bucket holding up to `per_hour` requests, refilled evenly.
 #[derive(Debug, Clone)]
-pub struct RequestBudget {
+pub(super) struct RequestBudget {
     per_hour: u32,
     tokens: f64,
     updated: Instant,
@@ -18,7 +18,7 @@ pub struct RequestBudget {
 
 impl RequestBudget {
     /// Starts full, so a restart can list at once.
-    pub fn new(per_hour: u32, now: Instant) -> Self {
+    pub(super) fn new(per_hour: u32, now: Instant) -> Self {
         Self {
             per_hour,
             tokens: f64::from(per_hour),
@@ -26,7 +26,7 @@ impl RequestBudget {
         }
     }
 
-    pub fn per_hour(&self) -> u32 {
+    pub(super) fn per_hour(&self) -> u32 {
         self.per_hour
     }
 
@@ -38,7 +38,7 @@ impl RequestBudget {
     }
 
     /// Takes one request from the budget, or says how long until one is there.
-    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+    pub(super) fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
         self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -49,7 +49,7 @@ impl RequestBudget {
     }
 
     /// Requests that could be sent right now.
-    pub fn available(&mut self, now: Instant) -> u32 {
+    pub(super) fn available(&mut self, now: Instant) -> u32 {
         self.refill(now);
         self.tokens.floor() as u32
     }
@@ -61,7 +61,7 @@ impl RequestBudget {
 /// hour away), but Hetzner refills it evenly, `RateLimit-Limit` per hour, so
 /// one request is back after `3600 / limit` seconds (one second at 3600/h),
 /// or at the reset if that comes sooner.
-pub fn rate_limit_wait(last: Option<&RateLimit>, now_unix: u64) -> Option<Duration> {
+pub(super) fn rate_limit_wait(last: Option<&RateLimit>, now_unix: u64) -> Option<Duration> {
     let last = last?;
     if last.remaining != Some(0) {
         return None;
@@ -77,7 +77,7 @@ pub fn rate_limit_wait(last: Option<&RateLimit>, now_unix: u64) -> Option<Durati
 
 /// What a listing would wait for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waiter {
+pub(super) enum Waiter {
     /// Hetzner's rate limit (`RateLimit-Remaining`).
     RateLimit,
     /// This controller's own hourly budget.
@@ -88,7 +88,7 @@ pub enum Waiter {
 /// for what: Hetzner's rate limit as `last` reported it, or our own budget
 /// (`available` requests now, refilled at `per_hour`); each request past
 /// what is left waits for one refill. `None` when nothing will wait.
-pub fn listing_wait(
+pub(super) fn listing_wait(
     pages: u64,
     last: Option<&RateLimit>,
     budget: Option<(u32, u32)>,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Sent with every request so Hetzner (and proxies) can tell us apart from
 /// the other tools sharing the project's rate limit.
-pub const USER_AGENT: &str = concat!("canada-kaktus/", env!("CARGO_PKG_VERSION"));
+pub(crate) const USER_AGENT: &str = concat!("canada-kaktus/", env!("CARGO_PKG_VERSION"));
 
 /// A page of 50 servers is a few hundred KiB; anything near this limit is not
 /// a Hetzner answer, and reading it whole would only waste memory.

@@ -5,13 +5,13 @@ use super::HetznerError;
 use reqwest::Url;
 
 /// Hetzner's public API endpoint.
-pub const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";
+pub(crate) const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";
 
 /// The one check of an endpoint setting: an http(s) base URL with a host,
 /// without credentials, query or fragment. Returns it trimmed and without
 /// trailing slashes, or what is wrong (never echoing the value, which could
 /// hold credentials).
-pub fn check_endpoint(text: &str) -> Result<String, String> {
+pub(crate) fn check_endpoint(text: &str) -> Result<String, String> {
     const ACCEPTED: &str = "use an http(s) URL such as https://api.hetzner.cloud/v1";
     let url = text.trim().trim_end_matches('/');
     let lower = url.to_ascii_lowercase();
@@ -70,7 +70,7 @@ pub(super) fn parse_endpoint(endpoint: &str) -> Result<(Url, String), HetznerErr
 /// Whether `endpoint` is `http://` to a host that is not a loopback address,
 /// so the token would leave the machine unencrypted (the configuration
 /// refuses it without an explicit opt-in).
-pub fn is_plain_http_off_host(endpoint: &str) -> bool {
+pub(crate) fn is_plain_http_off_host(endpoint: &str) -> bool {
     Url::parse(endpoint.trim()).is_ok_and(|url| {
         url.scheme() == "http" && !is_loopback_host(url.host_str().unwrap_or_default())
     })

@@ -401,7 +401,7 @@ pub(crate) fn without_values(message: &str) -> String {
 /// A value of a 200 body for a log line or a skip reason: only what looks
 /// like an address (at most 45 characters of hex digits, `.`, `:` and `/`)
 /// is shown; anything else could be the token and is only measured.
-pub fn shown_value(text: &str) -> String {
+pub(crate) fn shown_value(text: &str) -> String {
     let address_like = text.len() <= 45
         && text
             .chars()

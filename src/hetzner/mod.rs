@@ -7,8 +7,9 @@
 
 mod actions;
 mod budget;
-pub use actions::*;
-pub use budget::*;
+pub use actions::{Action, ActionStatus, Assignment};
+pub use budget::RateLimit;
+use budget::{listing_wait, rate_limit_wait, RequestBudget, Waiter};
 mod client;
 mod endpoint;
 mod error;
@@ -18,14 +19,28 @@ mod page;
 mod probe;
 mod request;
 mod retry;
-pub use client::*;
-pub use endpoint::*;
-pub use error::*;
-pub use model::*;
-pub use page::*;
-pub use probe::*;
+use client::unix_now;
+pub(crate) use client::USER_AGENT;
+pub use client::{HetznerClient, RequestObserver, RequestOutcome};
+use endpoint::parse_endpoint;
+pub(crate) use endpoint::{check_endpoint, is_plain_http_off_host, DEFAULT_ENDPOINT};
+pub(crate) use error::{error_chain, shown_value, without_values};
+use error::{message_text, parse_api_error, scrub, shorten, RetryReason, MAX_MESSAGE_CHARS};
+pub use error::{HetznerError, TransportKind};
+pub use model::ServerListing;
+use model::{FloatingIpListing, ListingCost};
+#[cfg(test)]
+use page::decode_page;
+pub use page::parse_servers_page;
+use page::{
+    absorb_floating_ips, absorb_networks, absorb_servers, decode, next_page, Collection,
+    FloatingIpsPage, NetworksPage, PageResponse, Pagination, PagingCheck, ReadError, ServerFields,
+    ServersPage,
+};
+pub(crate) use probe::WriteScope;
 use request::*;
-pub use retry::*;
+use retry::{is_retryable_status, retry_delay};
+pub use retry::{jitter, RetryPolicy};
 // The server model the listings fill in; its one home is `crate::server`.
 use crate::server::{
     FloatingAddress, FloatingIp, Ipv6Net, Location, Network, PrivateNet, Server, ServerStatus,

@@ -552,7 +552,7 @@ impl Collection {
 
 /// Which optional parts of each server a listing keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerFields {
+pub(super) struct ServerFields {
     /// The labels (an unfiltered listing matches selectors here).
     pub labels: bool,
     /// The private networks (a pool takes `private-ipv4`).
@@ -562,7 +562,7 @@ pub struct ServerFields {
 }
 
 impl ServerFields {
-    pub const ALL: ServerFields = ServerFields {
+    pub(super) const ALL: ServerFields = ServerFields {
         labels: true,
         private_networks: true,
         location: true,

@@ -43,7 +43,7 @@ pub(super) fn is_retryable_status(status: u16) -> bool {
 /// that is sooner; at least `base_delay`, because the header has one-second
 /// resolution): the reset is when the budget is *full*, not when the next
 /// request is allowed.
-pub fn retry_delay(
+pub(super) fn retry_delay(
     policy: &RetryPolicy,
     attempt: u32,
     reason: RetryReason,

@@ -18,7 +18,13 @@ mod trace;
 
 pub use contributions::Contributions;
 use kinds::{addresses_of, private_network, Gather, NetworkChoice};
-pub use nodes::*;
+use nodes::exclusion;
+#[cfg(test)]
+pub(crate) use nodes::{entries_copied, EXCLUDE_LABEL};
+#[cfg(test)]
+use nodes::{entries_searched, server_of_provider_id};
+pub(crate) use nodes::{Exclusion, LabelKeys, Unhealthy};
+pub use nodes::{NodeFacts, NodeStore, NodeView};
 use trace::note;
 pub use trace::{Decision, Outcome, Trace};
 

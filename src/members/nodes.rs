@@ -15,14 +15,14 @@ use tokio::time::Instant;
 use crate::config::PoolConfig;
 use crate::server::{Server, ServerStatus};
 
-pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+pub(crate) const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub(super) const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// `spec.providerID` of a Hetzner server's Node: `hcloud://<server id>`.
-pub const PROVIDER_PREFIX: &str = "hcloud://";
+pub(super) const PROVIDER_PREFIX: &str = "hcloud://";
 /// `spec.providerID` of a Robot server's Node: `hrobot://<server number>`
 /// (Hetzner's cloud controller manager), or the older `hcloud://bm-<n>`.
-pub const ROBOT_PROVIDER_PREFIX: &str = "hrobot://";
-pub const OLD_ROBOT_PROVIDER_PREFIX: &str = "hcloud://bm-";
+pub(super) const ROBOT_PROVIDER_PREFIX: &str = "hrobot://";
+pub(super) const OLD_ROBOT_PROVIDER_PREFIX: &str = "hcloud://bm-";
 
 /// What one Node says, reduced to what the rules read.
 #[derive(Debug, PartialEq, Eq, Default)]
@@ -162,7 +162,7 @@ fn addresses_digest(node: &Node) -> u64 {
 /// The server a `spec.providerID` names, as a server ID: `hrobot://<n>`
 /// and `hcloud://bm-<n>` a Robot server, `hcloud://<id>` a Cloud server
 /// (checked in this order, as Hetzner's cloud controller manager does).
-pub fn server_of_provider_id(provider_id: &str) -> Option<i64> {
+pub(super) fn server_of_provider_id(provider_id: &str) -> Option<i64> {
     let number = |text: &str| {
         text.trim_start_matches('/')
             .parse::<i64>()
@@ -295,14 +295,16 @@ thread_local! {
 /// the other Node of a server whose Node went or changed its server ID: a
 /// test's measure that a Node change costs what that Node is, not what
 /// the cluster is.
-pub fn entries_searched() -> usize {
+#[cfg(test)]
+pub(super) fn entries_searched() -> usize {
     SEARCHED.with(std::cell::Cell::get)
 }
 
 /// How many Node entries ([`NodeFacts`]) were copied on this thread so far,
 /// one by one or in a copy of a whole [`NodeView`]: a test's measure that a
 /// Node change copies no other Node's entry.
-pub fn entries_copied() -> usize {
+#[cfg(test)]
+pub(crate) fn entries_copied() -> usize {
     COPIED.with(std::cell::Cell::get)
 }
 

@@ -11,7 +11,7 @@ use crate::pool::gate::Approved;
 use crate::pool::object::Pool;
 use crate::pool::render::{FIELD_MANAGER, POOL_GROUP, POOL_KIND};
 
-pub const POOL_PLURAL: &str = "ciliumloadbalancerippools";
+pub(crate) const POOL_PLURAL: &str = "ciliumloadbalancerippools";
 
 #[derive(Debug, thiserror::Error)]
 pub enum PoolApiError {
@@ -90,7 +90,7 @@ impl PoolApiError {
 }
 
 /// The API versions to look for, most preferred first.
-pub fn candidate_versions(configured: CiliumApiVersion) -> &'static [&'static str] {
+pub(crate) fn candidate_versions(configured: CiliumApiVersion) -> &'static [&'static str] {
     match configured {
         CiliumApiVersion::Auto => &["v2", "v2alpha1"],
         CiliumApiVersion::V2 => &["v2"],

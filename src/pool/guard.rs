@@ -81,7 +81,7 @@ impl Refusal {
 
 /// How a pool's servers came out of a listing, for the empty-pool message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ServerCounts {
+pub(crate) struct ServerCounts {
     /// Servers the pool's selector matched.
     pub matched: usize,
     /// Matched servers that gave the pool no address of its kinds.
@@ -93,7 +93,7 @@ pub struct ServerCounts {
 /// Checks a desired pool built from a complete listing. (A failed or partial
 /// listing never reaches this point: the Hetzner client returns all pages or
 /// an error.)
-pub fn empty_pool_guard(
+pub(crate) fn empty_pool_guard(
     desired: &DesiredPool,
     servers: ServerCounts,
     kinds: &[AddressKind],
@@ -159,7 +159,7 @@ impl HeldRemoval {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShrinkVerdict {
+pub(crate) enum ShrinkVerdict {
     /// Write the listing as it is.
     Proceed,
     /// The removal was held by the previous cycle and this listing shows the
@@ -182,7 +182,7 @@ pub enum ShrinkVerdict {
 /// confirmed; an earlier one keeps holding. A listing that changes its mind
 /// (more or fewer removals) starts a new hold, so a flapping or partial API
 /// answer never shrinks the pool.
-pub fn shrink_guard(
+pub(crate) fn shrink_guard(
     live: &BTreeSet<IpAddr>,
     listed: &[IpAddr],
     max_ratio: f64,

@@ -29,10 +29,24 @@ mod ranges;
 mod render;
 mod repairs;
 
-pub use api::*;
+pub(crate) use api::{candidate_versions, PoolApiError, POOL_PLURAL};
+pub use api::{discover, pool_resource, PoolClient};
 pub use fence::Fence;
-pub use guard::*;
-pub use object::*;
-pub use ranges::*;
-pub use render::*;
-pub use repairs::*;
+pub(crate) use guard::{
+    empty_pool_guard, shrink_guard, HeldRemoval, Refusal, ServerCounts, ShrinkVerdict,
+};
+pub(crate) use object::DesiredPool;
+pub use object::{Block, Pool};
+#[cfg(test)]
+pub(crate) use object::{Condition, PoolStatus};
+pub use ranges::range;
+#[cfg(test)]
+pub(crate) use render::FIELD_MANAGER;
+pub use render::{diff, pool_conflict, render, PoolConflict, WriteReason};
+pub(crate) use render::{
+    live_addresses, write_reason, LiveAddresses, PoolDiff, PoolTemplate, POOL_GROUP, POOL_KIND,
+};
+#[cfg(test)]
+pub(crate) use repairs::FIRST_BACKOFF;
+pub use repairs::FREE_REPAIRS;
+pub(crate) use repairs::{other_spec_writers, RepairLimiter};

@@ -9,22 +9,22 @@ use super::object::Block;
 /// Inclusive ranges, sorted and merged, answering "does one cover this
 /// address" by binary search (a pool of 10,000 single addresses stays cheap).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Ranges(Vec<(IpAddr, IpAddr)>);
+pub(super) struct Ranges(Vec<(IpAddr, IpAddr)>);
 
 impl Ranges {
     /// The ranges of a pool's blocks. A block Cilium cannot read covers
     /// nothing (Cilium rejects it too).
-    pub fn of_blocks<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> Self {
+    pub(super) fn of_blocks<'a>(blocks: impl IntoIterator<Item = &'a Block>) -> Self {
         Self::merged(blocks.into_iter().filter_map(range).collect())
     }
 
     /// One range per address.
-    pub fn of_addresses(addresses: impl IntoIterator<Item = IpAddr>) -> Self {
+    pub(super) fn of_addresses(addresses: impl IntoIterator<Item = IpAddr>) -> Self {
         Self::merged(addresses.into_iter().map(|a| (a, a)).collect())
     }
 
     /// Whether an address of these ranges is `address`.
-    pub fn covers(&self, address: IpAddr) -> bool {
+    pub(super) fn covers(&self, address: IpAddr) -> bool {
         // IPv4 sorts before IPv6, so a range of the other family never
         // covers: its bounds compare below or above every address.
         let after = self.0.partition_point(|(start, _)| *start <= address);
@@ -32,18 +32,14 @@ impl Ranges {
     }
 
     /// These ranges and `other`'s.
-    pub fn extend(&mut self, other: &Ranges) {
+    pub(super) fn extend(&mut self, other: &Ranges) {
         let mut all = std::mem::take(&mut self.0);
         all.extend_from_slice(&other.0);
         *self = Self::merged(all);
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// Whether every address `self` covers, `other` covers too.
-    pub fn within(&self, other: &Ranges) -> bool {
+    pub(super) fn within(&self, other: &Ranges) -> bool {
         self.0.iter().all(|(start, end)| {
             let after = other.0.partition_point(|(s, _)| *s <= *start);
             after > 0 && other.0[after - 1].1 >= *end

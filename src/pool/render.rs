@@ -14,14 +14,14 @@ use super::object::{Block, DesiredPool, Pool};
 
 /// The field manager name used for server-side apply. Kubernetes keys field
 /// ownership by it, so it must never change between releases.
-pub const FIELD_MANAGER: &str = "canada-kaktus";
+pub(crate) const FIELD_MANAGER: &str = "canada-kaktus";
 
 /// Set on every pool we write, as the Go version did, so people can tell who owns it.
-pub const MANAGED_BY_KEY: &str = "managed-by";
-pub const MANAGED_BY_VALUE: &str = "canada-kaktus";
+pub(super) const MANAGED_BY_KEY: &str = "managed-by";
+pub(super) const MANAGED_BY_VALUE: &str = "canada-kaktus";
 
-pub const POOL_KIND: &str = "CiliumLoadBalancerIPPool";
-pub const POOL_GROUP: &str = "cilium.io";
+pub(crate) const POOL_KIND: &str = "CiliumLoadBalancerIPPool";
+pub(crate) const POOL_GROUP: &str = "cilium.io";
 
 /// What the configuration says the pool looks like, apart from its addresses.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -171,13 +171,13 @@ pub struct LiveAddresses {
 /// The most addresses in ranges and wider CIDRs a pool of ours may have
 /// and still be written: they are kept one by one while a removal waits,
 /// and the write must stay well inside the API server's request limit.
-pub const MOST_KEPT: u128 = 16_384;
+pub(super) const MOST_KEPT: u128 = 16_384;
 
 /// Reads `spec.blocks` of a live pool. `/32` CIDRs and `start`-only (or
 /// `start == stop`) blocks are single addresses; any other block is foreign
 /// and gives every address in it (while they number at most [`MOST_KEPT`];
 /// past that the pool is [`unwritable`]).
-pub fn live_addresses(live: &Pool) -> LiveAddresses {
+pub(crate) fn live_addresses(live: &Pool) -> LiveAddresses {
     let mut result = LiveAddresses::default();
     let mut budget = MOST_KEPT;
     for block in &live.spec.blocks {
@@ -201,7 +201,7 @@ pub fn live_addresses(live: &Pool) -> LiveAddresses {
 /// says, or `None`: entries in the older `spec.cidrs` (our apply can never
 /// clear them, and Cilium 1.15 counts them), or more than [`MOST_KEPT`]
 /// addresses in ranges and wider CIDRs.
-pub fn unwritable(live: &Pool) -> Option<Refusal> {
+pub(super) fn unwritable(live: &Pool) -> Option<Refusal> {
     if !live.spec.cidrs.is_empty() {
         let blocks: Vec<String> = live.spec.cidrs.iter().map(block_text).collect();
         return Some(Refusal::OlderCidrs {
@@ -271,7 +271,7 @@ fn block_text(block: &Block) -> String {
 }
 
 /// The prefix of a one-address block: 32 for IPv4, 128 for IPv6.
-pub fn host_prefix(ip: IpAddr) -> u8 {
+pub(super) fn host_prefix(ip: IpAddr) -> u8 {
     if ip.is_ipv4() {
         32
     } else {
@@ -354,7 +354,7 @@ impl WriteReason {
 /// Fields written by others (ArgoCD annotations, Cilium's status) are
 /// ignored; fields we applied earlier but no longer want count as a change,
 /// because only a new apply removes them.
-pub fn write_reason(live: Option<&Pool>, desired: &DesiredPool) -> Option<WriteReason> {
+pub(crate) fn write_reason(live: Option<&Pool>, desired: &DesiredPool) -> Option<WriteReason> {
     let Some(live) = live else {
         return Some(WriteReason::Missing);
     };

@@ -19,18 +19,18 @@ use crate::pool::render::FIELD_MANAGER;
 
 /// Repairs this close together (after any backoff they had to wait) count
 /// as one fight.
-pub const FIGHT_WINDOW: Duration = Duration::from_secs(60);
+pub(super) const FIGHT_WINDOW: Duration = Duration::from_secs(60);
 /// Repairs in one fight that go through at once.
 pub const FREE_REPAIRS: u32 = 3;
 /// The wait before the first repair past [`FREE_REPAIRS`]; doubled for each
 /// further one.
-pub const FIRST_BACKOFF: Duration = Duration::from_secs(10);
+pub(crate) const FIRST_BACKOFF: Duration = Duration::from_secs(10);
 /// The longest wait between two repairs in a fight.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// Decides when the next repair may run.
 #[derive(Debug, Clone, Default)]
-pub struct RepairLimiter {
+pub(crate) struct RepairLimiter {
     /// When the last repair ran.
     last: Option<Instant>,
     /// Repairs so far in the current fight (0 when there is none).
@@ -39,7 +39,7 @@ pub struct RepairLimiter {
 
 impl RepairLimiter {
     /// The earliest time the next repair may run: `None` means at once.
-    pub fn earliest(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn earliest(&self, now: Instant) -> Option<Instant> {
         let last = self.last?;
         if !self.continues_fight(now) || self.in_fight < FREE_REPAIRS {
             return None;
@@ -48,7 +48,7 @@ impl RepairLimiter {
     }
 
     /// The wait between the last repair and the next one in this fight.
-    pub fn backoff(&self) -> Duration {
+    pub(crate) fn backoff(&self) -> Duration {
         if self.in_fight < FREE_REPAIRS {
             return Duration::ZERO;
         }
@@ -57,18 +57,13 @@ impl RepairLimiter {
     }
 
     /// A repair ran at `now`.
-    pub fn record(&mut self, now: Instant) {
+    pub(crate) fn record(&mut self, now: Instant) {
         self.in_fight = if self.continues_fight(now) {
             self.in_fight.saturating_add(1)
         } else {
             1
         };
         self.last = Some(now);
-    }
-
-    /// Forgets every repair (a new leadership term).
-    pub fn reset(&mut self) {
-        *self = Self::default();
     }
 
     /// Whether a repair at `now` belongs to the fight of the last one: it
@@ -82,7 +77,7 @@ impl RepairLimiter {
 
 /// The field managers other than ours that own something under `spec` of
 /// the pool (from `metadata.managedFields`), sorted, each once.
-pub fn other_spec_writers(live: &Pool) -> Vec<String> {
+pub(crate) fn other_spec_writers(live: &Pool) -> Vec<String> {
     let mut writers: Vec<String> = live
         .metadata
         .managed_fields

@@ -31,7 +31,7 @@ pub(super) struct WriteInputs {
 }
 
 impl WriteInputs {
-    pub fn new(
+    pub(super) fn new(
         kind: CycleKind,
         hetzner_requests: u32,
         nodes: &NodeView,

@@ -42,7 +42,7 @@ impl PoolPlan {
     /// Whether the write pass `pass` looks at this pool: the first pass
     /// every pool that did not fail; later ones only a pool still waiting
     /// for an address another pool holds.
-    pub fn due_in_pass(&self, pass: usize) -> bool {
+    pub(super) fn due_in_pass(&self, pass: usize) -> bool {
         let waiting = self
             .report
             .withheld

@@ -85,7 +85,7 @@ pub enum RobotDue {
 /// failure) was, if any. A Node-triggered cycle reuses an answer younger
 /// than `max_reuse` (the interval): Node changes that keep coming take the
 /// periodic cycle's place, and then list as it would have.
-pub fn list_due(
+pub(super) fn list_due(
     due: RobotDue,
     last: Option<Instant>,
     (min_gap, max_reuse): (Duration, Duration),

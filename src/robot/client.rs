@@ -22,7 +22,7 @@ use crate::sync::lock;
 use crate::vocab::SecretString;
 
 /// The default endpoint of the webservice.
-pub const ROBOT_ENDPOINT: &str = "https://robot-ws.your-server.de";
+pub(crate) const ROBOT_ENDPOINT: &str = "https://robot-ws.your-server.de";
 
 /// A Robot answer is a few KiB per server; more than this is no answer.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;

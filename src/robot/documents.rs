@@ -151,7 +151,7 @@ fn elements<T: DeserializeOwned>(
 
 /// The error an answer with `status` and `body` stands for, when it has
 /// an error document (or is a bare 401 or 503).
-pub fn error_of(list: RobotList, status: u16, body: &[u8]) -> Option<RobotError> {
+pub(super) fn error_of(list: RobotList, status: u16, body: &[u8]) -> Option<RobotError> {
     let document = serde_json::from_slice::<ErrorDocument>(body).ok();
     let code = document
         .as_ref()

@@ -24,12 +24,18 @@ mod model;
 mod redact;
 mod servers;
 
-pub use client::*;
-pub use documents::*;
-pub use error::*;
-pub use model::*;
-pub use redact::*;
-pub use servers::*;
+pub(crate) use client::ROBOT_ENDPOINT;
+pub use client::{RobotClient, RobotCredentials, RobotObserver};
+use documents::error_of;
+pub(crate) use documents::RobotList;
+pub use documents::{read_failovers, read_ips, read_servers};
+pub use error::RobotError;
+pub use model::RobotStatus;
+pub(crate) use model::{RobotFailover, RobotIp, RobotServer};
+#[cfg(test)]
+use redact::REDACTED;
+use redact::{unpadded, Redactor};
+pub use servers::as_servers;
 
 #[cfg(test)]
 mod tests;

@@ -17,16 +17,16 @@ use super::{RobotCredentials, RobotError, RobotServer};
 use crate::vocab::SecretString;
 
 /// What stands in for a credential in a text.
-pub const REDACTED: &str = "[redacted]";
+pub(super) const REDACTED: &str = "[redacted]";
 
 /// The shortest part of a credential's form that counts as an echo of it
 /// (a shorter form counts only whole).
-pub const MIN_PART: usize = 8;
+pub(super) const MIN_PART: usize = 8;
 
 /// The forms of one webservice user's credentials an answer could echo:
 /// the Basic form, the password and the user, whole and in parts.
 #[derive(Clone, Default)]
-pub struct Redactor {
+pub(super) struct Redactor {
     /// Each form, whole.
     whole: Vec<String>,
     /// Every run of [`MIN_PART`] characters of every form.
@@ -54,7 +54,7 @@ fn runs(form: &str) -> impl Iterator<Item = [char; MIN_PART]> + '_ {
 }
 
 impl Redactor {
-    pub fn new(credentials: &RobotCredentials) -> Self {
+    pub(super) fn new(credentials: &RobotCredentials) -> Self {
         let user = unpadded(&credentials.user);
         let password = unpadded(&credentials.password);
         // Without the padding, which says nothing of the credentials.
@@ -77,13 +77,13 @@ impl Redactor {
     /// of one at least [`MIN_PART`] characters long (an echo cut short, or
     /// the base64 of a header shifted by a character): each run of such
     /// characters becomes one [`REDACTED`].
-    pub fn text(&self, text: &str) -> String {
+    pub(super) fn text(&self, text: &str) -> String {
         self.hide(text, &self.parts)
     }
 
     /// A server's name or data center: every form whole, and parts of the
     /// Basic form only (see `basic_parts`).
-    pub fn name(&self, text: &str) -> String {
+    pub(super) fn name(&self, text: &str) -> String {
         self.hide(text, &self.basic_parts)
     }
 
@@ -117,7 +117,7 @@ impl Redactor {
     }
 
     /// `error` with every text it carries scrubbed.
-    pub fn error(&self, error: RobotError) -> RobotError {
+    pub(super) fn error(&self, error: RobotError) -> RobotError {
         match error {
             RobotError::Unauthorized { code } => RobotError::Unauthorized {
                 code: self.text(&code),
@@ -154,7 +154,7 @@ impl Redactor {
 
     /// `server` with its name and data center scrubbed (they are logged,
     /// shown by `explain` and put into Events).
-    pub fn server(&self, mut server: RobotServer) -> RobotServer {
+    pub(super) fn server(&self, mut server: RobotServer) -> RobotServer {
         server.name = self.name(&server.name);
         server.dc = self.name(&server.dc);
         server
@@ -163,6 +163,6 @@ impl Redactor {
 
 /// A credential as sent: without the line end a file or Secret often
 /// adds (spaces are kept: they may be part of a password).
-pub fn unpadded(secret: &SecretString) -> &str {
+pub(super) fn unpadded(secret: &SecretString) -> &str {
     secret.expose().trim_end_matches(['\n', '\r'])
 }

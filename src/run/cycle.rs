@@ -187,22 +187,28 @@ impl ControlLoop {
         // What the cycle allocated is dropped by now; idle memory is what
         // stays (the last listing's record, the watches' objects).
         crate::memory::release_freed();
-        match &result {
-            Ok(outcomes) => {
-                for outcome in outcomes {
-                    match &outcome.result {
-                        Ok(report) => log_report(report, duration),
-                        Err(e) => log_failure(&outcome.pool, e, duration),
-                    }
-                }
-            }
-            Err(e) => log_failure("", e, duration),
-        }
+        log_cycle(&result, duration);
         Some(CycleOutput {
             kind,
             result,
             failover,
         })
+    }
+}
+
+/// One line per pool of a cycle that ended, or one for a cycle that
+/// failed as a whole.
+fn log_cycle(result: &CycleResult, duration: Duration) {
+    match result {
+        Ok(outcomes) => {
+            for outcome in outcomes {
+                match &outcome.result {
+                    Ok(report) => log_report(report, duration),
+                    Err(e) => log_failure(&outcome.pool, e, duration),
+                }
+            }
+        }
+        Err(e) => log_failure("", e, duration),
     }
 }
 

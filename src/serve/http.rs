@@ -137,12 +137,12 @@ pub async fn serve(
 /// Where a connection is, as the accept loop sees it when it makes room.
 mod heard {
     /// Nothing read yet: a client whose request is still on its way.
-    pub const NOTHING: u8 = 0;
+    pub(super) const NOTHING: u8 = 0;
     /// Something read and no request being answered: an unfinished
     /// header or an idle keep-alive connection.
-    pub const SOMETHING: u8 = 1;
+    pub(super) const SOMETHING: u8 = 1;
     /// A request of it is being answered.
-    pub const ANSWERING: u8 = 2;
+    pub(super) const ANSWERING: u8 = 2;
 }
 
 type Heard = Arc<std::sync::atomic::AtomicU8>;

@@ -5,7 +5,7 @@
 
 /// What a field's JSON value may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FieldType {
+pub(crate) enum FieldType {
     /// A string.
     Text,
     /// A duration with its unit (`20s`); a bare number is refused.
@@ -26,7 +26,7 @@ pub enum FieldType {
 
 /// One field of a pool entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolField {
+pub(crate) struct PoolField {
     pub key: &'static str,
     pub value: FieldType,
     /// What leaving it out means.
@@ -49,7 +49,7 @@ const fn field(
 }
 
 /// The fields of a pool's `Robot` object.
-pub const ROBOT_FIELDS: &[PoolField] = &[
+pub(super) const ROBOT_FIELDS: &[PoolField] = &[
     field(
         "NodeSelector",
         FieldType::Text,
@@ -65,7 +65,7 @@ pub const ROBOT_FIELDS: &[PoolField] = &[
 ];
 
 /// The fields of a pool's `Nodes` object (the node rules).
-pub const NODE_FIELDS: &[PoolField] = &[
+pub(super) const NODE_FIELDS: &[PoolField] = &[
     field(
         "ExcludeUnhealthyAfter",
         FieldType::Duration,
@@ -81,7 +81,7 @@ pub const NODE_FIELDS: &[PoolField] = &[
 ];
 
 /// The fields of one entry of `Pools`, in the order the page lists them.
-pub const POOL_FIELDS: &[PoolField] = &[
+pub(crate) const POOL_FIELDS: &[PoolField] = &[
     field(
         "Name",
         FieldType::Text,

@@ -5,7 +5,7 @@
 use super::*;
 
 /// Parses the JSON text of `Pools`; `Err` holds every problem found.
-pub fn parse_pools(text: &str) -> Result<Vec<PoolConfig>, Vec<String>> {
+pub(crate) fn parse_pools(text: &str) -> Result<Vec<PoolConfig>, Vec<String>> {
     const EXAMPLE: &str = "[{\"Name\": \"edge\", \"LabelSelector\": \"role=edge\"}]";
     let document: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| {
         vec![format!(

@@ -87,31 +87,31 @@ impl FipState {
 /// Every Floating IP's state, by its ID; an IP with nothing to remember
 /// has no entry.
 #[derive(Debug, Default)]
-pub struct FipStates(HashMap<i64, FipState>);
+pub(super) struct FipStates(HashMap<i64, FipState>);
 
 impl FipStates {
-    pub fn get(&self, fip: i64) -> Option<&FipState> {
+    pub(super) fn get(&self, fip: i64) -> Option<&FipState> {
         self.0.get(&fip)
     }
 
     /// The state of `fip`, made when it has none.
-    pub fn of(&mut self, fip: i64) -> &mut FipState {
+    pub(super) fn of(&mut self, fip: i64) -> &mut FipState {
         self.0.entry(fip).or_default()
     }
 
     /// `fip`'s state, if it has one, to change; pruned by [`FipStates::tidy`].
-    pub fn get_mut(&mut self, fip: i64) -> Option<&mut FipState> {
+    pub(super) fn get_mut(&mut self, fip: i64) -> Option<&mut FipState> {
         self.0.get_mut(&fip)
     }
 
     /// The target of `fip`'s running move.
-    pub fn moving_to(&self, fip: i64) -> Option<i64> {
+    pub(super) fn moving_to(&self, fip: i64) -> Option<i64> {
         self.get(fip)?.moving.as_ref().map(|m| m.to)
     }
 
     /// The servers `fip` is not given to now: each skip until it lasted,
     /// one waiting for a Lease renewal until the watch saw one.
-    pub fn skipped(&self, fip: i64, renewals: &Renewals, now: Instant) -> Vec<i64> {
+    pub(super) fn skipped(&self, fip: i64, renewals: &Renewals, now: Instant) -> Vec<i64> {
         let skips = self.get(fip).into_iter().flat_map(|f| &f.skips);
         skips
             .filter(|skip| now.saturating_duration_since(skip.at) < skip.lasts)
@@ -124,7 +124,7 @@ impl FipStates {
     }
 
     /// A fresh listing that began at `started`.
-    pub fn listed(&mut self, started: Instant) {
+    pub(super) fn listed(&mut self, started: Instant) {
         for state in self.0.values_mut() {
             state.listed(started);
         }
@@ -132,11 +132,11 @@ impl FipStates {
     }
 
     /// Drops the states with nothing to remember.
-    pub fn tidy(&mut self) {
+    pub(super) fn tidy(&mut self) {
         self.0.retain(|_, state| !state.idle());
     }
 
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.0.clear();
     }
 }

@@ -130,7 +130,7 @@ pub(super) struct CycleMetrics {
 }
 
 impl CycleMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(super) fn register(registry: &mut Registry) -> Self {
         let reconcile_total = registered(
             registry,
             "reconcile",
@@ -212,7 +212,7 @@ pub(super) struct PoolMetrics {
 }
 
 impl PoolMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(super) fn register(registry: &mut Registry) -> Self {
         let pool_addresses = registered(
             registry,
             "pool_addresses",
@@ -299,7 +299,7 @@ pub(super) struct HetznerMetrics {
 }
 
 impl HetznerMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(super) fn register(registry: &mut Registry) -> Self {
         let hcloud_requests_total = registered(
             registry,
             "hcloud_requests",
@@ -363,7 +363,7 @@ pub(super) struct OperateMetrics {
 }
 
 impl OperateMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(super) fn register(registry: &mut Registry) -> Self {
         let leader = registered(
             registry,
             "leader",
@@ -425,7 +425,7 @@ pub(super) struct FailoverMetrics {
 }
 
 impl FailoverMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+    pub(super) fn register(registry: &mut Registry) -> Self {
         let moves_total = registered(
             registry,
             "floating_ip_moves",
