@@ -589,3 +589,46 @@ fn the_code_layout_page_names_every_module_and_file_of_the_tree() {
         "docs/development/code-layout.md does not match the tree: {wrong:#?}"
     );
 }
+
+/// The `pub use x::*` lines of `text`: a glob puts every public item of a
+/// file on its module's face.
+fn glob_re_exports(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("pub") && line.contains(" use ") && line.ends_with("::*;"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_glob_check_finds_a_public_glob_but_not_a_tests_glob() {
+    let text = "pub use api::*;\npub(crate) use object::*;\nuse super::*;\npub use fence::Fence;";
+    assert_eq!(
+        glob_re_exports(text),
+        ["pub use api::*;", "pub(crate) use object::*;"]
+    );
+}
+
+#[test]
+fn each_module_re_exports_by_name_and_lib_rs_warns_of_unreachable_pub() {
+    let globs: Vec<String> = modules()
+        .iter()
+        .flat_map(|module| files_of(module))
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let shown = file.strip_prefix(src()).unwrap().display().to_string();
+            glob_re_exports(&text)
+                .into_iter()
+                .map(move |line| format!("src/{shown}: {line}"))
+        })
+        .collect();
+    assert!(
+        globs.is_empty(),
+        "re-export by name what the module's face shows: {globs:?}"
+    );
+    let lib_rs = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+    assert!(
+        lib_rs.contains("#![warn(unreachable_pub)]"),
+        "src/lib.rs no longer warns of a `pub` item nothing outside can reach"
+    );
+}
