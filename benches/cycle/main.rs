@@ -30,6 +30,7 @@
 //! cargo bench --bench cycle -- [--smoke] [--sizes 10,1000]
 //! CANADA_KAKTUS_BENCH_ONLY=node-scale scripts/bench   # Node changes at scale alone
 //! CANADA_KAKTUS_BENCH_ONLY=once scripts/bench         # --once's peak alone
+//! CANADA_KAKTUS_BENCH_ONLY=cycles scripts/bench       # the cycle table alone
 //! ```
 //!
 //! Needs `CANADA_KAKTUS_K8S_BIN_DIR` (kube-apiserver, etcd; set by
@@ -241,6 +242,15 @@ async fn run(plan: Plan, sizes: &[usize]) {
                     "missed"
                 }
             );
+            return;
+        }
+        Ok("cycles") => {
+            for &n in sizes {
+                eprintln!("== N = {n}");
+                results.push(bench_of(n).run().await);
+            }
+            observer.stop();
+            print_report(&machine, &binary, binary_bytes, plan, &results);
             return;
         }
         _ => {}
