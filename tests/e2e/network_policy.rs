@@ -203,40 +203,7 @@ fn apply_strict(cluster: &TestCluster, object: &Value, dry_run: bool) {
 /// release and waits until it is established.
 fn install_policy_crd(cluster: &TestCluster) -> String {
     let release = Release::of("v2");
-    let crd = release.module_crd("ciliumnetworkpolicies");
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), crd.to_string()).unwrap();
-    let out = cluster.kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        file.path().to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Polled (not `kubectl wait`, which fails at once while the new CRD
-    // has no status conditions yet).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = cluster.kubectl(&[
-            "get",
-            "crd/ciliumnetworkpolicies.cilium.io",
-            "-o",
-            r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#,
-        ]);
-        if out.status.success() && out.stdout == b"True" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the CiliumNetworkPolicy CRD was not established within 60s: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    release.install_module_crd(cluster, "ciliumnetworkpolicies");
     release.version
 }
 

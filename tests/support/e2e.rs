@@ -666,6 +666,24 @@ pub fn several_pools_overlay() -> tempfile::TempDir {
 /// An overlay of `deploy/` with the component at `component` (a path in
 /// the repository).
 pub fn overlay(component: &str) -> tempfile::TempDir {
+    overlay_of(&[component])
+}
+
+/// `kubectl apply -k` of an overlay of `deploy/` with `components`, as the
+/// admin.
+pub fn apply_overlay(cluster: &TestCluster, components: &[&str]) {
+    let overlay = overlay_of(components);
+    let out = cluster.kubectl(&["apply", "-k", overlay.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "kubectl apply -k (deploy/ + {components:?}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An overlay of `deploy/` with the components at `components` (paths in
+/// the repository).
+pub fn overlay_of(components: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     // kustomize takes relative paths only.
     let up = "../".repeat(dir.path().canonicalize().unwrap().components().count() - 1);
@@ -673,12 +691,14 @@ pub fn overlay(component: &str) -> tempfile::TempDir {
         let absolute = repo().join(path).canonicalize().unwrap();
         format!("{up}{}", absolute.strip_prefix("/").unwrap().display())
     };
+    let components: String = (components.iter())
+        .map(|c| format!("  - {}\n", relative(c)))
+        .collect();
     std::fs::write(
         dir.path().join("kustomization.yaml"),
         format!(
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n{components}",
             relative("deploy"),
-            relative(component)
         ),
     )
     .unwrap();

@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod agents;
 pub mod cilium;
 pub mod cluster;
 pub mod e2e;

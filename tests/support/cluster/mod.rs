@@ -87,6 +87,27 @@ pub struct TestCluster {
     dir: tempfile::TempDir,
 }
 
+/// The audit policy: every write at metadata level (who, what, which
+/// object), nothing else.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    verbs: [create, update, patch, delete, deletecollection]
+  - level: None
+";
+
+/// One write the audit log recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditedWrite {
+    pub user: String,
+    pub verb: String,
+    pub resource: String,
+    pub name: String,
+    pub code: u16,
+}
+
 /// The control-plane binaries' directory from `CANADA_KAKTUS_K8S_BIN_DIR`
 /// (`value`); a test that needs them fails, never passes, without it.
 pub fn bin_dir(value: Option<std::ffi::OsString>) -> PathBuf {
@@ -175,6 +196,9 @@ impl TestCluster {
         fs::write(&sa_key, sa_private_pem).expect("writing the service-account key");
         fs::write(&sa_pub, sa_public_pem).expect("writing the service-account public key");
 
+        // Every write, who made it (metadata only): the audit log.
+        fs::write(root.join("audit-policy.yaml"), AUDIT_POLICY).expect("writing the audit policy");
+
         // kube-apiserver.
         let port = free_port();
         let server_url = format!("https://127.0.0.1:{port}");
@@ -199,6 +223,16 @@ impl TestCluster {
                 sa_key.display()
             ))
             .arg("--service-cluster-ip-range=10.96.0.0/24,fd00:10:96::/112")
+            .arg(format!(
+                "--audit-policy-file={}",
+                root.join("audit-policy.yaml").display()
+            ))
+            .arg(format!(
+                "--audit-log-path={}",
+                root.join("audit.log").display()
+            ))
+            // Written as each request ends: a test reads it right after.
+            .arg("--audit-log-mode=blocking")
             // Not needed here, and each costs start-up time or background work.
             .arg("--enable-priority-and-fairness=false")
             .arg("--endpoint-reconciler-type=none")
@@ -427,6 +461,26 @@ impl TestCluster {
     /// Creates the namespace and ServiceAccount when missing, issues a token
     /// for it through the TokenRequest API and writes a kubeconfig with that
     /// token. The ServiceAccount has no permissions until a test binds some.
+    /// Every write the API server finished so far (the audit log, its
+    /// `ResponseComplete` stage).
+    pub fn audited_writes(&self) -> Vec<AuditedWrite> {
+        let text = fs::read_to_string(self.dir.path().join("audit.log")).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|event| event["stage"] == "ResponseComplete")
+            .map(|event| {
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+                AuditedWrite {
+                    user: text(&event["user"]["username"]),
+                    verb: text(&event["verb"]),
+                    resource: text(&event["objectRef"]["resource"]),
+                    name: text(&event["objectRef"]["name"]),
+                    code: event["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+                }
+            })
+            .collect()
+    }
+
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
         let client = self.admin_client();
         let pp = PatchParams::apply(HARNESS_MANAGER).force();

@@ -73,6 +73,8 @@ pub(super) struct Actions {
     pub(super) server_requests: usize,
     /// `PUT /floating_ips/{id}`: the ID and the body.
     pub(super) updates: Vec<(i64, String)>,
+    /// Each successful Action: the Floating IP, its server, when it ended.
+    pub(super) succeeded: Vec<(i64, i64, Instant)>,
 }
 
 impl Actions {
@@ -134,7 +136,9 @@ pub(super) fn settle(state: &mut FakeState) {
 
 /// Ends Action `id`; a successful one assigns its Floating IP.
 fn finish(state: &mut FakeState, id: i64) {
-    let Some(action) = state.actions.running.get_mut(&id) else {
+    // An Action ends once: polling it again after that assigns nothing
+    // (a Floating IP someone moved since stays where they put it).
+    let Some(action) = state.actions.running.get_mut(&id).filter(|a| !a.finished) else {
         return;
     };
     action.finished = true;
@@ -143,6 +147,7 @@ fn finish(state: &mut FakeState, id: i64) {
         if let Some(assigned) = state.floating_ips.iter_mut().find(|f| f.id == fip) {
             assigned.server = Some(server);
         }
+        (state.actions.succeeded).push((fip, server, Instant::now()));
     }
 }
 

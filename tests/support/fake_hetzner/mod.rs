@@ -21,7 +21,7 @@ use selector::*;
 use canada_kaktus::sync::lock;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 use wiremock::matchers::{any, method, path, path_regex};
@@ -371,6 +371,14 @@ impl FakeHetzner {
     /// Actions started (assignments Hetzner accepted) so far.
     pub fn actions_started(&self) -> usize {
         self.lock().actions.started()
+    }
+
+    /// Each successful Action so far: the Floating IP, the server it
+    /// assigned, when it ended.
+    pub fn succeeded_actions(&self) -> Vec<(i64, i64, Instant)> {
+        let mut state = self.lock();
+        actions::settle(&mut state);
+        state.actions.succeeded.clone()
     }
 
     /// `GET /servers/{id}` requests served so far.

@@ -1,0 +1,149 @@
+//! cilium-agent as the holder labels meet it (Cilium 1.20's
+//! `pkg/nodediscovery` and `pkg/node/sync`): each live node's agent has a
+//! CiliumNode of its Node's name, and whenever its Node changes it writes
+//! the CiliumNode again with every label of the Node (a full update, PUT,
+//! field manager `cilium-agent`), so it co-owns every key there. A dead
+//! node's agent writes nothing. As the admin.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+
+use super::cluster::TestCluster;
+
+/// The CiliumNode API, as the admin.
+pub fn cilium_nodes(cluster: &TestCluster) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cilium.io", "v2", "CiliumNode"),
+        "ciliumnodes",
+    );
+    Api::all_with(cluster.admin_client(), &resource)
+}
+
+/// The agents of some nodes. Dropping it stops them all.
+pub struct Agents {
+    cilium_nodes: Api<DynamicObject>,
+    nodes: Api<Node>,
+    alive: Arc<Mutex<BTreeSet<String>>>,
+    /// How many times each agent wrote its CiliumNode.
+    copies: Arc<Mutex<HashMap<String, u64>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Agents {
+    /// Creates the CiliumNode of each of `names` (Nodes that exist) with
+    /// its Node's labels, and starts their agents.
+    pub async fn start(cluster: &TestCluster, names: &[&str]) -> Self {
+        let cilium_nodes = cilium_nodes(cluster);
+        let nodes: Api<Node> = Api::all(cluster.admin_client());
+        for name in names {
+            let node = nodes.get(name).await.unwrap();
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "cilium.io/v2",
+                "kind": "CiliumNode",
+                "metadata": {"name": name, "labels": node.metadata.labels},
+                "spec": {},
+            }))
+            .unwrap();
+            cilium_nodes.create(&agent_params(), &object).await.unwrap();
+        }
+        let alive: Arc<Mutex<BTreeSet<String>>> =
+            Arc::new(Mutex::new(names.iter().map(|n| (*n).to_owned()).collect()));
+        let copies: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
+        let task = tokio::spawn(follow(
+            nodes.clone(),
+            cilium_nodes.clone(),
+            alive.clone(),
+            copies.clone(),
+        ));
+        Self {
+            cilium_nodes,
+            nodes,
+            alive,
+            copies,
+            task,
+        }
+    }
+
+    /// Node `name`'s agent stops (the node is down).
+    pub fn stop(&self, name: &str) {
+        self.alive.lock().unwrap().remove(name);
+    }
+
+    /// Node `name`'s agent runs again and, as it does on start, writes its
+    /// CiliumNode from its Node at once.
+    pub async fn resume(&self, name: &str) {
+        self.alive.lock().unwrap().insert(name.to_owned());
+        let node = self.nodes.get(name).await.unwrap();
+        copy(&self.cilium_nodes, &node, &self.copies).await;
+    }
+
+    /// How many times `name`'s agent wrote its CiliumNode.
+    pub fn copies(&self, name: &str) -> u64 {
+        self.copies.lock().unwrap().get(name).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Agents {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn agent_params() -> PostParams {
+    PostParams {
+        field_manager: Some("cilium-agent".to_owned()),
+        ..PostParams::default()
+    }
+}
+
+/// Every change of a live node's Node is copied to its CiliumNode.
+async fn follow(
+    nodes: Api<Node>,
+    cilium_nodes: Api<DynamicObject>,
+    alive: Arc<Mutex<BTreeSet<String>>>,
+    copies: Arc<Mutex<HashMap<String, u64>>>,
+) {
+    let mut stream = watcher::watcher(nodes, watcher::Config::default()).boxed();
+    while let Some(event) = stream.next().await {
+        let node = match event {
+            Ok(Event::Apply(node) | Event::InitApply(node)) => node,
+            _ => continue,
+        };
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if alive.lock().unwrap().contains(&name) {
+            copy(&cilium_nodes, &node, &copies).await;
+        }
+    }
+}
+
+/// Writes `node`'s CiliumNode with exactly the Node's labels (a PUT of the
+/// whole object; a conflict reads it again).
+async fn copy(
+    cilium_nodes: &Api<DynamicObject>,
+    node: &Node,
+    copies: &Arc<Mutex<HashMap<String, u64>>>,
+) {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
+    for _ in 0..10 {
+        let Ok(mut object) = cilium_nodes.get(&name).await else {
+            return;
+        };
+        object.metadata.labels = Some(labels.clone());
+        match cilium_nodes.replace(&name, &agent_params(), &object).await {
+            Ok(_) => {
+                *copies.lock().unwrap().entry(name).or_default() += 1;
+                return;
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(error) => panic!("the agent of {name} could not write its CiliumNode: {error}"),
+        }
+    }
+    panic!("the agent of {name} met a conflict ten times");
+}
