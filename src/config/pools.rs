@@ -48,6 +48,9 @@ pub struct Failover {
     pub after: Duration,
     /// At most this many moves start in any minute.
     pub moves_per_minute: u32,
+    /// `HolderLabel`: the holder's Node and CiliumNode carry the holder
+    /// labels (`failover::labels`).
+    pub holder_label: bool,
 }
 
 /// `FailoverAfter` when unset: two missed kubelet renewals (every 10 s).

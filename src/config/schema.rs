@@ -124,7 +124,11 @@ fn pool_schema() -> Value {
                 "allOf": [given("FloatingIpSelector"), lists("floating-ip")],
                 "not": given("Robot"),
             },
-            "else": {"not": {"anyOf": [given("FailoverAfter"), given("FailoverMovesPerMinute")]}},
+            "else": {"not": {"anyOf": [
+                given("FailoverAfter"),
+                given("FailoverMovesPerMinute"),
+                given("HolderLabel"),
+            ]}},
         },
         // NodeSelector narrows the Cloud servers LabelSelector chose.
         {"if": given("NodeSelector"), "then": given("LabelSelector")},

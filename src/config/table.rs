@@ -175,8 +175,8 @@ pub const POOLS: Setting = Setting {
                   PrivateNetwork, IncludeAliasIps, FloatingIpSelector, ServiceSelector, \
                   Annotations, Labels, MaxRemovalRatio and Nodes (docs/reference/pool-fields.md), \
                   NodeSelector, Robot for dedicated servers (docs/guides/dedicated-servers.md), \
-                  and FloatingIpFailover, FailoverAfter and FailoverMovesPerMinute \
-                  (docs/guides/floating-ip-failover.md). Cannot be combined with the single-pool \
+                  and FloatingIpFailover, FailoverAfter, FailoverMovesPerMinute and \
+                  HolderLabel (docs/guides/floating-ip-failover.md). Cannot be combined with the single-pool \
                   settings",
 };
 pub const INTERVAL: Setting = Setting {

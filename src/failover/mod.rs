@@ -15,6 +15,7 @@
 //! [`mover`]. The loop's side (the Lease watch, the moves through
 //! Hetzner's API) is `run::failover` and `cluster::leases`.
 
+pub mod labels;
 pub mod mover;
 mod view;
 

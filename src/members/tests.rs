@@ -281,6 +281,7 @@ fn floating_ips_follow_their_server_and_their_own_labels() {
     fips.failover = Some(crate::config::Failover {
         after: std::time::Duration::from_secs(20),
         moves_per_minute: 10,
+        holder_label: false,
     });
     let deleting = NodeView::new(
         [NodeFacts {
@@ -405,6 +406,7 @@ fn a_failover_pool_owns_its_floating_ips_before_any_earlier_pool() {
     failover.failover = Some(crate::config::Failover {
         after: std::time::Duration::from_secs(20),
         moves_per_minute: 10,
+        holder_label: false,
     });
     let got = split(&[earlier, failover], all, &NodeView::default());
     assert!(got[0].addresses.is_empty(), "{:?}", got[0]);
@@ -437,6 +439,7 @@ fn an_ipv6_floating_ip_belongs_to_one_failover_pool_whatever_the_host_parts() {
         pool.failover = Some(crate::config::Failover {
             after: std::time::Duration::from_secs(20),
             moves_per_minute: 10,
+            holder_label: false,
         });
         pool
     };

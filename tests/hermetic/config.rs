@@ -1231,6 +1231,42 @@ fn floating_ip_failover_is_a_pool_setting_with_defaults() {
     assert_eq!(fast.after, Duration::from_secs(15));
     assert_eq!(fast.moves_per_minute, 3);
     assert_eq!(s.pools[2].failover, None);
+    assert!(!failover.holder_label, "HolderLabel is off unless set");
+}
+
+#[test]
+fn holder_label_is_a_failover_pool_setting() {
+    let s = ok(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "fip", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+                 "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true,
+                 "HolderLabel": true},
+                {"Name": "text", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+                 "FloatingIpSelector": "pool=text", "FloatingIpFailover": true,
+                 "HolderLabel": "false"}]"#,
+        )]),
+    );
+    assert!(s.pools[0].failover.expect("failover on").holder_label);
+    assert!(!s.pools[1].failover.expect("failover on").holder_label);
+    let e = fails(
+        None,
+        &with_token(&[(
+            "CANADA_KAKTUS_POOLS",
+            r#"[{"Name": "b", "LabelSelector": "x", "HolderLabel": true},
+                {"Name": "c", "LabelSelector": "x", "Addresses": ["floating-ip"],
+                 "FloatingIpSelector": "k=v", "FloatingIpFailover": true,
+                 "HolderLabel": "maybe"}]"#,
+        )]),
+    );
+    let text = e.to_string();
+    for expected in [
+        r#"pool 1 ("b"): HolderLabel is set, but FloatingIpFailover is not true; set it or remove HolderLabel"#,
+        r#"pool 2 ("c"): HolderLabel "maybe""#,
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in {text}");
+    }
 }
 
 #[test]

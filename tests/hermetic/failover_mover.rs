@@ -42,6 +42,7 @@ fn listing(holder: Option<i64>) -> FailoverListing {
             failover: Failover {
                 after: Duration::from_secs(20),
                 moves_per_minute: 10,
+                holder_label: false,
             },
             candidates: (1..=3)
                 .map(|id| Candidate {

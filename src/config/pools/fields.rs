@@ -198,6 +198,15 @@ pub(crate) const POOL_FIELDS: &[PoolField] = &[
         "with `FloatingIpFailover`: at most this many moves start in any minute (1 to 60), so \
          a mass outage cannot thrash",
     ),
+    field(
+        "HolderLabel",
+        FieldType::TextOrBool,
+        "`false`",
+        "with `FloatingIpFailover`: the Node of each Floating IP's holder and its CiliumNode \
+         carry `fip.canada-kaktus.io/<ip>=holder` and `pool.canada-kaktus.io/<pool>=holder`, \
+         so Cilium's egress gateway follows the IP (see [Egress through a Floating \
+         IP](../guides/egress-floating-ip.md)); needs the holder-labels RBAC",
+    ),
 ];
 
 /// The keys of `fields`, in order (for the parser's known keys).

@@ -1,6 +1,7 @@
 //! Which servers a pool takes (`LabelSelector`, `NodeSelector`, `Robot`)
 //! and whether it moves Floating IPs between them (`FloatingIpFailover`,
-//! `FailoverAfter`, `FailoverMovesPerMinute`), with the rules that tie them
+//! `FailoverAfter`, `FailoverMovesPerMinute`, `HolderLabel`), with the
+//! rules that tie them
 //! together.
 
 use super::*;
@@ -96,10 +97,12 @@ pub(super) fn parse_failover(
         },
         problems,
     );
+    let holder_label = fields.parsed("HolderLabel", parse_bool, problems);
     if !on {
         for (key, set) in [
             ("FailoverAfter", after.is_some()),
             ("FailoverMovesPerMinute", moves.is_some()),
+            ("HolderLabel", holder_label.is_some()),
         ] {
             if set {
                 problems.push(format!(
@@ -126,5 +129,6 @@ pub(super) fn parse_failover(
     Some(Failover {
         after: after.unwrap_or(DEFAULT_FAILOVER_AFTER),
         moves_per_minute: moves.unwrap_or(DEFAULT_MOVES_PER_MINUTE),
+        holder_label: holder_label.unwrap_or(false),
     })
 }

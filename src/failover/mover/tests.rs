@@ -34,6 +34,7 @@ fn pool_with(holders: &[Option<i64>], per_minute: u32) -> FailoverPool {
         failover: Failover {
             after: AFTER,
             moves_per_minute: per_minute,
+            holder_label: false,
         },
         candidates: (1..=3)
             .map(|id| Candidate {
