@@ -383,6 +383,16 @@ pub fn needed(settings: &Settings, lease_ns: &str) -> Vec<Access> {
             ));
         }
     }
+    if (settings.pools.iter()).any(|p| p.failover.is_some_and(|f| f.holder_label)) {
+        for (group, resource) in [("", "nodes"), ("cilium.io", "ciliumnodes")] {
+            for verb in ["get", "list", "patch"] {
+                let wanted = access(verb, group, resource, None, None);
+                if !needed.contains(&wanted) {
+                    needed.push(wanted);
+                }
+            }
+        }
+    }
     needed
 }
 
@@ -424,7 +434,8 @@ async fn permissions(
                     needed.len()
                 ),
                 "apply deploy/rbac.yaml (or the Helm chart) with the pool names of this \
-                 configuration; run check as the controller's ServiceAccount (kubectl exec)",
+                 configuration, and deploy/holder-labels with HolderLabel; run check as the \
+                 controller's ServiceAccount (kubectl exec)",
             )
             .with_detail(missing.join("\n")),
         );

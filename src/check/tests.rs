@@ -337,6 +337,29 @@ fn the_permissions_follow_the_settings() {
         assert!(shown.iter().any(|s| s == line), "{line} not in {shown:?}");
     }
     assert!(!shown.iter().any(|s| s.contains("kube-node-lease")));
+    assert!(!shown
+        .iter()
+        .any(|s| s.contains("ciliumnodes") || s == "patch nodes"));
+    let labelled = settings(&[(
+        "CANADA_KAKTUS_POOLS",
+        r#"[{"Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"],
+             "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true,
+             "HolderLabel": true}]"#,
+    )]);
+    let shown: Vec<String> = needed(&labelled, "ops")
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    for line in [
+        "get nodes",
+        "list nodes",
+        "patch nodes",
+        "get ciliumnodes.cilium.io",
+        "list ciliumnodes.cilium.io",
+        "patch ciliumnodes.cilium.io",
+    ] {
+        assert!(shown.iter().any(|s| s == line), "{line} not in {shown:?}");
+    }
     let quiet = settings(&[
         ("CANADA_KAKTUS_LEADER_ELECTION", "false"),
         ("CANADA_KAKTUS_EVENTS", "false"),

@@ -10,6 +10,7 @@
 mod cycle;
 pub mod failover;
 mod full;
+mod holders;
 mod nodes;
 pub mod parts;
 mod pools;
@@ -251,8 +252,10 @@ impl ControlLoop {
             config: ConfigWatch { path, snapshot },
             mover,
             leases: None,
+            holders: None,
         };
         self.ensure_lease_watch(&mut st);
+        self.ensure_holder_labels(&mut st);
         st
     }
 
@@ -306,6 +309,8 @@ struct Running {
     mover: failover::Mover,
     /// The Node Lease watch, while a pool has failover.
     leases: Option<LeaseWatch>,
+    /// The holder labels' part, once a pool had `HolderLabel`.
+    holders: Option<holders::HolderLabels>,
 }
 
 /// The running Node Lease watch: how to stop it, and the failover pools it

@@ -55,10 +55,10 @@ impl ControlLoop {
                 || before.token != self.settings.token
             {
                 st.mover.reset(&self.metrics);
-                self.health.set_floating_ips(st.mover.holders());
-                self.health.set_lease_heard(st.mover.lease_clock());
             }
             self.ensure_lease_watch(st);
+            self.ensure_holder_labels(st);
+            self.show_mover(st);
             // The Node view keeps only the labels the selectors name: new
             // names need a fresh Node list (nothing is added before it).
             let client = self.reconciler.clients().kube.clone();

@@ -23,8 +23,7 @@ impl ControlLoop {
         self.show_listing();
         st.mover.reset(&self.metrics);
         st.mover.set_term(term.number);
-        self.health.set_floating_ips(st.mover.holders());
-        self.health.set_lease_heard(st.mover.lease_clock());
+        self.show_mover(st);
         if leading {
             st.recorder.announce_leadership = true;
         } else {

@@ -14,9 +14,9 @@ use prometheus_client::registry::Registry;
 
 use families::{
     CodeLabels, CycleLabels, CycleMetrics, EndpointLabels, FailoverMetrics, FieldManagerLabels,
-    HetznerMetrics, KindLabels, MoveLabels, OperateMetrics, PoolCauseLabels, PoolChangeLabels,
-    PoolGuardLabels, PoolKindLabels, PoolLabels, PoolMetrics, PoolReasonLabels, ResultLabels,
-    RobotLabels, TriggerLabels,
+    HetznerMetrics, KindLabels, LabelWriteLabels, MoveLabels, OperateMetrics, PoolCauseLabels,
+    PoolChangeLabels, PoolGuardLabels, PoolKindLabels, PoolLabels, PoolMetrics, PoolReasonLabels,
+    ResultLabels, RobotLabels, TriggerLabels,
 };
 
 use crate::hetzner::{RequestObserver, RequestOutcome};
@@ -457,6 +457,23 @@ impl Metrics {
                 pool: pool.to_owned(),
             })
             .set(i64::try_from(stranded).unwrap_or(i64::MAX));
+    }
+
+    /// A write of holder labels to a `kind` object ended with `result`.
+    pub fn holder_label_written(
+        &self,
+        kind: &'static str,
+        change: &'static str,
+        result: &'static str,
+    ) {
+        self.failover
+            .label_writes_total
+            .get_or_create(&LabelWriteLabels {
+                kind,
+                change,
+                result,
+            })
+            .inc();
     }
 
     /// `pool` no longer says how many of its Floating IPs are stranded

@@ -451,6 +451,7 @@ fn the_metrics_table_names_every_metric_with_its_labels() {
     metrics.event_published(true);
     metrics.repair_backed_off(&["kubectl".to_owned()]);
     metrics.floating_ip_moved("p", "silent", "success");
+    metrics.holder_label_written("Node", "add", "success");
     {
         use canada_kaktus::robot::RobotObserver;
         metrics.robot_request("server", "200");

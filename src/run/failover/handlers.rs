@@ -7,7 +7,10 @@ use super::{Context, Done, Published};
 use crate::members::NodeView;
 use std::sync::{Arc, Mutex};
 
+use crate::cluster::holders::LabelWriter;
 use crate::cluster::leases;
+use crate::config::PoolConfig;
+use crate::run::holders::{HolderLabels, Reporting, Want};
 use crate::run::{ControlLoop, Flow, LeaseWatch, Running};
 use crate::sync::lock;
 
@@ -87,7 +90,64 @@ impl ControlLoop {
         for (pool, event) in published {
             st.recorder.publish(self.event_target(&pool), vec![event]);
         }
+        self.show_mover(st);
+    }
+
+    /// What the mover knows now, in `/health` and in the holder labels.
+    pub(in crate::run) fn show_mover(&self, st: &Running) {
         self.health.set_floating_ips(st.mover.holders());
         self.health.set_lease_heard(st.mover.lease_clock());
+        if let Some(holders) = &st.holders {
+            holders.want(self.holder_want(st));
+        }
     }
+
+    /// Starts the holder labels' part once a pool has `HolderLabel` (at
+    /// start or after a reload). It runs on when a reload turns the last
+    /// one off, to remove the labels once.
+    pub(in crate::run) fn ensure_holder_labels(&self, st: &mut Running) {
+        if st.holders.is_some() || !self.settings.pools.iter().any(labelled) {
+            return;
+        }
+        let clients = self.reconciler.clients();
+        let writer = LabelWriter::new(clients.kube.clone(), clients.fence.clone());
+        let reporting = Reporting {
+            health: self.health.clone(),
+            metrics: self.metrics.clone(),
+            sink: st.recorder.sink(),
+            resource: Box::new(clients.pools.resource_reader()),
+        };
+        let stop = self.shutdown.child_token();
+        st.holders = Some(HolderLabels::start(writer, reporting, stop));
+    }
+
+    /// What the holder labels' part is to do now: only the leader labels,
+    /// after a complete listing and Node list.
+    fn holder_want(&self, st: &Running) -> Want {
+        let pools: Vec<String> = (self.settings.pools.iter())
+            .filter(|p| labelled(p))
+            .map(|p| p.name.clone())
+            .collect();
+        if pools.is_empty() {
+            return Want::Clear;
+        }
+        if !st.schedule.leading() {
+            return Want::Idle;
+        }
+        let view = st.nodes.view();
+        let nodes = view.read();
+        match st.mover.holder_labels(&nodes) {
+            Some((wanted, listing)) => Want::Hold {
+                wanted,
+                listing,
+                pools,
+            },
+            None => Want::Idle,
+        }
+    }
+}
+
+/// Whether `pool` has `HolderLabel`.
+fn labelled(pool: &PoolConfig) -> bool {
+    pool.failover.is_some_and(|f| f.holder_label)
 }

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::cluster::events::{self, PoolEvent};
 use crate::config::Settings;
+use crate::failover::labels::{self, Wanted};
 use crate::failover::mover::{Effect, MoverState, Outcome, Report};
 use crate::failover::Renewals;
 use crate::members::NodeView;
@@ -49,6 +50,9 @@ pub struct Mover {
     /// The leadership term the moves started now belong to: the fence
     /// holds back a move of an earlier one.
     term: u64,
+    /// How many listings it was given: a new one has the holder labels
+    /// read everything again.
+    listings: u64,
 }
 
 /// What the loop hands the mover at a look or a move's end: the process's
@@ -69,6 +73,7 @@ impl Mover {
             tasks: JoinSet::new(),
             task_ips: HashMap::new(),
             term: 0,
+            listings: 0,
         }
     }
 
@@ -99,7 +104,16 @@ impl Mover {
     /// A fresh, complete listing: what it shows, with the moves that ended
     /// after it began.
     pub fn set_listing(&mut self, listing: FailoverListing) {
+        self.listings += 1;
         self.state.set_listing(listing);
+    }
+
+    /// What each node should carry of the holder labels as the last
+    /// listing says, with that listing's number; `None` before a listing
+    /// of this term or before the Node watch listed the Nodes.
+    pub fn holder_labels(&self, nodes: &NodeView) -> Option<(Wanted, u64)> {
+        let listing = self.state.listing().filter(|_| nodes.complete)?;
+        Some((labels::wanted(listing, nodes), self.listings))
     }
 
     /// When the loop should call [`Mover::decide`] again without news.

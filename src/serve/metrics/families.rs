@@ -102,6 +102,13 @@ pub(super) struct MoveLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct LabelWriteLabels {
+    pub kind: &'static str,
+    pub change: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct TriggerLabels {
     pub trigger: &'static str,
 }
@@ -422,6 +429,7 @@ pub(super) struct FailoverMetrics {
     pub moves_total: Family<MoveLabels, Counter>,
     pub failover_seconds: Family<PoolLabels, Histogram, fn() -> Histogram>,
     pub stranded: Family<PoolLabels, Gauge>,
+    pub label_writes_total: Family<LabelWriteLabels, Counter>,
 }
 
 impl FailoverMetrics {
@@ -449,10 +457,19 @@ impl FailoverMetrics {
              (they stay where they are)",
             Family::<PoolLabels, Gauge>::default(),
         );
+        let label_writes_total = registered(
+            registry,
+            "holder_label_writes",
+            "Writes of the holder labels (HolderLabel) by kind (Node, CiliumNode), change (add, \
+             remove) and result (success; refused: 403; failed; kept: a removed key came back; \
+             conflict: the object kept changing; fenced: not the leader)",
+            Family::<LabelWriteLabels, Counter>::default(),
+        );
         Self {
             moves_total,
             failover_seconds,
             stranded,
+            label_writes_total,
         }
     }
 }

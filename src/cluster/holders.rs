@@ -1,0 +1,285 @@
+//! The holder labels on Nodes and CiliumNodes (issue 51): which of our
+//! keys the objects carry, and the writes `failover::labels::plan`
+//! decides, each asked of the fence first.
+//!
+//! An add is a JSON merge patch that sets the keys. A removal is an
+//! explicit `{key: null}` under the object's resourceVersion, then read
+//! back: a live cilium-agent re-writes its CiliumNode with every label of
+//! its Node, so it co-owns our key, and leaving the key out of a
+//! server-side apply would not remove it. Only metadata is read and
+//! written; no other label is touched.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{GroupVersionKind, ObjectMeta};
+use kube::Client;
+use serde_json::{json, Map, Value};
+
+use crate::failover::labels::{ours, Carried, Carrier, Change, Step, HOLDER};
+use crate::pool::Fence;
+
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "canada-kaktus";
+
+/// What `/health` names while a holder-label write or read is refused.
+pub const HOLDER_LABELS_PERMISSION: &str = "get, list and patch on nodes and \
+    cilium.io ciliumnodes, for HolderLabel (the holder-labels component of deploy/, or the \
+    chart's holderLabels.enabled)";
+
+/// Objects per page of a metadata list.
+const LIST_PAGE: u32 = 500;
+/// How often a removal whose resourceVersion went stale is tried again
+/// with a fresh read.
+const CONFLICT_TRIES: usize = 3;
+
+/// Why a read or write of holder labels did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum LabelError {
+    #[error("the API server refused to {verb} {kind} {name} (403); {HOLDER_LABELS_PERMISSION}")]
+    Refused {
+        verb: &'static str,
+        kind: &'static str,
+        name: String,
+    },
+    #[error("{verb} {kind} {name} failed: {error}")]
+    Failed {
+        verb: &'static str,
+        kind: &'static str,
+        name: String,
+        error: kube::Error,
+    },
+    #[error(
+        "{kind} {name} still carries {keys} after their removal (another writer puts them back)"
+    )]
+    Kept {
+        kind: &'static str,
+        name: String,
+        keys: String,
+    },
+    #[error("{kind} {name} kept changing under the removal of the holder labels")]
+    Conflict { kind: &'static str, name: String },
+    #[error("this replica is not the leader (or its Lease ran out): nothing written")]
+    Fenced,
+}
+
+impl LabelError {
+    /// The `cause` label of its metric.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            LabelError::Refused { .. } => "refused",
+            LabelError::Failed { .. } => "failed",
+            LabelError::Kept { .. } => "kept",
+            LabelError::Conflict { .. } => "conflict",
+            LabelError::Fenced => "fenced",
+        }
+    }
+
+    /// Whether the API server refused it (403).
+    pub fn refused(&self) -> bool {
+        matches!(self, LabelError::Refused { .. })
+    }
+}
+
+/// Reads and writes the holder labels of Nodes and CiliumNodes.
+#[derive(Clone)]
+pub struct LabelWriter {
+    nodes: Api<DynamicObject>,
+    cilium_nodes: Api<DynamicObject>,
+    fence: Fence,
+}
+
+impl LabelWriter {
+    pub fn new(client: Client, fence: Fence) -> Self {
+        let node = ApiResource::erase::<Node>(&());
+        let cilium_node = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("cilium.io", "v2", "CiliumNode"),
+            "ciliumnodes",
+        );
+        Self {
+            nodes: Api::all_with(client.clone(), &node),
+            cilium_nodes: Api::all_with(client, &cilium_node),
+            fence,
+        }
+    }
+
+    fn api(&self, carrier: Carrier) -> &Api<DynamicObject> {
+        match carrier {
+            Carrier::Node => &self.nodes,
+            Carrier::CiliumNode => &self.cilium_nodes,
+        }
+    }
+
+    /// Our keys on every Node and CiliumNode (a paged metadata list of
+    /// each; without a CiliumNode kind served, no CiliumNode).
+    pub async fn carried_all(&self) -> Result<Carried, LabelError> {
+        let mut carried = Carried::new();
+        for carrier in Carrier::BOTH {
+            let mut params = ListParams::default().limit(LIST_PAGE);
+            loop {
+                let page = match self.api(carrier).list_metadata(&params).await {
+                    Err(error) if carrier == Carrier::CiliumNode && missing(&error) => break,
+                    result => result.map_err(|e| failure("list", carrier, "", e))?,
+                };
+                for object in &page.items {
+                    if let Some(name) = &object.metadata.name {
+                        carried.insert((carrier, name.clone()), our_keys(&object.metadata));
+                    }
+                }
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+        }
+        Ok(carried)
+    }
+
+    /// Our keys on the Node and CiliumNode of each of `names`, read fresh
+    /// (an object that does not exist is left out).
+    pub async fn carried<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a String>,
+    ) -> Result<Carried, LabelError> {
+        let mut carried = Carried::new();
+        for name in names {
+            for carrier in Carrier::BOTH {
+                if let Some(meta) = self.read(carrier, name).await? {
+                    carried.insert((carrier, name.clone()), our_keys(&meta));
+                }
+            }
+        }
+        Ok(carried)
+    }
+
+    /// The metadata of `carrier` `name`, `None` when it does not exist.
+    async fn read(&self, carrier: Carrier, name: &str) -> Result<Option<ObjectMeta>, LabelError> {
+        match self.api(carrier).get_metadata_opt(name).await {
+            Ok(found) => Ok(found.map(|object| object.metadata)),
+            Err(error) if carrier == Carrier::CiliumNode && missing(&error) => Ok(None),
+            Err(error) => Err(failure("get", carrier, name, error)),
+        }
+    }
+
+    /// Carries out `step`, if the fence allows.
+    pub async fn write(&self, step: &Step) -> Result<(), LabelError> {
+        match &step.change {
+            Change::Add(keys) => {
+                let labels: Map<String, Value> =
+                    keys.iter().map(|k| (k.clone(), json!(HOLDER))).collect();
+                let patch = json!({"metadata": {"labels": labels}});
+                self.patch(step.carrier, &step.node, &patch).await
+            }
+            Change::Remove(keys) => self.remove(step.carrier, &step.node, keys).await,
+        }
+    }
+
+    /// Removes `keys` (ours only) from `carrier` `name` under its
+    /// resourceVersion, and reads back that they are gone.
+    async fn remove(
+        &self,
+        carrier: Carrier,
+        name: &str,
+        keys: &BTreeSet<String>,
+    ) -> Result<(), LabelError> {
+        for _ in 0..CONFLICT_TRIES {
+            let Some(meta) = self.read(carrier, name).await? else {
+                return Ok(());
+            };
+            let present: Vec<&String> = (keys.iter())
+                .filter(|k| ours(k) && has_label(&meta, k))
+                .collect();
+            if present.is_empty() {
+                return Ok(());
+            }
+            let labels: Map<String, Value> = present
+                .iter()
+                .map(|k| ((*k).clone(), Value::Null))
+                .collect();
+            let patch = json!({"metadata": {
+                "resourceVersion": meta.resource_version,
+                "labels": labels,
+            }});
+            match self.patch(carrier, name, &patch).await {
+                Err(LabelError::Failed { error, .. }) if conflict(&error) => continue,
+                result => result?,
+            }
+            let after = self.read(carrier, name).await?;
+            let kept: Vec<&str> = (present.iter())
+                .filter(|k| after.as_ref().is_some_and(|m| has_label(m, k)))
+                .map(|k| k.as_str())
+                .collect();
+            if kept.is_empty() {
+                return Ok(());
+            }
+            return Err(LabelError::Kept {
+                kind: carrier.as_str(),
+                name: name.to_owned(),
+                keys: kept.join(", "),
+            });
+        }
+        Err(LabelError::Conflict {
+            kind: carrier.as_str(),
+            name: name.to_owned(),
+        })
+    }
+
+    async fn patch(&self, carrier: Carrier, name: &str, patch: &Value) -> Result<(), LabelError> {
+        if !self.fence.allows() {
+            return Err(LabelError::Fenced);
+        }
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        (self
+            .api(carrier)
+            .patch_metadata(name, &params, &Patch::Merge(patch))
+            .await)
+            .map(|_| ())
+            .map_err(|error| failure("patch", carrier, name, error))
+    }
+}
+
+/// Our keys among `meta`'s labels.
+fn our_keys(meta: &ObjectMeta) -> BTreeSet<String> {
+    (meta.labels.iter().flatten())
+        .filter(|(key, _)| ours(key))
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
+fn has_label(meta: &ObjectMeta, key: &str) -> bool {
+    meta.labels.as_ref().is_some_and(|l| l.contains_key(key))
+}
+
+fn status(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// The object, or its kind, does not exist (404).
+fn missing(error: &kube::Error) -> bool {
+    status(error) == Some(404)
+}
+
+fn conflict(error: &kube::Error) -> bool {
+    status(error) == Some(409)
+}
+
+fn failure(verb: &'static str, carrier: Carrier, name: &str, error: kube::Error) -> LabelError {
+    let (kind, name) = (carrier.as_str(), name.to_owned());
+    if status(&error) == Some(403) {
+        LabelError::Refused { verb, kind, name }
+    } else {
+        LabelError::Failed {
+            verb,
+            kind,
+            name,
+            error,
+        }
+    }
+}
