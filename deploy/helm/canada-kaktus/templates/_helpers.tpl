@@ -94,6 +94,24 @@ kubelets' Leases, and only then is the node-lease Role installed. */}}
 {{- $on -}}
 {{- end }}
 
+{{/* "true" when holderLabels.enabled is true or a pool of config.Pools has
+HolderLabel on (true, on, yes or 1 in any case): only then are the
+holder-labels ClusterRole and ValidatingAdmissionPolicy installed. */}}
+{{- define "canada-kaktus.holderLabels" -}}
+{{- $on := eq (toString .Values.holderLabels.enabled) "true" -}}
+{{- $pools := .Values.config.Pools -}}
+{{- if kindIs "slice" $pools -}}
+{{- range $pools -}}
+{{- if kindIs "map" . -}}
+{{- if has (get . "HolderLabel" | toString | trim | lower) (list "true" "on" "yes" "1") -}}
+{{- $on = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $on -}}
+{{- end }}
+
 {{/* One egress rule of the network policy to the host of a URL: toFQDNs for
 a name, toCIDR for an address; its port, else 443 (80 for http). */}}
 {{- define "canada-kaktus.egressTo" -}}
