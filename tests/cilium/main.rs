@@ -9,5 +9,6 @@ mod support;
 
 mod allocator;
 mod demo;
+mod egress;
 mod failover;
 mod soak;
