@@ -348,3 +348,40 @@ fn the_keys_of_a_holder_without_a_node_stay_until_the_ip_moves() {
         BTreeSet::from(["node-2".to_owned()])
     );
 }
+
+#[test]
+fn a_kept_pool_key_stays_only_beside_its_kept_ip() {
+    // Pool `edge` has .10 (holder without a Node: kept) and .11, which
+    // moved from node-1 to node-2. node-1 must lose both of .11's keys,
+    // the pool key too: it carries no kept IP of the pool.
+    const FIP11: &str = "fip.canada-kaktus.io/203.0.113.11";
+    let carried = carried(&[
+        (Carrier::CiliumNode, "node-3", &[FIP, POOL]),
+        (Carrier::Node, "node-1", &[FIP11, POOL]),
+        (Carrier::CiliumNode, "node-1", &[FIP11, POOL]),
+        (Carrier::Node, "node-2", &[]),
+        (Carrier::CiliumNode, "node-2", &[]),
+    ]);
+    let wanted = Wanted {
+        nodes: [("node-2".to_owned(), keys(&[FIP11, POOL]))].into(),
+        kept: keys(&[FIP, POOL]),
+    };
+    let removed: Vec<(Carrier, &str, BTreeSet<String>)> = (plan(&wanted, &carried).iter())
+        .filter_map(|s| match &s.change {
+            Change::Remove(keys) => Some((s.carrier, s.node.as_str(), keys.clone())),
+            Change::Add(_) => None,
+        })
+        .map(|(c, n, k)| (c, if n == "node-1" { "node-1" } else { "other" }, k))
+        .collect();
+    assert_eq!(
+        removed,
+        [
+            (Carrier::Node, "node-1", keys(&[FIP11, POOL])),
+            (Carrier::CiliumNode, "node-1", keys(&[FIP11, POOL])),
+        ]
+    );
+    assert_eq!(
+        labelled_after(&wanted, &carried),
+        BTreeSet::from(["node-2".to_owned(), "node-3".to_owned()])
+    );
+}
