@@ -115,7 +115,20 @@ impl Carrier {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Wanted {
     pub nodes: BTreeMap<String, BTreeSet<String>>,
-    pub kept: BTreeSet<String>,
+    /// Each kept Floating IP's key, with its pool's key: the pool key
+    /// stays only beside a kept IP's key.
+    pub kept: BTreeMap<String, String>,
+}
+
+impl Wanted {
+    /// The keys of `has` that stay where they are: a kept IP's, and its
+    /// pool's beside it.
+    fn kept_in(&self, has: &BTreeSet<String>) -> BTreeSet<String> {
+        (self.kept.iter())
+            .filter(|(fip, _)| has.contains(*fip))
+            .flat_map(|(fip, pool)| [fip.clone(), pool.clone()])
+            .collect()
+    }
 }
 
 /// The holder keys each object carries now (ours only), by carrier and
@@ -130,15 +143,22 @@ pub type Carried = BTreeMap<(Carrier, String), BTreeSet<String>>;
 pub fn wanted(listing: &FailoverListing, nodes: &NodeView) -> Wanted {
     let mut wanted = Wanted::default();
     for pool in listing.pools.iter().filter(|p| p.failover.holder_label) {
-        for fip in &pool.floating_ips {
+        // Held or not: Hetzner routes every IP the pool selects to its
+        // holder (a pool write refused must not take the labels away).
+        for fip in pool.floating_ips.iter().chain(&pool.unheld) {
             let Some(holder) = fip.holder else { continue };
             let node = (pool.candidate(holder)).and_then(|c| nodes.node_of(c.id, &c.name));
-            let keys = match node {
-                Some(node) => wanted.nodes.entry(node.name.clone()).or_default(),
-                None => &mut wanted.kept,
-            };
-            keys.insert(fip_key(fip.address));
-            keys.insert(pool_key(&pool.pool));
+            let (fip, pool) = (fip_key(fip.address), pool_key(&pool.pool));
+            match node {
+                Some(node) => {
+                    let keys = wanted.nodes.entry(node.name.clone()).or_default();
+                    keys.insert(fip);
+                    keys.insert(pool);
+                }
+                None => {
+                    wanted.kept.insert(fip, pool);
+                }
+            }
         }
     }
     wanted
@@ -172,8 +192,9 @@ pub fn plan(wanted: &Wanted, carried: &Carried) -> Vec<Step> {
     for ((carrier, node), has) in carried {
         let should = wanted.nodes.get(node).unwrap_or(&none);
         let add: BTreeSet<String> = should.difference(has).cloned().collect();
+        let kept = wanted.kept_in(has);
         let remove: BTreeSet<String> = (has.difference(should))
-            .filter(|key| !wanted.kept.contains(*key))
+            .filter(|key| !kept.contains(*key))
             .cloned()
             .collect();
         let step = |change| Step {
@@ -199,7 +220,7 @@ pub fn plan(wanted: &Wanted, carried: &Carried) -> Vec<Step> {
 pub fn labelled_after(wanted: &Wanted, carried: &Carried) -> BTreeSet<String> {
     let mut labelled: BTreeSet<String> = wanted.nodes.keys().cloned().collect();
     for ((_, node), has) in carried {
-        if has.iter().any(|key| wanted.kept.contains(key)) {
+        if has.iter().any(|key| wanted.kept.contains_key(key)) {
             labelled.insert(node.clone());
         }
     }

@@ -49,7 +49,12 @@ pub struct FailoverPool {
     pub failover: Failover,
     /// Sorted by server ID.
     pub candidates: Vec<Candidate>,
+    /// The Floating IPs it holds: those failover moves.
     pub floating_ips: Vec<PoolFloatingIp>,
+    /// The Floating IPs it selects but does not hold now (another pool has
+    /// the address, or the write gate held it back): never moved, but
+    /// their holders carry the holder labels all the same.
+    pub unheld: Vec<PoolFloatingIp>,
 }
 
 impl FailoverPool {
@@ -116,19 +121,17 @@ pub(crate) fn failover_pools(
             // Found by a binary search (`FailoverPool::candidate`).
             candidates.sort_unstable_by_key(|c| c.id);
             let selected = pool.floating_ip_selector.as_ref();
-            let floating_ips = floating_ips
+            let (floating_ips, unheld) = floating_ips
                 .iter()
                 .filter(|fip| selected.is_none_or(|s| s.matches(&fip.labels)))
-                .map(|fip| (fip, floating_address(pool, fip)))
-                .filter(|(_, address)| held.contains(address))
-                .map(|(fip, address)| PoolFloatingIp {
+                .map(|fip| PoolFloatingIp {
                     id: fip.id,
                     name: fip.name.as_str().into(),
-                    address,
+                    address: floating_address(pool, fip),
                     holder: fip.server,
                     home: fip.home_location.clone().unwrap_or_default(),
                 })
-                .collect();
+                .partition(|fip| held.contains(&fip.address));
             Some(FailoverPool {
                 pool: pool.name.clone(),
                 selector,
@@ -136,6 +139,7 @@ pub(crate) fn failover_pools(
                 failover,
                 candidates,
                 floating_ips,
+                unheld,
             })
         })
         .collect()

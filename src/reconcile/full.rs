@@ -153,8 +153,11 @@ impl Reconciler {
         // that turned failover off must stop it.
         for pool in &mut failover {
             let kept = self.last_desired(&pool.pool).map(|d| &d.addresses);
-            pool.floating_ips
-                .retain(|fip| kept.is_some_and(|kept| kept.contains(&fip.address)));
+            let (held, unheld): (Vec<_>, Vec<_>) = std::mem::take(&mut pool.floating_ips)
+                .into_iter()
+                .partition(|fip| kept.is_some_and(|kept| kept.contains(&fip.address)));
+            pool.floating_ips = held;
+            pool.unheld.extend(unheld);
         }
         Ok(FullApplied {
             outcomes,

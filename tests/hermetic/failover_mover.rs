@@ -59,6 +59,7 @@ fn listing(holder: Option<i64>) -> FailoverListing {
                 holder,
                 home: fsn1(),
             }],
+            unheld: Vec::new(),
         }],
     }
 }

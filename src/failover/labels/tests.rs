@@ -155,6 +155,7 @@ fn pool(name: &str, holder_label: bool, first: u8, holders: &[Option<i64>]) -> F
                 home: fsn1(),
             })
             .collect(),
+        unheld: Vec::new(),
     }
 }
 
@@ -209,10 +210,10 @@ fn each_holder_node_of_a_labelled_pool_carries_its_ip_and_pool() {
     assert_eq!(wanted.nodes, expected);
     assert_eq!(
         wanted.kept,
-        keys(&[
-            "fip.canada-kaktus.io/203.0.113.14",
-            "pool.canada-kaktus.io/edge"
-        ])
+        BTreeMap::from([(
+            "fip.canada-kaktus.io/203.0.113.14".to_owned(),
+            "pool.canada-kaktus.io/edge".to_owned()
+        )])
     );
 }
 
@@ -229,7 +230,7 @@ const POOL: &str = "pool.canada-kaktus.io/edge";
 fn a_move_adds_on_the_new_holder_before_it_removes_from_the_old() {
     let wanted = Wanted {
         nodes: [("node-2".to_owned(), keys(&[FIP, POOL]))].into(),
-        kept: BTreeSet::new(),
+        kept: BTreeMap::new(),
     };
     let carried = carried(&[
         (Carrier::Node, "node-1", &[FIP, POOL]),
@@ -269,7 +270,7 @@ fn what_is_in_place_is_not_written_and_a_missing_object_gets_nothing() {
             ("node-2".to_owned(), keys(&[POOL])),
         ]
         .into(),
-        kept: BTreeSet::new(),
+        kept: BTreeMap::new(),
     };
     let carried = carried(&[
         (Carrier::Node, "node-1", &[FIP, POOL]),
@@ -316,7 +317,7 @@ fn the_keys_of_a_holder_without_a_node_stay_until_the_ip_moves() {
     ]);
     let kept = Wanted {
         nodes: BTreeMap::new(),
-        kept: keys(&[FIP, POOL]),
+        kept: [(FIP.to_owned(), POOL.to_owned())].into(),
     };
     assert_eq!(plan(&kept, &carried), vec![]);
     assert_eq!(
@@ -326,7 +327,7 @@ fn the_keys_of_a_holder_without_a_node_stay_until_the_ip_moves() {
     // It moved to node-2: added there, then removed from node-1.
     let moved = Wanted {
         nodes: [("node-2".to_owned(), keys(&[FIP, POOL]))].into(),
-        kept: BTreeSet::new(),
+        kept: BTreeMap::new(),
     };
     let steps = plan(&moved, &carried);
     assert_eq!(
@@ -364,7 +365,7 @@ fn a_kept_pool_key_stays_only_beside_its_kept_ip() {
     ]);
     let wanted = Wanted {
         nodes: [("node-2".to_owned(), keys(&[FIP11, POOL]))].into(),
-        kept: keys(&[FIP, POOL]),
+        kept: [(FIP.to_owned(), POOL.to_owned())].into(),
     };
     let removed: Vec<(Carrier, &str, BTreeSet<String>)> = (plan(&wanted, &carried).iter())
         .filter_map(|s| match &s.change {

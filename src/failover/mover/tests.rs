@@ -53,6 +53,7 @@ fn pool_with(holders: &[Option<i64>], per_minute: u32) -> FailoverPool {
                 home: fsn1(),
             })
             .collect(),
+        unheld: Vec::new(),
     }
 }
 
