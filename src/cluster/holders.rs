@@ -10,6 +10,8 @@
 //! written; no other label is touched.
 
 use std::collections::BTreeSet;
+use std::future::Future;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -33,6 +35,9 @@ const LIST_PAGE: u32 = 500;
 /// How often a removal whose resourceVersion went stale is tried again
 /// with a fresh read.
 const CONFLICT_TRIES: usize = 3;
+/// The longest one call may take (kube's client has no read timeout of
+/// its own): a half-open connection fails the pass instead of holding it.
+const CALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// Why a read or write of holder labels did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +65,12 @@ pub enum LabelError {
     },
     #[error("{kind} {name} kept changing under the removal of the holder labels")]
     Conflict { kind: &'static str, name: String },
+    #[error("{verb} {kind} {name}: no answer within {}s", CALL_LIMIT.as_secs())]
+    TimedOut {
+        verb: &'static str,
+        kind: &'static str,
+        name: String,
+    },
     #[error("this replica is not the leader (or its Lease ran out): nothing written")]
     Fenced,
 }
@@ -72,6 +83,7 @@ impl LabelError {
             LabelError::Failed { .. } => "failed",
             LabelError::Kept { .. } => "kept",
             LabelError::Conflict { .. } => "conflict",
+            LabelError::TimedOut { .. } => "timeout",
             LabelError::Fenced => "fenced",
         }
     }
@@ -118,7 +130,8 @@ impl LabelWriter {
         for carrier in Carrier::BOTH {
             let mut params = ListParams::default().limit(LIST_PAGE);
             loop {
-                let page = match self.api(carrier).list_metadata(&params).await {
+                let list = self.api(carrier).list_metadata(&params);
+                let page = match bounded("list", carrier, "", list).await? {
                     Err(error) if carrier == Carrier::CiliumNode && missing(&error) => break,
                     result => result.map_err(|e| failure("list", carrier, "", e))?,
                 };
@@ -155,23 +168,25 @@ impl LabelWriter {
 
     /// The metadata of `carrier` `name`, `None` when it does not exist.
     async fn read(&self, carrier: Carrier, name: &str) -> Result<Option<ObjectMeta>, LabelError> {
-        match self.api(carrier).get_metadata_opt(name).await {
+        let get = self.api(carrier).get_metadata_opt(name);
+        match bounded("get", carrier, name, get).await? {
             Ok(found) => Ok(found.map(|object| object.metadata)),
             Err(error) if carrier == Carrier::CiliumNode && missing(&error) => Ok(None),
             Err(error) => Err(failure("get", carrier, name, error)),
         }
     }
 
-    /// Carries out `step`, if the fence allows.
-    pub async fn write(&self, step: &Step) -> Result<(), LabelError> {
+    /// Carries out `step`, if the fence allows a write of leadership term
+    /// `term`.
+    pub async fn write(&self, step: &Step, term: u64) -> Result<(), LabelError> {
         match &step.change {
             Change::Add(keys) => {
                 let labels: Map<String, Value> =
                     keys.iter().map(|k| (k.clone(), json!(HOLDER))).collect();
                 let patch = json!({"metadata": {"labels": labels}});
-                self.patch(step.carrier, &step.node, &patch).await
+                self.patch(step.carrier, &step.node, &patch, term).await
             }
-            Change::Remove(keys) => self.remove(step.carrier, &step.node, keys).await,
+            Change::Remove(keys) => self.remove(step.carrier, &step.node, keys, term).await,
         }
     }
 
@@ -182,6 +197,7 @@ impl LabelWriter {
         carrier: Carrier,
         name: &str,
         keys: &BTreeSet<String>,
+        term: u64,
     ) -> Result<(), LabelError> {
         for _ in 0..CONFLICT_TRIES {
             let Some(meta) = self.read(carrier, name).await? else {
@@ -201,7 +217,7 @@ impl LabelWriter {
                 "resourceVersion": meta.resource_version,
                 "labels": labels,
             }});
-            match self.patch(carrier, name, &patch).await {
+            match self.patch(carrier, name, &patch, term).await {
                 Err(LabelError::Failed { error, .. }) if conflict(&error) => continue,
                 result => result?,
             }
@@ -225,21 +241,42 @@ impl LabelWriter {
         })
     }
 
-    async fn patch(&self, carrier: Carrier, name: &str, patch: &Value) -> Result<(), LabelError> {
-        if !self.fence.allows() {
+    async fn patch(
+        &self,
+        carrier: Carrier,
+        name: &str,
+        patch: &Value,
+        term: u64,
+    ) -> Result<(), LabelError> {
+        if !self.fence.allows_in(term) {
             return Err(LabelError::Fenced);
         }
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        (self
-            .api(carrier)
-            .patch_metadata(name, &params, &Patch::Merge(patch))
-            .await)
+        let merge = Patch::Merge(patch);
+        let call = self.api(carrier).patch_metadata(name, &params, &merge);
+        (bounded("patch", carrier, name, call).await?)
             .map(|_| ())
             .map_err(|error| failure("patch", carrier, name, error))
     }
+}
+
+/// `call` within [`CALL_LIMIT`]; its own result, or [`LabelError::TimedOut`].
+async fn bounded<T>(
+    verb: &'static str,
+    carrier: Carrier,
+    name: &str,
+    call: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<Result<T, kube::Error>, LabelError> {
+    tokio::time::timeout(CALL_LIMIT, call)
+        .await
+        .map_err(|_| LabelError::TimedOut {
+            verb,
+            kind: carrier.as_str(),
+            name: name.to_owned(),
+        })
 }
 
 /// Our keys among `meta`'s labels.

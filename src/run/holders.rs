@@ -3,9 +3,11 @@
 //! this part reads what the Nodes and CiliumNodes carry, writes what
 //! `failover::labels::plan` says in its order, and tells what went wrong
 //! (the log, a metric, `/health` and a Warning Event for a refusal). A
-//! slow or failing API server holds up neither the loop nor a move: a
-//! failed pass is tried again after the one backoff, or at once when the
-//! loop wants something else, and reads every object again.
+//! slow or failing API server holds up neither the loop nor a move: every
+//! call has a time limit, a failed pass is tried again after the one
+//! backoff (or at once when the loop wants something else) and reads
+//! every object again. What a pass's end does to the part's memory is
+//! pure ([`Memory`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -35,14 +37,133 @@ pub(in crate::run) enum Want {
     /// Each node carries `wanted`. `listing` counts the full listings: a
     /// new one reads every Node and CiliumNode again (a leftover from
     /// before a restart, a key someone else wrote). `pools`: the pools
-    /// with `HolderLabel`, for Events.
+    /// with `HolderLabel`, for Events. `term`: the leadership term the
+    /// writes belong to (the fence holds back one of an earlier term).
     Hold {
         wanted: Wanted,
         listing: u64,
         pools: Vec<String>,
+        term: u64,
     },
-    /// A reload turned `HolderLabel` off: our labels go, once.
-    Clear,
+    /// A reload turned `HolderLabel` off: the leader of `term` removes our
+    /// labels, once.
+    Clear { term: u64 },
+}
+
+/// One pass to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pass {
+    wanted: Wanted,
+    /// Read every Node and CiliumNode (else the nodes `wanted` names and
+    /// those the last pass left labelled).
+    every: bool,
+    term: u64,
+    /// The listing it follows (`None`: a `Clear`).
+    listing: Option<u64>,
+}
+
+/// What a pass's end says to tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Told {
+    /// It worked; `again`: after failing.
+    Worked { again: bool },
+    /// A `Clear` worked.
+    Cleared,
+    /// A `Clear` was refused: the labels stay (removed by hand).
+    ClearRefused,
+    /// The fence held it back (not the leader now, or not for a moment).
+    Fenced,
+    /// It failed; `first`: the first time with this cause.
+    Failed { first: bool },
+}
+
+/// What the part remembers between passes, and what a pass's end does to
+/// it. Pure.
+#[derive(Debug, Default)]
+struct Memory {
+    /// The listing whose pass read every object and worked (then a pass
+    /// reads only the nodes it changes).
+    synced: Option<u64>,
+    /// The nodes the last pass that worked left labelled.
+    labelled: BTreeSet<String>,
+    /// A `Clear` ended: nothing to do until the next `Hold`.
+    cleared: bool,
+    /// Failed passes in a row.
+    failures: u32,
+    /// The cause of the failures, while they last.
+    failing: Option<&'static str>,
+}
+
+impl Memory {
+    /// The pass `want` asks for, if any.
+    fn next(&self, want: &Want) -> Option<Pass> {
+        match want {
+            Want::Idle => None,
+            Want::Clear { .. } if self.cleared => None,
+            Want::Clear { term } => Some(Pass {
+                wanted: Wanted::default(),
+                every: true,
+                term: *term,
+                listing: None,
+            }),
+            Want::Hold {
+                wanted,
+                listing,
+                term,
+                ..
+            } => Some(Pass {
+                wanted: wanted.clone(),
+                every: self.synced != Some(*listing),
+                term: *term,
+                listing: Some(*listing),
+            }),
+        }
+    }
+
+    /// A pass ended: `Ok` with the nodes labelled then. What to tell, and
+    /// when to try again.
+    fn ended(
+        &mut self,
+        pass: &Pass,
+        result: Result<BTreeSet<String>, &LabelError>,
+    ) -> (Told, Option<Duration>) {
+        let error = match result {
+            Ok(labelled) => {
+                let again = self.failing.take().is_some();
+                self.failures = 0;
+                self.labelled = labelled;
+                return match pass.listing {
+                    Some(listing) => {
+                        self.synced = Some(listing);
+                        self.cleared = false;
+                        (Told::Worked { again }, None)
+                    }
+                    None => {
+                        self.cleared = true;
+                        (Told::Cleared, None)
+                    }
+                };
+            }
+            Err(error) => error,
+        };
+        if pass.listing.is_none() && error.refused() {
+            self.cleared = true;
+            return (Told::ClearRefused, None);
+        }
+        // What this pass wrote is not known for sure: the next one reads
+        // every object.
+        self.synced = None;
+        let wait = crate::backoff::exponential(RETRY_BASE, self.failures, RETRY_MAX);
+        self.failures = self.failures.saturating_add(1);
+        if matches!(error, LabelError::Fenced) {
+            // The loop says Idle when the term ended; a renewal that came
+            // late opens the fence again.
+            return (Told::Fenced, Some(wait));
+        }
+        let cause = error.cause();
+        let first = self.failing.replace(cause) != Some(cause);
+        (Told::Failed { first }, Some(wait))
+    }
 }
 
 /// Where the part tells what happened.
@@ -71,11 +192,7 @@ impl HolderLabels {
         let keeper = Keeper {
             writer,
             reporting,
-            synced: None,
-            labelled: BTreeSet::new(),
-            cleared: false,
-            failures: 0,
-            failing: None,
+            memory: Memory::default(),
             warned: BTreeSet::new(),
         };
         tokio::spawn(keep(keeper, rx, stop.clone()));
@@ -103,7 +220,11 @@ impl Drop for HolderLabels {
 async fn keep(mut keeper: Keeper, mut want: watch::Receiver<Want>, stop: CancellationToken) {
     loop {
         let now = want.borrow_and_update().clone();
-        let retry = keeper.pass(&now).await;
+        let retry = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            retry = keeper.pass(&now) => retry,
+        };
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
@@ -117,21 +238,11 @@ async fn keep(mut keeper: Keeper, mut want: watch::Receiver<Want>, stop: Cancell
     }
 }
 
-/// What the part remembers between passes.
+/// The part: its memory, the writer, and where it tells.
 struct Keeper {
     writer: LabelWriter,
     reporting: Reporting,
-    /// The full listing whose pass read every object and succeeded (then
-    /// a pass reads only the nodes it changes).
-    synced: Option<u64>,
-    /// The nodes the last successful pass left labelled.
-    labelled: BTreeSet<String>,
-    /// A `Clear` pass ended: nothing more to do until `Hold`.
-    cleared: bool,
-    /// Failed passes in a row.
-    failures: u32,
-    /// The cause of the failures, while they last.
-    failing: Option<&'static str>,
+    memory: Memory,
     /// The pools whose Warning went out for the refusal that lasts.
     warned: BTreeSet<String>,
 }
@@ -139,65 +250,31 @@ struct Keeper {
 impl Keeper {
     /// One pass: reads, plans and writes; when to try again, if it failed.
     async fn pass(&mut self, want: &Want) -> Option<Duration> {
-        let (wanted, listing, pools) = match want {
-            Want::Idle => return None,
-            Want::Clear if self.cleared => return None,
-            Want::Clear => (Wanted::default(), None, &[][..]),
-            Want::Hold {
-                wanted,
-                listing,
-                pools,
-            } => (wanted.clone(), Some(*listing), &pools[..]),
+        let pass = self.memory.next(want)?;
+        let result = self.converge(&pass).await;
+        let (told, retry) = self.memory.ended(&pass, result.as_ref().map(Clone::clone));
+        let pools = match want {
+            Want::Hold { pools, .. } => &pools[..],
+            _ => &[],
         };
-        let every = listing.is_none() || listing != self.synced;
-        match self.converge(&wanted, every).await {
-            Ok(labelled) => {
-                self.succeeded();
-                self.labelled = labelled;
-                match listing {
-                    Some(listing) => {
-                        self.synced = Some(listing);
-                        self.cleared = false;
-                    }
-                    None => {
-                        info!("HolderLabel is off: the holder labels are removed");
-                        self.cleared = true;
-                    }
-                }
-                None
-            }
-            // Not the leader (any more): the loop says Idle next.
-            Err(LabelError::Fenced) => None,
-            Err(error) if listing.is_none() && error.refused() => {
-                warn!(%error, "HolderLabel was turned off, but the holder labels could not be \
-                    removed; remove them by hand (docs/guides/egress-floating-ip.md)");
-                self.cleared = true;
-                None
-            }
-            Err(error) => {
-                // What this pass wrote is not known for sure: the next one
-                // reads every object.
-                self.synced = None;
-                self.failed(&error, pools);
-                let wait = crate::backoff::exponential(RETRY_BASE, self.failures, RETRY_MAX);
-                self.failures = self.failures.saturating_add(1);
-                Some(wait)
-            }
-        }
+        self.tell(told, result.err(), pools);
+        retry
     }
 
-    /// Reads what the objects carry (every object, or the nodes `wanted`
-    /// names and those the last pass left labelled) and writes the plan;
-    /// the nodes labelled then.
-    async fn converge(&self, wanted: &Wanted, every: bool) -> Result<BTreeSet<String>, LabelError> {
-        let carried = if every {
+    /// Reads what the objects carry (every object, or the nodes the pass
+    /// wants labelled and those the last pass left labelled) and writes
+    /// the plan; the nodes labelled then.
+    async fn converge(&self, pass: &Pass) -> Result<BTreeSet<String>, LabelError> {
+        let wanted = &pass.wanted;
+        let carried = if pass.every {
             self.writer.carried_all().await?
         } else {
-            let nodes: BTreeSet<&String> = wanted.nodes.keys().chain(&self.labelled).collect();
+            let nodes: BTreeSet<&String> =
+                (wanted.nodes.keys()).chain(&self.memory.labelled).collect();
             self.writer.carried(nodes).await?
         };
         for step in plan(wanted, &carried) {
-            let result = self.writer.write(&step).await;
+            let result = self.writer.write(&step, pass.term).await;
             let kind = step.carrier.as_str();
             let outcome = result
                 .as_ref()
@@ -219,38 +296,62 @@ impl Keeper {
         Ok(labelled_after(wanted, &carried))
     }
 
-    fn succeeded(&mut self) {
-        if self.failing.take().is_some() {
-            info!("the holder labels are written again");
+    /// Tells what a pass's end says: the log (a failure once per cause,
+    /// debug while it lasts), `/health`, and a refusal as a Warning on
+    /// each labelled pool once.
+    fn tell(&mut self, told: Told, error: Option<LabelError>, pools: &[String]) {
+        let health = &self.reporting.health;
+        match told {
+            Told::Worked { again } => {
+                if again {
+                    info!("the holder labels are written again");
+                }
+                self.warned.clear();
+                health.set_permission(HOLDER_LABELS_PERMISSION, true);
+            }
+            Told::Cleared => {
+                info!("HolderLabel is off: the holder labels are removed");
+                health.set_permission(HOLDER_LABELS_PERMISSION, true);
+            }
+            Told::ClearRefused => {
+                let error = error.map(|e| e.to_string()).unwrap_or_default();
+                warn!(%error, "HolderLabel was turned off, but the holder labels could not be \
+                    removed; remove them by hand (docs/guides/egress-floating-ip.md)");
+                // The option is off: its permission is no longer needed.
+                health.set_permission(HOLDER_LABELS_PERMISSION, true);
+            }
+            Told::Fenced => debug!("the holder labels wait: this replica may not write now"),
+            Told::Failed { first } => {
+                let Some(error) = error else { return };
+                if first {
+                    warn!(%error, "writing the holder labels failed; egress through the \
+                        Floating IP may go to another node meanwhile; retrying with backoff");
+                } else {
+                    debug!(%error, "writing the holder labels still fails; retrying with backoff");
+                }
+                if error.refused() {
+                    self.refused(pools);
+                }
+            }
         }
-        self.failures = 0;
-        self.warned.clear();
-        (self.reporting.health).set_permission(HOLDER_LABELS_PERMISSION, true);
     }
 
-    /// Tells a failure: the log once per cause (debug while it lasts), a
-    /// refusal in `/health` and as a Warning on each labelled pool once.
-    fn failed(&mut self, error: &LabelError, pools: &[String]) {
-        let cause = error.cause();
-        if self.failing.replace(cause) == Some(cause) {
-            debug!(%error, "writing the holder labels still fails; retrying with backoff");
-        } else {
-            warn!(%error, "writing the holder labels failed; egress through the Floating IP \
-                may go to another node meanwhile; retrying with backoff");
-        }
-        if !error.refused() {
-            return;
-        }
+    /// A refusal: named in `/health`, and a Warning on each labelled pool
+    /// not yet told (once a full cycle wrote the pools and discovery knows
+    /// their API version, as every Event on a pool).
+    fn refused(&mut self, pools: &[String]) {
         let reporting = &self.reporting;
         reporting
             .health
             .set_permission(HOLDER_LABELS_PERMISSION, false);
-        let Some(resource) = (reporting.resource)().filter(|_| reporting.health.succeeded_once())
-        else {
+        let ready = reporting.health.succeeded_once();
+        let Some(resource) = (reporting.resource)().filter(|_| ready) else {
             return;
         };
-        let unwarned: Vec<&String> = pools.iter().filter(|p| !self.warned.contains(*p)).collect();
-        for pool in unwarned {
+        for pool in pools {
+            if !self.warned.insert(pool.clone()) {
+                continue;
+            }
             let target = Target {
                 name: pool.clone(),
                 resource: Some(resource.clone()),
@@ -260,7 +361,6 @@ impl Keeper {
                 "the holder labels stay where they are meanwhile",
             );
             reporting.sink.publish(target, vec![event]);
-            self.warned.insert(pool.clone());
         }
     }
 }
@@ -269,3 +369,6 @@ fn keys_of(step: &Step) -> String {
     let (Change::Add(keys) | Change::Remove(keys)) = &step.change;
     keys.iter().cloned().collect::<Vec<_>>().join(",")
 }
+
+#[cfg(test)]
+mod tests;

@@ -121,18 +121,20 @@ impl ControlLoop {
         st.holders = Some(HolderLabels::start(writer, reporting, stop));
     }
 
-    /// What the holder labels' part is to do now: only the leader labels,
-    /// after a complete listing and Node list.
+    /// What the holder labels' part is to do now: only the leader labels
+    /// (or removes them, `HolderLabel` turned off), in its term, after a
+    /// complete listing and Node list.
     fn holder_want(&self, st: &Running) -> Want {
+        if !st.schedule.leading() {
+            return Want::Idle;
+        }
+        let term = st.mover.term();
         let pools: Vec<String> = (self.settings.pools.iter())
             .filter(|p| labelled(p))
             .map(|p| p.name.clone())
             .collect();
         if pools.is_empty() {
-            return Want::Clear;
-        }
-        if !st.schedule.leading() {
-            return Want::Idle;
+            return Want::Clear { term };
         }
         let view = st.nodes.view();
         let nodes = view.read();
@@ -141,6 +143,7 @@ impl ControlLoop {
                 wanted,
                 listing,
                 pools,
+                term,
             },
             None => Want::Idle,
         }

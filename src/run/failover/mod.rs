@@ -82,6 +82,11 @@ impl Mover {
         self.term = term;
     }
 
+    /// The leadership term moves (and the holder labels) belong to now.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
     /// The Node Lease watch's renewals (`None`: no watch runs).
     pub fn set_renewals(&mut self, renewals: Option<SharedRenewals>) {
         self.renewals = renewals;
