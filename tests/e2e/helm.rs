@@ -282,6 +282,49 @@ fn default_values_render_the_objects_deploy_installs() {
     }
 }
 
+/// HolderLabel: the chart renders the holder-labels objects exactly as the
+/// kustomize component ships them, on by itself with a pool that has it or
+/// by holderLabels.enabled, and not otherwise.
+#[test]
+#[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
+fn the_chart_renders_the_holder_labels_component() {
+    // The component from an overlay of the operator's own, as
+    // docs/guides/egress-floating-ip.md tells.
+    let kustomized = kustomize_overlay(
+        "resources:\n  - ../../deploy\ncomponents:\n  - ../../deploy/holder-labels\n",
+        &[],
+    );
+    let holder_objects = |objects: &BTreeMap<(String, String, String), Value>| {
+        objects
+            .iter()
+            .filter(|((_, _, name), _)| name == "canada-kaktus-holder-labels")
+            .map(|(key, value)| {
+                let mut value = value.clone();
+                normalise(&mut value);
+                (key.clone(), value)
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    let from_kustomize = holder_objects(&kustomized);
+    assert_eq!(from_kustomize.len(), 4, "{:?}", from_kustomize.keys());
+    let labelled = r#"config={"Pools": [{"Name": "edge", "LabelSelector": "role=edge", "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge", "FloatingIpFailover": true, "HolderLabel": true}]}"#;
+    for args in [
+        &["--set-json", labelled][..],
+        &["--set", "holderLabels.enabled=true"][..],
+    ] {
+        let rendered = template(args);
+        assert!(rendered.status.success(), "{rendered:?}");
+        let from_helm = holder_objects(&objects(&String::from_utf8(rendered.stdout).unwrap()));
+        assert_eq!(from_helm, from_kustomize, "{args:?}");
+    }
+    let plain = template(&[]);
+    let plain = objects(&String::from_utf8(plain.stdout).unwrap());
+    assert!(
+        holder_objects(&plain).is_empty(),
+        "rendered without HolderLabel"
+    );
+}
+
 #[test]
 #[ignore = "needs helm (scripts/tool-bins.sh): scripts/test runs it"]
 fn full_values_reach_every_object() {
