@@ -83,7 +83,7 @@
 //! | --- | --- |
 //! | `cli` | check, config, explain, members, pool, reconcile, run, serve, sync, world |
 //! | `check` | config, hetzner, members, pool, reconcile, robot, server, vocab, world |
-//! | `explain` | config, members, pool, reconcile, server, world |
+//! | `explain` | config, failover, members, pool, reconcile, server, world |
 //! | `run` | backoff, cluster, config, failover, hetzner, members, memory, pool, reconcile, serve, server, sync, vocab, world |
 //! | `cluster` | backoff, failover, members, memory, pool, reconcile, serve, sync |
 //! | `world` | config, hetzner, members, pool, reconcile |

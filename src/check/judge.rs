@@ -10,6 +10,7 @@ use crate::members::{NodeFacts, NodeView};
 use crate::pool::{candidate_versions, gate::Withheld, pool_conflict, Pool, POOL_GROUP};
 use crate::server::Server;
 
+use super::read::PolicyRead;
 use super::report::Check;
 
 /// The first Cilium release whose LB IPAM keeps the addresses Services
@@ -501,6 +502,41 @@ pub fn nodes(
         )));
     }
     checks
+}
+
+/// The holder labels' admission policy (with `HolderLabel`): installed
+/// with its binding, or what is missing.
+pub fn holder_policy(name: &str, read: &PolicyRead) -> Check {
+    let fix = "apply deploy/holder-labels (or the chart with holderLabels.enabled)";
+    match read {
+        PolicyRead::Found {
+            policy: true,
+            binding: true,
+        } => Check::pass(format!(
+            "the admission policy {name} holds the controller to its holder labels"
+        )),
+        PolicyRead::Found { policy, .. } => Check::warning(
+            format!(
+                "the admission policy {name} {}: the ServiceAccount may change any label of the \
+                 Nodes and CiliumNodes it may patch",
+                if *policy {
+                    "has no binding"
+                } else {
+                    "is not installed"
+                }
+            ),
+            fix,
+        ),
+        PolicyRead::Forbidden => Check::warning(
+            format!("whoever runs check may not read the admission policy {name}"),
+            "run check as a cluster admin to see it",
+        ),
+        PolicyRead::Failed(error) => Check::warning(
+            format!("the admission policy {name} could not be read"),
+            "see the detail",
+        )
+        .with_detail(error.clone()),
+    }
 }
 
 /// The leader Lease: who holds it and whether it is current.

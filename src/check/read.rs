@@ -5,6 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
@@ -93,6 +96,48 @@ impl std::fmt::Display for Access {
             write!(f, " in {namespace}")?;
         }
         Ok(())
+    }
+}
+
+/// What `check` found of the holder labels' admission policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyRead {
+    /// The policy and its binding, each whether it exists.
+    Found { policy: bool, binding: bool },
+    /// Whoever runs check may not read them (403).
+    Forbidden,
+    /// The read failed otherwise.
+    Failed(String),
+}
+
+/// Whether the ValidatingAdmissionPolicy `name` and its binding of the
+/// same name exist.
+pub(super) async fn admission_policy(client: &Client, name: &str) -> PolicyRead {
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    let policy = within(READ_LIMIT, found(policies.get_opt(name))).await;
+    let binding = within(READ_LIMIT, found(bindings.get_opt(name))).await;
+    match (policy, binding) {
+        (Ok(policy), Ok(binding)) => PolicyRead::Found { policy, binding },
+        (Err(answer), _) | (_, Err(answer)) => answer,
+    }
+}
+
+/// Whether a `get_opt` found its object, a refusal or failure as a
+/// [`PolicyRead`].
+async fn found<K>(
+    read: impl std::future::Future<Output = Result<Option<K>, kube::Error>>,
+) -> Result<bool, PolicyRead> {
+    match read.await {
+        Ok(object) => Ok(object.is_some()),
+        Err(kube::Error::Api(status)) if status.code == 403 => Err(PolicyRead::Forbidden),
+        Err(error) => Err(PolicyRead::Failed(error.to_string())),
+    }
+}
+
+impl From<crate::world::TimedOut> for PolicyRead {
+    fn from(timed_out: crate::world::TimedOut) -> Self {
+        PolicyRead::Failed(timed_out.to_string())
     }
 }
 

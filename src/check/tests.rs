@@ -443,3 +443,36 @@ fn a_pool_not_created_yet_still_names_a_foreign_pool_that_covers_its_address() {
         "{checks:?}"
     );
 }
+
+#[test]
+fn the_holder_policy_is_judged_by_what_was_found() {
+    use super::read::PolicyRead;
+    let name = "canada-kaktus-holder-labels";
+    let found =
+        |policy, binding| judge::holder_policy(name, &PolicyRead::Found { policy, binding });
+    assert_eq!(found(true, true).result, Status::Pass);
+    let missing = found(false, false);
+    assert_eq!(missing.result, Status::Warning);
+    assert!(
+        missing.description.contains("is not installed"),
+        "{missing:?}"
+    );
+    assert!(missing
+        .hint
+        .as_deref()
+        .unwrap()
+        .contains("deploy/holder-labels"));
+    let unbound = found(true, false);
+    assert!(
+        unbound.description.contains("has no binding"),
+        "{unbound:?}"
+    );
+    let forbidden = judge::holder_policy(name, &PolicyRead::Forbidden);
+    assert_eq!(forbidden.result, Status::Warning);
+    assert!(
+        forbidden.description.contains("may not read"),
+        "{forbidden:?}"
+    );
+    let failed = judge::holder_policy(name, &PolicyRead::Failed("no answer within 10s".into()));
+    assert_eq!(failed.result, Status::Warning);
+}

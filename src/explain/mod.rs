@@ -177,6 +177,7 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
             held: &held,
             confirm_after,
             nodes: state.nodes,
+            holder_label: pool.failover.is_some_and(|f| f.holder_label),
         };
         let decisions: Vec<&Decision> = trace.decisions.iter().filter(|d| d.pool == name).collect();
         // Addresses a line of a server or Floating IP already explains.
@@ -273,6 +274,9 @@ struct Context<'a> {
     held: &'a BTreeSet<IpAddr>,
     confirm_after: std::time::Duration,
     nodes: &'a NodeView,
+    /// The pool has `HolderLabel`: a Floating IP's line names the Nodes
+    /// that carry its holder label.
+    holder_label: bool,
 }
 
 impl Context<'_> {
@@ -385,8 +389,11 @@ fn line(
             holder,
         } => {
             let holder = holder.map_or("no server".to_owned(), |h| format!("server {h}"));
-            let text =
+            let mut text =
                 format!("Floating IP {floating_ip} of a failover pool, assigned to {holder}");
+            if ctx.holder_label {
+                text.push_str(&labelled_nodes(address?, ctx.nodes));
+            }
             note(notes, address?, text);
             return None;
         }
@@ -452,6 +459,24 @@ fn given(
 }
 
 /// Adds `text` to what is noted of `address`.
+/// Which Nodes carry the holder label of the Floating IP at `address`, as
+/// the tail of its line.
+fn labelled_nodes(address: IpAddr, nodes: &NodeView) -> String {
+    let key = crate::failover::labels::fip_key(address);
+    let carrying: Vec<&str> = (nodes.iter())
+        .filter(|node| node.labels.contains_key(&key))
+        .map(|node| node.name.as_str())
+        .collect();
+    if carrying.is_empty() {
+        format!("; no Node carries its holder label {key}")
+    } else {
+        format!(
+            "; its holder label {key} is on Node {}",
+            carrying.join(", ")
+        )
+    }
+}
+
 fn note(notes: &mut BTreeMap<IpAddr, String>, address: IpAddr, text: String) {
     notes
         .entry(address)

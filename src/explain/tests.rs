@@ -594,3 +594,58 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
     );
     assert!(answer.text().contains("server server1 (robot 321)"));
 }
+
+#[tokio::test]
+async fn a_floating_ip_of_a_labelled_pool_names_the_nodes_with_its_holder_label() {
+    let json = |holder_label: bool| {
+        serde_json::json!([{"Name": "edge", "LabelSelector": "role=edge",
+            "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge",
+            "FloatingIpFailover": true, "HolderLabel": holder_label}])
+    };
+    let listing = Listing {
+        servers: vec![server(1, Some("203.0.113.1"), false)],
+        floating_ips: vec![floating_ip(false, "edge")],
+        ..Listing::default()
+    };
+    let key = "fip.canada-kaktus.io/198.51.100.10";
+    let with_label = |on: bool| {
+        NodeView::new(
+            [NodeFacts {
+                name: "node-1".into(),
+                server_id: Some(1),
+                ready: true,
+                labels: (on.then(|| (key.to_owned(), "holder".to_owned())))
+                    .into_iter()
+                    .collect(),
+                ..NodeFacts::default()
+            }],
+            true,
+        )
+    };
+    let on = settings_with(json(true), &[]);
+    let labelled = first_floating_detail(&on, &listing, &with_label(true)).await;
+    assert!(
+        labelled.contains(&format!("its holder label {key} is on Node node-1")),
+        "{labelled}"
+    );
+    let missing = first_floating_detail(&on, &listing, &with_label(false)).await;
+    assert!(
+        missing.contains(&format!("no Node carries its holder label {key}")),
+        "{missing}"
+    );
+    let off = settings_with(json(false), &[]);
+    let plain = first_floating_detail(&off, &listing, &with_label(false)).await;
+    assert!(!plain.contains("holder label"), "{plain}");
+}
+
+/// The detail of the first pool's first Floating IP line.
+async fn first_floating_detail(settings: &Settings, listing: &Listing, nodes: &NodeView) -> String {
+    let state = State {
+        settings,
+        listing,
+        nodes,
+        pools: &[],
+    };
+    let answer = explain(&state, &Filter::default()).await;
+    answer.pools[0].floating_ips[0].detail.clone()
+}
