@@ -24,7 +24,10 @@ use serde_json::{json, Value};
 use support::agents::{cilium_nodes, Agents};
 use support::cilium::Release;
 use support::cluster::TestCluster;
-use support::e2e::{apply_overlay, replica_with, repo, Controller, SEVERAL_POOLS, TOKEN};
+use support::e2e::{
+    apply_overlay, replica_with, repo, start_with_config, wait_event, Controller, SEVERAL_POOLS,
+    TOKEN,
+};
 use support::failover::failover_pool;
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
 use support::nodes::{holder_of, set_ready, wait_holder, Kubelets};
@@ -134,6 +137,15 @@ async fn carried(
 /// Waits (`within` at most) until the Nodes and the CiliumNodes carry the
 /// keys exactly as the fake's holders say.
 async fn wait_labels(world: &World, within: Duration, what: &str) {
+    wait_carried(world, within, what, true).await;
+}
+
+/// Waits (`within` at most) until no Node or CiliumNode carries a key.
+async fn wait_unlabelled(world: &World, within: Duration, what: &str) {
+    wait_carried(world, within, what, false).await;
+}
+
+async fn wait_carried(world: &World, within: Duration, what: &str, on: bool) {
     let deadline = Instant::now() + within;
     loop {
         let existing: BTreeSet<String> = (world.nodes.list_metadata(&ListParams::default()).await)
@@ -142,7 +154,10 @@ async fn wait_labels(world: &World, within: Duration, what: &str) {
             .into_iter()
             .filter_map(|n| n.metadata.name)
             .collect();
-        let want = expected(&world.hetzner, &existing);
+        let mut want = expected(&world.hetzner, &existing);
+        if !on {
+            want.values_mut().for_each(BTreeSet::clear);
+        }
         let [on_nodes, on_cilium_nodes] = carried(&world.nodes, &world.cilium_nodes).await;
         if on_nodes == want && on_cilium_nodes == want {
             return;
@@ -184,18 +199,19 @@ fn held_by(hetzner: &FakeHetzner, id: i64) -> usize {
         .count()
 }
 
-/// Every set of CiliumNodes carrying `key` that a watch saw, with when.
+/// Every set of objects (Nodes or CiliumNodes) carrying `key` that a
+/// watch saw, with when.
 type Carriers = Arc<Mutex<Vec<(Instant, BTreeSet<String>)>>>;
 
 fn record_carriers(
-    cilium_nodes: Api<DynamicObject>,
+    objects: Api<DynamicObject>,
     key: String,
 ) -> (Carriers, tokio::task::JoinHandle<()>) {
     let history: Carriers = Arc::default();
     let sink = history.clone();
     let task = tokio::spawn(async move {
         let mut now: BTreeMap<String, bool> = BTreeMap::new();
-        let mut stream = watcher::watcher(cilium_nodes, watcher::Config::default()).boxed();
+        let mut stream = watcher::watcher(objects, watcher::Config::default()).boxed();
         while let Some(event) = stream.next().await {
             let (object, present) = match event {
                 Ok(Event::Apply(o) | Event::InitApply(o)) => (o, true),
@@ -223,9 +239,9 @@ fn record_carriers(
     (history, task)
 }
 
-/// Once a CiliumNode carried the key, none never did again, and two did
-/// for at most 2 s at a time.
-fn assert_never_none_and_two_briefly(history: &Carriers, key: &str) {
+/// Once an object carried the key, there was always one that did (with
+/// `never_none`), and two did for at most 2 s at a time.
+fn assert_never_none_and_two_briefly(history: &Carriers, key: &str, never_none: bool) {
     let history = history.lock().unwrap();
     let first = history
         .iter()
@@ -233,8 +249,8 @@ fn assert_never_none_and_two_briefly(history: &Carriers, key: &str) {
         .expect("a holder was labelled");
     for (i, (at, set)) in history.iter().enumerate().skip(first) {
         assert!(
-            !set.is_empty(),
-            "no CiliumNode carried {key} at {i}: {history:?}"
+            !never_none || !set.is_empty(),
+            "nothing carried {key} at {i}: {history:?}"
         );
         if set.len() > 1 {
             let until = history.get(i + 1).map_or_else(Instant::now, |(t, _)| *t);
@@ -372,6 +388,20 @@ fn policy_holds_the_service_account(cluster: &TestCluster, node: &str) {
         let (ok, err) = kubectl(&["label", kind, node, "team-"]);
         assert!(ok, "an admin's label removed from a {kind}: {err}");
     }
+    // The node's kubelet writes its Node as before.
+    let (as_node, as_nodes) = (
+        format!("--as=system:node:{node}"),
+        "--as-group=system:nodes",
+    );
+    for args in [
+        ["annotate", "node", node, "kubelet.example/seen=1"],
+        ["label", "node", node, "kubelet.example/zone=a"],
+    ] {
+        let mut args = args.to_vec();
+        args.extend([as_node.as_str(), as_nodes]);
+        let (ok, err) = kubectl(&args);
+        assert!(ok, "the kubelet's {args:?}: {err}");
+    }
 }
 
 /// Issue 51's scenario: see the module's comment.
@@ -392,7 +422,18 @@ async fn egress_labels_follow_the_floating_ip() {
         cilium_nodes: cilium_nodes(&cluster),
     };
     let key = fip_key(FIPS[0].1);
-    let (carriers, recorder) = record_carriers(world.cilium_nodes.clone(), key.clone());
+    let recorders: Vec<(String, Carriers, tokio::task::JoinHandle<()>)> = [
+        (world.cilium_nodes.clone(), key.clone()),
+        (world.cilium_nodes.clone(), POOL_KEY.to_owned()),
+        (world.nodes.clone(), key.clone()),
+        (world.nodes.clone(), POOL_KEY.to_owned()),
+    ]
+    .into_iter()
+    .map(|(api, key)| {
+        let (carriers, task) = record_carriers(api, key.clone());
+        (key, carriers, task)
+    })
+    .collect();
     let controller = controller(&cluster, &world.hetzner, true).await;
 
     // At start: the holders as Hetzner has them.
@@ -424,6 +465,14 @@ async fn egress_labels_follow_the_floating_ip() {
         agents.copies("node-1") > copies,
         "the agent wrote node-1's CiliumNode"
     );
+    // Two full listings later (each reads every Node and CiliumNode), the
+    // labels are still only on the holder.
+    for _ in 0..2 {
+        let from = controller.log_text().len();
+        (controller)
+            .wait_log_since(from, "reconcile finished", WITHIN)
+            .await;
+    }
     wait_labels(&world, Duration::ZERO, "the old holder returned").await;
 
     // 3. The holder's Node turns NotReady: the labels follow the IP.
@@ -483,8 +532,12 @@ async fn egress_labels_follow_the_floating_ip() {
         world.hetzner.succeeded_actions()
     );
 
-    recorder.abort();
-    assert_never_none_and_two_briefly(&carriers, &key);
+    // On the CiliumNodes (what Cilium reads) always one; a deleted Node
+    // carries nothing, so on the Nodes only the overlap is bounded.
+    for (i, (key, carriers, task)) in recorders.iter().enumerate() {
+        task.abort();
+        assert_never_none_and_two_briefly(carriers, key, i < 2);
+    }
     // The policy, with the controller gone (it would remove the test's
     // keys of its own).
     drop(controller);
@@ -507,6 +560,15 @@ async fn with_the_option_off_no_node_is_written() {
     let controller = controller(&cluster, &hetzner, false).await;
     kubelets.stop(1);
     wait_holder(&hetzner, 10, &[2, 3], WITHIN, "silent holder").await;
+    // The move done and a full listing after it: whatever the controller
+    // would write for it is written by then.
+    controller
+        .wait_log_since(0, "Floating IP moved", WITHIN)
+        .await;
+    let from = controller.log_text().len();
+    controller
+        .wait_log_since(from, "reconcile finished", WITHIN)
+        .await;
     let writes: Vec<_> = (cluster.audited_writes().into_iter())
         .filter(|w| w.user == SERVICE_ACCOUNT)
         .collect();
@@ -524,4 +586,82 @@ async fn with_the_option_off_no_node_is_written() {
         "written with HolderLabel off: {touched:?}"
     );
     drop(controller);
+}
+
+/// `HolderLabel` turned off by a config reload: the labels go, once; on
+/// again, they come back.
+#[tokio::test]
+#[ignore = "needs kube-apiserver, etcd and the Cilium module (scripts/test)"]
+async fn turning_it_off_by_a_reload_removes_the_labels() {
+    let cluster = egress_cluster(&[HOLDER_LABELS]).await;
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(servers(&[1, 2, 3]));
+    hetzner.set_floating_ips(floating_ips([1, 2]));
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    let _kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
+    let _agents = Agents::start(&cluster, &["node-1", "node-2", "node-3"]).await;
+    let world = World {
+        hetzner,
+        nodes: node_api(&cluster),
+        cilium_nodes: cilium_nodes(&cluster),
+    };
+    let config =
+        |on: bool| json!({"Pools": [failover_pool(json!({"HolderLabel": on}))]}).to_string();
+    let controller = start_with_config(&cluster, &world.hetzner, &config(true), &[]).await;
+    wait_labels(&world, WITHIN, "on").await;
+    std::fs::write(controller.dir().join("config.json"), config(false)).unwrap();
+    controller
+        .wait_log_since(
+            0,
+            "HolderLabel is off: the holder labels are removed",
+            WITHIN,
+        )
+        .await;
+    wait_unlabelled(&world, Duration::ZERO, "turned off").await;
+    std::fs::write(controller.dir().join("config.json"), config(true)).unwrap();
+    wait_labels(&world, WITHIN, "on again").await;
+    let removed = controller
+        .log_text()
+        .matches("HolderLabel is off: the holder labels are removed")
+        .count();
+    assert_eq!(removed, 1, "removed once");
+}
+
+/// `HolderLabel` on without the holder-labels component: the refusal is
+/// named in `/health` and as a Warning on the pool, the Floating IP still
+/// moves; the component applied, the labels come without a restart.
+#[tokio::test]
+#[ignore = "needs kube-apiserver, etcd and the Cilium module (scripts/test)"]
+async fn without_the_component_the_refusal_is_named_and_the_ip_still_moves() {
+    let cluster = egress_cluster(&[]).await;
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(servers(&[1, 2, 3]));
+    hetzner.set_floating_ips(floating_ips([1, 2]));
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    let kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
+    let _agents = Agents::start(&cluster, &["node-1", "node-2", "node-3"]).await;
+    let world = World {
+        hetzner,
+        nodes: node_api(&cluster),
+        cilium_nodes: cilium_nodes(&cluster),
+    };
+    let config = json!({"Pools": [failover_pool(json!({"HolderLabel": true}))]}).to_string();
+    let mut controller = start_with_config(&cluster, &world.hetzner, &config, &[]).await;
+    let named = |h: &Value| {
+        (h["missing_permissions"].as_array().into_iter().flatten()).any(|p| {
+            p.as_str()
+                .is_some_and(|p| p.contains("holderLabels.enabled"))
+        })
+    };
+    controller.wait_health(200, named).await;
+    wait_event(&cluster, "edge", "PermissionMissing", "ciliumnodes").await;
+    kubelets.stop(1);
+    wait_holder(&world.hetzner, 10, &[2, 3], WITHIN, "silent holder").await;
+    apply_overlay(&cluster, &[SEVERAL_POOLS, HOLDER_LABELS]);
+    wait_labels(&world, WITHIN, "the component applied").await;
+    controller
+        .wait_health(200, |h| h["missing_permissions"].is_null())
+        .await;
 }
