@@ -31,6 +31,7 @@
 //! CANADA_KAKTUS_BENCH_ONLY=node-scale scripts/bench   # Node changes at scale alone
 //! CANADA_KAKTUS_BENCH_ONLY=once scripts/bench         # --once's peak alone
 //! CANADA_KAKTUS_BENCH_ONLY=cycles scripts/bench       # the cycle table alone
+//! CANADA_KAKTUS_BENCH_ONLY=labels scripts/bench       # holder labels after a move
 //! ```
 //!
 //! Needs `CANADA_KAKTUS_K8S_BIN_DIR` (kube-apiserver, etcd; set by
@@ -41,6 +42,7 @@
 //! binaries are available and skips otherwise.
 mod controller;
 mod failover;
+mod labels;
 mod node_scale;
 mod nodes;
 mod observer;
@@ -51,6 +53,7 @@ mod robot;
 mod size;
 use controller::*;
 use failover::*;
+use labels::*;
 use node_scale::*;
 use nodes::*;
 use observer::*;
@@ -244,6 +247,11 @@ async fn run(plan: Plan, sizes: &[usize]) {
             );
             return;
         }
+        Ok("labels") => {
+            let labels = label_latency(&bench_of(3)).await;
+            print_labels(&labels);
+            return;
+        }
         Ok("cycles") => {
             for &n in sizes {
                 eprintln!("== N = {n}");
@@ -274,6 +282,8 @@ async fn run(plan: Plan, sizes: &[usize]) {
     let node_changes = node_change_cost(&bench_of(4)).await;
     eprintln!("== Robot members");
     let robot = robot_cost(&bench_of(3)).await;
+    eprintln!("== Holder labels after a move");
+    let labels = label_latency(&bench_of(3)).await;
     eprintln!("== Node changes at scale");
     let node_scale = node_scale(&bench_of(3)).await;
     observer.stop();
@@ -293,6 +303,7 @@ async fn run(plan: Plan, sizes: &[usize]) {
     );
     print_node_changes(&node_changes);
     print_robot(&robot);
+    print_labels(&labels);
     print_node_scale(&node_scale);
     if let (Some((n, peak_kib)), Some(daemon)) = (
         once,
