@@ -3,7 +3,11 @@
 //! Floating IP on one of them. The holder's Node is deleted, so the IP
 //! moves at once (no grace: the holder has no Node); the benchmark's own
 //! watches see the labels arrive on the new holder's Node and CiliumNode,
-//! and the time from the fake's Action success to each is the latency.
+//! and the time from the Action's success to each is the latency. The
+//! Action succeeds at the controller's poll (the fake ends it at the
+//! first request after it is due, and the benchmark's own look at the
+//! fake does not end it), so the figure is the controller's: no poll
+//! interval in it.
 //! The deleted Node is created again and the next round deletes the new
 //! holder's. The CiliumNode CRD here is a minimal one of the same names
 //! (the benchmark does not build Cilium; the latency does not depend on

@@ -374,11 +374,11 @@ impl FakeHetzner {
     }
 
     /// Each successful Action so far: the Floating IP, the server it
-    /// assigned, when it ended.
+    /// assigned, when it ended. Asking settles nothing: an Action due by
+    /// the clock ends at the next request to the fake (the controller's
+    /// poll), so its time is when the controller could first see it.
     pub fn succeeded_actions(&self) -> Vec<(i64, i64, Instant)> {
-        let mut state = self.lock();
-        actions::settle(&mut state);
-        state.actions.succeeded.clone()
+        self.lock().actions.succeeded.clone()
     }
 
     /// `GET /servers/{id}` requests served so far.
