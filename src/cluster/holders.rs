@@ -320,3 +320,36 @@ fn failure(verb: &'static str, carrier: Carrier, name: &str, error: kube::Error)
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_keys_valued_holder_count_as_carried() {
+        let meta = ObjectMeta {
+            labels: Some(
+                [
+                    ("fip.canada-kaktus.io/203.0.113.10", "holder"),
+                    ("fip.canada-kaktus.io/203.0.113.11", "x"),
+                    ("pool.canada-kaktus.io/edge", "holder"),
+                    ("kubernetes.io/hostname", "holder"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            ),
+            ..ObjectMeta::default()
+        };
+        let keys: Vec<String> = our_keys(&meta).into_iter().collect();
+        // A key of ours with another value is not carried: the add puts
+        // `holder` there (an egress selector asks for `=holder`).
+        assert_eq!(
+            keys,
+            [
+                "fip.canada-kaktus.io/203.0.113.10",
+                "pool.canada-kaktus.io/edge"
+            ]
+        );
+    }
+}

@@ -386,3 +386,50 @@ fn a_kept_pool_key_stays_only_beside_its_kept_ip() {
         BTreeSet::from(["node-2".to_owned(), "node-3".to_owned()])
     );
 }
+
+#[test]
+fn an_ip_another_pool_moves_is_labelled_where_that_pool_moved_it() {
+    // Pools `a` and `b` both select .10; `a` holds and moves it, `b` has
+    // it unheld and labels its holder. After `a`'s move to server 2 the
+    // label follows, though `b`'s copy is from the listing.
+    let mut a = pool("a", false, 10, &[Some(1)]);
+    a.set_holder(10, Some(2));
+    let mut b = pool("b", true, 10, &[]);
+    b.unheld = pool("b", true, 10, &[Some(1)]).floating_ips;
+    let listing = FailoverListing {
+        started: Instant::now(),
+        pools: vec![a, b],
+    };
+    let wanted = wanted(&listing, &nodes());
+    assert_eq!(
+        wanted.nodes,
+        BTreeMap::from([(
+            "node-2".to_owned(),
+            keys(&[
+                "fip.canada-kaktus.io/203.0.113.10",
+                "pool.canada-kaktus.io/b"
+            ])
+        )])
+    );
+}
+
+#[test]
+fn two_pools_keep_their_keys_beside_one_kept_ip() {
+    // Pools `a` and `b` both label .14, whose holder (server 3) has no
+    // Node: both pool keys stay beside it.
+    let listing = FailoverListing {
+        started: Instant::now(),
+        pools: vec![
+            pool("a", true, 14, &[Some(3)]),
+            pool("b", true, 14, &[Some(3)]),
+        ],
+    };
+    let wanted = wanted(&listing, &nodes());
+    let fip = "fip.canada-kaktus.io/203.0.113.14";
+    let carried = carried(&[(
+        Carrier::CiliumNode,
+        "node-9",
+        &[fip, "pool.canada-kaktus.io/a", "pool.canada-kaktus.io/b"],
+    )]);
+    assert_eq!(plan(&wanted, &carried), vec![], "{wanted:?}");
+}

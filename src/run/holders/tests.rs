@@ -104,3 +104,19 @@ fn clear_runs_once_even_when_refused_and_hold_starts_again() {
     assert!(retry.is_some());
     assert!(memory.next(&clear).is_some());
 }
+
+#[test]
+fn a_hold_that_failed_still_lets_the_next_clear_run() {
+    let mut memory = Memory::default();
+    let clear = Want::Clear { term: 1 };
+    let pass = memory.next(&clear).unwrap();
+    memory.ended(&pass, Ok(labelled(&[])));
+    // On again: the first pass adds a label, then fails.
+    let pass = memory.next(&hold(4)).unwrap();
+    memory.ended(&pass, Err(&failed()));
+    // Off again before a pass worked: the Clear runs.
+    assert!(
+        memory.next(&clear).is_some(),
+        "the labels of the failed pass go"
+    );
+}
