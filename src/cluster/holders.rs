@@ -279,10 +279,12 @@ async fn bounded<T>(
         })
 }
 
-/// Our keys among `meta`'s labels.
+/// Our keys among `meta`'s labels, valued `holder` (a key of ours with
+/// another value is not carried: the add puts `holder` there, as an egress
+/// selector asks for it).
 fn our_keys(meta: &ObjectMeta) -> BTreeSet<String> {
     (meta.labels.iter().flatten())
-        .filter(|(key, _)| ours(key))
+        .filter(|(key, value)| ours(key) && value.as_str() == HOLDER)
         .map(|(key, _)| key.clone())
         .collect()
 }

@@ -115,9 +115,9 @@ impl Carrier {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Wanted {
     pub nodes: BTreeMap<String, BTreeSet<String>>,
-    /// Each kept Floating IP's key, with its pool's key: the pool key
-    /// stays only beside a kept IP's key.
-    pub kept: BTreeMap<String, String>,
+    /// Each kept Floating IP's key, with its pools' keys: a pool key stays
+    /// only beside a kept IP's key.
+    pub kept: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Wanted {
@@ -126,7 +126,7 @@ impl Wanted {
     fn kept_in(&self, has: &BTreeSet<String>) -> BTreeSet<String> {
         (self.kept.iter())
             .filter(|(fip, _)| has.contains(*fip))
-            .flat_map(|(fip, pool)| [fip.clone(), pool.clone()])
+            .flat_map(|(fip, pools)| std::iter::once(fip).chain(pools).cloned())
             .collect()
     }
 }
@@ -142,11 +142,18 @@ pub type Carried = BTreeMap<(Carrier, String), BTreeSet<String>>;
 /// they are.
 pub fn wanted(listing: &FailoverListing, nodes: &NodeView) -> Wanted {
     let mut wanted = Wanted::default();
+    // Where the pool that holds each IP has it (moves that ended applied):
+    // an IP another pool moves is where that pool moved it.
+    let held: BTreeMap<i64, Option<i64>> = (listing.pools.iter())
+        .flat_map(|p| &p.floating_ips)
+        .map(|fip| (fip.id, fip.holder))
+        .collect();
     for pool in listing.pools.iter().filter(|p| p.failover.holder_label) {
         // Held or not: Hetzner routes every IP the pool selects to its
         // holder (a pool write refused must not take the labels away).
         for fip in pool.floating_ips.iter().chain(&pool.unheld) {
-            let Some(holder) = fip.holder else { continue };
+            let holder = held.get(&fip.id).copied().unwrap_or(fip.holder);
+            let Some(holder) = holder else { continue };
             let node = (pool.candidate(holder)).and_then(|c| nodes.node_of(c.id, &c.name));
             let (fip, pool) = (fip_key(fip.address), pool_key(&pool.pool));
             match node {
@@ -156,7 +163,7 @@ pub fn wanted(listing: &FailoverListing, nodes: &NodeView) -> Wanted {
                     keys.insert(pool);
                 }
                 None => {
-                    wanted.kept.insert(fip, pool);
+                    wanted.kept.entry(fip).or_default().insert(pool);
                 }
             }
         }

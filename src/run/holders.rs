@@ -127,6 +127,11 @@ impl Memory {
         pass: &Pass,
         result: Result<BTreeSet<String>, &LabelError>,
     ) -> (Told, Option<Duration>) {
+        if pass.listing.is_some() {
+            // A Hold pass may have written, whatever its end: a Clear
+            // after it has work again.
+            self.cleared = false;
+        }
         let error = match result {
             Ok(labelled) => {
                 let again = self.failing.take().is_some();
@@ -135,7 +140,6 @@ impl Memory {
                 return match pass.listing {
                     Some(listing) => {
                         self.synced = Some(listing);
-                        self.cleared = false;
                         (Told::Worked { again }, None)
                     }
                     None => {
@@ -273,6 +277,10 @@ impl Keeper {
                 (wanted.nodes.keys()).chain(&self.memory.labelled).collect();
             self.writer.carried(nodes).await?
         };
+        // A failed add ends the pass before any removal (no selector may
+        // go without a node); a failed removal does not keep the others
+        // (another node's, a dead holder's) from being tried.
+        let mut failed = None;
         for step in plan(wanted, &carried) {
             let result = self.writer.write(&step, pass.term).await;
             let kind = step.carrier.as_str();
@@ -288,12 +296,19 @@ impl Keeper {
                 }
                 Change::Remove(_) => {
                     (self.reporting.metrics).holder_label_written(kind, "remove", outcome);
-                    result?;
-                    info!(kind, node = %step.node, %keys, "holder labels removed");
+                    match result {
+                        Ok(()) => info!(kind, node = %step.node, %keys, "holder labels removed"),
+                        Err(error) => {
+                            failed.get_or_insert(error);
+                        }
+                    }
                 }
             }
         }
-        Ok(labelled_after(wanted, &carried))
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(labelled_after(wanted, &carried)),
+        }
     }
 
     /// Tells what a pass's end says: the log (a failure once per cause,

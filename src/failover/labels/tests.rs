@@ -212,7 +212,7 @@ fn each_holder_node_of_a_labelled_pool_carries_its_ip_and_pool() {
         wanted.kept,
         BTreeMap::from([(
             "fip.canada-kaktus.io/203.0.113.14".to_owned(),
-            "pool.canada-kaktus.io/edge".to_owned()
+            keys(&["pool.canada-kaktus.io/edge"])
         )])
     );
 }
@@ -317,7 +317,7 @@ fn the_keys_of_a_holder_without_a_node_stay_until_the_ip_moves() {
     ]);
     let kept = Wanted {
         nodes: BTreeMap::new(),
-        kept: [(FIP.to_owned(), POOL.to_owned())].into(),
+        kept: [(FIP.to_owned(), keys(&[POOL]))].into(),
     };
     assert_eq!(plan(&kept, &carried), vec![]);
     assert_eq!(
@@ -365,7 +365,7 @@ fn a_kept_pool_key_stays_only_beside_its_kept_ip() {
     ]);
     let wanted = Wanted {
         nodes: [("node-2".to_owned(), keys(&[FIP11, POOL]))].into(),
-        kept: [(FIP.to_owned(), POOL.to_owned())].into(),
+        kept: [(FIP.to_owned(), keys(&[POOL]))].into(),
     };
     let removed: Vec<(Carrier, &str, BTreeSet<String>)> = (plan(&wanted, &carried).iter())
         .filter_map(|s| match &s.change {
