@@ -318,6 +318,7 @@ fn the_chart_renders_the_holder_labels_component() {
         assert_eq!(from_helm, from_kustomize, "{args:?}");
     }
     let plain = template(&[]);
+    assert!(plain.status.success(), "{plain:?}");
     let plain = objects(&String::from_utf8(plain.stdout).unwrap());
     assert!(
         holder_objects(&plain).is_empty(),
