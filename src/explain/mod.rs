@@ -458,7 +458,6 @@ fn given(
     out(reason, with_note(detail))
 }
 
-/// Adds `text` to what is noted of `address`.
 /// Which Nodes carry the holder label of the Floating IP at `address`, as
 /// the tail of its line.
 fn labelled_nodes(address: IpAddr, nodes: &NodeView) -> String {
@@ -477,6 +476,7 @@ fn labelled_nodes(address: IpAddr, nodes: &NodeView) -> String {
     }
 }
 
+/// Adds `text` to what is noted of `address`.
 fn note(notes: &mut BTreeMap<IpAddr, String>, address: IpAddr, text: String) {
     notes
         .entry(address)
