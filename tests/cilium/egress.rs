@@ -171,6 +171,16 @@ async fn wait_carried(world: &World, within: Duration, what: &str, on: bool) {
     }
 }
 
+/// Whether field manager `manager` owns label `key` of `name`.
+async fn owns(objects: &Api<DynamicObject>, name: &str, manager: &str, key: &str) -> bool {
+    let object = objects.get(name).await.unwrap();
+    let field = format!("\"f:{key}\"");
+    (object.metadata.managed_fields.unwrap_or_default().iter()).any(|entry| {
+        entry.manager.as_deref() == Some(manager)
+            && (entry.fields_v1.as_ref()).is_some_and(|f| f.0.to_string().contains(&field))
+    })
+}
+
 /// Waits until `count` more Actions than `seen` succeeded; returns when
 /// the last of them ended.
 async fn successes(
@@ -473,6 +483,15 @@ async fn egress_labels_follow_the_floating_ip() {
 
     // 1. The holder of .10 goes silent, its agent with it: the IP moves,
     //    and even its CiliumNode, co-owned by its agent, loses the labels.
+    // The agent of node-1 co-owns the key on its CiliumNode by now.
+    let deadline = Instant::now() + WITHIN;
+    while !owns(&world.cilium_nodes, "node-1", "cilium-agent", &key).await {
+        assert!(
+            Instant::now() < deadline,
+            "node-1's agent never copied {key}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     let moved = world.hetzner.succeeded_actions().len();
     let count = held_by(&world.hetzner, 1);
     kubelets.stop(1);
