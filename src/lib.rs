@@ -86,7 +86,7 @@
 //! | `explain` | config, failover, members, pool, reconcile, server, world |
 //! | `run` | backoff, cluster, config, failover, hetzner, members, memory, pool, reconcile, serve, server, sync, vocab, world |
 //! | `cluster` | backoff, failover, members, memory, pool, reconcile, serve, sync |
-//! | `world` | config, hetzner, members, pool, reconcile |
+//! | `world` | cluster, config, failover, hetzner, members, pool, reconcile |
 //! | `serve` | config, hetzner, members, pool, reconcile, robot, server, sync |
 //! | `reconcile` | config, failover, hetzner, members, pool, robot, server |
 //! | `failover` | backoff, config, members, server, vocab |

@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::failover::labels::Carried;
 use crate::server::{PrivateNet, RobotAddresses};
 
 fn settings() -> Settings {
@@ -170,6 +171,7 @@ async fn an_address_a_pool_speaks_of_keeps_those_lines_only() {
         listing: &listing,
         nodes: &nodes,
         pools: &[],
+        holder_labels: &Carried::new(),
     };
     let filter = super::super::Filter {
         address: Some(ip("203.0.113.2")),

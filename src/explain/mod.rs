@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::config::Settings;
+use crate::failover::labels::{Carried, Carrier};
 use crate::members::{Decision, Exclusion, NodeView, Outcome, Unhealthy};
 use crate::pool::{gate, live_addresses, Pool};
 use crate::reconcile::{render_traced, Listing, ReconcileError};
@@ -133,6 +134,8 @@ pub struct State<'a> {
     pub nodes: &'a NodeView,
     /// Every pool in the cluster.
     pub pools: &'a [Pool],
+    /// The holder labels the Nodes and CiliumNodes carry.
+    pub holder_labels: &'a Carried,
 }
 
 /// The answer for `state`, as the controller would decide it now: the
@@ -177,7 +180,8 @@ pub async fn explain(state: &State<'_>, filter: &Filter) -> Explanation {
             held: &held,
             confirm_after,
             nodes: state.nodes,
-            holder_label: pool.failover.is_some_and(|f| f.holder_label),
+            holder_labels: (pool.failover.is_some_and(|f| f.holder_label))
+                .then_some(state.holder_labels),
         };
         let decisions: Vec<&Decision> = trace.decisions.iter().filter(|d| d.pool == name).collect();
         // Addresses a line of a server or Floating IP already explains.
@@ -274,9 +278,9 @@ struct Context<'a> {
     held: &'a BTreeSet<IpAddr>,
     confirm_after: std::time::Duration,
     nodes: &'a NodeView,
-    /// The pool has `HolderLabel`: a Floating IP's line names the Nodes
-    /// that carry its holder label.
-    holder_label: bool,
+    /// With `HolderLabel`, what carries the holder labels: a Floating
+    /// IP's line names the Nodes and CiliumNodes that carry its label.
+    holder_labels: Option<&'a Carried>,
 }
 
 impl Context<'_> {
@@ -391,8 +395,8 @@ fn line(
             let holder = holder.map_or("no server".to_owned(), |h| format!("server {h}"));
             let mut text =
                 format!("Floating IP {floating_ip} of a failover pool, assigned to {holder}");
-            if ctx.holder_label {
-                text.push_str(&labelled_nodes(address?, ctx.nodes));
+            if let Some(carried) = ctx.holder_labels {
+                text.push_str(&labelled(address?, carried));
             }
             note(notes, address?, text);
             return None;
@@ -458,22 +462,29 @@ fn given(
     out(reason, with_note(detail))
 }
 
-/// Which Nodes carry the holder label of the Floating IP at `address`, as
-/// the tail of its line.
-fn labelled_nodes(address: IpAddr, nodes: &NodeView) -> String {
+/// Which Nodes and CiliumNodes carry the holder label of the Floating IP
+/// at `address`, as the tail of its line.
+fn labelled(address: IpAddr, carried: &Carried) -> String {
     let key = crate::failover::labels::fip_key(address);
-    let carrying: Vec<&str> = (nodes.iter())
-        .filter(|node| node.labels.contains_key(&key))
-        .map(|node| node.name.as_str())
-        .collect();
-    if carrying.is_empty() {
-        format!("; no Node carries its holder label {key}")
-    } else {
-        format!(
-            "; its holder label {key} is on Node {}",
-            carrying.join(", ")
-        )
+    let on = |kind: Carrier| -> Vec<&str> {
+        (carried.iter())
+            .filter(|((carrier, _), keys)| *carrier == kind && keys.contains(&key))
+            .map(|((_, name), _)| name.as_str())
+            .collect()
+    };
+    let (nodes, cilium_nodes) = (on(Carrier::Node), on(Carrier::CiliumNode));
+    if nodes.is_empty() && cilium_nodes.is_empty() {
+        return format!("; nothing carries its holder label {key}");
     }
+    let list = |names: Vec<&str>| match names.is_empty() {
+        true => "none".to_owned(),
+        false => names.join(", "),
+    };
+    format!(
+        "; its holder label {key} is on Node {} and CiliumNode {}",
+        list(nodes),
+        list(cilium_nodes)
+    )
 }
 
 /// Adds `text` to what is noted of `address`.
@@ -578,6 +589,7 @@ pub async fn read_and_explain(
         listing: &world.listing,
         nodes: &world.nodes,
         pools: &world.pools,
+        holder_labels: &world.holder_labels,
     };
     let mut answer = explain(&state, filter).await;
     match filter.address {

@@ -138,6 +138,7 @@ async fn each_address_says_why_it_is_in_or_out() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
+        holder_labels: &Carried::new(),
     };
     let answer = explain(&state, &Filter::default()).await;
     let reasons = |pool: &str, server: &str| -> Vec<(&str, bool)> {
@@ -238,6 +239,7 @@ async fn a_guard_that_refuses_the_write_is_named_and_the_pool_keeps_what_it_hold
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
+        holder_labels: &Carried::new(),
     };
     let answer = explain(&state, &Filter::default()).await;
     let first = &answer.pools[0];
@@ -277,6 +279,7 @@ async fn a_removal_the_shrink_guard_holds_stays_in_the_pool() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
+        holder_labels: &Carried::new(),
     };
     let answer = explain(&state, &Filter::default()).await;
     let first = &answer.pools[0];
@@ -319,6 +322,7 @@ async fn an_address_one_pool_lets_go_of_goes_to_the_next_in_the_same_cycle() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
+        holder_labels: &Carried::new(),
     };
     let answer = explain(&state, &Filter::default()).await;
     let b = answer.pools.iter().find(|p| p.pool == "b").unwrap();
@@ -352,6 +356,7 @@ async fn a_floating_ip_only_failover_pool_explains_its_servers_and_their_ips() {
         listing: &listing,
         nodes: &nodes,
         pools: &[],
+        holder_labels: &Carried::new(),
     };
     let filter = Filter {
         pool: None,
@@ -395,6 +400,7 @@ async fn a_dropped_blocked_floating_ip_is_one_blocked_line() {
         listing: &listing,
         nodes: &nodes,
         pools: &[],
+        holder_labels: &Carried::new(),
     };
     let answer = explain(&state, &Filter::default()).await;
     let reasons: Vec<_> = lines_of(&answer, "edge", "node-1")
@@ -433,6 +439,7 @@ async fn an_excluded_server_whose_removal_is_held_is_still_in_and_says_why() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
+        holder_labels: &Carried::new(),
     };
     let filter = Filter {
         pool: None,
@@ -483,6 +490,7 @@ async fn a_pool_cilium_disabled_for_a_conflict_is_named_even_when_nothing_is_wri
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
+        holder_labels: &Carried::new(),
     };
     let answer = explain(&state, &Filter::default()).await;
     let first = &answer.pools[0];
@@ -512,6 +520,7 @@ async fn a_blocked_floating_ip_of_a_failover_pool_keeps_its_holder_in_the_detail
         listing: &listing,
         nodes: &nodes,
         pools: &[],
+        holder_labels: &Carried::new(),
     };
     let answer = explain(&state, &Filter::default()).await;
     let detail = &answer.pools[0].floating_ips[0].detail;
@@ -561,6 +570,7 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
         listing: &listing,
         nodes: &NodeView::new([], true),
         pools: &[],
+        holder_labels: &Carried::new(),
     };
     let filter = Filter {
         pool: None,
@@ -596,7 +606,7 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
 }
 
 #[tokio::test]
-async fn a_floating_ip_of_a_labelled_pool_names_the_nodes_with_its_holder_label() {
+async fn a_floating_ip_of_a_labelled_pool_names_what_carries_its_holder_label() {
     let json = |holder_label: bool| {
         serde_json::json!([{"Name": "edge", "LabelSelector": "role=edge",
             "Addresses": ["floating-ip"], "FloatingIpSelector": "pool=edge",
@@ -608,43 +618,53 @@ async fn a_floating_ip_of_a_labelled_pool_names_the_nodes_with_its_holder_label(
         ..Listing::default()
     };
     let key = "fip.canada-kaktus.io/198.51.100.10";
-    let with_label = |on: bool| {
-        NodeView::new(
-            [NodeFacts {
-                name: "node-1".into(),
-                server_id: Some(1),
-                ready: true,
-                labels: (on.then(|| (key.to_owned(), "holder".to_owned())))
-                    .into_iter()
-                    .collect(),
-                ..NodeFacts::default()
-            }],
-            true,
-        )
-    };
+    let nodes = nodes_for([1]);
+    let carried: Carried = [
+        (
+            (Carrier::Node, "node-1".to_owned()),
+            [key.to_owned()].into(),
+        ),
+        (
+            (Carrier::CiliumNode, "node-1".to_owned()),
+            [key.to_owned()].into(),
+        ),
+        (
+            (Carrier::CiliumNode, "node-2".to_owned()),
+            [key.to_owned()].into(),
+        ),
+    ]
+    .into();
     let on = settings_with(json(true), &[]);
-    let labelled = first_floating_detail(&on, &listing, &with_label(true)).await;
+    let labelled = first_floating_detail(&on, &listing, &nodes, &carried).await;
     assert!(
-        labelled.contains(&format!("its holder label {key} is on Node node-1")),
+        labelled.contains(&format!(
+            "its holder label {key} is on Node node-1 and CiliumNode node-1, node-2"
+        )),
         "{labelled}"
     );
-    let missing = first_floating_detail(&on, &listing, &with_label(false)).await;
+    let missing = first_floating_detail(&on, &listing, &nodes, &Carried::new()).await;
     assert!(
-        missing.contains(&format!("no Node carries its holder label {key}")),
+        missing.contains(&format!("nothing carries its holder label {key}")),
         "{missing}"
     );
     let off = settings_with(json(false), &[]);
-    let plain = first_floating_detail(&off, &listing, &with_label(false)).await;
+    let plain = first_floating_detail(&off, &listing, &nodes, &carried).await;
     assert!(!plain.contains("holder label"), "{plain}");
 }
 
 /// The detail of the first pool's first Floating IP line.
-async fn first_floating_detail(settings: &Settings, listing: &Listing, nodes: &NodeView) -> String {
+async fn first_floating_detail(
+    settings: &Settings,
+    listing: &Listing,
+    nodes: &NodeView,
+    holder_labels: &Carried,
+) -> String {
     let state = State {
         settings,
         listing,
         nodes,
         pools: &[],
+        holder_labels,
     };
     let answer = explain(&state, &Filter::default()).await;
     answer.pools[0].floating_ips[0].detail.clone()

@@ -16,10 +16,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 
+use crate::cluster::holders::LabelWriter;
 use crate::config::Settings;
+use crate::failover::labels::Carried;
 use crate::hetzner::{HetznerClient, HetznerError, HetznerOptions};
 use crate::members::{NodeFacts, NodeView, Unhealthy};
-use crate::pool::{gate::Additions, Pool, PoolClient};
+use crate::pool::{gate::Additions, Fence, Pool, PoolClient};
 use crate::reconcile::{self, Clients, DryPool, Listing, ReconcileError, RenderedPool};
 
 /// Every read of a command is bounded: a command must end.
@@ -224,6 +226,9 @@ pub struct World {
     pub nodes: NodeView,
     /// Every pool in the cluster.
     pub pools: Vec<Pool>,
+    /// The holder labels every Node and CiliumNode carries (read only when
+    /// a pool has `HolderLabel`).
+    pub holder_labels: Carried,
 }
 
 impl World {
@@ -237,10 +242,20 @@ impl World {
             .await
             .map_err(|e| format!("listing the Nodes failed: {e}"))?;
         let pools = read_pools(&clients.pools).await?;
+        let holder_labels =
+            if (settings.pools.iter()).any(|p| p.failover.is_some_and(|f| f.holder_label)) {
+                // A reader: it never writes, so it needs no fence.
+                let reader = LabelWriter::new(clients.kube.clone(), Fence::open());
+                (reader.carried_all().await)
+                    .map_err(|e| format!("reading the holder labels failed: {e}"))?
+            } else {
+                Carried::new()
+            };
         Ok(World {
             listing,
             nodes,
             pools,
+            holder_labels,
         })
     }
 }
