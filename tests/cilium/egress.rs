@@ -25,8 +25,8 @@ use support::agents::{cilium_nodes, Agents};
 use support::cilium::Release;
 use support::cluster::TestCluster;
 use support::e2e::{
-    apply_overlay, replica_with, repo, start_with_config, wait_event, Controller, SEVERAL_POOLS,
-    TOKEN,
+    apply_overlay, checks_with, replica_with, repo, run_command, start_with_config, wait_event,
+    Controller, SEVERAL_POOLS, TOKEN,
 };
 use support::failover::failover_pool;
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
@@ -356,6 +356,42 @@ async fn recipe_selects_the_holders(cluster: &TestCluster, world: &World) {
     }
 }
 
+/// `explain`, as the ServiceAccount, names the Node and CiliumNode that
+/// carry the holder label; `check`, as the admin, finds the policy.
+async fn explain_and_check_see_them(cluster: &TestCluster, hetzner: &FakeHetzner, key: &str) {
+    let pools = json!([failover_pool(json!({"HolderLabel": true}))]).to_string();
+    let env = [("CANADA_KAKTUS_POOLS", pools.as_str())];
+    let account = cluster
+        .service_account_kubeconfig("canada-kaktus", "canada-kaktus")
+        .await;
+    let out = run_command(&["explain", "--pool", "edge"], &account, hetzner, &env).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let holder = holder_of(hetzner, 10).unwrap();
+    let on =
+        format!("its holder label {key} is on Node node-{holder} and CiliumNode node-{holder}");
+    assert!(text.contains(&on), "{text}");
+    let admin = cluster.admin_kubeconfig();
+    let out = run_command(&["check", "--output", "json"], admin, hetzner, &env).await;
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "check printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    let policy = checks_with(
+        &report,
+        "Kubernetes",
+        "holds the controller to its holder labels",
+    );
+    assert_eq!(policy.len(), 1, "{report:#}");
+    assert_eq!(policy[0]["result"], "pass", "{report:#}");
+}
+
 /// The admission policy: the ServiceAccount may add and remove its own
 /// keys only; an admin's and a kubelet's writes pass.
 fn policy_holds_the_service_account(cluster: &TestCluster, node: &str) {
@@ -480,6 +516,7 @@ async fn egress_labels_follow_the_floating_ip() {
     // At start: the holders as Hetzner has them.
     wait_labels(&world, WITHIN, "after start").await;
     recipe_selects_the_holders(&cluster, &world).await;
+    explain_and_check_see_them(&cluster, &world.hetzner, &key).await;
 
     // 1. The holder of .10 goes silent, its agent with it: the IP moves,
     //    and even its CiliumNode, co-owned by its agent, loses the labels.

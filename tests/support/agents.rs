@@ -1,16 +1,24 @@
 //! cilium-agent as the holder labels meet it (Cilium 1.20's
 //! `pkg/nodediscovery` and `pkg/node/sync`): each live node's agent has a
 //! CiliumNode of its Node's name, and whenever its Node changes it writes
-//! the CiliumNode again with every label of the Node (a full update, PUT,
-//! field manager `cilium-agent`), so it co-owns every key there. A dead
-//! node's agent writes nothing. As the admin.
+//! the CiliumNode again with every label of the Node, field manager
+//! `cilium-agent`. A dead node's agent writes nothing. As the admin.
+//!
+//! The real agent's write is an update (PUT), which makes it an owner of
+//! a label only when its write set it; whether it does depends on which
+//! comes first, its copy or the controller's own write to the CiliumNode.
+//! This stand-in writes by a forced server-side apply of the Node's labels
+//! instead, so it owns every one of them whatever the order: the case
+//! where a removal that left the key out would not take it away.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
@@ -122,8 +130,8 @@ async fn follow(
     }
 }
 
-/// Writes `node`'s CiliumNode with exactly the Node's labels (a PUT of the
-/// whole object; a conflict reads it again).
+/// Writes `node`'s CiliumNode with the Node's labels, owning each (a
+/// forced server-side apply as `cilium-agent`).
 async fn copy(
     cilium_nodes: &Api<DynamicObject>,
     node: &Node,
@@ -131,19 +139,20 @@ async fn copy(
 ) {
     let name = node.metadata.name.clone().unwrap_or_default();
     let labels: BTreeMap<String, String> = node.metadata.labels.clone().unwrap_or_default();
-    for _ in 0..10 {
-        let Ok(mut object) = cilium_nodes.get(&name).await else {
-            return;
-        };
-        object.metadata.labels = Some(labels.clone());
-        match cilium_nodes.replace(&name, &agent_params(), &object).await {
-            Ok(_) => {
-                *copies.lock().unwrap().entry(name).or_default() += 1;
-                return;
-            }
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(error) => panic!("the agent of {name} could not write its CiliumNode: {error}"),
-        }
+    let apply = json!({
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNode",
+        "metadata": {"name": name, "labels": labels},
+    });
+    match (cilium_nodes)
+        .patch(
+            &name,
+            &PatchParams::apply("cilium-agent").force(),
+            &Patch::Apply(&apply),
+        )
+        .await
+    {
+        Ok(_) => *copies.lock().unwrap().entry(name).or_default() += 1,
+        Err(error) => panic!("the agent of {name} could not write its CiliumNode: {error}"),
     }
-    panic!("the agent of {name} met a conflict ten times");
 }
