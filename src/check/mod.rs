@@ -133,9 +133,9 @@ async fn kubernetes(
             ))];
             checks.extend(crd(settings, &client).await);
             checks.extend(permissions(settings, env, &client).await);
-            if labelled(settings) {
-                let read = read::admission_policy(&client, HOLDER_POLICY).await;
-                checks.push(judge::holder_policy(HOLDER_POLICY, &read));
+            if settings.holder_labels() {
+                let read = read::admission_policy(&client, read::HOLDER_POLICY).await;
+                checks.push(judge::holder_policy(read::HOLDER_POLICY, &read));
             }
             report.add("Kubernetes", checks);
             Some((client, url))
@@ -321,14 +321,6 @@ fn lease_namespace(settings: &Settings, env: &HashMap<String, String>, client: &
         .lease_namespace(env, client.default_namespace())
 }
 
-/// The admission policy `deploy/holder-labels` installs.
-const HOLDER_POLICY: &str = "canada-kaktus-holder-labels";
-
-/// Whether a pool has `HolderLabel`.
-fn labelled(settings: &Settings) -> bool {
-    (settings.pools.iter()).any(|p| p.failover.is_some_and(|f| f.holder_label))
-}
-
 /// Every permission the controller needs with these settings.
 pub fn needed(settings: &Settings, lease_ns: &str) -> Vec<Access> {
     let access = |verb, group, resource, namespace: Option<&str>, name: Option<&str>| Access {
@@ -395,7 +387,7 @@ pub fn needed(settings: &Settings, lease_ns: &str) -> Vec<Access> {
             ));
         }
     }
-    if labelled(settings) {
+    if settings.holder_labels() {
         for (group, resource) in [("", "nodes"), ("cilium.io", "ciliumnodes")] {
             for verb in ["get", "list", "patch"] {
                 let wanted = access(verb, group, resource, None, None);

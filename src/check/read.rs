@@ -110,6 +110,9 @@ pub enum PolicyRead {
     Failed(String),
 }
 
+/// The admission policy `deploy/holder-labels` installs.
+pub(super) const HOLDER_POLICY: &str = "canada-kaktus-holder-labels";
+
 /// Whether the ValidatingAdmissionPolicy `name` and its binding of the
 /// same name exist.
 pub(super) async fn admission_policy(client: &Client, name: &str) -> PolicyRead {

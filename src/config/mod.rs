@@ -186,6 +186,13 @@ pub struct Settings {
     pub notices: Vec<String>,
 }
 
+impl Settings {
+    /// Whether a pool has `HolderLabel`.
+    pub fn holder_labels(&self) -> bool {
+        self.pools.iter().any(PoolConfig::holder_label)
+    }
+}
+
 /// One configuration problem; `setting` is None for problems with the file itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigProblem {

@@ -63,6 +63,11 @@ impl PoolConfig {
         self.addresses.contains(&kind)
     }
 
+    /// Whether the pool has `HolderLabel` (and so failover).
+    pub fn holder_label(&self) -> bool {
+        self.failover.is_some_and(|f| f.holder_label)
+    }
+
     /// Whether a Cloud server with these labels is the pool's (before its
     /// Node's labels are asked, for a `NodeSelector`); `prefiltered`: the
     /// Hetzner API matched the pools' one selector already.

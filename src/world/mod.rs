@@ -242,15 +242,14 @@ impl World {
             .await
             .map_err(|e| format!("listing the Nodes failed: {e}"))?;
         let pools = read_pools(&clients.pools).await?;
-        let holder_labels =
-            if (settings.pools.iter()).any(|p| p.failover.is_some_and(|f| f.holder_label)) {
-                // A reader: it never writes, so it needs no fence.
-                let reader = LabelWriter::new(clients.kube.clone(), Fence::open());
-                (reader.carried_all().await)
-                    .map_err(|e| format!("reading the holder labels failed: {e}"))?
-            } else {
-                Carried::new()
-            };
+        let holder_labels = if settings.holder_labels() {
+            // A reader: it never writes, so it needs no fence.
+            let reader = LabelWriter::new(clients.kube.clone(), Fence::open());
+            (reader.carried_all().await)
+                .map_err(|e| format!("reading the holder labels failed: {e}"))?
+        } else {
+            Carried::new()
+        };
         Ok(World {
             listing,
             nodes,

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use crate::cluster::holders::LabelWriter;
 use crate::cluster::leases;
-use crate::config::PoolConfig;
 use crate::run::holders::{HolderLabels, Reporting, Want};
 use crate::run::{ControlLoop, Flow, LeaseWatch, Running};
 use crate::sync::lock;
@@ -106,7 +105,7 @@ impl ControlLoop {
     /// start or after a reload). It runs on when a reload turns the last
     /// one off, to remove the labels once.
     pub(in crate::run) fn ensure_holder_labels(&self, st: &mut Running) {
-        if st.holders.is_some() || !self.settings.pools.iter().any(labelled) {
+        if st.holders.is_some() || !self.settings.holder_labels() {
             return;
         }
         let clients = self.reconciler.clients();
@@ -130,7 +129,7 @@ impl ControlLoop {
         }
         let term = st.mover.term();
         let pools: Vec<String> = (self.settings.pools.iter())
-            .filter(|p| labelled(p))
+            .filter(|p| p.holder_label())
             .map(|p| p.name.clone())
             .collect();
         if pools.is_empty() {
@@ -148,9 +147,4 @@ impl ControlLoop {
             None => Want::Idle,
         }
     }
-}
-
-/// Whether `pool` has `HolderLabel`.
-fn labelled(pool: &PoolConfig) -> bool {
-    pool.failover.is_some_and(|f| f.holder_label)
 }
