@@ -733,6 +733,7 @@ async fn without_the_component_the_refusal_is_named_and_the_ip_still_moves() {
         cilium_nodes: cilium_nodes(&cluster),
     };
     let config = json!({"Pools": [failover_pool(json!({"HolderLabel": true}))]}).to_string();
+    let config_pools = json!([failover_pool(json!({"HolderLabel": true}))]).to_string();
     let mut controller = start_with_config(&cluster, &world.hetzner, &config, &[]).await;
     let named = |h: &Value| {
         (h["missing_permissions"].as_array().into_iter().flatten()).any(|p| {
@@ -742,6 +743,29 @@ async fn without_the_component_the_refusal_is_named_and_the_ip_still_moves() {
     };
     controller.wait_health(200, named).await;
     wait_event(&cluster, "edge", "PermissionMissing", "ciliumnodes").await;
+    // explain, as the ServiceAccount, answers all the same and says the
+    // holder labels could not be read.
+    let env = [("CANADA_KAKTUS_POOLS", config_pools.as_str())];
+    let account = cluster
+        .service_account_kubeconfig("canada-kaktus", "canada-kaktus")
+        .await;
+    let out = run_command(
+        &["explain", "--pool", "edge"],
+        &account,
+        &world.hetzner,
+        &env,
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("the holder labels could not be read"),
+        "{text}"
+    );
     kubelets.stop(1);
     wait_holder(&world.hetzner, 10, &[2, 3], WITHIN, "silent holder").await;
     apply_overlay(&cluster, &[SEVERAL_POOLS, HOLDER_LABELS]);

@@ -433,3 +433,26 @@ fn two_pools_keep_their_keys_beside_one_kept_ip() {
     )]);
     assert_eq!(plan(&wanted, &carried), vec![], "{wanted:?}");
 }
+
+#[test]
+fn an_ip_moved_to_a_server_of_another_pool_only_is_labelled_there() {
+    // Pool `a` (servers 1 to 3) holds .10 and moved it to server 2; pool
+    // `b` (server 1 only) has it unheld: its labels go to node-2 all the
+    // same, not kept on node-1.
+    let mut a = pool("a", false, 10, &[Some(1)]);
+    a.set_holder(10, Some(2));
+    let mut b = pool("b", true, 10, &[]);
+    b.candidates.retain(|c| c.id == 1);
+    b.unheld = pool("b", true, 10, &[Some(1)]).floating_ips;
+    let listing = FailoverListing {
+        started: Instant::now(),
+        pools: vec![a, b],
+    };
+    let wanted = wanted(&listing, &nodes());
+    assert!(wanted.kept.is_empty(), "{wanted:?}");
+    assert_eq!(
+        wanted.nodes.keys().collect::<Vec<_>>(),
+        ["node-2"],
+        "{wanted:?}"
+    );
+}
