@@ -148,13 +148,20 @@ pub fn wanted(listing: &FailoverListing, nodes: &NodeView) -> Wanted {
         .flat_map(|p| &p.floating_ips)
         .map(|fip| (fip.id, fip.holder))
         .collect();
+    // A server's name as any pool knows it: the holder may be no server of
+    // the labelling pool (another pool moved the IP there).
+    let names: BTreeMap<i64, &str> = (listing.pools.iter())
+        .flat_map(|p| &p.candidates)
+        .map(|c| (c.id, &*c.name))
+        .collect();
     for pool in listing.pools.iter().filter(|p| p.failover.holder_label) {
         // Held or not: Hetzner routes every IP the pool selects to its
         // holder (a pool write refused must not take the labels away).
         for fip in pool.floating_ips.iter().chain(&pool.unheld) {
             let holder = held.get(&fip.id).copied().unwrap_or(fip.holder);
             let Some(holder) = holder else { continue };
-            let node = (pool.candidate(holder)).and_then(|c| nodes.node_of(c.id, &c.name));
+            let name = names.get(&holder).copied().unwrap_or_default();
+            let node = nodes.node_of(holder, name);
             let (fip, pool) = (fip_key(fip.address), pool_key(&pool.pool));
             match node {
                 Some(node) => {
