@@ -131,9 +131,9 @@ impl LabelWriter {
             let mut params = ListParams::default().limit(LIST_PAGE);
             loop {
                 let list = self.api(carrier).list_metadata(&params);
-                let page = match bounded("list", carrier, "", list).await? {
+                let page = match bounded("list", carrier, "objects", list).await? {
                     Err(error) if carrier == Carrier::CiliumNode && missing(&error) => break,
-                    result => result.map_err(|e| failure("list", carrier, "", e))?,
+                    result => result.map_err(|e| failure("list", carrier, "objects", e))?,
                 };
                 for object in &page.items {
                     if let Some(name) = &object.metadata.name {

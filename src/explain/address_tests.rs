@@ -171,7 +171,7 @@ async fn an_address_a_pool_speaks_of_keeps_those_lines_only() {
         listing: &listing,
         nodes: &nodes,
         pools: &[],
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let filter = super::super::Filter {
         address: Some(ip("203.0.113.2")),

@@ -134,8 +134,9 @@ pub struct State<'a> {
     pub nodes: &'a NodeView,
     /// Every pool in the cluster.
     pub pools: &'a [Pool],
-    /// The holder labels the Nodes and CiliumNodes carry.
-    pub holder_labels: &'a Carried,
+    /// The holder labels the Nodes and CiliumNodes carry, or why they
+    /// could not be read.
+    pub holder_labels: &'a Result<Carried, String>,
 }
 
 /// The answer for `state`, as the controller would decide it now: the
@@ -279,7 +280,7 @@ struct Context<'a> {
     nodes: &'a NodeView,
     /// With `HolderLabel`, what carries the holder labels: a Floating
     /// IP's line names the Nodes and CiliumNodes that carry its label.
-    holder_labels: Option<&'a Carried>,
+    holder_labels: Option<&'a Result<Carried, String>>,
 }
 
 impl Context<'_> {
@@ -394,8 +395,12 @@ fn line(
             let holder = holder.map_or("no server".to_owned(), |h| format!("server {h}"));
             let mut text =
                 format!("Floating IP {floating_ip} of a failover pool, assigned to {holder}");
-            if let Some(carried) = ctx.holder_labels {
-                text.push_str(&labelled(address?, carried));
+            match ctx.holder_labels {
+                Some(Ok(carried)) => text.push_str(&labelled(address?, carried)),
+                Some(Err(error)) => {
+                    text.push_str(&format!("; the holder labels could not be read: {error}"));
+                }
+                None => {}
             }
             note(notes, address?, text);
             return None;

@@ -138,7 +138,7 @@ async fn each_address_says_why_it_is_in_or_out() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let answer = explain(&state, &Filter::default()).await;
     let reasons = |pool: &str, server: &str| -> Vec<(&str, bool)> {
@@ -239,7 +239,7 @@ async fn a_guard_that_refuses_the_write_is_named_and_the_pool_keeps_what_it_hold
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let answer = explain(&state, &Filter::default()).await;
     let first = &answer.pools[0];
@@ -279,7 +279,7 @@ async fn a_removal_the_shrink_guard_holds_stays_in_the_pool() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let answer = explain(&state, &Filter::default()).await;
     let first = &answer.pools[0];
@@ -322,7 +322,7 @@ async fn an_address_one_pool_lets_go_of_goes_to_the_next_in_the_same_cycle() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let answer = explain(&state, &Filter::default()).await;
     let b = answer.pools.iter().find(|p| p.pool == "b").unwrap();
@@ -356,7 +356,7 @@ async fn a_floating_ip_only_failover_pool_explains_its_servers_and_their_ips() {
         listing: &listing,
         nodes: &nodes,
         pools: &[],
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let filter = Filter {
         pool: None,
@@ -400,7 +400,7 @@ async fn a_dropped_blocked_floating_ip_is_one_blocked_line() {
         listing: &listing,
         nodes: &nodes,
         pools: &[],
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let answer = explain(&state, &Filter::default()).await;
     let reasons: Vec<_> = lines_of(&answer, "edge", "node-1")
@@ -439,7 +439,7 @@ async fn an_excluded_server_whose_removal_is_held_is_still_in_and_says_why() {
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let filter = Filter {
         pool: None,
@@ -490,7 +490,7 @@ async fn a_pool_cilium_disabled_for_a_conflict_is_named_even_when_nothing_is_wri
         listing: &listing,
         nodes: &nodes,
         pools: &pools,
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let answer = explain(&state, &Filter::default()).await;
     let first = &answer.pools[0];
@@ -520,7 +520,7 @@ async fn a_blocked_floating_ip_of_a_failover_pool_keeps_its_holder_in_the_detail
         listing: &listing,
         nodes: &nodes,
         pools: &[],
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let answer = explain(&state, &Filter::default()).await;
     let detail = &answer.pools[0].floating_ips[0].detail;
@@ -570,7 +570,7 @@ async fn a_robot_member_is_named_by_its_number_and_its_kinds_explained() {
         listing: &listing,
         nodes: &NodeView::new([], true),
         pools: &[],
-        holder_labels: &Carried::new(),
+        holder_labels: &Ok(Carried::new()),
     };
     let filter = Filter {
         pool: None,
@@ -635,6 +635,7 @@ async fn a_floating_ip_of_a_labelled_pool_names_what_carries_its_holder_label() 
     ]
     .into();
     let on = settings_with(json(true), &[]);
+    let carried = Ok(carried);
     let labelled = first_floating_detail(&on, &listing, &nodes, &carried).await;
     assert!(
         labelled.contains(&format!(
@@ -642,7 +643,7 @@ async fn a_floating_ip_of_a_labelled_pool_names_what_carries_its_holder_label() 
         )),
         "{labelled}"
     );
-    let missing = first_floating_detail(&on, &listing, &nodes, &Carried::new()).await;
+    let missing = first_floating_detail(&on, &listing, &nodes, &Ok(Carried::new())).await;
     assert!(
         missing.contains(&format!("nothing carries its holder label {key}")),
         "{missing}"
@@ -650,6 +651,12 @@ async fn a_floating_ip_of_a_labelled_pool_names_what_carries_its_holder_label() 
     let off = settings_with(json(false), &[]);
     let plain = first_floating_detail(&off, &listing, &nodes, &carried).await;
     assert!(!plain.contains("holder label"), "{plain}");
+    let unread = Err("the API server refused to list CiliumNode objects (403)".to_owned());
+    let refused = first_floating_detail(&on, &listing, &nodes, &unread).await;
+    assert!(
+        refused.contains("the holder labels could not be read: the API server refused"),
+        "{refused}"
+    );
 }
 
 /// The detail of the first pool's first Floating IP line.
@@ -657,7 +664,7 @@ async fn first_floating_detail(
     settings: &Settings,
     listing: &Listing,
     nodes: &NodeView,
-    holder_labels: &Carried,
+    holder_labels: &Result<Carried, String>,
 ) -> String {
     let state = State {
         settings,

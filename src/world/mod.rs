@@ -227,8 +227,9 @@ pub struct World {
     /// Every pool in the cluster.
     pub pools: Vec<Pool>,
     /// The holder labels every Node and CiliumNode carries (read only when
-    /// a pool has `HolderLabel`).
-    pub holder_labels: Carried,
+    /// a pool has `HolderLabel`), or why they could not be read: only what
+    /// explain says of them depends on it.
+    pub holder_labels: Result<Carried, String>,
 }
 
 impl World {
@@ -243,12 +244,11 @@ impl World {
             .map_err(|e| format!("listing the Nodes failed: {e}"))?;
         let pools = read_pools(&clients.pools).await?;
         let holder_labels = if settings.holder_labels() {
-            // A reader: it never writes, so it needs no fence.
-            let reader = LabelWriter::new(clients.kube.clone(), Fence::open());
-            (reader.carried_all().await)
-                .map_err(|e| format!("reading the holder labels failed: {e}"))?
+            // A reader: a closed fence holds back any write through it.
+            let reader = LabelWriter::new(clients.kube.clone(), Fence::closed());
+            bounded(reader.carried_all()).await
         } else {
-            Carried::new()
+            Ok(Carried::new())
         };
         Ok(World {
             listing,
