@@ -298,8 +298,15 @@ impl Keeper {
                     (self.reporting.metrics).holder_label_written(kind, "remove", outcome);
                     match result {
                         Ok(()) => info!(kind, node = %step.node, %keys, "holder labels removed"),
+                        // Not the leader now: nothing more goes out.
+                        Err(LabelError::Fenced) => return Err(LabelError::Fenced),
+                        // The one told: the first, or a refusal after it
+                        // (`/health` and the Event name what is missing).
                         Err(error) => {
-                            failed.get_or_insert(error);
+                            let told = failed.as_ref();
+                            if told.is_none_or(|f: &LabelError| error.refused() && !f.refused()) {
+                                failed = Some(error);
+                            }
                         }
                     }
                 }

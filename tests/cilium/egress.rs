@@ -2,8 +2,9 @@
 //! with the shipped RBAC and the holder-labels component, Cilium's own
 //! CiliumNode and CiliumEgressGatewayPolicy CRDs from the module the suite
 //! pins, and cilium-agents played by the test (each live node's agent
-//! writes its CiliumNode again with all of its Node's labels,
-//! `support::agents`). Through a silent holder, its return, a Node
+//! writes its CiliumNode again with all of its Node's labels whenever its
+//! Node changes, by a forced server-side apply so that it co-owns every
+//! key there, `support::agents`). Through a silent holder, its return, a Node
 //! NotReady, a Node deleted and a move by someone else, the holder's Node
 //! and CiliumNode, and only those, carry the labels within 2 s of the
 //! Action's success; the recipe's policies are accepted and select exactly
