@@ -20,10 +20,7 @@ use kube::Client;
 use serde_json::{json, Map, Value};
 
 use crate::failover::labels::{ours, Carried, Carrier, Change, Step, HOLDER};
-use crate::pool::Fence;
-
-/// The field manager of every write.
-pub const FIELD_MANAGER: &str = "canada-kaktus";
+use crate::pool::{Fence, FIELD_MANAGER};
 
 /// What `/health` names while a holder-label write or read is refused.
 pub const HOLDER_LABELS_PERMISSION: &str = "get, list and patch on nodes and \

@@ -40,7 +40,8 @@ pub use object::{Block, Pool};
 #[cfg(test)]
 pub(crate) use object::{Condition, PoolStatus};
 pub use ranges::range;
-#[cfg(test)]
+/// The field manager of every write of this controller (the pools, and
+/// the holder labels).
 pub(crate) use render::FIELD_MANAGER;
 pub use render::{diff, pool_conflict, render, PoolConflict, WriteReason};
 pub(crate) use render::{
