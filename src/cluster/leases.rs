@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 use super::reflect::{reflect, Heard, Say, Streak};
 use super::watch::Refusal;
 
-use crate::cluster::events::{self, EventSink, Target};
+use crate::cluster::events::{EventSink, MissingPermission};
 use crate::failover::Renewals;
 use crate::serve::health::Health;
 use crate::sync::lock;
@@ -76,8 +76,11 @@ pub const NODE_LEASES_PERMISSION: &str = "list and watch on coordination.k8s.io 
     namespace kube-node-lease, for Floating IP failover (deploy/rbac.yaml; the chart installs \
     it with a failover pool)";
 
-/// What failover does while it cannot read the kubelets' Leases.
-const MEANWHILE: &str = "Floating IP failover waits for NotReady meanwhile";
+/// The Lease watch's permission, as `/health` and the Warning tell it.
+const LEASES: MissingPermission = MissingPermission {
+    permission: NODE_LEASES_PERMISSION,
+    meanwhile: "Floating IP failover waits for NotReady meanwhile",
+};
 
 /// The failover pools now (a reload changes them), shared with the watch.
 pub type FailoverPools = Arc<Mutex<Vec<String>>>;
@@ -112,37 +115,17 @@ impl Refusals {
     /// same, says it.)
     fn tell(&self, access: Access, told: &mut Told) {
         match access {
-            Access::Refused => {
-                self.health.set_permission(NODE_LEASES_PERMISSION, false);
-                told.refused = true;
-            }
+            Access::Refused => told.refused = true,
             Access::Works => {
-                self.health.set_permission(NODE_LEASES_PERMISSION, true);
-                *told = Told::default();
+                LEASES.granted(&mut told.pools, &self.health);
+                told.refused = false;
             }
             Access::Same => {}
         }
-        if !told.refused {
-            return;
-        }
-        let unsaid: Vec<String> = (lock(&self.pools).iter())
-            .filter(|name| !told.pools.contains(*name))
-            .cloned()
-            .collect();
-        // Once a full cycle succeeded, the pools exist (an Event on one
-        // not yet created would carry no uid either).
-        let ready = !unsaid.is_empty() && self.health.succeeded_once();
-        let Some(resource) = (self.resource)().filter(|_| ready) else {
-            return;
-        };
-        for name in unsaid {
-            let target = Target {
-                name: name.clone(),
-                resource: Some(resource.clone()),
-            };
-            let event = events::permission_missing(NODE_LEASES_PERMISSION, MEANWHILE);
-            self.sink.publish(target, vec![event]);
-            told.pools.insert(name);
+        if told.refused {
+            let pools = lock(&self.pools).clone();
+            let resource = &*self.resource;
+            LEASES.refused(&pools, &mut told.pools, &self.health, resource, &self.sink);
         }
     }
 }

@@ -18,11 +18,17 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cluster::events::{self, EventSink, Target};
+use crate::cluster::events::{EventSink, MissingPermission};
 use crate::cluster::holders::{LabelError, LabelWriter, HOLDER_LABELS_PERMISSION};
 use crate::failover::labels::{labelled_after, plan, Change, Step, Wanted};
 use crate::serve::health::Health;
 use crate::serve::metrics::Metrics;
+
+/// The holder labels' permission, as `/health` and the Warning tell it.
+const HOLDERS: MissingPermission = MissingPermission {
+    permission: HOLDER_LABELS_PERMISSION,
+    meanwhile: "the holder labels stay where they are meanwhile",
+};
 
 /// The first wait after a failed pass, and the longest.
 const RETRY_BASE: Duration = Duration::from_secs(1);
@@ -328,19 +334,18 @@ impl Keeper {
                 if again {
                     info!("the holder labels are written again");
                 }
-                self.warned.clear();
-                health.set_permission(HOLDER_LABELS_PERMISSION, true);
+                HOLDERS.granted(&mut self.warned, health);
             }
             Told::Cleared => {
                 info!("HolderLabel is off: the holder labels are removed");
-                health.set_permission(HOLDER_LABELS_PERMISSION, true);
+                HOLDERS.granted(&mut self.warned, health);
             }
             Told::ClearRefused => {
                 let error = error.map(|e| e.to_string()).unwrap_or_default();
                 warn!(%error, "HolderLabel was turned off, but the holder labels could not be \
                     removed; remove them by hand (docs/guides/egress-floating-ip.md)");
                 // The option is off: its permission is no longer needed.
-                health.set_permission(HOLDER_LABELS_PERMISSION, true);
+                HOLDERS.granted(&mut self.warned, health);
             }
             Told::Fenced => debug!("the holder labels wait: this replica may not write now"),
             Told::Failed { first } => {
@@ -352,37 +357,12 @@ impl Keeper {
                     debug!(%error, "writing the holder labels still fails; retrying with backoff");
                 }
                 if error.refused() {
-                    self.refused(pools);
+                    let reporting = &self.reporting;
+                    let resource = &*reporting.resource;
+                    let (health, sink) = (&reporting.health, &reporting.sink);
+                    HOLDERS.refused(pools, &mut self.warned, health, resource, sink);
                 }
             }
-        }
-    }
-
-    /// A refusal: named in `/health`, and a Warning on each labelled pool
-    /// not yet told (once a full cycle wrote the pools and discovery knows
-    /// their API version, as every Event on a pool).
-    fn refused(&mut self, pools: &[String]) {
-        let reporting = &self.reporting;
-        reporting
-            .health
-            .set_permission(HOLDER_LABELS_PERMISSION, false);
-        let ready = reporting.health.succeeded_once();
-        let Some(resource) = (reporting.resource)().filter(|_| ready) else {
-            return;
-        };
-        for pool in pools {
-            if !self.warned.insert(pool.clone()) {
-                continue;
-            }
-            let target = Target {
-                name: pool.clone(),
-                resource: Some(resource.clone()),
-            };
-            let event = events::permission_missing(
-                HOLDER_LABELS_PERMISSION,
-                "the holder labels stay where they are meanwhile",
-            );
-            reporting.sink.publish(target, vec![event]);
         }
     }
 }
