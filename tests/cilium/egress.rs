@@ -75,12 +75,53 @@ async fn egress_cluster(components: &[&str]) -> TestCluster {
     cluster
 }
 
+/// `Pools` of the one failover pool `edge`, with `HolderLabel` `on`.
+fn pools(on: bool) -> Value {
+    json!([failover_pool(json!({ "HolderLabel": on }))])
+}
+
+/// What every test plays in.
+struct Scene {
+    cluster: TestCluster,
+    /// The Nodes, as the admin.
+    nodes: Api<Node>,
+    kubelets: Kubelets,
+    agents: Agents,
+    world: World,
+}
+
+/// [`egress_cluster`] with `components`; the fake with servers 1 to 3,
+/// .10 on server 1 and .11 on server 2; the Nodes of the servers, whose
+/// kubelets renew every 500 ms, and their CiliumNodes with live agents.
+async fn scene(components: &[&str]) -> Scene {
+    let cluster = egress_cluster(components).await;
+    let hetzner = FakeHetzner::start().await;
+    hetzner.expect_token(TOKEN);
+    hetzner.set_servers(servers(&[1, 2, 3]));
+    hetzner.set_floating_ips(floating_ips([1, 2]));
+    let nodes: Api<Node> = Api::all(cluster.admin_client());
+    let kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
+    let agents = Agents::start(&cluster, &["node-1", "node-2", "node-3"]).await;
+    let world = World {
+        hetzner,
+        nodes: node_api(&cluster),
+        cilium_nodes: cilium_nodes(&cluster),
+    };
+    Scene {
+        cluster,
+        nodes,
+        kubelets,
+        agents,
+        world,
+    }
+}
+
 async fn controller(
     cluster: &TestCluster,
     hetzner: &FakeHetzner,
     holder_label: bool,
 ) -> Controller {
-    let pools = json!([failover_pool(json!({"HolderLabel": holder_label}))]).to_string();
+    let pools = pools(holder_label).to_string();
     let env = [("CANADA_KAKTUS_POOLS", pools.as_str())];
     let mut controller = replica_with(cluster, hetzner, "replica-a", &env).await;
     controller
@@ -360,7 +401,7 @@ async fn recipe_selects_the_holders(cluster: &TestCluster, world: &World) {
 /// `explain`, as the ServiceAccount, names the Node and CiliumNode that
 /// carry the holder label; `check`, as the admin, finds the policy.
 async fn explain_and_check_see_them(cluster: &TestCluster, hetzner: &FakeHetzner, key: &str) {
-    let pools = json!([failover_pool(json!({"HolderLabel": true}))]).to_string();
+    let pools = pools(true).to_string();
     let env = [("CANADA_KAKTUS_POOLS", pools.as_str())];
     let account = cluster
         .service_account_kubeconfig("canada-kaktus", "canada-kaktus")
@@ -462,19 +503,13 @@ fn policy_holds_the_service_account(cluster: &TestCluster, node: &str) {
 #[tokio::test]
 #[ignore = "needs kube-apiserver, etcd and the Cilium module (scripts/test)"]
 async fn egress_labels_follow_the_floating_ip() {
-    let cluster = egress_cluster(&[HOLDER_LABELS]).await;
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    hetzner.set_servers(servers(&[1, 2, 3]));
-    hetzner.set_floating_ips(floating_ips([1, 2]));
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
-    let agents = Agents::start(&cluster, &["node-1", "node-2", "node-3"]).await;
-    let world = World {
-        hetzner,
-        nodes: node_api(&cluster),
-        cilium_nodes: cilium_nodes(&cluster),
-    };
+    let Scene {
+        cluster,
+        nodes,
+        kubelets,
+        agents,
+        world,
+    } = scene(&[HOLDER_LABELS]).await;
     let key = fip_key(FIPS[0].1);
     // What is bounded on which kind: on the CiliumNodes (what Cilium
     // reads) one always carries each key; a Floating IP's key is on two
@@ -635,17 +670,18 @@ async fn egress_labels_follow_the_floating_ip() {
 #[tokio::test]
 #[ignore = "needs kube-apiserver, etcd and the Cilium module (scripts/test)"]
 async fn with_the_option_off_no_node_is_written() {
-    let cluster = egress_cluster(&[]).await;
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    hetzner.set_servers(servers(&[1, 2, 3]));
-    hetzner.set_floating_ips(floating_ips([1, 2]));
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
-    let _agents = Agents::start(&cluster, &["node-1", "node-2", "node-3"]).await;
-    let controller = controller(&cluster, &hetzner, false).await;
+    // The agents live on to the end (`..` would drop them here).
+    let Scene {
+        cluster,
+        kubelets,
+        agents: _agents,
+        world,
+        ..
+    } = scene(&[]).await;
+    let hetzner = &world.hetzner;
+    let controller = controller(&cluster, hetzner, false).await;
     kubelets.stop(1);
-    wait_holder(&hetzner, 10, &[2, 3], WITHIN, "silent holder").await;
+    wait_holder(hetzner, 10, &[2, 3], WITHIN, "silent holder").await;
     // The move done and a full listing after it: whatever the controller
     // would write for it is written by then.
     controller
@@ -679,21 +715,15 @@ async fn with_the_option_off_no_node_is_written() {
 #[tokio::test]
 #[ignore = "needs kube-apiserver, etcd and the Cilium module (scripts/test)"]
 async fn turning_it_off_by_a_reload_removes_the_labels() {
-    let cluster = egress_cluster(&[HOLDER_LABELS]).await;
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    hetzner.set_servers(servers(&[1, 2, 3]));
-    hetzner.set_floating_ips(floating_ips([1, 2]));
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let _kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
-    let _agents = Agents::start(&cluster, &["node-1", "node-2", "node-3"]).await;
-    let world = World {
-        hetzner,
-        nodes: node_api(&cluster),
-        cilium_nodes: cilium_nodes(&cluster),
-    };
-    let config =
-        |on: bool| json!({"Pools": [failover_pool(json!({"HolderLabel": on}))]}).to_string();
+    // The kubelets and agents live on to the end (`..` would drop them).
+    let Scene {
+        cluster,
+        kubelets: _kubelets,
+        agents: _agents,
+        world,
+        ..
+    } = scene(&[HOLDER_LABELS]).await;
+    let config = |on: bool| json!({ "Pools": pools(on) }).to_string();
     let controller = start_with_config(&cluster, &world.hetzner, &config(true), &[]).await;
     wait_labels(&world, WITHIN, "on").await;
     std::fs::write(controller.dir().join("config.json"), config(false)).unwrap();
@@ -720,21 +750,16 @@ async fn turning_it_off_by_a_reload_removes_the_labels() {
 #[tokio::test]
 #[ignore = "needs kube-apiserver, etcd and the Cilium module (scripts/test)"]
 async fn without_the_component_the_refusal_is_named_and_the_ip_still_moves() {
-    let cluster = egress_cluster(&[]).await;
-    let hetzner = FakeHetzner::start().await;
-    hetzner.expect_token(TOKEN);
-    hetzner.set_servers(servers(&[1, 2, 3]));
-    hetzner.set_floating_ips(floating_ips([1, 2]));
-    let nodes: Api<Node> = Api::all(cluster.admin_client());
-    let kubelets = Kubelets::start(&cluster, &nodes, 1..=3, Duration::from_millis(500)).await;
-    let _agents = Agents::start(&cluster, &["node-1", "node-2", "node-3"]).await;
-    let world = World {
-        hetzner,
-        nodes: node_api(&cluster),
-        cilium_nodes: cilium_nodes(&cluster),
-    };
-    let config = json!({"Pools": [failover_pool(json!({"HolderLabel": true}))]}).to_string();
-    let config_pools = json!([failover_pool(json!({"HolderLabel": true}))]).to_string();
+    // The agents live on to the end (`..` would drop them here).
+    let Scene {
+        cluster,
+        kubelets,
+        agents: _agents,
+        world,
+        ..
+    } = scene(&[]).await;
+    let config = json!({ "Pools": pools(true) }).to_string();
+    let config_pools = pools(true).to_string();
     let mut controller = start_with_config(&cluster, &world.hetzner, &config, &[]).await;
     let named = |h: &Value| {
         (h["missing_permissions"].as_array().into_iter().flatten()).any(|p| {
