@@ -17,9 +17,7 @@ use super::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use std::collections::HashMap;
@@ -89,32 +87,7 @@ async fn install_cilium_node_crd(cluster: &TestCluster) {
         },
     }))
     .expect("a CRD");
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.admin_client());
-    crds.patch(
-        "ciliumnodes.cilium.io",
-        &PatchParams::apply("bench").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("the CiliumNode CRD");
-    let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
-    loop {
-        let established = (crds.get("ciliumnodes.cilium.io").await.ok())
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the CiliumNode CRD was not established"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    cluster.install_other_crd(crd).await;
 }
 
 pub(super) async fn label_latency(bench: &SizeBench<'_>) -> LabelResult {

@@ -29,6 +29,7 @@ use support::e2e::{
     apply_overlay, checks_with, replica_with, repo, run_command, start_with_config, wait_event,
     Controller, SEVERAL_POOLS, TOKEN,
 };
+use support::examples::yaml_blocks_of_kind;
 use support::failover::failover_pool;
 use support::fake_hetzner::{FakeFloatingIp, FakeHetzner, FakeServer};
 use support::nodes::{holder_of, set_ready, wait_holder, Kubelets};
@@ -67,7 +68,7 @@ async fn egress_cluster(components: &[&str]) -> TestCluster {
     let release = Release::of("v2");
     let cluster = release.cluster().await;
     for plural in ["ciliumnodes", "ciliumegressgatewaypolicies"] {
-        release.install_module_crd(&cluster, plural);
+        release.install_module_crd(&cluster, plural).await;
     }
     let mut all = vec![SEVERAL_POOLS];
     all.extend_from_slice(components);
@@ -336,14 +337,7 @@ fn node_api(cluster: &TestCluster) -> Api<DynamicObject> {
 /// The `CiliumEgressGatewayPolicy` blocks of the egress guide.
 fn recipe_policies() -> Vec<Value> {
     let page = repo().join("docs/guides/egress-floating-ip.md");
-    let text = std::fs::read_to_string(&page).unwrap();
-    let blocks: Vec<Value> = text
-        .split("```yaml\n")
-        .skip(1)
-        .filter_map(|rest| rest.split("```").next())
-        .filter(|block| block.contains("kind: CiliumEgressGatewayPolicy"))
-        .map(|block| serde_yaml_ng::from_str(block).unwrap())
-        .collect();
+    let blocks = yaml_blocks_of_kind(&page, "CiliumEgressGatewayPolicy");
     assert_eq!(
         blocks.len(),
         2,

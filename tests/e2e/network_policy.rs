@@ -201,22 +201,17 @@ fn apply_strict(cluster: &TestCluster, object: &Value, dry_run: bool) {
 
 /// Installs Cilium's CiliumNetworkPolicy CRD of the newest supported
 /// release and waits until it is established.
-fn install_policy_crd(cluster: &TestCluster) -> String {
+async fn install_policy_crd(cluster: &TestCluster) -> String {
     let release = Release::of("v2");
-    release.install_module_crd(cluster, "ciliumnetworkpolicies");
+    (release.install_module_crd(cluster, "ciliumnetworkpolicies")).await;
     release.version
 }
 
 /// The YAML block of `page` that holds `kind: <kind>`.
 fn documented(page: &Path, kind: &str) -> Value {
-    let text = std::fs::read_to_string(page).unwrap();
-    let block = text
-        .split("```yaml\n")
-        .skip(1)
-        .map(|rest| rest.split("```").next().unwrap())
-        .find(|block| block.contains(&format!("kind: {kind}\n")))
-        .unwrap_or_else(|| panic!("{} has no YAML block of kind {kind}", page.display()));
-    serde_yaml_ng::from_str(block).unwrap()
+    let blocks = support::examples::yaml_blocks_of_kind(page, kind);
+    (blocks.into_iter().next())
+        .unwrap_or_else(|| panic!("{} has no YAML block of kind {kind}", page.display()))
 }
 
 #[tokio::test]
@@ -224,7 +219,7 @@ fn documented(page: &Path, kind: &str) -> Value {
 async fn the_policies_are_what_the_api_server_takes_with_ciliums_crd() {
     let cluster = TestCluster::start().await;
     apply_deploy(&cluster);
-    let version = install_policy_crd(&cluster);
+    let version = install_policy_crd(&cluster).await;
 
     // The chart's, with every rule it can render, is taken as written:
     // read back, its spec is what was sent (nothing pruned).

@@ -109,43 +109,12 @@ impl Release {
         serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
-    /// Installs another CRD of this release ([`Release::module_crd`]) by
-    /// a server-side apply and waits until it is established.
-    pub fn install_module_crd(&self, cluster: &TestCluster, plural: &str) {
-        let crd = self.module_crd(plural);
-        let file = tempfile::NamedTempFile::new().unwrap();
-        std::fs::write(file.path(), crd.to_string()).unwrap();
-        let out = cluster.kubectl(&[
-            "apply",
-            "--server-side",
-            "-f",
-            file.path().to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // Polled (not `kubectl wait`, which fails at once while the new CRD
-        // has no status conditions yet).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let out = cluster.kubectl(&[
-                "get",
-                &format!("crd/{plural}.cilium.io"),
-                "-o",
-                r#"jsonpath={.status.conditions[?(@.type=="Established")].status}"#,
-            ]);
-            if out.status.success() && out.stdout == b"True" {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the {plural} CRD was not established within 60s: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+    /// Installs another CRD of this release ([`Release::module_crd`]) and
+    /// waits until it is established.
+    pub async fn install_module_crd(&self, cluster: &TestCluster, plural: &str) {
+        let crd = serde_json::from_value(self.module_crd(plural))
+            .unwrap_or_else(|e| panic!("Cilium {}'s {plural} CRD: {e}", self.version));
+        cluster.install_other_crd(crd).await;
     }
 
     /// The versions discovery serves with this CRD, the preferred first.

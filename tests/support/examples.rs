@@ -188,3 +188,15 @@ pub fn config_examples() -> Vec<Example> {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     examples
 }
+
+/// The fenced `yaml` blocks of `page` that hold `kind: <kind>`, parsed,
+/// in the order of the page.
+pub fn yaml_blocks_of_kind(page: &Path, kind: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+    text.split("```yaml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .filter(|block| block.contains(&format!("kind: {kind}\n")))
+        .map(|block| serde_yaml_ng::from_str(block).unwrap())
+        .collect()
+}

@@ -75,19 +75,10 @@ impl TestCluster {
     /// Applies a CiliumLoadBalancerIPPool CRD (a fixture's, or the one a
     /// Cilium release ships) and waits until discovery serves `served`
     /// (the preferred version first).
-    pub async fn install_crd_object(&self, mut crd: CustomResourceDefinition, served: &[&str]) {
-        let crds: Api<CustomResourceDefinition> = Api::all(self.admin_client());
-        crd.metadata.managed_fields = None;
-        crd.metadata.resource_version = None;
-        crd.metadata.creation_timestamp = None;
-        crd.status = None;
-        crds.patch(
-            POOL_CRD_NAME,
-            &PatchParams::apply(HARNESS_MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying the CRD serving {served:?}: {e}"));
+    pub async fn install_crd_object(&self, crd: CustomResourceDefinition, served: &[&str]) {
+        self.apply_crd(crd)
+            .await
+            .unwrap_or_else(|e| panic!("applying the CRD serving {served:?}: {e}"));
 
         let deadline = Instant::now() + CRD_TIMEOUT;
         loop {
@@ -105,19 +96,54 @@ impl TestCluster {
         }
     }
 
-    async fn crd_state(&self, want: &[&str]) -> Result<(), String> {
-        let client = self.admin_client();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let crd = crds.get(POOL_CRD_NAME).await.map_err(|e| e.to_string())?;
-        let established = crd
-            .status
-            .as_ref()
+    /// Any other CRD (a Cilium kind the pools do not use): applies it and
+    /// waits until it is Established.
+    pub async fn install_other_crd(&self, crd: CustomResourceDefinition) {
+        let name = crd.metadata.name.clone().expect("a CRD has a name");
+        (self.apply_crd(crd).await).unwrap_or_else(|e| panic!("applying the CRD {name}: {e}"));
+        let deadline = Instant::now() + CRD_TIMEOUT;
+        loop {
+            match self.established(&name).await {
+                Ok(true) => return,
+                state => assert!(
+                    Instant::now() < deadline,
+                    "the CRD {name} was not Established within {CRD_TIMEOUT:?}: {state:?}"
+                ),
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// A server-side apply of `crd` as the harness (what the API server
+    /// set on a copy read elsewhere left out).
+    async fn apply_crd(&self, mut crd: CustomResourceDefinition) -> Result<(), kube::Error> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin_client());
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        crd.metadata.managed_fields = None;
+        crd.metadata.resource_version = None;
+        crd.metadata.creation_timestamp = None;
+        crd.status = None;
+        let apply = PatchParams::apply(HARNESS_MANAGER).force();
+        crds.patch(&name, &apply, &Patch::Apply(&crd))
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether the CRD `name` is Established.
+    async fn established(&self, name: &str) -> Result<bool, String> {
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin_client());
+        let crd = crds.get(name).await.map_err(|e| e.to_string())?;
+        Ok((crd.status.as_ref())
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| {
                 cs.iter()
                     .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if !established {
+            }))
+    }
+
+    async fn crd_state(&self, want: &[&str]) -> Result<(), String> {
+        let client = self.admin_client();
+        if !self.established(POOL_CRD_NAME).await? {
             return Err("not Established yet".into());
         }
         let groups = client.list_api_groups().await.map_err(|e| e.to_string())?;
