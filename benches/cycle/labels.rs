@@ -17,7 +17,7 @@ use super::*;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use std::collections::HashMap;
@@ -92,11 +92,7 @@ async fn install_cilium_node_crd(cluster: &TestCluster) {
 
 pub(super) async fn label_latency(bench: &SizeBench<'_>) -> LabelResult {
     install_cilium_node_crd(bench.cluster).await;
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cilium.io", "v2", "CiliumNode"),
-        "ciliumnodes",
-    );
-    let cilium_nodes: Api<DynamicObject> = Api::all_with(bench.cluster.admin_client(), &resource);
+    let cilium_nodes = support::agents::cilium_nodes(bench.cluster);
     let node_objects: Api<DynamicObject> = Api::all_with(
         bench.cluster.admin_client(),
         &ApiResource::erase::<Node>(&()),
